@@ -1,0 +1,24 @@
+// Subcommands of the `grapevine` CLI. Each lives in its own cmd_<name>.cc and registers itself on the
+// root CLI::App; main() runs the one the user named and returns its exit code.
+//
+// Exit codes: 0 success, 1 runtime failure, 2 bad input (config, flags, files).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace grapevine::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+
+struct Command {
+  CLI::App* app = nullptr;   // the subcommand, owned by the root app
+  std::function<int()> run;  // runs after parsing succeeded; returns the exit code
+};
+
+// One registrar per subcommand (defined in cmd_<name>.cc).
+// (none yet)
+
+}  // namespace grapevine::cli

@@ -1,0 +1,27 @@
+// The `grapevine` command: one binary, one subcommand per job (see command.h).
+#include <iostream>
+#include <vector>
+
+#include "tools/grapevine/command.h"
+
+int main(int argc, char** argv) {
+  using namespace grapevine::cli;
+  CLI::App root{"Grapevine: decentralized (gossip) training with compressed model deltas"};
+  root.require_subcommand(1);
+  root.set_version_flag("--version", "grapevine 0.1.0");
+
+  std::vector<Command> commands = {
+  };
+
+  try {
+    root.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = root.exit(e);
+    // CLI11 returns 0 for --help/--version; every real parse error is bad input.
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
+  for (const Command& c : commands) {
+    if (c.app->parsed()) return c.run();
+  }
+  return kExitBadInput;
+}
