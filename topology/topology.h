@@ -1,0 +1,109 @@
+// Graphs, mixing weights, per-round schedules and their spectral analysis. Pure functions, no I/O.
+//
+// A Schedule is what the runtime consumes: for round t, each peer's neighbours and mixing weights.
+// Static kinds return the same plan every round; time-varying kinds (one-peer exponential) cycle
+// through `period()` plans.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "topology/spec.h"
+
+namespace grapevine::topology {
+
+// An undirected simple graph: sorted neighbour lists, no self loops, no duplicate edges.
+struct Graph {
+  int n = 0;
+  std::vector<std::vector<int>> adj;
+
+  int degree(int i) const { return static_cast<int>(adj[i].size()); }
+  std::int64_t edgeCount() const;  // undirected edges
+};
+
+// Generators. Each validates its arguments and returns kInvalidArgument with a readable message
+// ("torus: dims 3x3 give 9 peers but peers is 8").
+Result<Graph> ring(int n);
+Result<Graph> torus(const std::vector<int>& dims);  // 2 or 3 dims; a size-2 dim adds one edge, not two
+Result<Graph> randomRegular(int n, int degree, std::uint64_t seed);  // connected, seeded
+Result<Graph> erdosRenyi(int n, double p, std::uint64_t seed);       // connected or an error
+Result<Graph> exponential(int n);                                     // i <-> i +- 2^k (mod n)
+Result<Graph> complete(int n);
+Result<Graph> fromEdges(int n, const std::vector<WeightedEdge>& edges);
+
+// Mixing weights of one round, sparse: row i holds (j, w_ij) for each neighbour j, and self[i] = w_ii.
+struct Weights {
+  std::vector<double> self;
+  std::vector<std::vector<std::pair<int, double>>> rows;  // sorted by j
+};
+
+Weights metropolis(const Graph& g);  // w_ij = 1 / (1 + max(d_i, d_j)), w_ii = 1 - sum
+Weights uniform(const Graph& g);     // w_ij = 1 / (d_max + 1)
+// Explicit weights from the edge list; edges without a weight get Metropolis weights.
+Result<Weights> explicitWeights(const Graph& g, const std::vector<WeightedEdge>& edges);
+// Metropolis weights recomputed over the live edges only (a dead edge is dropped by both ends).
+Weights metropolisOver(const Graph& g, const std::vector<std::vector<bool>>& live);
+
+// What peer i does in one round.
+struct PeerPlan {
+  std::vector<int> sendTo;    // peers i sends its message to
+  std::vector<int> recvFrom;  // peers i expects a message from
+  std::vector<std::pair<int, double>> weights;  // (j, w_ij) for j in recvFrom
+  double selfWeight = 1.0;
+};
+
+class Schedule {
+ public:
+  virtual ~Schedule() = default;
+  virtual int peers() const = 0;
+  virtual int period() const = 0;              // 1 for static graphs
+  virtual const Graph& graph(std::int64_t round) const = 0;
+  virtual const Weights& weights(std::int64_t round) const = 0;
+  PeerPlan plan(int peer, std::int64_t round) const;
+  // The union of all rounds' neighbours of `peer` (whom it ever talks to), sorted.
+  std::vector<int> allNeighbours(int peer) const;
+};
+
+// Builds the schedule a Spec describes; every error is a readable message.
+Result<std::unique_ptr<Schedule>> makeSchedule(const Spec& spec);
+
+struct Checks {
+  bool symmetric = false;
+  bool nonNegative = false;
+  bool doublyStochastic = false;  // rows and columns sum to 1 within 1e-12
+  bool connected = false;
+};
+Checks check(const Graph& g, const Weights& w);
+
+struct Analysis {
+  int peers = 0;
+  std::int64_t edges = 0;  // undirected, round 0 (union over the period for time-varying kinds)
+  int degreeMin = 0;
+  int degreeMax = 0;
+  int diameter = -1;       // -1 when disconnected
+  bool connected = false;
+  bool doublyStochastic = false;
+  double lambda2 = 0.0;    // second-largest eigenvalue modulus of W (round 0)
+  double spectralGap = 0.0;  // 1 - lambda2
+  int period = 1;
+  double periodLambda2 = 0.0;  // of the product W_{p-1}...W_0, time-varying kinds only
+  double periodGap = 0.0;
+  std::string kind;
+  std::string weights;
+};
+
+// Exact eigenvalues (Eigen) up to a few thousand peers, power iteration on the deflated operator beyond.
+Analysis analyze(const Schedule& schedule, const Spec& spec);
+double secondLargestEigenvalueModulus(const Graph& g, const Weights& w);
+int diameter(const Graph& g);  // BFS; -1 when disconnected
+bool isConnected(const Graph& g);
+
+std::string toJson(const Analysis& a);  // one object; keys in docs/topologies.md
+std::string toText(const Analysis& a);  // human summary, a few lines
+std::string toDot(const Schedule& schedule, std::int64_t round = 0);
+
+}  // namespace grapevine::topology
