@@ -19,6 +19,7 @@ struct Command {
 };
 
 // One registrar per subcommand (defined in cmd_<name>.cc).
-// (none yet)
+Command registerValidate(CLI::App& root);
+Command registerConfig(CLI::App& root);
 
 }  // namespace grapevine::cli

@@ -1,0 +1,99 @@
+// Gossip algorithms: what a peer sends each round and how it mixes what it receives.
+// The engine takes the local optimizer step (x <- x - lr * u, giving x_half), then:
+//   prepare(x_half)          -> the round's message (compressed bytes), the same for every neighbour
+//   receive(j, w_ij, bytes)  -> for each neighbour message of this round, as it arrives
+//   mix(x)                   -> x <- x_half + (the algorithm's consensus term), over the neighbours
+//                               whose messages arrived; a missing (suspect) neighbour's weight goes to
+//                               the peer's own copy for that round.
+// Update rules (docs/algorithms.md):
+//   dsgd:        x <- sum_j w_ij x_half_j                          (full models on the wire)
+//   choco:       q = C(x_half - xhat_i); xhat_j += q_j for j = i and each neighbour;
+//                x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i)
+//   deepsqueeze: v = x_half + e; c = C(v); e <- v - c; x <- x_half + gamma * sum_j w_ij (c_j - c_i)
+// Thread contract: one Algorithm per peer, used from that peer's training thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "runtime/common/status.h"
+
+namespace grapevine::algorithms {
+
+// What an algorithm needs from compression: encode a vector into one message, decode-and-accumulate
+// a message. Implemented over compress::ModelCodec (codec_adapter.h).
+class MessageCodec {
+ public:
+  virtual ~MessageCodec() = default;
+  // Upper bound of encode()'s output size.
+  virtual std::size_t maxMessageBytes() const = 0;
+  // Encodes v into out and writes C(v), exactly as every receiver will decode it, into decodedSelf.
+  virtual Result<std::size_t> encode(std::span<const float> v, std::uint64_t round,
+                                     std::span<std::uint8_t> out, std::span<float> decodedSelf) = 0;
+  // acc += weight * decode(message). Checks every frame; on error acc is unchanged.
+  virtual Status decodeAccumulate(std::span<const std::uint8_t> message, std::uint64_t round,
+                                  int sender, float weight, std::span<float> acc) = 0;
+  // Bytes the same vector would take as dense fp32 frames (for bytes_dense_equivalent).
+  virtual std::size_t denseBytes() const = 0;
+};
+
+struct MixWeights {
+  double self = 1.0;
+  std::vector<std::pair<int, double>> neighbours;  // (j, w_ij) of this round
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual std::string_view name() const = 0;
+
+  // Starts round `round` with x = x_half; writes the message into `out` (size >= maxMessageBytes()).
+  virtual Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
+                                      std::span<std::uint8_t> out) = 0;
+  // Applies neighbour j's message of the current round (weight w_ij of this round).
+  virtual Status receive(int neighbour, double weight, std::span<const std::uint8_t> message,
+                         std::uint64_t round) = 0;
+  // Applies neighbour j's message of an earlier round that arrived late (the neighbour was suspect).
+  // CHOCO applies it to j's public copy (replicas must see every delta in order); the others drop it.
+  virtual Status receiveLate(int neighbour, std::span<const std::uint8_t> message,
+                             std::uint64_t round) = 0;
+  // Ends the round: x <- mixed model, over the neighbours in `arrived` (with their weights).
+  virtual void mix(std::span<float> x, const MixWeights& arrived) = 0;
+
+  // CHOCO: hash of this peer's public copy (xhat_i), and of its replica of neighbour j's copy;
+  // neighbours compare them to detect drift. 0 for algorithms without replicas.
+  virtual std::uint64_t publicCopyHash() const { return 0; }
+  virtual std::uint64_t replicaHash(int neighbour) const { return 0; }
+  // Full-state resync of one edge: the public copy to send, and replacing a neighbour's replica.
+  virtual std::span<const float> publicCopy() const { return {}; }
+  virtual Status resetReplica(int neighbour, std::span<const float> copy) { return Status::ok(); }
+  // A neighbour left (dead): forget its state.
+  virtual void dropNeighbour(int neighbour) {}
+
+  std::size_t maxMessageBytes() const { return codec_->maxMessageBytes(); }
+  std::size_t denseBytes() const { return codec_->denseBytes(); }
+
+ protected:
+  explicit Algorithm(std::unique_ptr<MessageCodec> codec) : codec_(std::move(codec)) {}
+  std::unique_ptr<MessageCodec> codec_;
+};
+
+struct AlgorithmOptions {
+  std::string name = "choco";  // "dsgd" | "choco" | "deepsqueeze"
+  double consensusStep = 0.5;
+  // Initial public copies (CHOCO): all peers start x_hat at this common model (or 0 when empty).
+  std::vector<float> initialPublicCopy;
+};
+
+// `neighbours`: every peer this one ever exchanges with (the union over the schedule's rounds).
+Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& options, std::size_t dim,
+                                                 const std::vector<int>& neighbours,
+                                                 std::unique_ptr<MessageCodec> codec);
+
+// 64-bit FNV-1a over the float bytes (replica hashes; deterministic, platform independent).
+std::uint64_t hashFloats(std::span<const float> v);
+
+}  // namespace grapevine::algorithms

@@ -1,0 +1,169 @@
+#include <algorithm>
+#include <map>
+
+#include "runtime/algorithms/algorithm.h"
+
+namespace grapevine::algorithms {
+
+std::uint64_t hashFloats(std::span<const float> v) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size_bytes(); ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+namespace {
+
+// D-PSGD (adapt-then-combine): the message is x_half itself; x <- w_ii x_half + sum_j w_ij x_half_j.
+class Dsgd final : public Algorithm {
+ public:
+  Dsgd(std::size_t dim, std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)), acc_(dim), self_(dim) {}
+  std::string_view name() const override { return "dsgd"; }
+
+  Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
+                              std::span<std::uint8_t> out) override {
+    std::fill(acc_.begin(), acc_.end(), 0.0f);
+    return codec_->encode(x, round, out, self_);
+  }
+  Status receive(int j, double w, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    return codec_->decodeAccumulate(m, round, j, static_cast<float>(w), acc_);
+  }
+  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
+    return Status::ok();  // a past round's model is useless now
+  }
+  void mix(std::span<float> x, const MixWeights& arrived) override {
+    double wsum = 0;
+    for (const auto& [j, w] : arrived.neighbours) wsum += w;
+    const float selfW = static_cast<float>(1.0 - wsum);
+    // self_ is what receivers decoded of our message; with the lossless `none` codec it equals x.
+    for (std::size_t k = 0; k < x.size(); ++k) x[k] = selfW * self_[k] + acc_[k];
+  }
+
+ private:
+  std::vector<float> acc_;   // sum_j w_ij x_half_j over arrived neighbours
+  std::vector<float> self_;  // decoded own message
+};
+
+// CHOCO-SGD (Koloskova et al. 2019). One public-copy replica per neighbour, so weights may change per
+// round (time-varying graphs, renormalisation around dead or suspect neighbours) without bias.
+class Choco final : public Algorithm {
+ public:
+  Choco(std::size_t dim, double gamma, const std::vector<int>& neighbours,
+        const std::vector<float>& initial, std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)), gamma_(gamma), xhat_(dim, 0.0f), diff_(dim), q_(dim) {
+    if (!initial.empty()) xhat_ = initial;
+    for (int j : neighbours) replicas_.emplace(j, xhat_);
+  }
+  std::string_view name() const override { return "choco"; }
+
+  Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
+                              std::span<std::uint8_t> out) override {
+    for (std::size_t k = 0; k < x.size(); ++k) diff_[k] = x[k] - xhat_[k];
+    auto n = codec_->encode(diff_, round, out, q_);
+    if (!n.isOk()) return n;
+    for (std::size_t k = 0; k < x.size(); ++k) xhat_[k] += q_[k];
+    return n;
+  }
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    return receiveLate(j, m, round);
+  }
+  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    auto it = replicas_.find(j);
+    if (it == replicas_.end()) return invalidArgument("no replica for peer " + std::to_string(j));
+    return codec_->decodeAccumulate(m, round, j, 1.0f, it->second);
+  }
+  void mix(std::span<float> x, const MixWeights& arrived) override {
+    // x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i)
+    for (const auto& [j, w] : arrived.neighbours) {
+      const auto it = replicas_.find(j);
+      if (it == replicas_.end()) continue;
+      const float g = static_cast<float>(gamma_ * w);
+      const float* r = it->second.data();
+      for (std::size_t k = 0; k < x.size(); ++k) x[k] += g * (r[k] - xhat_[k]);
+    }
+  }
+  std::uint64_t publicCopyHash() const override { return hashFloats(xhat_); }
+  std::uint64_t replicaHash(int j) const override {
+    auto it = replicas_.find(j);
+    return it == replicas_.end() ? 0 : hashFloats(it->second);
+  }
+  std::span<const float> publicCopy() const override { return xhat_; }
+  Status resetReplica(int j, std::span<const float> copy) override {
+    auto it = replicas_.find(j);
+    if (it == replicas_.end() || copy.size() != xhat_.size()) {
+      return invalidArgument("resync: no replica of that size for peer " + std::to_string(j));
+    }
+    std::copy(copy.begin(), copy.end(), it->second.begin());
+    return Status::ok();
+  }
+  void dropNeighbour(int j) override { replicas_.erase(j); }
+
+ private:
+  double gamma_;
+  std::vector<float> xhat_;  // this peer's public copy
+  std::vector<float> diff_;
+  std::vector<float> q_;
+  std::map<int, std::vector<float>> replicas_;  // neighbours' public copies
+};
+
+// DeepSqueeze (Tang et al. 2019): error-compensated compressed gossip of the model itself.
+class DeepSqueeze final : public Algorithm {
+ public:
+  DeepSqueeze(std::size_t dim, double gamma, std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)), gamma_(gamma), e_(dim, 0.0f), v_(dim), c_(dim), acc_(dim) {}
+  std::string_view name() const override { return "deepsqueeze"; }
+
+  Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
+                              std::span<std::uint8_t> out) override {
+    for (std::size_t k = 0; k < x.size(); ++k) v_[k] = x[k] + e_[k];
+    auto n = codec_->encode(v_, round, out, c_);
+    if (!n.isOk()) return n;
+    for (std::size_t k = 0; k < x.size(); ++k) e_[k] = v_[k] - c_[k];
+    std::fill(acc_.begin(), acc_.end(), 0.0f);
+    return n;
+  }
+  Status receive(int j, double w, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    return codec_->decodeAccumulate(m, round, j, static_cast<float>(w), acc_);
+  }
+  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
+    return Status::ok();
+  }
+  void mix(std::span<float> x, const MixWeights& arrived) override {
+    double wsum = 0;
+    for (const auto& [j, w] : arrived.neighbours) wsum += w;
+    // x <- x_half + gamma * (sum_j w_ij c_j - (sum_j w_ij) c_i), j over arrived neighbours
+    const float g = static_cast<float>(gamma_);
+    const float ws = static_cast<float>(wsum);
+    for (std::size_t k = 0; k < x.size(); ++k) x[k] += g * (acc_[k] - ws * c_[k]);
+  }
+
+ private:
+  double gamma_;
+  std::vector<float> e_, v_, c_, acc_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std::size_t dim,
+                                                 const std::vector<int>& neighbours,
+                                                 std::unique_ptr<MessageCodec> codec) {
+  if (!codec) return invalidArgument("algorithm needs a codec");
+  if (!o.initialPublicCopy.empty() && o.initialPublicCopy.size() != dim) {
+    return invalidArgument("initial public copy has the wrong size");
+  }
+  if (o.name == "dsgd") return std::unique_ptr<Algorithm>(new Dsgd(dim, std::move(codec)));
+  if (o.name == "choco") {
+    return std::unique_ptr<Algorithm>(
+        new Choco(dim, o.consensusStep, neighbours, o.initialPublicCopy, std::move(codec)));
+  }
+  if (o.name == "deepsqueeze") {
+    return std::unique_ptr<Algorithm>(new DeepSqueeze(dim, o.consensusStep, std::move(codec)));
+  }
+  return invalidArgument("unknown algorithm \"" + o.name + "\"; expected dsgd, choco or deepsqueeze");
+}
+
+}  // namespace grapevine::algorithms

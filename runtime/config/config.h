@@ -1,0 +1,144 @@
+// The run configuration: typed sections filled from one YAML file through the schema table (schema.h).
+// Precedence: defaults < YAML < GRAPEVINE_* environment < command-line overrides (`--set key=value`).
+// Every field's default, type, range and doc live in the schema table only; the initialisers below are
+// the defaults, and a test checks they agree with the table's text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "topology/spec.h"
+
+namespace grapevine::config {
+
+struct PeerAddress {
+  std::string host;
+  int port = 0;
+  bool operator==(const PeerAddress&) const = default;
+};
+
+struct RunSection {
+  std::string name = "grapevine";
+  std::uint64_t seed = 1;
+  std::int64_t rounds = 1000;
+  std::string logLevel = "info";
+};
+
+struct PeersSection {
+  int count = 0;
+  std::string host = "127.0.0.1";
+  int basePort = 29500;
+  std::vector<PeerAddress> list;  // explicit addresses; when set, count = list.size()
+  double connectTimeout = 30.0;
+  double heartbeatInterval = 0.2;
+  double deadAfter = 2.0;
+  // The address of every peer, from `list` or from host + base_port + rank.
+  std::vector<PeerAddress> addresses() const;
+};
+
+struct TopologySection {
+  std::string kind = "ring";
+  std::string weights = "metropolis";
+  std::vector<int> dims;
+  int degree = 4;
+  double probability = 0.3;
+  std::optional<std::uint64_t> seed;  // defaults to run.seed
+  std::vector<topology::WeightedEdge> edges;
+};
+
+struct TransportSection {
+  std::string backend = "ucx";
+  bool busyPoll = false;
+  std::string ucxTls;
+  std::string libfabricProvider = "tcp;ofi_rxm";
+  std::int64_t maxFrameBytes = 64ll << 20;
+  double ioTimeout = 30.0;
+};
+
+struct AlgorithmSection {
+  std::string name = "choco";
+  double consensusStep = 0.5;
+  bool overlap = false;
+  int localSteps = 1;
+  int checkEvery = 50;
+  double roundTimeout = 5.0;
+};
+
+struct OptimizerSection {
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = true;
+  std::string momentumKind = "local";
+  int batchSize = 64;
+  std::string schedule = "constant";
+  int warmupRounds = 0;
+  double weightDecay = 0.0;
+  std::vector<int> stepMilestones;
+  double stepGamma = 0.1;
+};
+
+struct CompressionSection {
+  std::string method = "none";
+  double ratio = 0.01;
+  std::string selector = "approx";
+  bool unbiased = false;
+  int levels = 16;
+  int blockSize = 256;
+  std::string rounding = "nearest";
+  int rank = 2;
+  std::string fallback = "top-k";
+  bool errorFeedback = false;
+  std::string lossless = "none";
+  int zstdLevel = 3;
+  std::int64_t denseBelow = 1024;
+  std::int64_t chunkElements = 1 << 20;
+};
+
+struct WorkloadSection {
+  std::string name = "fashion-mnist-mlp";
+  std::vector<int> hidden = {256};
+  std::string partition = "iid";
+  double alpha = 0.5;
+  std::string dataDir = "/usr/share/datasets/fashion-mnist";
+  std::string data;
+  double noise = 0.0;
+  int dim = 1000;
+  int evalEvery = 100;
+  int evalSamples = 2000;
+};
+
+struct OutputSection {
+  std::string dir = "runs/default";
+  int logEvery = 10;
+};
+
+struct NetworkSection {
+  std::string emulate = "none";
+  double bandwidthMbit = 0.0;  // 0 = unlimited
+  double latencyMs = 0.0;
+  double jitterMs = 0.0;
+  double lossPercent = 0.0;
+  double computeScale = 1.0;
+  double computeMs = 0.0;  // 0 = measured
+};
+
+struct Config {
+  std::string sourcePath;  // the YAML file it came from ("" for defaults)
+  RunSection run;
+  PeersSection peers;
+  TopologySection topology;
+  TransportSection transport;
+  AlgorithmSection algorithm;
+  OptimizerSection optimizer;
+  CompressionSection compression;
+  WorkloadSection workload;
+  OutputSection output;
+  NetworkSection network;
+
+  // The topology as the topology library wants it (peers from peers.count, seed from run.seed).
+  topology::Spec topologySpec() const;
+};
+
+}  // namespace grapevine::config

@@ -1,0 +1,516 @@
+#include "runtime/config/loader.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "runtime/config/schema.h"
+#include "topology/topology.h"
+
+namespace grapevine::config {
+namespace {
+
+struct Where {
+  std::string file;
+  int line = 0;
+  int column = 0;
+};
+
+class Loader {
+ public:
+  Loader(const LoadOptions& options, std::string displayName)
+      : options_(options), file_(std::move(displayName)) {}
+
+  LoadResult run(std::string_view text) {
+    result_.config.sourcePath = file_;
+    if (prescan(text)) {
+      parseYaml(text);
+    }
+    if (options_.useEnvironment) applyEnvironment();
+    applyOverrides();
+    if (errors() == 0) checkSemantics();
+    return std::move(result_);
+  }
+
+  void error(const Where& w, std::string key, std::string message) {
+    result_.diagnostics.push_back({w.file, w.line, w.column, std::move(key), std::move(message), false});
+  }
+  void warning(const Where& w, std::string key, std::string message) {
+    result_.diagnostics.push_back({w.file, w.line, w.column, std::move(key), std::move(message), true});
+  }
+  int errors() const {
+    return static_cast<int>(std::count_if(result_.diagnostics.begin(), result_.diagnostics.end(),
+                                          [](const Diagnostic& d) { return !d.warning; }));
+  }
+
+ private:
+  Where fileWhere(int line = 0, int column = 0) const { return {file_, line, column}; }
+  Where nodeWhere(const YAML::Node& n) const {
+    const YAML::Mark m = n.Mark();
+    if (m.line < 0) return fileWhere();
+    return {file_, m.line + 1, m.column + 1};
+  }
+  Where keyWhere(const std::string& path) const {
+    auto it = seen_.find(path);
+    if (it != seen_.end()) return it->second;
+    return fileWhere();
+  }
+  bool wasSet(const std::string& path) const { return seen_.count(path) != 0; }
+
+  // Refuses input the YAML parser should never see: binary data, tabs as indentation, absurd nesting.
+  bool prescan(std::string_view text) {
+    if (text.size() > options_.maxFileBytes) {
+      error(fileWhere(), "", "file is " + std::to_string(text.size()) + " bytes; the limit is " +
+                                 std::to_string(options_.maxFileBytes));
+      return false;
+    }
+    int line = 1;
+    int col = 1;
+    bool atLineStart = true;
+    int flowDepth = 0;
+    bool inSingle = false;
+    bool inDouble = false;
+    bool inComment = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(text[i]);
+      if (c == 0 || (c < 0x20 && c != '\n' && c != '\r' && c != '\t')) {
+        error(fileWhere(line, col), "",
+              "not a text file: control byte 0x" + hex(c) + "; a config is YAML text");
+        return false;
+      }
+      if (c == '\n') {
+        ++line;
+        col = 1;
+        atLineStart = true;
+        inComment = false;
+        inSingle = inDouble = false;  // plain YAML scalars do not span lines in configs
+        continue;
+      }
+      if (atLineStart && c == '\t') {
+        error(fileWhere(line, col), "", "tab character in indentation; YAML indents with spaces only");
+        return false;
+      }
+      if (c != ' ') atLineStart = false;
+      if (atLineStart && col > 4 * options_.maxDepth) {
+        error(fileWhere(line, col), "", "indentation nested deeper than " +
+                                            std::to_string(options_.maxDepth) + " levels");
+        return false;
+      }
+      if (!inComment && !inSingle && !inDouble) {
+        if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\n')) inComment = true;
+        else if (c == '\'') inSingle = true;
+        else if (c == '"') inDouble = true;
+        else if (c == '[' || c == '{') {
+          if (++flowDepth > options_.maxDepth) {
+            error(fileWhere(line, col), "",
+                  "brackets nested deeper than " + std::to_string(options_.maxDepth) + " levels");
+            return false;
+          }
+        } else if ((c == ']' || c == '}') && flowDepth > 0) {
+          --flowDepth;
+        }
+      } else if (inSingle && c == '\'') {
+        inSingle = false;
+      } else if (inDouble && c == '"' && text[i - 1] != '\\') {
+        inDouble = false;
+      }
+      ++col;
+    }
+    if (!validUtf8(text)) {
+      error(fileWhere(), "", "not a text file: invalid UTF-8; a config is YAML text");
+      return false;
+    }
+    return true;
+  }
+
+  static std::string hex(unsigned char c) {
+    static const char* d = "0123456789abcdef";
+    return {d[c >> 4], d[c & 15]};
+  }
+
+  static bool validUtf8(std::string_view s) {
+    size_t i = 0;
+    while (i < s.size()) {
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+      if (n < 0 || i + n >= s.size() + (n == 0 ? 1 : 0)) {
+        if (n != 0) return false;
+      }
+      for (int k = 1; k <= n; ++k) {
+        if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
+      }
+      i += n + 1;
+    }
+    return true;
+  }
+
+  void parseYaml(std::string_view text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      std::string msg = e.msg;
+      error(fileWhere(e.mark.line >= 0 ? e.mark.line + 1 : 0, e.mark.column >= 0 ? e.mark.column + 1 : 0),
+            "", "YAML syntax: " + msg);
+      return;
+    }
+    if (!root || root.IsNull()) {
+      error(fileWhere(), "", "the file is empty; expected a mapping of sections (run, peers, topology, ...)");
+      return;
+    }
+    if (!root.IsMap()) {
+      error(nodeWhere(root), "", "expected a mapping of sections (run, peers, topology, ...), found " +
+                                     describeNode(root));
+      return;
+    }
+    walkMap(root, "");
+  }
+
+  static bool isSectionPrefix(const std::string& prefix) {
+    const std::string p = prefix + ".";
+    for (const auto& k : schema()) {
+      if (k.path.compare(0, p.size(), p) == 0) return true;
+    }
+    return false;
+  }
+
+  void walkMap(const YAML::Node& map, const std::string& prefix) {
+    std::map<std::string, int> firstLine;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (++visited_ > kMaxNodes) {
+        error(nodeWhere(it->first), "", "too many entries (more than " + std::to_string(kMaxNodes) + ")");
+        return;
+      }
+      const YAML::Node& keyNode = it->first;
+      const YAML::Node& value = it->second;
+      if (!keyNode.IsScalar()) {
+        error(nodeWhere(keyNode), prefix, "keys must be plain names, found " + describeNode(keyNode));
+        continue;
+      }
+      const std::string key = keyNode.Scalar();
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      const Where where = nodeWhere(keyNode);
+      auto [pos, inserted] = firstLine.emplace(key, where.line);
+      if (!inserted) {
+        error(where, path, "duplicate key (first set at line " + std::to_string(pos->second) + ")");
+        continue;
+      }
+      // `peers` may be a list of addresses instead of a mapping.
+      if (path == "peers" && value.IsSequence()) {
+        applyNode("peers.list", value, where);
+        continue;
+      }
+      if (const KeyDef* def = findKey(path)) {
+        applyNode(path, value, where);
+        (void)def;
+        continue;
+      }
+      if (isSectionPrefix(path)) {
+        if (value.IsMap()) {
+          walkMap(value, path);
+        } else if (!value.IsNull()) {
+          error(nodeWhere(value), path, "expected a mapping of keys, found " + describeNode(value));
+        }
+        continue;
+      }
+      std::string msg = prefix.empty() ? "unknown section" : "unknown key";
+      const std::string suggestion = suggestKey(path);
+      if (!suggestion.empty()) msg += "; did you mean '" + suggestion + "'?";
+      else if (prefix.empty()) {
+        msg += "; sections are";
+        for (const auto& s : sections()) msg += " " + s;
+      }
+      error(where, path, msg);
+    }
+  }
+
+  void applyNode(const std::string& path, const YAML::Node& value, const Where& where) {
+    const KeyDef* def = findKey(path);
+    if (auto problem = def->apply(result_.config, value)) {
+      error(value.Mark().line >= 0 ? nodeWhere(value) : where, path,
+            "expected " + def->expected() + ", found " + describeNode(value));
+      return;
+    }
+    seen_[path] = where;
+  }
+
+  void applyText(const std::string& path, const std::string& text, const Where& where) {
+    YAML::Node node;
+    try {
+      node = YAML::Load(text);
+    } catch (const YAML::Exception&) {
+      node = YAML::Node(text);
+    }
+    const KeyDef* def = findKey(path);
+    if (def->apply(result_.config, node)) {
+      error(where, path, "expected " + def->expected() + ", found \"" + text + "\"");
+      return;
+    }
+    seen_[path] = where;
+  }
+
+  void applyEnvironment() {
+    for (const auto& def : schema()) {
+      const std::string name = envName(def.path);
+      const char* v = options_.getenv ? options_.getenv(name.c_str()) : std::getenv(name.c_str());
+      if (v == nullptr) continue;
+      applyText(def.path, v, Where{"environment " + name, 0, 0});
+    }
+  }
+
+  void applyOverrides() {
+    for (const auto& o : options_.overrides) {
+      const auto eq = o.find('=');
+      const Where where{"command line --set " + o, 0, 0};
+      if (eq == std::string::npos || eq == 0) {
+        error(where, "", "expected KEY=VALUE, e.g. --set topology.kind=torus");
+        continue;
+      }
+      std::string path = o.substr(0, eq);
+      if (!findKey(path)) {
+        std::string msg = "unknown key";
+        const std::string s = suggestKey(path);
+        if (!s.empty()) msg += "; did you mean '" + s + "'?";
+        error(where, path, msg);
+        continue;
+      }
+      applyText(path, o.substr(eq + 1), where);
+    }
+  }
+
+  // Rules that span keys. Each error points at the key that is most likely wrong.
+  void checkSemantics() {
+    Config& c = result_.config;
+    // peers
+    if (!wasSet("peers.count") && !wasSet("peers.list")) {
+      error(fileWhere(), "peers.count", "required: set peers.count or give peers as a list");
+      return;
+    }
+    if (wasSet("peers.list") && wasSet("peers.count") &&
+        c.peers.count != static_cast<int>(c.peers.list.size())) {
+      // The list sets count too; an explicit count that disagrees is a mistake.
+      error(keyWhere("peers.count"), "peers.count",
+            "is " + std::to_string(c.peers.count) + " but peers lists " +
+                std::to_string(c.peers.list.size()) + " addresses");
+    }
+    if (c.peers.list.empty()) {
+      if (c.peers.basePort + 2LL * c.peers.count - 1 > 65535) {
+        error(keyWhere("peers.base_port"), "peers.base_port",
+              std::to_string(c.peers.basePort) + " + ports for " + std::to_string(c.peers.count) +
+                  " peers passes 65535");
+      }
+    } else {
+      std::map<std::pair<std::string, int>, int> first;
+      for (size_t r = 0; r < c.peers.list.size(); ++r) {
+        auto [it, ok] = first.emplace(std::make_pair(c.peers.list[r].host, c.peers.list[r].port), r);
+        if (!ok) {
+          error(keyWhere("peers.list"), "peers.list",
+                "peers " + std::to_string(it->second) + " and " + std::to_string(r) + " have the same address " +
+                    c.peers.list[r].host + ":" + std::to_string(c.peers.list[r].port));
+        }
+      }
+    }
+    if (c.peers.deadAfter <= c.peers.heartbeatInterval) {
+      error(keyWhere("peers.dead_after"), "peers.dead_after",
+            "must be longer than peers.heartbeat_interval (" +
+                std::to_string(c.peers.heartbeatInterval) + " s)");
+    }
+
+    // topology
+    const int n = c.peers.count;
+    const std::string& kind = c.topology.kind;
+    if (kind == "torus") {
+      if (c.topology.dims.size() != 2 && c.topology.dims.size() != 3) {
+        error(wasSet("topology.dims") ? keyWhere("topology.dims") : keyWhere("topology.kind"),
+              "topology.dims", "torus needs 2 or 3 sizes, e.g. dims: [4, 4]");
+      } else {
+        long long prod = 1;
+        for (int d : c.topology.dims) prod *= d;
+        if (prod != n) {
+          error(keyWhere("topology.dims"), "topology.dims",
+                "sizes multiply to " + std::to_string(prod) + " but peers.count is " + std::to_string(n));
+        }
+      }
+    } else if (wasSet("topology.dims")) {
+      warning(keyWhere("topology.dims"), "topology.dims", "ignored: topology.kind is " + kind);
+    }
+    if (kind == "random-regular" && (c.topology.degree >= n || (1LL * n * c.topology.degree) % 2 != 0)) {
+      error(keyWhere("topology.degree"), "topology.degree",
+            "a random " + std::to_string(c.topology.degree) + "-regular graph on " + std::to_string(n) +
+                " peers needs degree < peers and peers x degree even");
+    }
+    if (kind == "edges") {
+      if (c.topology.edges.empty()) {
+        error(keyWhere("topology.kind"), "topology.edges", "kind edges needs a non-empty edge list");
+      }
+      std::set<std::pair<int, int>> seenEdges;
+      for (const auto& e : c.topology.edges) {
+        const std::string name = "[" + std::to_string(e.a) + ", " + std::to_string(e.b) + "]";
+        if (e.a >= n || e.b >= n) {
+          error(keyWhere("topology.edges"), "topology.edges",
+                "edge " + name + " names a peer >= peers.count (" + std::to_string(n) + ")");
+        } else if (e.a == e.b) {
+          error(keyWhere("topology.edges"), "topology.edges", "edge " + name + " is a self loop");
+        } else if (!seenEdges.insert({std::min(e.a, e.b), std::max(e.a, e.b)}).second) {
+          error(keyWhere("topology.edges"), "topology.edges", "edge " + name + " is listed twice");
+        }
+      }
+    } else if (wasSet("topology.edges")) {
+      warning(keyWhere("topology.edges"), "topology.edges", "ignored: topology.kind is " + kind);
+    }
+    if (c.topology.weights == "explicit" && kind != "edges") {
+      error(keyWhere("topology.weights"), "topology.weights",
+            "explicit weights need kind: edges with [a, b, weight] entries");
+    }
+    if (errors() == 0 && options_.checkTopology) {
+      auto schedule = topology::makeSchedule(c.topologySpec());
+      if (!schedule.isOk()) {
+        error(keyWhere("topology.kind"), "topology", schedule.status().message());
+      } else {
+        const auto& g = (*schedule)->graph(0);
+        const auto& w = (*schedule)->weights(0);
+        const auto checks = topology::check(g, w);
+        if ((*schedule)->period() == 1 && !checks.connected) {
+          error(keyWhere("topology.kind"), "topology", "the graph is disconnected: some peers can never agree");
+        }
+        if (!checks.nonNegative || !checks.doublyStochastic) {
+          error(keyWhere("topology.weights"), "topology.weights",
+                "the mixing weights are not a doubly stochastic non-negative matrix "
+                "(rows and columns must sum to 1)");
+        }
+      }
+    }
+
+    // algorithm, compression, optimizer, workload
+    if (c.algorithm.name == "dsgd" && c.compression.method != "none") {
+      error(keyWhere("compression.method"), "compression.method",
+            "dsgd exchanges full models uncompressed; use algorithm.name: choco or deepsqueeze with " +
+                c.compression.method);
+    }
+    if (c.algorithm.name != "dsgd" && c.compression.method == "none" && c.algorithm.consensusStep < 1.0) {
+      warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
+              "below 1 without compression slows consensus for nothing");
+    }
+    if (c.optimizer.schedule == "step" && c.optimizer.stepMilestones.empty()) {
+      error(keyWhere("optimizer.schedule"), "optimizer.step_milestones",
+            "the step schedule needs milestones, e.g. step_milestones: [1000, 2000]");
+    }
+    if (c.optimizer.nesterov && c.optimizer.momentum == 0.0 && wasSet("optimizer.nesterov")) {
+      warning(keyWhere("optimizer.nesterov"), "optimizer.nesterov", "has no effect with momentum 0");
+    }
+    if (c.workload.name == "quadratic") {
+      if (c.workload.data.empty()) {
+        error(keyWhere("workload.name"), "workload.data", "the quadratic workload needs a data file");
+      } else if (!std::ifstream(resolve(c.workload.data))) {
+        error(keyWhere("workload.data"), "workload.data", "cannot open \"" + c.workload.data + "\"");
+      }
+    }
+  }
+
+  // Paths in a config are relative to the config file's folder.
+  std::string resolve(const std::string& path) const {
+    if (path.empty() || path[0] == '/') return path;
+    const auto slash = file_.rfind('/');
+    return slash == std::string::npos ? path : file_.substr(0, slash + 1) + path;
+  }
+
+  static constexpr int kMaxNodes = 1 << 20;
+  const LoadOptions& options_;
+  std::string file_;
+  LoadResult result_;
+  std::map<std::string, Where> seen_;
+  int visited_ = 0;
+};
+
+int editDistance(std::string_view a, std::string_view b) {
+  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+bool LoadResult::ok() const {
+  return std::none_of(diagnostics.begin(), diagnostics.end(),
+                      [](const Diagnostic& d) { return !d.warning; });
+}
+
+std::string suggestKey(std::string_view path) {
+  std::string best;
+  int bestDistance = 4;
+  std::set<std::string> candidates;
+  for (const auto& k : schema()) {
+    candidates.insert(k.path);
+    candidates.insert(k.path.substr(0, k.path.find('.')));
+  }
+  for (const auto& cand : candidates) {
+    const int d = editDistance(path, cand);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = cand;
+    }
+  }
+  // "topology.kidn" -> compare the last component within the same section too.
+  return best;
+}
+
+LoadResult loadString(std::string_view text, const std::string& displayName,
+                      const LoadOptions& options) {
+  Loader loader(options, displayName);
+  return loader.run(text);
+}
+
+LoadResult loadFile(const std::string& path, const LoadOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    LoadResult r;
+    r.diagnostics.push_back({path, 0, 0, "", "cannot open the file", false});
+    return r;
+  }
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg()));
+  if (size > options.maxFileBytes) {
+    LoadResult r;
+    r.diagnostics.push_back({path, 0, 0, "",
+                             "file is " + std::to_string(size) + " bytes; the limit is " +
+                                 std::to_string(options.maxFileBytes),
+                             false});
+    return r;
+  }
+  in.seekg(0);
+  std::string text(size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  return loadString(text, path, options);
+}
+
+std::string toYaml(const Config& config) {
+  std::ostringstream os;
+  std::string section;
+  for (const auto& k : schema()) {
+    const auto dot = k.path.find('.');
+    const std::string s = k.path.substr(0, dot);
+    if (s != section) {
+      os << s << ":\n";
+      section = s;
+    }
+    if (k.path == "peers.list" && config.peers.list.empty()) continue;
+    if (k.path == "topology.edges" && config.topology.edges.empty()) continue;
+    if (k.path == "topology.seed" && !config.topology.seed) continue;
+    os << "  " << k.path.substr(dot + 1) << ": " << k.show(config) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace grapevine::config

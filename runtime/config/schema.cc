@@ -1,0 +1,590 @@
+#include "runtime/config/schema.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace grapevine::config {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMaxPeers = 100000;
+
+std::string formatNumber(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    return std::to_string(static_cast<long long>(v));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+std::string quote(const std::string& s) {
+  // Plain scalars stay bare unless they could be misread.
+  if (s.empty() || s.find_first_of(":#{}[],&*!|>'\"%@`") != std::string::npos || s.front() == ' ' ||
+      s.back() == ' ') {
+    std::string out = "\"";
+    for (char c : s) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  }
+  return s;
+}
+
+std::optional<std::int64_t> toInt(const YAML::Node& n) {
+  if (!n.IsScalar()) return std::nullopt;
+  const std::string& s = n.Scalar();
+  std::int64_t v = 0;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;
+  auto [p, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || p != e || b == e) return std::nullopt;
+  return v;
+}
+
+std::optional<double> toDouble(const YAML::Node& n) {
+  if (!n.IsScalar()) return std::nullopt;
+  const std::string& s = n.Scalar();
+  double v = 0;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;
+  auto [p, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || p != e || b == e || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> toBool(const YAML::Node& n) {
+  if (!n.IsScalar()) return std::nullopt;
+  const std::string& s = n.Scalar();
+  if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "False" || s == "no" || s == "off") return false;
+  return std::nullopt;
+}
+
+// Row builders. `Access` is a lambda Config& -> T&.
+template <typename Access>
+KeyDef intKey(std::string path, Access access, double min, double max, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kInt;
+  k.min = min;
+  k.max = max;
+  k.doc = std::move(doc);
+  k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    auto v = toInt(n);
+    if (!v || *v < min || *v > max) return std::string("expected");
+    access(c) = static_cast<std::remove_reference_t<decltype(access(c))>>(*v);
+    return std::nullopt;
+  };
+  k.show = [access](const Config& c) {
+    return std::to_string(access(const_cast<Config&>(c)));
+  };
+  return k;
+}
+
+template <typename Access>
+KeyDef doubleKey(std::string path, Access access, double min, double max, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kDouble;
+  k.min = min;
+  k.max = max;
+  k.doc = std::move(doc);
+  k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    auto v = toDouble(n);
+    if (!v || *v < min || *v > max) return std::string("expected");
+    access(c) = *v;
+    return std::nullopt;
+  };
+  k.show = [access](const Config& c) { return formatNumber(access(const_cast<Config&>(c))); };
+  return k;
+}
+
+template <typename Access>
+KeyDef boolKey(std::string path, Access access, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kBool;
+  k.doc = std::move(doc);
+  k.apply = [access](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    auto v = toBool(n);
+    if (!v) return std::string("expected");
+    access(c) = *v;
+    return std::nullopt;
+  };
+  k.show = [access](const Config& c) {
+    return std::string(access(const_cast<Config&>(c)) ? "true" : "false");
+  };
+  return k;
+}
+
+template <typename Access>
+KeyDef stringKey(std::string path, Access access, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kString;
+  k.doc = std::move(doc);
+  k.apply = [access](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    if (!n.IsScalar()) return std::string("expected");
+    access(c) = n.Scalar();
+    return std::nullopt;
+  };
+  k.show = [access](const Config& c) { return quote(access(const_cast<Config&>(c))); };
+  return k;
+}
+
+template <typename Access>
+KeyDef enumKey(std::string path, Access access, std::vector<std::string> choices, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kEnum;
+  k.choices = choices;
+  k.doc = std::move(doc);
+  k.apply = [access, choices](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    if (!n.IsScalar()) return std::string("expected");
+    for (const auto& ch : choices) {
+      if (n.Scalar() == ch) {
+        access(c) = ch;
+        return std::nullopt;
+      }
+    }
+    return std::string("expected");
+  };
+  k.show = [access](const Config& c) { return quote(access(const_cast<Config&>(c))); };
+  return k;
+}
+
+template <typename Access>
+KeyDef intListKey(std::string path, Access access, double min, double max, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kIntList;
+  k.min = min;
+  k.max = max;
+  k.doc = std::move(doc);
+  k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    if (!n.IsSequence()) return std::string("expected");
+    std::vector<int> out;
+    for (const auto& item : n) {
+      auto v = toInt(item);
+      if (!v || *v < min || *v > max) return std::string("expected");
+      out.push_back(static_cast<int>(*v));
+    }
+    access(c) = std::move(out);
+    return std::nullopt;
+  };
+  k.show = [access](const Config& c) {
+    std::string s = "[";
+    const auto& v = access(const_cast<Config&>(c));
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  return k;
+}
+
+std::vector<KeyDef> buildSchema() {
+  std::vector<KeyDef> t;
+
+  // run
+  t.push_back(stringKey("run.name", [](Config& c) -> auto& { return c.run.name; },
+                        "Name of the run, used in logs and output files"));
+  {
+    KeyDef k = intKey("run.seed", [](Config& c) -> auto& { return c.run.seed; }, 0, 9.2e18,
+                      "Seed of every random choice (data shards, random graphs, rand-k, rounding)");
+    t.push_back(k);
+  }
+  t.push_back(intKey("run.rounds", [](Config& c) -> auto& { return c.run.rounds; }, 1, 1e9,
+                     "Number of gossip rounds each peer runs"));
+  t.push_back(enumKey("run.log_level", [](Config& c) -> auto& { return c.run.logLevel; },
+                      {"debug", "info", "warn", "error", "off"}, "Verbosity of each peer's log"));
+
+  // peers
+  t.push_back(intKey("peers.count", [](Config& c) -> auto& { return c.peers.count; }, 1, kMaxPeers,
+                     "Number of peers (with `peers` given as a list, its length)"));
+  t.push_back(stringKey("peers.host", [](Config& c) -> auto& { return c.peers.host; },
+                        "Host of every peer when peers are given by count"));
+  t.push_back(intKey("peers.base_port", [](Config& c) -> auto& { return c.peers.basePort; }, 1,
+                     65535, "Control port of peer 0; peer r listens on base_port + r"));
+  {
+    KeyDef k;
+    k.path = "peers.list";
+    k.type = ValueType::kPeerList;
+    k.optional = true;
+    k.doc = "Explicit peer addresses, rank order; also written as `peers: [{host: h, port: p}, ...]`";
+    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+      if (!n.IsSequence() || n.size() == 0) return std::string("expected");
+      std::vector<PeerAddress> out;
+      for (const auto& item : n) {
+        if (!item.IsMap() || !item["host"] || !item["port"] || item.size() != 2) {
+          return std::string("expected");
+        }
+        auto port = toInt(item["port"]);
+        if (!item["host"].IsScalar() || item["host"].Scalar().empty() || !port || *port < 1 ||
+            *port > 65535) {
+          return std::string("expected");
+        }
+        out.push_back({item["host"].Scalar(), static_cast<int>(*port)});
+      }
+      c.peers.list = std::move(out);
+      c.peers.count = static_cast<int>(c.peers.list.size());
+      return std::nullopt;
+    };
+    k.show = [](const Config& c) {
+      std::string s = "[";
+      for (size_t i = 0; i < c.peers.list.size(); ++i) {
+        s += (i ? ", " : "") + std::string("{host: ") + quote(c.peers.list[i].host) +
+             ", port: " + std::to_string(c.peers.list[i].port) + "}";
+      }
+      return s + "]";
+    };
+    t.push_back(k);
+  }
+  t.push_back(doubleKey("peers.connect_timeout",
+                        [](Config& c) -> auto& { return c.peers.connectTimeout; }, 0.1, 86400,
+                        "Seconds to keep retrying an unreachable neighbour before giving up"));
+  t.push_back(doubleKey("peers.heartbeat_interval",
+                        [](Config& c) -> auto& { return c.peers.heartbeatInterval; }, 0.01, 60,
+                        "Seconds between heartbeats on each control connection"));
+  t.push_back(doubleKey("peers.dead_after", [](Config& c) -> auto& { return c.peers.deadAfter; },
+                        0.05, 3600,
+                        "Seconds without heartbeats after which a neighbour is declared dead"));
+
+  // topology
+  {
+    std::vector<std::string> kinds;
+    for (auto k : topology::kindNames()) kinds.emplace_back(k);
+    t.push_back(enumKey("topology.kind", [](Config& c) -> auto& { return c.topology.kind; }, kinds,
+                        "Graph of the peers"));
+  }
+  t.push_back(enumKey("topology.weights", [](Config& c) -> auto& { return c.topology.weights; },
+                      {"metropolis", "uniform", "explicit"},
+                      "Mixing weights: Metropolis-Hastings, uniform 1/(d_max+1), or per edge"));
+  t.push_back(intListKey("topology.dims", [](Config& c) -> auto& { return c.topology.dims; }, 1,
+                         kMaxPeers, "Torus sizes, 2 or 3 of them, e.g. [4, 4]; product = peers"));
+  t.push_back(intKey("topology.degree", [](Config& c) -> auto& { return c.topology.degree; }, 1,
+                     kMaxPeers, "Degree of the random-regular graph"));
+  t.push_back(doubleKey("topology.probability",
+                        [](Config& c) -> auto& { return c.topology.probability; }, 0.0, 1.0,
+                        "Edge probability of the Erdos-Renyi graph"));
+  {
+    KeyDef k;
+    k.path = "topology.seed";
+    k.type = ValueType::kInt;
+    k.min = 0;
+    k.max = 9.2e18;
+    k.optional = true;
+    k.doc = "Seed of random graphs (default: run.seed)";
+    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+      auto v = toInt(n);
+      if (!v || *v < 0) return std::string("expected");
+      c.topology.seed = static_cast<std::uint64_t>(*v);
+      return std::nullopt;
+    };
+    k.show = [](const Config& c) {
+      return c.topology.seed ? std::to_string(*c.topology.seed) : std::string("run.seed");
+    };
+    t.push_back(k);
+  }
+  {
+    KeyDef k;
+    k.path = "topology.edges";
+    k.type = ValueType::kEdgeList;
+    k.optional = true;
+    k.doc = "Edges of kind `edges`: [[a, b], ...] or [[a, b, weight], ...] (weights: explicit)";
+    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+      if (!n.IsSequence()) return std::string("expected");
+      std::vector<topology::WeightedEdge> out;
+      for (const auto& e : n) {
+        if (!e.IsSequence() || (e.size() != 2 && e.size() != 3)) return std::string("expected");
+        auto a = toInt(e[0]);
+        auto b = toInt(e[1]);
+        if (!a || !b || *a < 0 || *b < 0 || *a >= kMaxPeers || *b >= kMaxPeers) {
+          return std::string("expected");
+        }
+        topology::WeightedEdge we{static_cast<int>(*a), static_cast<int>(*b), std::nullopt};
+        if (e.size() == 3) {
+          auto w = toDouble(e[2]);
+          if (!w || *w < 0 || *w > 1) return std::string("expected");
+          we.weight = *w;
+        }
+        out.push_back(we);
+      }
+      c.topology.edges = std::move(out);
+      return std::nullopt;
+    };
+    k.show = [](const Config& c) {
+      std::string s = "[";
+      for (size_t i = 0; i < c.topology.edges.size(); ++i) {
+        const auto& e = c.topology.edges[i];
+        s += (i ? ", [" : "[") + std::to_string(e.a) + ", " + std::to_string(e.b);
+        if (e.weight) s += ", " + formatNumber(*e.weight);
+        s += "]";
+      }
+      return s + "]";
+    };
+    t.push_back(k);
+  }
+
+  // transport
+  t.push_back(enumKey("transport.backend", [](Config& c) -> auto& { return c.transport.backend; },
+                      {"ucx", "libfabric", "tcp", "inproc"},
+                      "How peers exchange data; `grapevine info --transports` lists what works here"));
+  t.push_back(boolKey("transport.busy_poll", [](Config& c) -> auto& { return c.transport.busyPoll; },
+                      "Spin on the transport instead of sleeping on its event descriptor"));
+  t.push_back(stringKey("transport.ucx.tls", [](Config& c) -> auto& { return c.transport.ucxTls; },
+                        "UCX transports (UCX_TLS), e.g. tcp or posix,sysv,cma,self; empty: UCX chooses"));
+  t.push_back(stringKey("transport.libfabric.provider",
+                        [](Config& c) -> auto& { return c.transport.libfabricProvider; },
+                        "libfabric provider, e.g. tcp;ofi_rxm or shm"));
+  t.push_back(intKey("transport.max_frame_bytes",
+                     [](Config& c) -> auto& { return c.transport.maxFrameBytes; }, 4096, 1ll << 32,
+                     "Largest frame accepted from a peer; larger ones are refused before allocation"));
+  t.push_back(doubleKey("transport.io_timeout", [](Config& c) -> auto& { return c.transport.ioTimeout; },
+                        0.1, 3600, "Deadline in seconds of any single network operation"));
+
+  // algorithm
+  t.push_back(enumKey("algorithm.name", [](Config& c) -> auto& { return c.algorithm.name; },
+                      {"dsgd", "choco", "deepsqueeze"},
+                      "Gossip algorithm: exact D-PSGD, CHOCO-SGD, or DeepSqueeze"));
+  t.push_back(doubleKey("algorithm.consensus_step",
+                        [](Config& c) -> auto& { return c.algorithm.consensusStep; }, 0.0, 1.0,
+                        "Consensus step size gamma of CHOCO and DeepSqueeze"));
+  t.push_back(boolKey("algorithm.overlap", [](Config& c) -> auto& { return c.algorithm.overlap; },
+                      "Compute the next gradient while the round's frames are in flight"));
+  t.push_back(intKey("algorithm.local_steps", [](Config& c) -> auto& { return c.algorithm.localSteps; },
+                     1, 1000, "Local optimizer steps per gossip round"));
+  t.push_back(intKey("algorithm.check_every", [](Config& c) -> auto& { return c.algorithm.checkEvery; },
+                     0, 1e9, "Rounds between replica-hash checks with neighbours (0: never)"));
+  t.push_back(doubleKey("algorithm.round_timeout",
+                        [](Config& c) -> auto& { return c.algorithm.roundTimeout; }, 0.001, 3600,
+                        "Seconds to wait for a neighbour's frames before treating it as suspect"));
+
+  // optimizer
+  t.push_back(doubleKey("optimizer.lr", [](Config& c) -> auto& { return c.optimizer.lr; }, 0.0, 1e3,
+                        "Learning rate (peak rate with a schedule)"));
+  t.push_back(doubleKey("optimizer.momentum", [](Config& c) -> auto& { return c.optimizer.momentum; },
+                        0.0, 0.999999, "Momentum coefficient beta (0: plain SGD)"));
+  t.push_back(boolKey("optimizer.nesterov", [](Config& c) -> auto& { return c.optimizer.nesterov; },
+                      "Nesterov form of momentum"));
+  t.push_back(enumKey("optimizer.momentum_kind",
+                      [](Config& c) -> auto& { return c.optimizer.momentumKind; },
+                      {"local", "quasi-global"},
+                      "local: momentum of the local gradient; quasi-global: of the model change across mixing"));
+  t.push_back(intKey("optimizer.batch_size", [](Config& c) -> auto& { return c.optimizer.batchSize; },
+                     1, 65536, "Minibatch size of each local step"));
+  t.push_back(enumKey("optimizer.schedule", [](Config& c) -> auto& { return c.optimizer.schedule; },
+                      {"constant", "cosine", "step"}, "Learning-rate schedule over rounds"));
+  t.push_back(intKey("optimizer.warmup_rounds",
+                     [](Config& c) -> auto& { return c.optimizer.warmupRounds; }, 0, 1e9,
+                     "Rounds of linear learning-rate warm-up"));
+  t.push_back(doubleKey("optimizer.weight_decay",
+                        [](Config& c) -> auto& { return c.optimizer.weightDecay; }, 0.0, 1.0,
+                        "L2 weight decay added to the gradient"));
+  t.push_back(intListKey("optimizer.step_milestones",
+                         [](Config& c) -> auto& { return c.optimizer.stepMilestones; }, 1, 1e9,
+                         "Rounds at which the step schedule multiplies the rate by step_gamma"));
+  t.push_back(doubleKey("optimizer.step_gamma", [](Config& c) -> auto& { return c.optimizer.stepGamma; },
+                        0.0, 1.0, "Factor of the step schedule"));
+
+  // compression
+  t.push_back(enumKey("compression.method", [](Config& c) -> auto& { return c.compression.method; },
+                      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign",
+                       "low-rank"},
+                      "How each delta is compressed; see docs/compression.md"));
+  t.push_back(doubleKey("compression.ratio", [](Config& c) -> auto& { return c.compression.ratio; },
+                        1e-6, 1.0, "Fraction k/n of elements kept by top-k and rand-k"));
+  t.push_back(enumKey("compression.selector", [](Config& c) -> auto& { return c.compression.selector; },
+                      {"exact", "approx"},
+                      "top-k selection: exact, or approximate (sampled threshold, one pass)"));
+  t.push_back(boolKey("compression.unbiased", [](Config& c) -> auto& { return c.compression.unbiased; },
+                      "rand-k: scale kept values by n/k so the estimate is unbiased"));
+  t.push_back(intKey("compression.levels", [](Config& c) -> auto& { return c.compression.levels; }, 1,
+                     65535, "QSGD quantization levels s"));
+  t.push_back(intKey("compression.block_size",
+                     [](Config& c) -> auto& { return c.compression.blockSize; }, 64, 4096,
+                     "Elements per scale block of int8, int4 and sign"));
+  t.push_back(enumKey("compression.rounding", [](Config& c) -> auto& { return c.compression.rounding; },
+                      {"nearest", "stochastic"}, "Rounding of int8 and int4"));
+  t.push_back(intKey("compression.rank", [](Config& c) -> auto& { return c.compression.rank; }, 1, 1024,
+                     "Rank r of low-rank (PowerSGD) approximations"));
+  t.push_back(enumKey("compression.fallback", [](Config& c) -> auto& { return c.compression.fallback; },
+                      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign"},
+                      "low-rank: method for tensors that are not matrices"));
+  t.push_back(boolKey("compression.error_feedback",
+                      [](Config& c) -> auto& { return c.compression.errorFeedback; },
+                      "Keep the compression residual and add it to the next delta"));
+  t.push_back(enumKey("compression.lossless", [](Config& c) -> auto& { return c.compression.lossless; },
+                      {"none", "zstd", "exponent"},
+                      "Lossless stage after the method, used only where it pays for itself"));
+  t.push_back(intKey("compression.zstd_level",
+                     [](Config& c) -> auto& { return c.compression.zstdLevel; }, 1, 19,
+                     "zstd compression level"));
+  t.push_back(intKey("compression.dense_below",
+                     [](Config& c) -> auto& { return c.compression.denseBelow; }, 0, 1e12,
+                     "Tensors with fewer elements are sent uncompressed (biases)"));
+  t.push_back(intKey("compression.chunk_elements",
+                     [](Config& c) -> auto& { return c.compression.chunkElements; }, 1024, 1ll << 28,
+                     "Large tensors are cut into frames of at most this many elements"));
+
+  // workload
+  t.push_back(enumKey("workload.name", [](Config& c) -> auto& { return c.workload.name; },
+                      {"fashion-mnist-softmax", "fashion-mnist-mlp", "fashion-mnist-cnn", "quadratic",
+                       "consensus"},
+                      "What each peer trains"));
+  t.push_back(intListKey("workload.hidden", [](Config& c) -> auto& { return c.workload.hidden; }, 1,
+                         65536, "Hidden layer sizes of the MLP"));
+  t.push_back(enumKey("workload.partition", [](Config& c) -> auto& { return c.workload.partition; },
+                      {"iid", "dirichlet"}, "How the training set is split across peers"));
+  t.push_back(doubleKey("workload.alpha", [](Config& c) -> auto& { return c.workload.alpha; }, 1e-4, 1e6,
+                        "Dirichlet concentration (smaller: more label skew)"));
+  t.push_back(stringKey("workload.data_dir", [](Config& c) -> auto& { return c.workload.dataDir; },
+                        "Fashion-MNIST folder (Debian package dataset-fashion-mnist)"));
+  t.push_back(stringKey("workload.data", [](Config& c) -> auto& { return c.workload.data; },
+                        "quadratic: JSON file {\"a\": [n numbers], \"b\": [n lists of d numbers]}"));
+  t.push_back(doubleKey("workload.noise", [](Config& c) -> auto& { return c.workload.noise; }, 0.0, 1e6,
+                        "quadratic: standard deviation of Gaussian gradient noise"));
+  t.push_back(intKey("workload.dim", [](Config& c) -> auto& { return c.workload.dim; }, 1, 1e9,
+                     "consensus: length of each peer's vector"));
+  t.push_back(intKey("workload.eval_every", [](Config& c) -> auto& { return c.workload.evalEvery; }, 0,
+                     1e9, "Rounds between test evaluations (0: only at the end)"));
+  t.push_back(intKey("workload.eval_samples",
+                     [](Config& c) -> auto& { return c.workload.evalSamples; }, 0, 1e9,
+                     "Test examples used by periodic evaluations (0: all); the final one uses all"));
+
+  // output
+  t.push_back(stringKey("output.dir", [](Config& c) -> auto& { return c.output.dir; },
+                        "Folder for summary.json and per-peer records"));
+  t.push_back(intKey("output.log_every", [](Config& c) -> auto& { return c.output.logEvery; }, 1, 1e9,
+                     "Rounds between per-peer records"));
+
+  // network
+  t.push_back(enumKey("network.emulate", [](Config& c) -> auto& { return c.network.emulate; },
+                      {"none", "netns"}, "Emulate the links below between local peers (launch)"));
+  t.push_back(doubleKey("network.bandwidth_mbit",
+                        [](Config& c) -> auto& { return c.network.bandwidthMbit; }, 0.0, 1e6,
+                        "Link bandwidth in Mbit/s (0: unlimited)"));
+  t.push_back(doubleKey("network.latency_ms", [](Config& c) -> auto& { return c.network.latencyMs; },
+                        0.0, 1e5, "One-way link latency in ms"));
+  t.push_back(doubleKey("network.jitter_ms", [](Config& c) -> auto& { return c.network.jitterMs; }, 0.0,
+                        1e5, "Latency jitter in ms"));
+  t.push_back(doubleKey("network.loss_percent",
+                        [](Config& c) -> auto& { return c.network.lossPercent; }, 0.0, 100.0,
+                        "Packet loss in percent"));
+  t.push_back(doubleKey("network.compute_scale",
+                        [](Config& c) -> auto& { return c.network.computeScale; }, 1e-3, 1e3,
+                        "Multiplier of compute time (simulated heterogeneous peers)"));
+  t.push_back(doubleKey("network.compute_ms", [](Config& c) -> auto& { return c.network.computeMs; },
+                        0.0, 1e6, "Fixed compute time per step in ms for the simulator (0: measured)"));
+  return t;
+}
+
+}  // namespace
+
+std::string KeyDef::typeName() const {
+  switch (type) {
+    case ValueType::kBool: return "bool";
+    case ValueType::kInt: return "int";
+    case ValueType::kDouble: return "number";
+    case ValueType::kString: return "string";
+    case ValueType::kEnum: return "enum";
+    case ValueType::kIntList: return "list of int";
+    case ValueType::kEdgeList: return "list of edges";
+    case ValueType::kPeerList: return "list of {host, port}";
+  }
+  return "?";
+}
+
+std::string KeyDef::rangeText() const {
+  switch (type) {
+    case ValueType::kInt:
+    case ValueType::kDouble:
+    case ValueType::kIntList: {
+      if (min == -kInf && max == kInf) return "";
+      std::string lo = min == -kInf ? "-inf" : formatNumber(min);
+      std::string hi = max == kInf ? "inf" : formatNumber(max);
+      return "[" + lo + ", " + hi + "]";
+    }
+    case ValueType::kEnum: {
+      std::string s;
+      for (size_t i = 0; i < choices.size(); ++i) s += (i ? " | " : "") + choices[i];
+      return s;
+    }
+    default: return "";
+  }
+}
+
+std::string KeyDef::expected() const {
+  switch (type) {
+    case ValueType::kBool: return "true or false";
+    case ValueType::kInt: return "an integer in " + rangeText();
+    case ValueType::kDouble: return "a number in " + rangeText();
+    case ValueType::kString: return "a string";
+    case ValueType::kEnum: {
+      std::string s = "one of ";
+      for (size_t i = 0; i < choices.size(); ++i) s += (i ? ", " : "") + choices[i];
+      return s;
+    }
+    case ValueType::kIntList:
+      return min >= 1 ? "a list of positive integers" : "a list of integers in " + rangeText();
+    case ValueType::kEdgeList:
+      return "a list of edges [a, b] or [a, b, weight] with ranks >= 0 and weight in [0, 1]";
+    case ValueType::kPeerList:
+      return "a non-empty list of {host: NAME, port: 1..65535}";
+  }
+  return "?";
+}
+
+const std::vector<KeyDef>& schema() {
+  static const std::vector<KeyDef> table = buildSchema();
+  return table;
+}
+
+const KeyDef* findKey(std::string_view path) {
+  for (const auto& k : schema()) {
+    if (k.path == path) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> sections() {
+  std::vector<std::string> out;
+  for (const auto& k : schema()) {
+    std::string s = k.path.substr(0, k.path.find('.'));
+    if (out.empty() || out.back() != s) out.push_back(s);
+  }
+  return out;
+}
+
+std::string envName(std::string_view path) {
+  std::string s = "GRAPEVINE_";
+  for (char c : path) {
+    s += (c == '.' || c == '-') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return s;
+}
+
+std::string describeNode(const YAML::Node& node) {
+  if (!node || node.IsNull()) return "nothing";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  std::string s = node.Scalar();
+  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  std::string out = "\"";
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace grapevine::config

@@ -1,0 +1,47 @@
+// The engine's per-edge message envelope: a fixed 64-byte header in front of the algorithm's message
+// (the compressed frames, each with its own header and CRC32C). The envelope carries what exactly-once
+// in-order delivery and liveness need: sender, incarnation, per-edge sequence number, round, the
+// sender's live degree (for agreed Metropolis weights), and replica hashes. docs/wire-format.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "runtime/common/status.h"
+
+namespace grapevine::engine {
+
+inline constexpr std::uint32_t kEnvelopeMagic = 0x47564d45;  // "GVME"
+inline constexpr std::uint16_t kEnvelopeVersion = 1;
+inline constexpr std::size_t kEnvelopeBytes = 64;
+
+enum EnvelopeFlags : std::uint16_t {
+  kFlagHasHash = 1,        // publicHash is set (replica check round)
+  kFlagResyncRequest = 2,  // the sender's replica of the receiver drifted: send your public copy
+  kFlagSnapshot = 4,       // the payload ends with the sender's public copy (dense fp32)
+  kFlagFinal = 8,          // the sender's last round: expect nothing more
+};
+
+struct Envelope {
+  std::uint16_t flags = 0;
+  std::uint32_t sender = 0;
+  std::uint32_t incarnation = 0;
+  std::uint64_t sequence = 0;  // per edge, from 0
+  std::uint64_t round = 0;
+  std::uint32_t liveDegree = 0;
+  std::uint64_t publicHash = 0;
+  std::uint32_t messageBytes = 0;   // the algorithm's message
+  std::uint32_t snapshotBytes = 0;  // dense public copy after it (kFlagSnapshot)
+  std::uint32_t payloadCrc = 0;     // CRC32C of message + snapshot
+};
+
+std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload);
+
+// Writes the header into out[0, kEnvelopeBytes) with a CRC32C over the header.
+void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out);
+// Checks magic, version, header CRC, that the sizes fit `bytes`, and the payload CRC; the reason names the failure
+// ("bad_magic", "version", "crc", "truncated") for the dropped-frame counters.
+Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes, const char** reason);
+
+}  // namespace grapevine::engine

@@ -1,0 +1,126 @@
+// One peer's round logic, with no I/O: local optimizer steps, the algorithm's message, per-edge
+// exactly-once in-order delivery, replica checks, suspect/dead handling and mixing. Drivers move the
+// bytes: the process driver over a real transport (driver.h), the in-process lockstep driver for
+// tests and simulation (lockstep.h). Both call the same methods in the same order:
+//
+//   beginRound(t)                      local step(s) on x, then the message for round t
+//   outgoing(j) for j in sendTo()      the bytes to send to neighbour j
+//   onMessage(j, bytes)                each message from a neighbour, in per-edge arrival order
+//   [precomputeGradient()]             optional: overlap the next gradient with communication
+//   endRound()                         mix over the neighbours whose round-t message arrived
+//
+// A neighbour whose round-t message has not arrived at endRound() is suspect for that round: its
+// weight goes to this peer's own copy; its message is still applied in order when it comes (CHOCO).
+// Thread contract: one thread calls every method (the driver's training thread).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/algorithms/algorithm.h"
+#include "runtime/common/status.h"
+#include "runtime/train/optimizer.h"
+#include "runtime/train/workload.h"
+#include "topology/topology.h"
+
+namespace grapevine::engine {
+
+struct PeerCoreOptions {
+  int rank = 0;
+  std::uint32_t incarnation = 0;
+  int localSteps = 1;
+  int checkEvery = 50;           // replica hash check period in rounds (0: never)
+  bool dynamicMetropolis = true; // recompute Metropolis weights from live degrees (static graphs)
+  bool sendToAllNeighbours = false;  // CHOCO: every round to the union of neighbours
+};
+
+struct PeerCounters {
+  std::uint64_t bytesSent = 0;
+  std::uint64_t bytesReceived = 0;
+  std::uint64_t bytesDenseEquivalent = 0;
+  std::uint64_t messagesApplied = 0;
+  std::uint64_t lateApplied = 0;
+  std::uint64_t suspectRounds = 0;   // (neighbour, round) pairs that missed the round
+  std::uint64_t replicaChecks = 0;
+  std::uint64_t replicaMismatches = 0;
+  std::uint64_t resyncs = 0;
+  std::map<std::string, std::uint64_t> dropped;  // by reason: crc, bad_magic, duplicate, ...
+};
+
+class PeerCore {
+ public:
+  PeerCore(const PeerCoreOptions& options, const topology::Schedule& schedule,
+           std::unique_ptr<train::Workload> workload, std::unique_ptr<train::Optimizer> optimizer,
+           std::unique_ptr<algorithms::Algorithm> algorithm, std::vector<float> x0);
+
+  int rank() const { return options_.rank; }
+  std::int64_t round() const { return round_; }
+
+  Status beginRound(std::int64_t round);
+  const std::vector<int>& sendTo() const { return sendTo_; }
+  std::span<const std::uint8_t> outgoing(int neighbour);
+  void onMessage(int neighbour, std::span<const std::uint8_t> bytes);
+  const std::vector<int>& expectedFrom() const { return expected_; }
+  bool roundComplete() const;
+  void precomputeGradient();
+  // Mixes; returns the neighbours that were suspect this round.
+  std::vector<int> endRound();
+  // Drops the edge for good (connection failed or heartbeats stopped).
+  void markDead(int neighbour);
+  bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
+  bool isolated() const;
+  int liveDegree() const;
+
+  std::span<const float> model() const { return x_; }
+  std::span<float> mutableModel() { return x_; }
+  train::Workload& workload() { return *workload_; }
+  const PeerCounters& counters() const { return counters_; }
+  double lastLoss() const { return lastLoss_; }
+  std::size_t maxWireBytes() const { return wireCapacity_; }
+
+ private:
+  struct Edge {
+    std::uint64_t nextSeqIn = 0;
+    std::uint64_t nextSeqOut = 0;
+    std::uint32_t degreeAt = 0;  // the neighbour's live degree from its current-round envelope
+    bool arrived = false;
+    bool resyncRequested = false;  // we asked it for a snapshot
+    bool sendSnapshot = false;     // it asked us for one
+    std::vector<std::uint8_t> out;              // envelope + message (+ snapshot), reused
+    std::size_t outBytes = 0;                   // of `out`, this round
+    std::deque<std::vector<std::uint8_t>> ahead;  // messages of future rounds, in order
+    std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
+  };
+
+  void drop(const char* reason) { ++counters_.dropped[reason]; }
+  void apply(int j, Edge& e, std::span<const std::uint8_t> bytes);
+  std::vector<int> liveOf(const std::vector<int>& peers) const;
+
+  PeerCoreOptions options_;
+  const topology::Schedule& schedule_;
+  std::unique_ptr<train::Workload> workload_;
+  std::unique_ptr<train::Optimizer> optimizer_;
+  std::unique_ptr<algorithms::Algorithm> algorithm_;
+  std::vector<float> x_, g_, u_, xBefore_;
+  bool gradientReady_ = false;
+  double lastLoss_ = 0.0;
+  double lastLr_ = 0.0;
+  std::int64_t round_ = -1;
+  std::vector<int> neighbours_;  // union over the schedule
+  std::map<int, Edge> edges_;
+  std::map<int, bool> dead_;
+  std::vector<int> sendTo_, expected_;
+  std::vector<std::uint8_t> message_;
+  std::size_t messageBytes_ = 0;
+  std::size_t wireCapacity_ = 0;
+  std::uint32_t degreeAtRound_ = 0;
+  bool checkRound_ = false;
+  PeerCounters counters_;
+};
+
+}  // namespace grapevine::engine

@@ -1,0 +1,114 @@
+#include "runtime/engine/setup.h"
+
+#include <filesystem>
+
+#include "runtime/config/loader.h"
+#include "runtime/config/schema.h"
+
+namespace grapevine::engine {
+
+train::WorkloadOptions workloadOptions(const config::Config& c) {
+  train::WorkloadOptions o;
+  o.kind = train::parseWorkloadKind(c.workload.name).value_or(train::WorkloadKind::kFashionMnistMlp);
+  o.hidden = c.workload.hidden;
+  o.partition = train::parsePartitionKind(c.workload.partition).value_or(train::PartitionKind::kIid);
+  o.alpha = c.workload.alpha;
+  o.batchSize = c.optimizer.batchSize;
+  o.dataDir = c.workload.dataDir;
+  o.data = c.workload.data;
+  if (!o.data.empty() && o.data[0] != '/' && !c.sourcePath.empty()) {
+    // Paths in a config are relative to the config file's folder.
+    o.data = (std::filesystem::path(c.sourcePath).parent_path() / o.data).string();
+  }
+  o.noise = c.workload.noise;
+  o.dim = c.workload.dim;
+  o.evalTestSamples = c.workload.evalSamples;
+  o.threads = 1;
+  return o;
+}
+
+train::OptimizerOptions optimizerOptions(const config::Config& c) {
+  train::OptimizerOptions o;
+  o.schedule.kind = train::parseLrScheduleKind(c.optimizer.schedule).value_or(train::LrScheduleKind::kConstant);
+  o.schedule.lr = c.optimizer.lr;
+  o.schedule.warmupRounds = c.optimizer.warmupRounds;
+  o.schedule.totalRounds = c.run.rounds;
+  o.schedule.milestones.assign(c.optimizer.stepMilestones.begin(), c.optimizer.stepMilestones.end());
+  o.schedule.gamma = c.optimizer.stepGamma;
+  o.momentum = c.optimizer.momentum;
+  o.nesterov = c.optimizer.nesterov;
+  o.weightDecay = c.optimizer.weightDecay;
+  o.momentumKind = train::parseMomentumKind(c.optimizer.momentumKind).value_or(train::MomentumKind::kLocal);
+  return o;
+}
+
+Result<std::shared_ptr<RunPlan>> makeRunPlan(const config::Config& config) {
+  auto plan = std::make_shared<RunPlan>();
+  plan->config = config;
+  plan->spec = config.topologySpec();
+  GV_ASSIGN_OR_RETURN(plan->schedule, topology::makeSchedule(plan->spec));
+  const auto wo = workloadOptions(config);
+  GV_RETURN_IF_ERROR(wo.validate());
+  GV_ASSIGN_OR_RETURN(plan->data, train::loadSharedData(wo));
+  return plan;
+}
+
+Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank, std::uint32_t incarnation) {
+  const config::Config& c = plan.config;
+  GV_ASSIGN_OR_RETURN(auto workload, train::makeWorkload(workloadOptions(c), rank, c.peers.count,
+                                                         c.run.seed, plan.data));
+  const auto oo = optimizerOptions(c);
+  GV_RETURN_IF_ERROR(oo.validate());
+  auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
+  std::vector<float> x(workload->parameterCount());
+  workload->initParameters(x, c.run.seed);
+
+  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, workload->layout(), rank));
+  algorithms::AlgorithmOptions ao;
+  ao.name = c.algorithm.name;
+  ao.consensusStep = c.algorithm.consensusStep;
+  // Public copies start at the common initial model (the consensus workload starts peers apart, so
+  // there they start at 0).
+  if (c.workload.name != "consensus") ao.initialPublicCopy = x;
+  GV_ASSIGN_OR_RETURN(auto algorithm, algorithms::makeAlgorithm(ao, x.size(),
+                                                                plan.schedule->allNeighbours(rank),
+                                                                std::move(codec)));
+  PeerCoreOptions po;
+  po.rank = rank;
+  po.incarnation = incarnation;
+  po.localSteps = c.algorithm.localSteps;
+  po.checkEvery = c.algorithm.checkEvery;
+  po.dynamicMetropolis = plan.schedule->period() == 1 && c.topology.weights == "metropolis";
+  po.sendToAllNeighbours = c.algorithm.name == "choco";
+  return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),
+                                    std::move(algorithm), std::move(x));
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& plan) {
+  // Hash the effective values of each run-defining part through the schema table. Deployment
+  // details (addresses, data folders, evaluation cadence) may differ between peers; these may not.
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> kParts = {
+      {"topology", {"topology.", "peers.count"}},
+      {"algorithm", {"algorithm.name", "algorithm.consensus_step", "algorithm.local_steps"}},
+      {"compression", {"compression."}},
+      {"model", {"workload.name", "workload.hidden", "workload.dim"}},
+  };
+  std::vector<std::pair<std::string, std::uint64_t>> parts;
+  for (const auto& [part, prefixes] : kParts) {
+    std::string text = part == "topology" ? "peers=" + std::to_string(plan.config.peers.count) + ";" : "";
+    for (const auto& k : config::schema()) {
+      for (const auto& p : prefixes) {
+        if (k.path.rfind(p, 0) == 0) text += k.path + "=" + k.show(plan.config) + ";";
+      }
+    }
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : text) {
+      h ^= ch;
+      h *= 1099511628211ull;
+    }
+    parts.emplace_back(part, h);
+  }
+  return parts;
+}
+
+}  // namespace grapevine::engine

@@ -1,0 +1,41 @@
+// From a Config to running peers: the schedule, the shared data, and one PeerCore per rank with its
+// workload, optimizer, compressor and algorithm. Shared by `grapevine peer`, `launch` and `sim`.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/algorithms/algorithm.h"
+#include "runtime/config/config.h"
+#include "runtime/engine/peer_core.h"
+#include "runtime/train/tensor_info.h"
+#include "runtime/train/workload.h"
+#include "topology/topology.h"
+
+namespace grapevine::engine {
+
+// What every peer of a run shares (read-only after construction).
+struct RunPlan {
+  config::Config config;
+  topology::Spec spec;
+  std::unique_ptr<topology::Schedule> schedule;
+  std::shared_ptr<const train::SharedData> data;
+};
+
+Result<std::shared_ptr<RunPlan>> makeRunPlan(const config::Config& config);
+
+train::WorkloadOptions workloadOptions(const config::Config& config);
+train::OptimizerOptions optimizerOptions(const config::Config& config);
+
+// The compressor + wire codec of one peer, behind the algorithm's MessageCodec interface.
+Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
+    const config::Config& config, const std::vector<train::TensorInfo>& layout, int rank);
+
+Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank, std::uint32_t incarnation);
+
+// Hashes of the run-defining parts of the config (topology, algorithm, compression, model shape):
+// peers compare them in the handshake and name the part that differs.
+std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& plan);
+
+}  // namespace grapevine::engine

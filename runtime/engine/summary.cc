@@ -1,0 +1,243 @@
+#include "runtime/engine/summary.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+namespace grapevine::engine {
+
+PeerResult collectResult(PeerCore& peer, bool finished) {
+  PeerResult r;
+  r.rank = peer.rank();
+  r.finished = finished;
+  r.rounds = peer.round() + 1;
+  const auto test = peer.workload().evaluateTest(peer.model());
+  r.testAccuracy = test.accuracy;
+  r.testLoss = test.loss;
+  r.trainLoss = peer.lastLoss();
+  const auto& c = peer.counters();
+  r.bytesSent = c.bytesSent;
+  r.bytesReceived = c.bytesReceived;
+  r.bytesDenseEquivalent = c.bytesDenseEquivalent;
+  r.suspectRounds = c.suspectRounds;
+  for (const auto& [reason, n] : c.dropped) r.droppedFrames += n;
+  r.replicaMismatches = c.replicaMismatches;
+  r.resyncs = c.resyncs;
+  r.model.assign(peer.model().begin(), peer.model().end());
+  r.modelSize = r.model.size();
+  return r;
+}
+
+nlohmann::json peerResultToJson(const PeerResult& r) {
+  auto num = [](double v) -> nlohmann::json {
+    if (!std::isfinite(v)) return nullptr;
+    return v;
+  };
+  return {{"rank", r.rank}, {"finished", r.finished}, {"rounds", r.rounds},
+          {"test_accuracy", num(r.testAccuracy)}, {"test_loss", num(r.testLoss)},
+          {"train_loss", num(r.trainLoss)}, {"bytes_sent", r.bytesSent},
+          {"bytes_received", r.bytesReceived}, {"bytes_dense_equivalent", r.bytesDenseEquivalent},
+          {"suspect_rounds", r.suspectRounds}, {"dead_neighbours", r.deadNeighbours},
+          {"dropped_frames", r.droppedFrames}, {"replica_mismatches", r.replicaMismatches},
+          {"resyncs", r.resyncs}, {"model_size", r.modelSize}};
+}
+
+PeerResult peerResultFromJson(const nlohmann::json& j) {
+  auto numOr = [&j](const char* key) {
+    return j.contains(key) && j[key].is_number() ? j[key].get<double>()
+                                                 : std::numeric_limits<double>::quiet_NaN();
+  };
+  PeerResult r;
+  r.rank = j.at("rank").get<int>();
+  r.finished = j.at("finished").get<bool>();
+  r.rounds = j.at("rounds").get<std::int64_t>();
+  r.testAccuracy = numOr("test_accuracy");
+  r.testLoss = numOr("test_loss");
+  r.trainLoss = numOr("train_loss");
+  r.bytesSent = j.at("bytes_sent").get<std::uint64_t>();
+  r.bytesReceived = j.at("bytes_received").get<std::uint64_t>();
+  r.bytesDenseEquivalent = j.at("bytes_dense_equivalent").get<std::uint64_t>();
+  r.suspectRounds = j.at("suspect_rounds").get<std::uint64_t>();
+  r.deadNeighbours = j.at("dead_neighbours").get<std::uint64_t>();
+  r.droppedFrames = j.at("dropped_frames").get<std::uint64_t>();
+  r.replicaMismatches = j.at("replica_mismatches").get<std::uint64_t>();
+  r.resyncs = j.at("resyncs").get<std::uint64_t>();
+  r.modelSize = j.at("model_size").get<std::uint64_t>();
+  return r;
+}
+
+namespace {
+double nanToNull(double v) { return v; }
+nlohmann::json num(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  return v;
+}
+}  // namespace
+
+nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
+                           double wallSeconds, const std::string& transport) {
+  nlohmann::json s;
+  const auto& c = plan.config;
+  s["name"] = c.run.name;
+  s["peers"] = c.peers.count;
+  s["rounds"] = c.run.rounds;
+  s["wall_seconds"] = wallSeconds;
+  s["transport"] = transport;
+  s["algorithm"] = c.algorithm.name;
+  s["compression"] = c.compression.method;
+  s["topology"] = c.topology.kind;
+  const auto analysis = topology::analyze(*plan.schedule, plan.spec);
+  s["spectral_gap"] = analysis.spectralGap;
+
+  double accSum = 0, accMin = std::numeric_limits<double>::infinity(), accMax = -accMin;
+  int finished = 0, withAcc = 0;
+  std::uint64_t sent = 0, dense = 0, received = 0;
+  std::vector<const PeerResult*> done;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& p : peers) {
+    sent += p.bytesSent;
+    received += p.bytesReceived;
+    dense += p.bytesDenseEquivalent;
+    rows.push_back({{"rank", p.rank}, {"finished", p.finished}, {"rounds", p.rounds},
+                    {"test_accuracy", num(p.testAccuracy)}, {"test_loss", num(p.testLoss)},
+                    {"bytes_sent", p.bytesSent}, {"bytes_received", p.bytesReceived},
+                    {"suspect_rounds", p.suspectRounds}, {"dropped_frames", p.droppedFrames},
+                    {"replica_mismatches", p.replicaMismatches}, {"resyncs", p.resyncs}});
+    if (!p.finished || p.model.empty()) continue;
+    ++finished;
+    done.push_back(&p);
+    if (std::isfinite(p.testAccuracy)) {
+      ++withAcc;
+      accSum += p.testAccuracy;
+      accMin = std::min(accMin, p.testAccuracy);
+      accMax = std::max(accMax, p.testAccuracy);
+    }
+  }
+  s["peers_finished"] = finished;
+  s["test_accuracy_mean"] = withAcc ? num(accSum / withAcc) : nlohmann::json(nullptr);
+  s["test_accuracy_min"] = withAcc ? num(accMin) : nlohmann::json(nullptr);
+  s["test_accuracy_max"] = withAcc ? num(accMax) : nlohmann::json(nullptr);
+  s["bytes_sent_total"] = sent;
+  s["bytes_received_total"] = received;
+  s["bytes_dense_equivalent"] = dense;
+  s["compression_ratio"] = sent ? static_cast<double>(dense) / static_cast<double>(sent) : 0.0;
+
+  // The mean of the final models, its accuracy, and how far the peers are from it.
+  if (!done.empty()) {
+    const std::size_t n = done.front()->model.size();
+    std::vector<double> mean(n, 0.0);
+    for (const auto* p : done) {
+      for (std::size_t k = 0; k < n; ++k) mean[k] += p->model[k];
+    }
+    for (auto& v : mean) v /= static_cast<double>(done.size());
+    double meanNorm = 0, dist = 0;
+    for (std::size_t k = 0; k < n; ++k) meanNorm += mean[k] * mean[k];
+    for (const auto* p : done) {
+      double d = 0;
+      for (std::size_t k = 0; k < n; ++k) d += (p->model[k] - mean[k]) * (p->model[k] - mean[k]);
+      dist += d;
+    }
+    dist /= static_cast<double>(done.size());
+    s["consensus_error"] = dist;  // (1/n) sum |x_i - xbar|^2
+    s["consensus_distance_final"] = meanNorm > 0 ? dist / meanNorm : dist;
+    std::vector<float> meanF(mean.begin(), mean.end());
+    auto wl = train::makeWorkload(workloadOptions(c), 0, c.peers.count, c.run.seed, plan.data);
+    if (wl.isOk()) {
+      const auto ev = (*wl)->evaluateTest(meanF);
+      s["averaged_model_accuracy"] = num(ev.accuracy);
+      s["averaged_model_loss"] = num(ev.loss);
+      const auto opt = (*wl)->optimum();
+      if (!opt.empty() && opt.size() == n) {
+        double od = 0;
+        for (std::size_t k = 0; k < n; ++k) od += (mean[k] - opt[k]) * (mean[k] - opt[k]);
+        s["optimum_distance"] = od;
+      }
+    }
+  }
+  s["per_peer"] = rows;
+  (void)nanToNull;
+  return s;
+}
+
+std::string summaryTable(const nlohmann::json& s) {
+  auto pct = [](const nlohmann::json& v) -> std::string {
+    if (v.is_null()) return "n/a";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f%%", 100.0 * v.get<double>());
+    return b;
+  };
+  auto mb = [](std::uint64_t v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f MB", v / 1e6);
+    return std::string(b);
+  };
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-28s %s\n", "run", s.value("name", "").c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "%-28s %d peers, %s, %s + %s over %s\n", "setup", s.value("peers", 0),
+                s.value("topology", "").c_str(), s.value("algorithm", "").c_str(),
+                s.value("compression", "").c_str(), s.value("transport", "").c_str());
+  out += line;
+  std::snprintf(line, sizeof line, "%-28s %lld in %.1f s\n", "rounds",
+                static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
+  out += line;
+  if (s.contains("test_accuracy_mean") && !s["test_accuracy_mean"].is_null()) {
+    out += "test accuracy (mean/min/max)  " + pct(s["test_accuracy_mean"]) + " / " +
+           pct(s["test_accuracy_min"]) + " / " + pct(s["test_accuracy_max"]) + "\n";
+  }
+  if (s.contains("averaged_model_accuracy") && !s["averaged_model_accuracy"].is_null()) {
+    out += "averaged model accuracy       " + pct(s["averaged_model_accuracy"]) + "\n";
+  }
+  if (s.contains("consensus_distance_final")) {
+    std::snprintf(line, sizeof line, "%-28s  %.3g\n", "consensus distance (final)",
+                  s["consensus_distance_final"].get<double>());
+    out += line;
+  }
+  if (s.contains("optimum_distance")) {
+    std::snprintf(line, sizeof line, "%-28s  %.3g\n", "distance to optimum", s["optimum_distance"].get<double>());
+    out += line;
+  }
+  const auto sent = s.value("bytes_sent_total", std::uint64_t{0});
+  const auto dense = s.value("bytes_dense_equivalent", std::uint64_t{0});
+  std::snprintf(line, sizeof line, "%-28s  %s (dense fp32 would be %s: %.1fx less)\n", "bytes sent",
+                mb(sent).c_str(), mb(dense).c_str(), sent ? double(dense) / double(sent) : 0.0);
+  out += line;
+  std::snprintf(line, sizeof line, "%-28s  %d of %d\n", "peers finished", s.value("peers_finished", 0),
+                s.value("peers", 0));
+  out += line;
+  return out;
+}
+
+Status writeModel(const std::string& path, std::span<const float> x) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return unavailable("cannot write " + path);
+  const char magic[8] = {'G', 'V', 'M', 'O', 'D', 'E', 'L', '1'};
+  const std::uint64_t n = x.size();
+  out.write(magic, 8);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size_bytes()));
+  if (!out) return unavailable("short write to " + path);
+  return Status::ok();
+}
+
+Result<std::vector<float>> readModel(const std::string& path, std::size_t expected) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return notFound("cannot open " + path);
+  char magic[8];
+  std::uint64_t n = 0;
+  in.read(magic, 8);
+  in.read(reinterpret_cast<char*>(&n), 8);
+  if (!in || std::memcmp(magic, "GVMODEL1", 8) != 0) return dataLoss(path + ": not a model file");
+  if (n != expected) {
+    return dataLoss(path + ": has " + std::to_string(n) + " parameters, expected " + std::to_string(expected));
+  }
+  std::vector<float> x(n);
+  in.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(n * sizeof(float)));
+  if (!in) return dataLoss(path + ": truncated");
+  return x;
+}
+
+}  // namespace grapevine::engine

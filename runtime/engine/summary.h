@@ -1,0 +1,52 @@
+// The end-of-run summary (DIR/summary.json) computed from every peer's final model and counters.
+// Field names are a user contract (scripts read them); extend, never rename.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/engine/peer_core.h"
+#include "runtime/engine/setup.h"
+
+namespace grapevine::engine {
+
+struct PeerResult {
+  int rank = 0;
+  bool finished = false;         // ran all rounds
+  std::int64_t rounds = 0;       // rounds completed
+  double testAccuracy = 0.0;     // NaN without a notion of accuracy
+  double testLoss = 0.0;
+  double trainLoss = 0.0;
+  std::uint64_t bytesSent = 0;
+  std::uint64_t bytesReceived = 0;
+  std::uint64_t bytesDenseEquivalent = 0;
+  std::uint64_t suspectRounds = 0;
+  std::uint64_t deadNeighbours = 0;
+  std::uint64_t droppedFrames = 0;
+  std::uint64_t replicaMismatches = 0;
+  std::uint64_t resyncs = 0;
+  std::uint64_t modelSize = 0;
+  std::vector<float> model;      // final parameters (empty when the peer did not finish)
+};
+
+// DIR/peer-<rank>.final.json (everything but the model, which goes to DIR/model-<rank>.bin).
+nlohmann::json peerResultToJson(const PeerResult& r);
+PeerResult peerResultFromJson(const nlohmann::json& j);  // throws nlohmann::json::exception
+
+PeerResult collectResult(PeerCore& peer, bool finished);
+
+// Builds summary.json: rounds, wall_seconds, transport, test_accuracy_{mean,min,max},
+// averaged_model_accuracy, consensus_distance_final, bytes_sent_total, bytes_dense_equivalent,
+// plus per-peer rows, spectral gap, and for quadratic/consensus optimum_distance and consensus_error.
+nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
+                           double wallSeconds, const std::string& transport);
+
+// A human table of the summary, for the end of `launch` / `sim`.
+std::string summaryTable(const nlohmann::json& summary);
+
+// Model files: DIR/model-<rank>.bin, raw little-endian fp32 with a 16-byte header.
+Status writeModel(const std::string& path, std::span<const float> x);
+Result<std::vector<float>> readModel(const std::string& path, std::size_t expected);
+
+}  // namespace grapevine::engine

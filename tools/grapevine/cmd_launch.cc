@@ -1,0 +1,311 @@
+// `grapevine launch CONFIG [--out DIR]`: starts every peer whose host is local as a child process
+// (`grapevine peer CONFIG --rank R`), shows one live progress line, forwards SIGINT/SIGTERM, reports a
+// peer that dies with its exit status and last log lines, and at the end prints a table and writes
+// DIR/summary.json.
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "runtime/common/log.h"
+#include "runtime/engine/summary.h"
+#include "tools/grapevine/command.h"
+#include "tools/grapevine/load_config.h"
+
+namespace grapevine::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+void onSignal(int sig) { g_signal = sig; }
+
+struct LaunchArgs {
+  std::string path;
+  std::string out;
+  std::vector<std::string> overrides;
+  bool quiet = false;
+};
+
+std::set<std::string> localAddresses() {
+  std::set<std::string> out = {"localhost", "127.0.0.1", "::1", "0.0.0.0"};
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) == 0) out.insert(name);
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+      if (!i->ifa_addr) continue;
+      char buf[INET6_ADDRSTRLEN] = {0};
+      if (i->ifa_addr->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+        out.insert(buf);
+      } else if (i->ifa_addr->sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf, sizeof buf);
+        out.insert(buf);
+      }
+    }
+    freeifaddrs(ifs);
+  }
+  return out;
+}
+
+bool isLocal(const std::string& host, const std::set<std::string>& local) {
+  return local.count(host) || host.rfind("127.", 0) == 0;
+}
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  std::string jsonl, log;
+  std::streamoff offset = 0;
+  nlohmann::json last;  // last record
+};
+
+std::string tail(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  std::string line;
+  while (std::getline(in, line)) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size(); ++i) {
+    out += "    " + all[i] + "\n";
+  }
+  return out;
+}
+
+void readNewRecords(Child& c) {
+  std::ifstream in(c.jsonl);
+  if (!in) return;
+  in.seekg(c.offset);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // a partial line: read it next time
+    c.offset = in.tellg();
+    try {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("round")) c.last = std::move(j);
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+}
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+int runLaunch(const LaunchArgs& a) {
+  config::Config c;
+  if (!loadConfig(a.path, a.overrides, &c)) return kExitBadInput;
+  const std::string out = a.out.empty() ? c.output.dir : a.out;
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec) {
+    std::cerr << "grapevine launch: cannot create " << out << ": " << ec.message() << "\n";
+    return kExitFailure;
+  }
+  const auto local = localAddresses();
+  const auto addrs = c.peers.addresses();
+  std::vector<Child> children;
+  for (int r = 0; r < c.peers.count; ++r) {
+    if (isLocal(addrs[r].host, local)) children.push_back(Child{r});
+  }
+  if (children.empty()) {
+    std::cerr << "grapevine launch: no peer of " << a.path
+              << " has a local host; start peers with `grapevine peer CONFIG --rank R` on their hosts\n";
+    return kExitBadInput;
+  }
+  std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count << " peers on this host, "
+            << c.topology.kind << ", " << c.algorithm.name << " + " << c.compression.method << " over "
+            << c.transport.backend << ", " << c.run.rounds << " rounds; output in " << out << "/\n"
+            << std::flush;
+
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& ch : children) {
+    ch.jsonl = out + "/peer-" + std::to_string(ch.rank) + ".jsonl";
+    ch.log = out + "/peer-" + std::to_string(ch.rank) + ".log";
+    std::filesystem::remove(ch.jsonl, ec);
+    std::filesystem::remove(out + "/peer-" + std::to_string(ch.rank) + ".final.json", ec);
+    std::vector<std::string> argv = {self, "peer", a.path, "--rank", std::to_string(ch.rank), "--out", out};
+    for (const auto& o : a.overrides) {
+      argv.push_back("--set");
+      argv.push_back(o);
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = ::open(ch.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        ::close(fd);
+      }
+      setpgid(0, 0);  // a terminal's SIGINT reaches the launcher only; it forwards it
+      std::vector<char*> cargv;
+      for (auto& s : argv) cargv.push_back(s.data());
+      cargv.push_back(nullptr);
+      execv(self.c_str(), cargv.data());
+      _exit(127);
+    }
+    if (pid < 0) {
+      std::cerr << "grapevine launch: fork failed\n";
+      return kExitFailure;
+    }
+    ch.pid = pid;
+    ch.running = true;
+  }
+
+  const bool tty = isatty(STDOUT_FILENO) && !a.quiet;
+  auto lastPrint = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  bool forwarded = false;
+  auto forwardedAt = std::chrono::steady_clock::now();
+  int failed = 0;
+  std::string progress;
+  for (;;) {
+    int running = 0;
+    for (auto& ch : children) {
+      if (!ch.running) continue;
+      int status = 0;
+      const pid_t r = waitpid(ch.pid, &status, WNOHANG);
+      if (r == ch.pid) {
+        ch.running = false;
+        ch.status = status;
+        readNewRecords(ch);
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+          ++failed;
+          if (tty) std::cout << "\n";
+          std::cout << "grapevine launch: peer " << ch.rank << " " << describeStatus(status)
+                    << "; last lines of " << ch.log << ":\n" << tail(ch.log, 8) << std::flush;
+        }
+      } else {
+        ++running;
+      }
+    }
+    if (g_signal && !forwarded) {
+      std::cout << "\ngrapevine launch: " << strsignal(g_signal) << ": stopping " << running << " peers\n"
+                << std::flush;
+      for (auto& ch : children) {
+        if (ch.running) kill(ch.pid, SIGINT);
+      }
+      forwarded = true;
+      forwardedAt = std::chrono::steady_clock::now();
+    }
+    if (forwarded && std::chrono::steady_clock::now() - forwardedAt > std::chrono::seconds(5)) {
+      for (auto& ch : children) {
+        if (ch.running) kill(ch.pid, SIGKILL);
+      }
+    }
+    // Progress: round / total, mean loss, min-max accuracy, MB sent, rounds/s, ETA.
+    const auto now = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    if (now - lastPrint > std::chrono::milliseconds(tty ? 500 : 10000) || running == 0) {
+      lastPrint = now;
+      double lossSum = 0, accMin = INFINITY, accMax = -INFINITY, mbSent = 0;
+      long long minRound = -1;
+      int n = 0;
+      for (auto& ch : children) {
+        readNewRecords(ch);
+        if (ch.last.is_null()) continue;
+        ++n;
+        const long long r = ch.last.value("round", -1LL);
+        minRound = minRound < 0 ? r : std::min(minRound, r);
+        lossSum += ch.last.value("loss", 0.0);
+        mbSent += ch.last.value("bytes_sent", 0.0) / 1e6;
+        if (ch.last.contains("test_accuracy") && ch.last["test_accuracy"].is_number()) {
+          accMin = std::min(accMin, ch.last["test_accuracy"].get<double>());
+          accMax = std::max(accMax, ch.last["test_accuracy"].get<double>());
+        }
+      }
+      char line[256];
+      if (n == 0) {
+        std::snprintf(line, sizeof line, "starting %zu peers (%.0f s)", children.size(), elapsed);
+      } else {
+        const double done = static_cast<double>(minRound + 1);
+        const double rate = elapsed > 0 ? done / elapsed : 0;
+        const double eta = rate > 0 ? (c.run.rounds - done) / rate : 0;
+        char acc[64] = "acc n/a";
+        if (std::isfinite(accMin)) std::snprintf(acc, sizeof acc, "acc %.1f-%.1f%%", 100 * accMin, 100 * accMax);
+        std::snprintf(line, sizeof line, "round %lld/%lld  loss %.4f  %s  sent %.1f MB  %.1f rounds/s  ETA %.0f s",
+                      minRound + 1, static_cast<long long>(c.run.rounds), lossSum / n, acc, mbSent, rate, eta);
+      }
+      progress = line;
+      if (tty) std::cout << "\r" << progress << "   " << std::flush;
+      else if (running > 0) std::cout << progress << "\n" << std::flush;
+    }
+    if (running == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (tty) std::cout << "\n";
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  // Summary from every peer's final record and model.
+  auto plan = engine::makeRunPlan(c);
+  if (!plan.isOk()) {
+    std::cerr << "grapevine launch: " << plan.status().toString() << "\n";
+    return kExitFailure;
+  }
+  std::vector<engine::PeerResult> results;
+  for (const auto& ch : children) {
+    const std::string finalPath = out + "/peer-" + std::to_string(ch.rank) + ".final.json";
+    std::ifstream in(finalPath);
+    engine::PeerResult r;
+    r.rank = ch.rank;
+    if (in) {
+      try {
+        r = engine::peerResultFromJson(nlohmann::json::parse(in));
+        auto m = engine::readModel(out + "/model-" + std::to_string(ch.rank) + ".bin",
+                                   static_cast<std::size_t>(r.modelSize));
+        if (m.isOk()) r.model = std::move(*m);
+        else r.finished = false;
+      } catch (const nlohmann::json::exception&) {
+        r.finished = false;
+      }
+    }
+    results.push_back(std::move(r));
+  }
+  auto summary = engine::makeSummary(**plan, results, wall, c.transport.backend);
+  summary["launched_peers"] = children.size();
+  summary["failed_peers"] = failed;
+  {
+    std::ofstream s(out + "/summary.json");
+    s << summary.dump(2) << "\n";
+  }
+  std::cout << "\n" << engine::summaryTable(summary) << "summary: " << out << "/summary.json\n";
+  if (g_signal) return kExitFailure;
+  return failed == static_cast<int>(children.size()) ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+Command registerLaunch(CLI::App& root) {
+  auto args = std::make_shared<LaunchArgs>();
+  CLI::App* app = root.add_subcommand("launch", "Start every local peer of a config and follow the run");
+  app->add_option("config", args->path, "YAML config file")->required();
+  app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
+  app->add_option("--set", args->overrides, "Override a key for every peer (repeatable)");
+  app->add_flag("--quiet", args->quiet, "No live progress line");
+  return {app, [args] { return runLaunch(*args); }};
+}
+
+}  // namespace grapevine::cli

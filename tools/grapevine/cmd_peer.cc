@@ -1,0 +1,90 @@
+// `grapevine peer CONFIG --rank R`: one peer of a run (one per machine, or started by srun/mpirun).
+// Without --rank the rank comes from SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK: those variables
+// are the launcher's contract with us, not configuration, so they are read here and nowhere else.
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+
+#include "runtime/common/log.h"
+#include "runtime/engine/driver.h"
+#include "tools/grapevine/command.h"
+#include "tools/grapevine/load_config.h"
+
+namespace grapevine::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void onSignal(int) { g_stop = true; }
+
+struct PeerArgs {
+  std::string path;
+  int rank = -1;
+  std::string out;
+  std::uint32_t incarnation = 0;
+  std::vector<std::string> overrides;
+};
+
+int rankFromEnvironment() {
+  for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+    if (const char* v = std::getenv(name)) {
+      char* end = nullptr;
+      const long r = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && r >= 0) return static_cast<int>(r);
+    }
+  }
+  return -1;
+}
+
+int runPeer(const PeerArgs& a) {
+  config::Config c;
+  if (!loadConfig(a.path, a.overrides, &c)) return kExitBadInput;
+  int rank = a.rank >= 0 ? a.rank : rankFromEnvironment();
+  if (rank < 0) {
+    std::cerr << "grapevine peer: no rank: pass --rank R, or run under srun (SLURM_PROCID) or mpirun "
+                 "(OMPI_COMM_WORLD_RANK, PMIX_RANK)\n";
+    return kExitBadInput;
+  }
+  if (rank >= c.peers.count) {
+    std::cerr << "grapevine peer: rank " << rank << " is out of range: the config has " << c.peers.count
+              << " peers (ranks 0-" << c.peers.count - 1 << ")\n";
+    return kExitBadInput;
+  }
+  log::Level level;
+  if (log::parseLevel(c.run.logLevel, &level)) log::setLevel(level);
+  log::setPrefix("peer " + std::to_string(rank));
+  auto plan = engine::makeRunPlan(c);
+  if (!plan.isOk()) {
+    log::error(plan.status().toString());
+    return kExitFailure;
+  }
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  engine::PeerRunOptions o;
+  o.rank = rank;
+  o.incarnation = a.incarnation;
+  o.outDir = a.out;
+  o.stop = &g_stop;
+  Status st = engine::runPeerProcess(**plan, o);
+  if (!st.isOk()) {
+    log::error(st.toString());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command registerPeer(CLI::App& root) {
+  auto args = std::make_shared<PeerArgs>();
+  CLI::App* app = root.add_subcommand("peer", "Run one peer of a config (multi-machine runs, srun, mpirun)");
+  app->add_option("config", args->path, "YAML config file")->required();
+  app->add_option("--rank", args->rank, "This peer's rank (default: SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
+  app->add_option("--incarnation", args->incarnation, "Restart count of this peer (a rejoining peer)");
+  app->add_option("--set", args->overrides, "Override a key: --set transport.backend=tcp (repeatable)");
+  return {app, [args] { return runPeer(*args); }};
+}
+
+}  // namespace grapevine::cli

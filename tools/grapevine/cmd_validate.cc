@@ -1,0 +1,113 @@
+// `grapevine validate CONFIG`: load and check a config; print a one-screen summary, or every problem.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "runtime/config/loader.h"
+#include "tools/grapevine/command.h"
+#include "topology/topology.h"
+
+namespace grapevine::cli {
+namespace {
+
+struct ValidateArgs {
+  std::string path;
+  std::vector<std::string> overrides;
+};
+
+std::string fmt(double v, const char* f = "%.4g") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+void printSummary(const config::Config& c, std::ostream& os) {
+  const auto addrs = c.peers.addresses();
+  os << "  run          " << c.run.name << ", seed " << c.run.seed << ", " << c.run.rounds
+     << " rounds\n";
+  os << "  peers        " << c.peers.count << " (";
+  if (c.peers.list.empty()) {
+    os << c.peers.host << ":" << c.peers.basePort << "-" << c.peers.basePort + c.peers.count - 1;
+  } else {
+    os << addrs.front().host << ":" << addrs.front().port << " ... " << addrs.back().host << ":"
+       << addrs.back().port;
+  }
+  os << ")\n";
+  const topology::Spec spec = c.topologySpec();
+  auto schedule = topology::makeSchedule(spec);
+  if (schedule.isOk()) {
+    const topology::Analysis a = topology::analyze(**schedule, spec);
+    os << "  topology     " << c.topology.kind << ", " << c.topology.weights << " weights: degree "
+       << a.degreeMin;
+    if (a.degreeMax != a.degreeMin) os << "-" << a.degreeMax;
+    os << ", " << a.edges << " edges, diameter " << a.diameter << ", spectral gap "
+       << fmt(a.spectralGap) << " (lambda2 " << fmt(a.lambda2) << ")";
+    if (a.period > 1) os << ", period " << a.period << " with gap " << fmt(a.periodGap);
+    os << "\n";
+  }
+  os << "  transport    " << c.transport.backend;
+  if (c.transport.backend == "ucx" && !c.transport.ucxTls.empty()) os << " (UCX_TLS=" << c.transport.ucxTls << ")";
+  if (c.transport.backend == "libfabric") os << " (provider " << c.transport.libfabricProvider << ")";
+  os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
+  os << "  algorithm    " << c.algorithm.name;
+  if (c.algorithm.name != "dsgd") os << ", consensus step " << fmt(c.algorithm.consensusStep);
+  os << ", " << c.algorithm.localSteps << " local step" << (c.algorithm.localSteps > 1 ? "s" : "")
+     << (c.algorithm.overlap ? ", overlapped" : "") << "\n";
+  os << "  optimizer    lr " << fmt(c.optimizer.lr) << " (" << c.optimizer.schedule;
+  if (c.optimizer.warmupRounds) os << ", " << c.optimizer.warmupRounds << " warm-up rounds";
+  os << "), momentum " << fmt(c.optimizer.momentum)
+     << (c.optimizer.nesterov ? " nesterov" : "") << " (" << c.optimizer.momentumKind << "), batch "
+     << c.optimizer.batchSize << "\n";
+  os << "  compression  " << c.compression.method;
+  if (c.compression.method == "top-k" || c.compression.method == "rand-k") {
+    os << " ratio " << fmt(c.compression.ratio);
+  }
+  if (c.compression.method == "top-k") os << " (" << c.compression.selector << ")";
+  if (c.compression.method == "int8" || c.compression.method == "int4" || c.compression.method == "sign") {
+    os << " block " << c.compression.blockSize;
+  }
+  if (c.compression.method == "qsgd") os << " s=" << c.compression.levels;
+  if (c.compression.method == "low-rank") os << " rank " << c.compression.rank;
+  os << ", error feedback " << (c.compression.errorFeedback ? "on" : "off") << ", lossless "
+     << c.compression.lossless << "\n";
+  os << "  workload     " << c.workload.name;
+  if (c.workload.name == "fashion-mnist-mlp") {
+    os << " hidden [";
+    for (size_t i = 0; i < c.workload.hidden.size(); ++i) os << (i ? ", " : "") << c.workload.hidden[i];
+    os << "]";
+  }
+  if (c.workload.name.rfind("fashion-mnist", 0) == 0) {
+    os << ", " << c.workload.partition << " partition";
+    if (c.workload.partition == "dirichlet") os << " (alpha " << fmt(c.workload.alpha) << ")";
+  }
+  os << "\n";
+  os << "  output       " << c.output.dir << "\n";
+}
+
+int runValidate(const ValidateArgs& args) {
+  config::LoadOptions options;
+  options.overrides = args.overrides;
+  config::LoadResult r = config::loadFile(args.path, options);
+  std::cerr << config::formatDiagnostics(r.diagnostics);
+  if (!r.ok()) {
+    int n = 0;
+    for (const auto& d : r.diagnostics) n += d.warning ? 0 : 1;
+    std::cerr << args.path << ": " << n << " error" << (n == 1 ? "" : "s") << "\n";
+    return kExitBadInput;
+  }
+  std::cout << args.path << ": ok\n";
+  printSummary(r.config, std::cout);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command registerValidate(CLI::App& root) {
+  auto args = std::make_shared<ValidateArgs>();
+  CLI::App* app = root.add_subcommand("validate", "Load and check a config; print a summary or every problem");
+  app->add_option("config", args->path, "YAML config file")->required();
+  app->add_option("--set", args->overrides, "Override a key: --set topology.kind=torus (repeatable)");
+  return {app, [args] { return runValidate(*args); }};
+}
+
+}  // namespace grapevine::cli
