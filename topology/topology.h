@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,11 +95,41 @@ struct Analysis {
   double periodGap = 0.0;
   std::string kind;
   std::string weights;
+  // Added beyond the first contract; all appear in the JSON (docs/topologies.md).
+  bool symmetric = false;          // every round's W is symmetric
+  bool timeVarying = false;        // the kind changes its graph from round to round
+  std::string lambda2Method;       // "exact" or "power-iteration"
+  bool lambda2Converged = true;    // false: power iteration hit its iteration cap
+  int sendsPerRound = 0;           // most messages one peer sends in one round
+  std::optional<std::uint64_t> seed;  // random kinds only
 };
 
 // Exact eigenvalues (Eigen) up to a few thousand peers, power iteration on the deflated operator beyond.
+// Runs on the calling thread; dense O(n^3) work below kExactSpectrumLimit peers.
 Analysis analyze(const Schedule& schedule, const Spec& spec);
+// lambda2 of one round's W: max |eigenvalue| of W - J (J = 11^T/n), i.e. max(|lambda_2|, |lambda_n|)
+// for a symmetric doubly-stochastic W. Non-symmetric W: the largest singular value of W - J.
 double secondLargestEigenvalueModulus(const Graph& g, const Weights& w);
+
+// Up to this many peers the spectrum is computed densely; above, by power iteration.
+inline constexpr int kExactSpectrumLimit = 3000;
+enum class SpectralMethod { kAuto, kExact, kPowerIteration };
+struct SpectralEstimate {
+  double value = 0.0;      // ||M - J||_2 for M = W_{k-1} ... W_0
+  bool exact = false;
+  bool converged = true;   // power iteration only
+  int iterations = 0;      // power iteration only
+};
+// The contraction factor of applying `rounds` in order (rounds[0] first) to a vector, measured on
+// the mean-zero subspace: the largest singular value of M - J. For one symmetric doubly-stochastic
+// W this is its second-largest eigenvalue modulus; for a normal W (the one-peer shifts) it is the
+// second-largest eigenvalue modulus too. Exact: SelfAdjointEigenSolver (symmetric single round) or
+// an SVD of the dense product. Power iteration: on M^T M restricted to the mean-zero subspace with
+// sparse matvecs, stopping when the predicted remaining change is below 1e-12.
+// Every Weights must be n x n and doubly stochastic for the mean-zero subspace to be invariant.
+SpectralEstimate secondLargestModulus(int n, const std::vector<const Weights*>& rounds,
+                                      SpectralMethod method = SpectralMethod::kAuto,
+                                      int maxIterations = 20000);
 int diameter(const Graph& g);  // BFS; -1 when disconnected
 bool isConnected(const Graph& g);
 
