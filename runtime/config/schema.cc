@@ -204,8 +204,12 @@ std::vector<KeyDef> buildSchema() {
                       {"debug", "info", "warn", "error", "off"}, "Verbosity of each peer's log"));
 
   // peers
-  t.push_back(intKey("peers.count", [](Config& c) -> auto& { return c.peers.count; }, 1, kMaxPeers,
-                     "Number of peers (with `peers` given as a list, its length)"));
+  {
+    KeyDef k = intKey("peers.count", [](Config& c) -> auto& { return c.peers.count; }, 1, kMaxPeers,
+                      "Number of peers (with `peers` given as a list, its length)");
+    k.required = true;
+    t.push_back(k);
+  }
   t.push_back(stringKey("peers.host", [](Config& c) -> auto& { return c.peers.host; },
                         "Host of every peer when peers are given by count"));
   t.push_back(intKey("peers.base_port", [](Config& c) -> auto& { return c.peers.basePort; }, 1,

@@ -26,6 +26,7 @@ struct KeyDef {
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // kEnum
   bool optional = false;             // no default value: absent unless set
+  bool required = false;             // no default: every config must set it
 
   // Converts `node` and stores it in `config`. On failure returns what was expected, in words.
   std::function<std::optional<std::string>(Config& config, const YAML::Node& node)> apply;

@@ -32,7 +32,7 @@ void explainText(std::ostream& os) {
       section = s;
     }
     os << "  " << std::left << std::setw(30) << k.path << " " << std::setw(12) << k.typeName()
-       << " default " << (k.optional ? "(unset)" : defaultText(k));
+       << " default " << (k.required ? "(required)" : k.optional ? "(unset)" : defaultText(k));
     const std::string range = k.rangeText();
     if (!range.empty()) os << "  range " << range;
     os << "\n      " << k.doc << "\n";
@@ -47,7 +47,7 @@ void explainMarkdown(std::ostream& os) {
     std::string range = k.rangeText();
     for (size_t p = 0; (p = range.find('|', p)) != std::string::npos; p += 2) range.replace(p, 1, "\\|");
     os << "| `" << k.path << "` | " << k.typeName() << " | "
-       << (k.optional ? "(unset)" : "`" + defaultText(k) + "`") << " | " << range << " | " << k.doc
+       << (k.required ? "(required)" : k.optional ? "(unset)" : "`" + defaultText(k) + "`") << " | " << range << " | " << k.doc
        << " | `" << config::envName(k.path) << "` |\n";
   }
 }
