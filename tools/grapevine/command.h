@@ -19,6 +19,6 @@ struct Command {
 };
 
 // One registrar per subcommand (defined in cmd_<name>.cc).
-// (none yet)
+Command registerTopo(CLI::App& root);
 
 }  // namespace grapevine::cli
