@@ -21,5 +21,6 @@ struct Command {
 // One registrar per subcommand (defined in cmd_<name>.cc).
 Command registerValidate(CLI::App& root);
 Command registerConfig(CLI::App& root);
+Command registerTopo(CLI::App& root);
 
 }  // namespace grapevine::cli
