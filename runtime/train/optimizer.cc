@@ -1,0 +1,185 @@
+#include "runtime/train/optimizer.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <numbers>
+#include <sstream>
+#include <string>
+
+namespace grapevine::train {
+
+std::string_view momentumKindName(MomentumKind kind) {
+  return kind == MomentumKind::kLocal ? "local" : "quasi-global";
+}
+
+std::optional<MomentumKind> parseMomentumKind(std::string_view name) {
+  if (name == "local") return MomentumKind::kLocal;
+  if (name == "quasi-global") return MomentumKind::kQuasiGlobal;
+  return std::nullopt;
+}
+
+std::string_view lrScheduleKindName(LrScheduleKind kind) {
+  switch (kind) {
+    case LrScheduleKind::kConstant: return "constant";
+    case LrScheduleKind::kCosine: return "cosine";
+    case LrScheduleKind::kStep: return "step";
+  }
+  return "unknown";
+}
+
+std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name) {
+  if (name == "constant") return LrScheduleKind::kConstant;
+  if (name == "cosine") return LrScheduleKind::kCosine;
+  if (name == "step") return LrScheduleKind::kStep;
+  return std::nullopt;
+}
+
+namespace {
+template <typename... Parts>
+Status bad(const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return invalidArgument(os.str());
+}
+}  // namespace
+
+Status LrSchedule::validate() const {
+  if (!(lr > 0.0) || !std::isfinite(lr)) return bad("optimizer.lr must be a finite number > 0, got ", lr);
+  if (warmupRounds < 0) return bad("optimizer.warmup_rounds must be >= 0, got ", warmupRounds);
+  switch (kind) {
+    case LrScheduleKind::kConstant:
+      break;
+    case LrScheduleKind::kCosine:
+      if (!(minLr >= 0.0) || !(minLr <= lr)) {
+        return bad("optimizer.min_lr must be in [0, optimizer.lr], got ", minLr);
+      }
+      if (totalRounds <= warmupRounds) {
+        return bad("the cosine schedule needs total rounds (", totalRounds,
+                   ") > optimizer.warmup_rounds (", warmupRounds, ")");
+      }
+      break;
+    case LrScheduleKind::kStep:
+      if (!(gamma > 0.0) || !(gamma <= 1.0)) return bad("optimizer.gamma must be in (0, 1], got ", gamma);
+      if (milestones.empty()) return bad("the step schedule needs optimizer.milestones (rounds)");
+      for (std::size_t i = 0; i < milestones.size(); ++i) {
+        if (milestones[i] < 0) return bad("optimizer.milestones[", i, "] must be >= 0");
+        if (i > 0 && milestones[i] <= milestones[i - 1]) {
+          return bad("optimizer.milestones must be strictly ascending (", milestones[i - 1],
+                     " then ", milestones[i], ")");
+        }
+      }
+      break;
+    default:
+      return bad("optimizer.schedule must be constant, cosine or step");
+  }
+  return Status::ok();
+}
+
+double LrSchedule::at(std::int64_t round) const {
+  round = std::max<std::int64_t>(round, 0);
+  if (round < warmupRounds) {
+    return lr * static_cast<double>(round + 1) / static_cast<double>(warmupRounds);
+  }
+  switch (kind) {
+    case LrScheduleKind::kConstant:
+      return lr;
+    case LrScheduleKind::kCosine: {
+      const double t = static_cast<double>(round - warmupRounds);
+      const double span = static_cast<double>(totalRounds - warmupRounds);
+      if (span <= 0.0 || t >= span) return minLr;
+      return minLr + (lr - minLr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t / span));
+    }
+    case LrScheduleKind::kStep: {
+      const auto passed = std::upper_bound(milestones.begin(), milestones.end(), round) -
+                          milestones.begin();
+      return lr * std::pow(gamma, static_cast<double>(passed));
+    }
+  }
+  return lr;
+}
+
+Status OptimizerOptions::validate() const {
+  GV_RETURN_IF_ERROR(schedule.validate());
+  if (!(momentum >= 0.0 && momentum < 1.0)) {
+    return bad("optimizer.momentum must be in [0, 1), got ", momentum);
+  }
+  if (!(weightDecay >= 0.0) || !std::isfinite(weightDecay)) {
+    return bad("optimizer.weight_decay must be a finite number >= 0, got ", weightDecay);
+  }
+  if (nesterov && momentum == 0.0) return bad("optimizer.nesterov needs optimizer.momentum > 0");
+  if (momentumKind != MomentumKind::kLocal && momentumKind != MomentumKind::kQuasiGlobal) {
+    return bad("optimizer.momentum_kind must be local or quasi-global");
+  }
+  return Status::ok();
+}
+
+Optimizer::Optimizer(const OptimizerOptions& options, std::size_t size) : options_(options) {
+  assert(options.validate().isOk());
+  if (options_.momentum > 0.0) buffer_.assign(size, 0.0f);
+}
+
+void Optimizer::direction(std::span<const float> g, std::span<const float> x, std::span<float> u,
+                          std::int64_t round) {
+  assert(g.size() == u.size() && x.size() == u.size());
+  const float beta = static_cast<float>(options_.momentum);
+  const float wd = static_cast<float>(options_.weightDecay);
+  const std::size_t n = u.size();
+  if (beta == 0.0f) {
+    for (std::size_t i = 0; i < n; ++i) u[i] = g[i] + wd * x[i];
+    return;
+  }
+  assert(buffer_.size() == n);
+  float* m = buffer_.data();
+  if (options_.momentumKind == MomentumKind::kLocal) {
+    if (options_.nesterov) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        m[i] = beta * m[i] + gi;
+        u[i] = gi + beta * m[i];
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        m[i] = beta * m[i] + gi;
+        u[i] = m[i];
+      }
+    }
+  } else {
+    if (options_.nesterov) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        u[i] = gi + beta * (beta * m[i] + gi);
+      }
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        u[i] = gi + beta * m[i];
+      }
+    }
+  }
+}
+
+void Optimizer::afterMixing(std::span<const float> xBeforeStep,
+                            std::span<const float> xAfterMixing, double lr) {
+  if (options_.momentumKind != MomentumKind::kQuasiGlobal || buffer_.empty() || !(lr > 0.0)) return;
+  assert(xBeforeStep.size() == buffer_.size() && xAfterMixing.size() == buffer_.size());
+  const float beta = static_cast<float>(options_.momentum);
+  const float invLr = static_cast<float>(1.0 / lr);
+  float* m = buffer_.data();
+  for (std::size_t i = 0; i < buffer_.size(); ++i) {
+    const float d = (xBeforeStep[i] - xAfterMixing[i]) * invLr;
+    m[i] = beta * m[i] + (1.0f - beta) * d;
+  }
+}
+
+Status Optimizer::setMomentumBuffer(std::span<const float> values) {
+  if (values.size() != buffer_.size()) {
+    return invalidArgument("optimizer: momentum buffer has " + std::to_string(buffer_.size()) +
+                           " entries, got " + std::to_string(values.size()));
+  }
+  std::copy(values.begin(), values.end(), buffer_.begin());
+  return Status::ok();
+}
+
+}  // namespace grapevine::train

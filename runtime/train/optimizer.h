@@ -1,0 +1,96 @@
+// Local optimizer of one peer: weight decay, (quasi-global) momentum, Nesterov, and the learning-rate
+// schedule. The algorithm (D-PSGD, CHOCO, ...) takes the step: x_half = x - lr(round) * u with the
+// direction u from direction(), then mixes; quasi-global momentum then needs afterMixing().
+//
+// Exact formulas (g = stochastic gradient, x = current model, beta = momentum, wd = weight decay):
+//   g' = g + wd * x                                   (coupled L2, as in PyTorch SGD)
+//   local:        m <- beta * m + g'                  (m starts at 0, updated in direction())
+//                 u = m                   (heavy ball)    u = g' + beta * m   (nesterov, new m)
+//   quasi-global: u = g' + beta * mhat    (heavy ball)    u = g' + beta * (beta * mhat + g')
+//                 (nesterov; Lin et al. 2021, QG-DSGDm-N), mhat untouched by direction();
+//                 afterMixing(x_before_step, x_after_mixing, lr):
+//                   d = (x_before_step - x_after_mixing) / lr;  mhat <- beta * mhat + (1 - beta) * d
+//                 (lr == 0 leaves mhat unchanged: d is undefined). mhat starts at 0.
+// With beta == 0 both kinds reduce to u = g'.
+//
+// Thread contract: one Optimizer per peer, used from its training thread; no allocation after
+// construction. Arithmetic is in float, element by element, in index order (deterministic).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "runtime/common/status.h"
+
+namespace grapevine::train {
+
+enum class MomentumKind { kLocal, kQuasiGlobal };  // "local" | "quasi-global"
+enum class LrScheduleKind { kConstant, kCosine, kStep };  // "constant" | "cosine" | "step"
+
+std::string_view momentumKindName(MomentumKind kind);
+std::optional<MomentumKind> parseMomentumKind(std::string_view name);
+std::string_view lrScheduleKindName(LrScheduleKind kind);
+std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name);
+
+// lr(round), rounds counted from 0:
+//   warmup (round < warmupRounds):  lr * (round + 1) / warmupRounds      (linear, never 0)
+//   constant:  lr
+//   cosine:    minLr + (lr - minLr) * (1 + cos(pi * t / T)) / 2 with t = round - warmupRounds,
+//              T = totalRounds - warmupRounds; minLr once t >= T
+//   step:      lr * gamma^(number of milestones <= round)  (milestones are absolute rounds)
+struct LrSchedule {
+  LrScheduleKind kind = LrScheduleKind::kConstant;  // optimizer.schedule
+  double lr = 0.1;                     // optimizer.lr
+  std::int64_t warmupRounds = 0;       // optimizer.warmup_rounds
+  std::int64_t totalRounds = 0;        // cosine: the run's length (engine fills it from rounds)
+  double minLr = 0.0;                  // optimizer.min_lr (cosine floor)
+  std::vector<std::int64_t> milestones;  // optimizer.milestones (step), ascending
+  double gamma = 0.1;                  // optimizer.gamma (step factor)
+
+  Status validate() const;
+  // Pure function of round; round < 0 is treated as 0.
+  double at(std::int64_t round) const;
+};
+
+struct OptimizerOptions {
+  LrSchedule schedule;
+  double momentum = 0.0;                         // optimizer.momentum, beta in [0, 1)
+  bool nesterov = false;                         // optimizer.nesterov
+  double weightDecay = 0.0;                      // optimizer.weight_decay, >= 0
+  MomentumKind momentumKind = MomentumKind::kLocal;  // optimizer.momentum_kind
+
+  Status validate() const;
+};
+
+class Optimizer {
+ public:
+  // `size` = the model's parameter count. options must be valid (asserted; call validate()).
+  Optimizer(const OptimizerOptions& options, std::size_t size);
+
+  const OptimizerOptions& options() const { return options_; }
+  double lr(std::int64_t round) const { return options_.schedule.at(round); }
+
+  // Writes the update direction u for gradient g at model x (all of size `size`; u may alias g).
+  // Local momentum updates its buffer here; the round is accepted for schedules that need it.
+  void direction(std::span<const float> g, std::span<const float> x, std::span<float> u,
+                 std::int64_t round);
+
+  // Quasi-global momentum only (a no-op for local): after the algorithm's mixing, with the model
+  // before this round's local step, the model after mixing, and the lr that step used.
+  void afterMixing(std::span<const float> xBeforeStep, std::span<const float> xAfterMixing,
+                   double lr);
+
+  // The momentum buffer (m for local, mhat for quasi-global); empty when momentum == 0.
+  std::span<const float> momentumBuffer() const { return buffer_; }
+  // Replaces the buffer (resync / restore); size must match.
+  Status setMomentumBuffer(std::span<const float> values);
+
+ private:
+  OptimizerOptions options_;
+  std::vector<float> buffer_;
+};
+
+}  // namespace grapevine::train

@@ -1,0 +1,177 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "runtime/train/optimizer.h"
+
+using namespace grapevine;
+using namespace grapevine::train;
+
+namespace {
+
+OptimizerOptions make(double beta, bool nesterov, MomentumKind kind, double wd = 0.1) {
+  OptimizerOptions o;
+  o.momentum = beta;
+  o.nesterov = nesterov;
+  o.momentumKind = kind;
+  o.weightDecay = wd;
+  REQUIRE(o.validate().isOk());
+  return o;
+}
+
+void checkVec(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+}
+
+// Two rounds with beta 0.5, wd 0.1:
+//   round 0: g = [1, -2], x = [2, 4]  -> g' = [1.2, -1.6]
+//   round 1: g = [0.4, 0], x = [1, 1] -> g' = [0.5, 0.1]
+const std::vector<float> kG0 = {1, -2}, kX0 = {2, 4}, kG1 = {0.4f, 0}, kX1 = {1, 1};
+
+}  // namespace
+
+TEST_CASE("local heavy-ball momentum", "[train][optimizer]") {
+  Optimizer opt(make(0.5, false, MomentumKind::kLocal), 2);
+  std::vector<float> u(2);
+  opt.direction(kG0, kX0, u, 0);
+  checkVec(u, {1.2f, -1.6f});  // m = g'
+  opt.afterMixing(kX0, kX1, 0.25);  // no-op for local momentum
+  opt.direction(kG1, kX1, u, 1);
+  checkVec(u, {1.1f, -0.7f});  // m = 0.5 m + g'
+}
+
+TEST_CASE("local Nesterov momentum", "[train][optimizer]") {
+  Optimizer opt(make(0.5, true, MomentumKind::kLocal), 2);
+  std::vector<float> u(2);
+  opt.direction(kG0, kX0, u, 0);
+  checkVec(u, {1.8f, -2.4f});  // g' + 0.5 * [1.2, -1.6]
+  opt.direction(kG1, kX1, u, 1);
+  checkVec(u, {1.05f, -0.25f});  // g' + 0.5 * [1.1, -0.7]
+  checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()), {1.1f, -0.7f});
+}
+
+TEST_CASE("quasi-global momentum follows the mixed model's displacement", "[train][optimizer]") {
+  for (bool nesterov : {false, true}) {
+    Optimizer opt(make(0.5, nesterov, MomentumKind::kQuasiGlobal), 2);
+    std::vector<float> u(2);
+    opt.direction(kG0, kX0, u, 0);
+    if (nesterov) {
+      checkVec(u, {1.8f, -2.4f});  // mhat = 0: u = g' + 0.5 g'
+    } else {
+      checkVec(u, {1.2f, -1.6f});  // mhat = 0: u = g'
+    }
+    // The step and mixing moved x from [2, 4] to [1.5, 4.5] with lr 0.25: d = [2, -2],
+    // mhat = 0.5 * 0 + 0.5 * d = [1, -1].
+    opt.afterMixing(kX0, std::vector<float>{1.5f, 4.5f}, 0.25);
+    checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()), {1, -1});
+    opt.direction(kG1, kX1, u, 1);
+    if (nesterov) {
+      checkVec(u, {1.0f, -0.1f});  // g' + 0.5 (0.5 mhat + g')
+    } else {
+      checkVec(u, {1.0f, -0.4f});  // g' + 0.5 mhat
+    }
+    // direction() leaves mhat alone; lr 0 leaves it alone too.
+    opt.afterMixing(kX0, kX1, 0.0);
+    checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()), {1, -1});
+  }
+}
+
+TEST_CASE("no momentum: u = g + wd x, u may alias g", "[train][optimizer]") {
+  Optimizer opt(make(0.0, false, MomentumKind::kLocal, 0.5), 2);
+  CHECK(opt.momentumBuffer().empty());
+  std::vector<float> g = kG0;
+  opt.direction(g, kX0, g, 0);
+  checkVec(g, {2.0f, 0.0f});
+}
+
+TEST_CASE("momentum buffer restore checks its size", "[train][optimizer]") {
+  Optimizer opt(make(0.9, false, MomentumKind::kLocal), 3);
+  CHECK(opt.setMomentumBuffer(std::vector<float>{1, 2, 3}).isOk());
+  CHECK(opt.momentumBuffer()[2] == 3.0f);
+  CHECK_FALSE(opt.setMomentumBuffer(std::vector<float>{1, 2}).isOk());
+}
+
+TEST_CASE("learning-rate schedules", "[train][lr]") {
+  LrSchedule constant;
+  constant.lr = 0.1;
+  constant.warmupRounds = 4;
+  REQUIRE(constant.validate().isOk());
+  CHECK(constant.at(-1) == Approx(0.025));
+  CHECK(constant.at(0) == Approx(0.025));
+  CHECK(constant.at(1) == Approx(0.05));
+  CHECK(constant.at(3) == Approx(0.1));
+  CHECK(constant.at(4) == Approx(0.1));
+  CHECK(constant.at(1000000) == Approx(0.1));
+
+  LrSchedule cosine;
+  cosine.kind = LrScheduleKind::kCosine;
+  cosine.lr = 1.0;
+  cosine.minLr = 0.1;
+  cosine.warmupRounds = 2;
+  cosine.totalRounds = 12;
+  REQUIRE(cosine.validate().isOk());
+  CHECK(cosine.at(0) == Approx(0.5));
+  CHECK(cosine.at(2) == Approx(1.0));
+  CHECK(cosine.at(7) == Approx(0.55));  // half way: min + (max - min) / 2
+  CHECK(cosine.at(4) == Approx(0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.2))));
+  CHECK(cosine.at(12) == Approx(0.1));
+  CHECK(cosine.at(99) == Approx(0.1));
+  for (int r = 2; r < 12; ++r) CHECK(cosine.at(r + 1) <= cosine.at(r));
+
+  LrSchedule step;
+  step.kind = LrScheduleKind::kStep;
+  step.lr = 1.0;
+  step.milestones = {10, 20};
+  step.gamma = 0.1;
+  REQUIRE(step.validate().isOk());
+  CHECK(step.at(9) == Approx(1.0));
+  CHECK(step.at(10) == Approx(0.1));
+  CHECK(step.at(19) == Approx(0.1));
+  CHECK(step.at(20) == Approx(0.01));
+
+  Optimizer opt([&] {
+    OptimizerOptions o;
+    o.schedule = step;
+    return o;
+  }(), 1);
+  CHECK(opt.lr(15) == Approx(0.1));
+}
+
+TEST_CASE("optimizer options are validated with the key named", "[train][optimizer]") {
+  auto expectError = [](const OptimizerOptions& o, const char* text) {
+    const Status st = o.validate();
+    INFO(text);
+    REQUIRE_FALSE(st.isOk());
+    CHECK_THAT(st.message(), Catch::Contains(text));
+  };
+  OptimizerOptions o;
+  o.momentum = 1.0;
+  expectError(o, "optimizer.momentum");
+  o = {};
+  o.nesterov = true;
+  expectError(o, "optimizer.nesterov");
+  o = {};
+  o.weightDecay = -1;
+  expectError(o, "optimizer.weight_decay");
+  o = {};
+  o.schedule.lr = 0;
+  expectError(o, "optimizer.lr");
+  o = {};
+  o.schedule.kind = LrScheduleKind::kCosine;
+  expectError(o, "total rounds");
+  o = {};
+  o.schedule.kind = LrScheduleKind::kStep;
+  expectError(o, "optimizer.milestones");
+  o.schedule.milestones = {5, 5};
+  expectError(o, "strictly ascending");
+  o.schedule.milestones = {5};
+  o.schedule.gamma = 2;
+  expectError(o, "optimizer.gamma");
+
+  CHECK(parseMomentumKind("quasi-global") == MomentumKind::kQuasiGlobal);
+  CHECK_FALSE(parseMomentumKind("global").has_value());
+  CHECK(parseLrScheduleKind("cosine") == LrScheduleKind::kCosine);
+  CHECK(lrScheduleKindName(LrScheduleKind::kStep) == "step");
+}
