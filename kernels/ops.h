@@ -1,0 +1,109 @@
+// The kernel ops table: every hot loop of the compression stack behind one table of function
+// pointers per device. `compress/` calls only this table, never a loop of its own over a tensor.
+//
+// Implementations:
+//   referenceOps()  plain scalar C++; the test oracle. Slow, obviously correct.
+//   cpuOps()        the vectorised CPU table (AVX2/F16C/SSE4.2 chosen at run time with
+//                   __builtin_cpu_supports; falls back to the reference entry per op otherwise).
+//   (later) a CUDA table in kernels/cuda/, built only when GRAPEVINE_HAVE_CUDA.
+//
+// Conventions, the same for every table (CUB-style):
+//   * Pointers are in the table's memory space (host for CPU tables, device for CUDA).
+//   * Ops that need scratch come in two phases: `<op>WorkspaceBytes(...)` first, then the op with a
+//     caller-owned workspace of at least that many bytes. No op allocates.
+//   * Every op completes before it returns (a device table synchronises its stream), so the table can
+//     be swapped without changing callers.
+//   * Results that the wire format depends on (quantized codes, scales, sign bits, half/bf16 bits,
+//     top-k indices of the exact selector, CRC32C) are bit-identical across tables; reductions that
+//     only feed local decisions (sumSquares, dot) may differ by rounding.
+//   * `acc += w * v` ops compute fl(acc + fl(w' * v)) without fused multiply-add, where w' is the
+//     weight (folded with a per-block scale as fl(w * scale) where a scale exists). With w = 1 the
+//     result is acc + C(x) exactly, the same on every table.
+//   * Thread safety: the ops are pure functions of their arguments; tables are immutable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace grapevine::kernels {
+
+enum class Rounding : uint8_t { kNearest = 0, kStochastic = 1 };
+enum class Selector : uint8_t { kExact = 0, kApprox = 1 };
+
+// What a top-k selection did. `count` indices were written (ascending).
+struct TopkStats {
+  size_t count = 0;
+  double countError = 0.0;  // (count - k) / k; 0 for the exact selector
+  int passes = 0;           // full passes over the input (1 is the fast path)
+};
+
+// Most indices topkSelect can write: k for exact, floor(k * (1 + slack)) for approximate.
+size_t topkMaxCount(size_t n, size_t k, Selector selector, double slack);
+
+struct Ops {
+  std::string_view name;
+
+  // ---- Reductions ----
+  float (*maxAbs)(const float* x, size_t n);  // 0 for n == 0; NaN propagates
+  double (*sumSquares)(const float* x, size_t n);
+  double (*dot)(const float* x, const float* y, size_t n);
+  bool (*allFinite)(const float* x, size_t n);
+  bool (*allFiniteHalf)(const uint16_t* h, size_t n);
+  bool (*allFiniteBf16)(const uint16_t* b, size_t n);
+
+  // ---- Element-wise ----
+  void (*axpy)(float a, const float* x, float* y, size_t n);  // y += a * x (no FMA)
+  void (*add)(const float* x, const float* y, float* out, size_t n);  // out = x + y (out may alias)
+
+  // ---- Half precision (element_math.h defines the rounding) ----
+  void (*toHalf)(const float* x, size_t n, uint16_t* out);
+  void (*halfAccumulate)(const uint16_t* h, size_t n, float w, float* acc);  // acc += w * half(h)
+  void (*toBf16)(const float* x, size_t n, uint16_t* out);
+  void (*bf16Accumulate)(const uint16_t* b, size_t n, float w, float* acc);
+
+  // ---- Block quantization (bits 8 or 4; block a multiple of 64) ----
+  // codes: n bytes (int8) or ceil(n/2) bytes (int4, element 2i in the low nibble of byte i);
+  // scales: ceil(n/block) floats, scale = maxAbs(block) / L. Stochastic rounding uses
+  // uniform01(key, i) for element i (i counts from the start of x).
+  void (*quantizeBlocks)(const float* x, size_t n, size_t block, int bits, Rounding rounding,
+                         uint64_t key, uint8_t* codes, float* scales);
+  // acc[i] += fl(w * scale[i / block]) * code[i]
+  void (*dequantizeAccumulate)(const uint8_t* codes, const float* scales, size_t n, size_t block,
+                               int bits, float w, float* acc);
+
+  // ---- Sign (1 bit per element, set when the sign bit of x is set) ----
+  // bits: ceil(n/8) bytes, element i in bit i%8 of byte i/8; scales: mean |x| per block, summed in
+  // the lane order of element_math.h (reduceLanes8), divided by the block's element count.
+  void (*signPack)(const float* x, size_t n, size_t block, uint8_t* bits, float* scales);
+  // acc[i] += bit ? -fl(w * scale) : fl(w * scale)
+  void (*signAccumulate)(const uint8_t* bits, const float* scales, size_t n, size_t block,
+                         float w, float* acc);
+
+  // ---- Top-k by magnitude (two-phase) ----
+  size_t (*topkWorkspaceBytes)(size_t n, size_t k);
+  // Writes at most topkMaxCount(n, k, selector, slack) ascending indices of elements of largest |x|.
+  // Exact: exactly min(k, n) indices; ties at the k-th magnitude go to the lowest indices (the
+  // result is a function of x alone). Approx: a threshold estimated from a sample (drawn with `key`),
+  // one pass, refined when the count misses k by more than slack * k; the result is always a "top
+  // set" (every selected |x| >= every unselected |x|, comparing magnitudes as bit patterns; NaN
+  // sorts above infinity).
+  TopkStats (*topkSelect)(const float* x, size_t n, size_t k, Selector selector, double slack,
+                          uint64_t key, void* workspace, uint32_t* indices);
+
+  // ---- Gather / scatter ----
+  void (*gather)(const float* x, const uint32_t* idx, size_t k, float* out);
+  void (*scatterAccumulate)(const uint32_t* idx, const float* v, size_t k, float w, float* acc);
+
+  // ---- CRC32C (Castagnoli), reflected, as used by iSCSI/ext4: crc32c("123456789") == 0xE3069283.
+  // `crc` is the running value (start with 0); chaining over pieces equals one call over the whole.
+  uint32_t (*crc32c)(uint32_t crc, const uint8_t* data, size_t n);
+};
+
+const Ops& referenceOps();
+const Ops& cpuOps();  // the vectorised table with run-time dispatch; what compress/ uses by default
+
+// Which instruction-set paths cpuOps() picked on this machine, e.g. "avx2+f16c+sse4.2".
+std::string_view cpuFeatures();
+
+}  // namespace grapevine::kernels
