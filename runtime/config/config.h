@@ -77,6 +77,7 @@ struct OptimizerSection {
   double weightDecay = 0.0;
   std::vector<int> stepMilestones;
   double stepGamma = 0.1;
+  double minLr = 0.0;
 };
 
 struct CompressionSection {
@@ -99,6 +100,8 @@ struct CompressionSection {
 struct WorkloadSection {
   std::string name = "fashion-mnist-mlp";
   std::vector<int> hidden = {256};
+  std::vector<int> cnnChannels = {8, 16};
+  int cnnHidden = 64;
   std::string partition = "iid";
   double alpha = 0.5;
   std::string dataDir = "/usr/share/datasets/fashion-mnist";
@@ -106,7 +109,7 @@ struct WorkloadSection {
   double noise = 0.0;
   int dim = 1000;
   int evalEvery = 100;
-  int evalSamples = 2000;
+  int evalSamples = 0;
 };
 
 struct OutputSection {

@@ -395,6 +395,9 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(doubleKey("optimizer.step_gamma", [](Config& c) -> auto& { return c.optimizer.stepGamma; },
                         0.0, 1.0, "Factor of the step schedule"));
 
+  t.push_back(doubleKey("optimizer.min_lr", [](Config& c) -> auto& { return c.optimizer.minLr; }, 0.0,
+                        1e3, "Floor of the cosine schedule"));
+
   // compression
   t.push_back(enumKey("compression.method", [](Config& c) -> auto& { return c.compression.method; },
                       {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign",
@@ -442,6 +445,11 @@ std::vector<KeyDef> buildSchema() {
                       "What each peer trains"));
   t.push_back(intListKey("workload.hidden", [](Config& c) -> auto& { return c.workload.hidden; }, 1,
                          65536, "Hidden layer sizes of the MLP"));
+  t.push_back(intListKey("workload.cnn_channels",
+                         [](Config& c) -> auto& { return c.workload.cnnChannels; }, 1, 1024,
+                         "Output channels of the CNN's two 5x5 convolutions"));
+  t.push_back(intKey("workload.cnn_hidden", [](Config& c) -> auto& { return c.workload.cnnHidden; }, 1,
+                     65536, "Width of the CNN's first dense layer"));
   t.push_back(enumKey("workload.partition", [](Config& c) -> auto& { return c.workload.partition; },
                       {"iid", "dirichlet"}, "How the training set is split across peers"));
   t.push_back(doubleKey("workload.alpha", [](Config& c) -> auto& { return c.workload.alpha; }, 1e-4, 1e6,
@@ -458,7 +466,7 @@ std::vector<KeyDef> buildSchema() {
                      1e9, "Rounds between test evaluations (0: only at the end)"));
   t.push_back(intKey("workload.eval_samples",
                      [](Config& c) -> auto& { return c.workload.evalSamples; }, 0, 1e9,
-                     "Test examples used by periodic evaluations (0: all); the final one uses all"));
+                     "Test examples used by each evaluation (0: the whole test set)"));
 
   // output
   t.push_back(stringKey("output.dir", [](Config& c) -> auto& { return c.output.dir; },

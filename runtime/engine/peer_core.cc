@@ -156,6 +156,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     e.resyncRequested = algorithm_->publicCopyHash() != 0;
   }
   e.nextSeqIn = env->sequence + 1;
+  e.lastRound = std::max(e.lastRound, static_cast<std::int64_t>(env->round));
   counters_.bytesReceived += bytes.size();
   if (env->round > static_cast<std::uint64_t>(round_)) {
     std::vector<std::uint8_t> buf;
@@ -222,6 +223,11 @@ void PeerCore::apply(int j, Edge& e, std::span<const std::uint8_t> bytes) {
       e.resyncRequested = true;
     }
   }
+}
+
+std::int64_t PeerCore::lastRoundFrom(int j) const {
+  const auto it = edges_.find(j);
+  return it == edges_.end() ? -1 : it->second.lastRound;
 }
 
 bool PeerCore::roundComplete() const {

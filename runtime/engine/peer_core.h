@@ -73,6 +73,9 @@ class PeerCore {
   // Drops the edge for good (connection failed or heartbeats stopped).
   void markDead(int neighbour);
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
+  // The latest round of any message received from `neighbour` (-1: none yet).
+  std::int64_t lastRoundFrom(int neighbour) const;
+  const std::vector<int>& neighbours() const { return neighbours_; }
   bool isolated() const;
   int liveDegree() const;
 
@@ -81,6 +84,7 @@ class PeerCore {
   train::Workload& workload() { return *workload_; }
   const PeerCounters& counters() const { return counters_; }
   double lastLoss() const { return lastLoss_; }
+  double lastLr() const { return lastLr_; }
   std::size_t maxWireBytes() const { return wireCapacity_; }
 
  private:
@@ -89,6 +93,7 @@ class PeerCore {
     std::uint64_t nextSeqOut = 0;
     std::uint32_t degreeAt = 0;  // the neighbour's live degree from its current-round envelope
     bool arrived = false;
+    std::int64_t lastRound = -1;
     bool resyncRequested = false;  // we asked it for a snapshot
     bool sendSnapshot = false;     // it asked us for one
     std::vector<std::uint8_t> out;              // envelope + message (+ snapshot), reused

@@ -11,6 +11,8 @@ train::WorkloadOptions workloadOptions(const config::Config& c) {
   train::WorkloadOptions o;
   o.kind = train::parseWorkloadKind(c.workload.name).value_or(train::WorkloadKind::kFashionMnistMlp);
   o.hidden = c.workload.hidden;
+  o.cnnChannels = c.workload.cnnChannels;
+  o.cnnHidden = c.workload.cnnHidden;
   o.partition = train::parsePartitionKind(c.workload.partition).value_or(train::PartitionKind::kIid);
   o.alpha = c.workload.alpha;
   o.batchSize = c.optimizer.batchSize;
@@ -35,6 +37,7 @@ train::OptimizerOptions optimizerOptions(const config::Config& c) {
   o.schedule.totalRounds = c.run.rounds;
   o.schedule.milestones.assign(c.optimizer.stepMilestones.begin(), c.optimizer.stepMilestones.end());
   o.schedule.gamma = c.optimizer.stepGamma;
+  o.schedule.minLr = c.optimizer.minLr;
   o.momentum = c.optimizer.momentum;
   o.nesterov = c.optimizer.nesterov;
   o.weightDecay = c.optimizer.weightDecay;

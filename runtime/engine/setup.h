@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/options.h"
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/config/config.h"
 #include "runtime/engine/peer_core.h"
@@ -27,6 +28,9 @@ Result<std::shared_ptr<RunPlan>> makeRunPlan(const config::Config& config);
 
 train::WorkloadOptions workloadOptions(const config::Config& config);
 train::OptimizerOptions optimizerOptions(const config::Config& config);
+
+// The compression options a config asks for (validated by the compression library).
+Result<compress::Options> compressOptions(const config::Config& config);
 
 // The compressor + wire codec of one peer, behind the algorithm's MessageCodec interface.
 Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(

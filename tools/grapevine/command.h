@@ -22,5 +22,7 @@ struct Command {
 Command registerValidate(CLI::App& root);
 Command registerConfig(CLI::App& root);
 Command registerTopo(CLI::App& root);
+Command registerPeer(CLI::App& root);
+Command registerLaunch(CLI::App& root);
 
 }  // namespace grapevine::cli

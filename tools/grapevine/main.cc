@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
       registerTopo(root),
       registerValidate(root),
       registerConfig(root),
+      registerPeer(root),
+      registerLaunch(root),
   };
 
   try {

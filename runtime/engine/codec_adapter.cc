@@ -1,0 +1,173 @@
+// The algorithms' MessageCodec over compress::ModelCodec. A message is the sequence of a model's
+// frames, each preceded by its length (u32, little-endian); every frame carries its own header and
+// CRC32C and is checked in full before anything is accumulated.
+#include <cstring>
+
+#include "compress/codec.h"
+#include "runtime/engine/setup.h"
+
+namespace grapevine::engine {
+namespace {
+
+class ModelMessageCodec final : public algorithms::MessageCodec {
+ public:
+  ModelMessageCodec(compress::ModelCodec codec, compress::ModelCodec dense, std::uint64_t seed,
+                    std::size_t maxFrameBytes)
+      : codec_(std::move(codec)), dense_(std::move(dense)), seed_(seed), maxFrameBytes_(maxFrameBytes) {
+    maxBytes_ = codec_.chunkCount() * (4 + codec_.maxFrameBytes());
+    denseBytes_ = dense_.chunkCount() * 4;
+    std::vector<float> zeros(dense_.elementCount(), 0.0f);
+    compress::EncodeContext ctx;
+    auto r = dense_.encode(zeros, ctx, [](std::span<const std::uint8_t>) { return Status::ok(); });
+    if (r.isOk()) denseBytes_ += r->wire_bytes;
+  }
+
+  std::size_t maxMessageBytes() const override { return maxBytes_; }
+  std::size_t denseBytes() const override { return denseBytes_; }
+
+  Result<std::size_t> encode(std::span<const float> v, std::uint64_t round, std::span<std::uint8_t> out,
+                             std::span<float> decodedSelf) override {
+    compress::EncodeContext ctx;
+    ctx.round = round;
+    ctx.seed = seed_;
+    ctx.sequence_start = sequence_;
+    std::size_t pos = 0;
+    auto r = codec_.encode(v, ctx, [&](std::span<const std::uint8_t> frame) -> Status {
+      if (pos + 4 + frame.size() > out.size()) return internalError("message buffer too small");
+      const auto n = static_cast<std::uint32_t>(frame.size());
+      std::memcpy(out.data() + pos, &n, 4);
+      std::memcpy(out.data() + pos + 4, frame.data(), frame.size());
+      pos += 4 + frame.size();
+      return Status::ok();
+    });
+    if (!r.isOk()) return r.status();
+    sequence_ = r->next_sequence;
+    // Our own C(v), decoded exactly as every receiver decodes it.
+    std::fill(decodedSelf.begin(), decodedSelf.end(), 0.0f);
+    GV_RETURN_IF_ERROR(accumulate(out.first(pos), 1.0f, decodedSelf));
+    return pos;
+  }
+
+  Status decodeAccumulate(std::span<const std::uint8_t> message, std::uint64_t round, int sender,
+                          float weight, std::span<float> acc) override {
+    // Check every frame first (no accumulation), so a bad frame leaves acc unchanged.
+    std::size_t pos = 0;
+    std::size_t frames = 0;
+    while (pos < message.size()) {
+      if (message.size() - pos < 4) return dataLoss("truncated: frame length");
+      std::uint32_t n = 0;
+      std::memcpy(&n, message.data() + pos, 4);
+      if (n > message.size() - pos - 4 || n > maxFrameBytes_) return dataLoss("truncated: frame of " + std::to_string(n) + " bytes");
+      auto header = compress::parseFrame(message.subspan(pos + 4, n), limits());
+      if (!header.isOk()) return header.status();
+      if (header->sender != static_cast<std::uint32_t>(sender) || header->round != round) {
+        return dataLoss("mismatch: frame of sender " + std::to_string(header->sender) + " round " +
+                        std::to_string(header->round) + " in a message of sender " + std::to_string(sender) +
+                        " round " + std::to_string(round));
+      }
+      pos += 4 + n;
+      ++frames;
+    }
+    if (frames != codec_.chunkCount()) {
+      return dataLoss("count: message has " + std::to_string(frames) + " frames, the model needs " +
+                      std::to_string(codec_.chunkCount()));
+    }
+    return accumulate(message, weight, acc);
+  }
+
+ private:
+  compress::DecodeLimits limits() const {
+    compress::DecodeLimits l;
+    l.max_frame_bytes = maxFrameBytes_;
+    l.max_elements = codec_.elementCount();
+    return l;
+  }
+
+  Status accumulate(std::span<const std::uint8_t> message, float weight, std::span<float> acc) {
+    // Payload invariants are checked per frame inside decodeAccumulate, before it adds anything; a
+    // failure after some frames were added would leave acc partly updated, so decode into scratch
+    // first when there is more than one frame.
+    const bool multi = codec_.chunkCount() > 1;
+    std::span<float> target = acc;
+    if (multi) {
+      scratch_.assign(acc.size(), 0.0f);
+      target = scratch_;
+    }
+    std::size_t pos = 0;
+    while (pos < message.size()) {
+      std::uint32_t n = 0;
+      std::memcpy(&n, message.data() + pos, 4);
+      auto r = codec_.decodeAccumulate(message.subspan(pos + 4, n), multi ? 1.0f : weight, target, limits());
+      if (!r.isOk()) return r.status();
+      pos += 4 + n;
+    }
+    if (multi) {
+      for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += weight * scratch_[k];
+    }
+    return Status::ok();
+  }
+
+  compress::ModelCodec codec_;
+  compress::ModelCodec dense_;  // fp32 frames of the same layout, for bytes_dense_equivalent
+  std::uint64_t seed_;
+  std::size_t maxFrameBytes_;
+  std::size_t maxBytes_ = 0;
+  std::size_t denseBytes_ = 0;
+  std::uint64_t sequence_ = 0;
+  std::vector<float> scratch_;
+};
+
+template <typename T>
+Result<T> parseOr(Result<T> r, const std::string& key) {
+  if (!r.isOk()) return invalidArgument(key + ": " + r.status().message());
+  return r;
+}
+
+}  // namespace
+
+Result<compress::Options> compressOptions(const config::Config& c) {
+  compress::Options o;
+  GV_ASSIGN_OR_RETURN(o.method, parseOr(compress::parseMethod(c.compression.method), "compression.method"));
+  GV_ASSIGN_OR_RETURN(o.fallback, parseOr(compress::parseMethod(c.compression.fallback), "compression.fallback"));
+  GV_ASSIGN_OR_RETURN(o.selector, parseOr(compress::parseSelector(c.compression.selector), "compression.selector"));
+  GV_ASSIGN_OR_RETURN(o.rounding, parseOr(compress::parseRounding(c.compression.rounding), "compression.rounding"));
+  GV_ASSIGN_OR_RETURN(o.lossless, parseOr(compress::parseLossless(c.compression.lossless), "compression.lossless"));
+  o.ratio = c.compression.ratio;
+  o.levels = static_cast<std::uint32_t>(c.compression.levels);
+  o.rank = static_cast<std::uint32_t>(c.compression.rank);
+  o.block_size = static_cast<std::size_t>(c.compression.blockSize);
+  o.unbiased = c.compression.unbiased;
+  o.error_feedback = c.compression.errorFeedback;
+  o.zstd_level = c.compression.zstdLevel;
+  o.dense_below = static_cast<std::size_t>(c.compression.denseBelow);
+  o.chunk_elements = static_cast<std::size_t>(c.compression.chunkElements);
+  o.max_frame_bytes = static_cast<std::size_t>(c.transport.maxFrameBytes);
+  GV_RETURN_IF_ERROR(compress::validate(o));
+  return o;
+}
+
+Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
+    const config::Config& c, const std::vector<train::TensorInfo>& layout, int rank) {
+  std::vector<compress::TensorLayout> tl;
+  for (const auto& t : layout) {
+    compress::TensorLayout x;
+    x.name = t.name;
+    for (auto d : t.shape) x.shape.push_back(static_cast<std::size_t>(d));
+    x.offset = t.offset;
+    x.count = t.count;
+    tl.push_back(std::move(x));
+  }
+  GV_ASSIGN_OR_RETURN(auto o, compressOptions(c));
+  // D-PSGD exchanges full models: always exact fp32 (the config validator refuses other methods).
+  if (c.algorithm.name == "dsgd") o.method = compress::Method::kNone;
+  GV_ASSIGN_OR_RETURN(auto codec, compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
+  compress::Options dense;
+  dense.method = compress::Method::kNone;
+  dense.chunk_elements = o.chunk_elements;
+  dense.max_frame_bytes = o.max_frame_bytes;
+  GV_ASSIGN_OR_RETURN(auto denseCodec, compress::ModelCodec::create(tl, dense, static_cast<std::uint32_t>(rank)));
+  return std::unique_ptr<algorithms::MessageCodec>(new ModelMessageCodec(
+      std::move(codec), std::move(denseCodec), c.run.seed, o.max_frame_bytes));
+}
+
+}  // namespace grapevine::engine
