@@ -1,0 +1,259 @@
+#include "compress/codec.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "compress/bytes.h"
+#include "kernels/element_math.h"
+
+namespace grapevine::compress {
+
+using detail::corrupt;
+
+uint64_t frameKey(uint64_t seed, uint32_t sender, uint64_t round, uint32_t tensor, uint32_t chunk) {
+  using kernels::splitmix64;
+  uint64_t k = splitmix64(seed);
+  k = splitmix64(k ^ sender);
+  k = splitmix64(k ^ round);
+  return splitmix64(k ^ ((uint64_t{tensor} << 32) | chunk));
+}
+
+namespace {
+
+struct Chunk {
+  uint32_t tensor = 0;
+  uint32_t index = 0;
+  uint32_t count = 0;  // chunks of this tensor
+  size_t offset = 0;   // within the tensor
+  size_t elements = 0;
+  std::unique_ptr<Compressor> compressor;
+  Lossless lossless = Lossless::kNone;
+  int zstd_level = 1;
+  bool error_feedback = false;
+};
+
+// 8-byte aligned byte storage (payloads hold float arrays at 4-byte aligned offsets).
+struct AlignedBuffer {
+  std::vector<uint64_t> words;
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(words.data()); }
+  void reserve(size_t bytes) {
+    if (words.size() * 8 < bytes) words.resize((bytes + 7) / 8);
+  }
+  size_t size() const { return words.size() * 8; }
+};
+
+}  // namespace
+
+struct ModelCodec::State {
+  std::vector<TensorLayout> layout;
+  std::vector<Method> methods;  // per tensor
+  std::vector<Chunk> chunks;
+  uint32_t sender = 0;
+  size_t elements = 0;
+  size_t max_frame = 0;
+  const kernels::Ops* ops = nullptr;
+  LosslessCoder lossless;
+  AlignedBuffer frame;      // encode: header + raw payload
+  AlignedBuffer packed;     // encode: header + lossless output
+  AlignedBuffer decodeRaw;  // decode: lossless output or an aligned copy
+};
+
+ModelCodec::ModelCodec(std::unique_ptr<State> s) : s_(std::move(s)) {}
+ModelCodec::ModelCodec(ModelCodec&&) noexcept = default;
+ModelCodec& ModelCodec::operator=(ModelCodec&&) noexcept = default;
+ModelCodec::~ModelCodec() = default;
+
+Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Options& options,
+                                      uint32_t sender, std::vector<TensorOverride> overrides,
+                                      const kernels::Ops& ops) {
+  GV_RETURN_IF_ERROR(validate(options));
+  for (const auto& o : overrides) {
+    Status st = validate(o.options);
+    if (!st.isOk()) return invalidArgument("override for '" + o.name + "': " + st.message());
+    if (std::none_of(layout.begin(), layout.end(), [&](const TensorLayout& t) { return t.name == o.name; })) {
+      return invalidArgument("override for unknown tensor '" + o.name + "'");
+    }
+  }
+  if (layout.size() > 0xFFFFFFFFu) return invalidArgument("too many tensors");
+  auto s = std::make_unique<State>();
+  s->sender = sender;
+  s->ops = &ops;
+  // Layout: count = product(shape), slices do not overlap.
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (const auto& t : layout) {
+    size_t prod = 1;
+    for (size_t d : t.shape) prod *= d;
+    if (t.shape.empty()) prod = t.count;
+    if (prod != t.count) {
+      return invalidArgument("tensor '" + t.name + "': count " + std::to_string(t.count) +
+                             " is not the product of its shape");
+    }
+    spans.emplace_back(t.offset, t.offset + t.count);
+    s->elements = std::max(s->elements, t.offset + t.count);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].first < spans[i - 1].second) return invalidArgument("tensors overlap in the layout");
+  }
+
+  size_t maxPayload = 0;
+  for (uint32_t ti = 0; ti < layout.size(); ++ti) {
+    const TensorLayout& t = layout[ti];
+    Options o = options;
+    for (const auto& ov : overrides) {
+      if (ov.name == t.name) o = ov.options;
+    }
+    Method m = t.count < o.dense_below ? Method::kNone : o.method;
+    size_t rows = 0, cols = 0;
+    if (m == Method::kLowRank) {
+      if (t.shape.size() >= 2) {
+        rows = t.shape[0];
+        cols = t.count / std::max<size_t>(rows, 1);
+      }
+      const size_t r = std::min<size_t>({o.rank, rows, cols});
+      // Low-rank only where the factors are smaller than the matrix and fit one frame.
+      const bool pays = rows > 0 && cols > 0 && r * (rows + cols) < rows * cols;
+      if (!pays) m = o.fallback;
+    }
+    s->methods.push_back(m);
+    const size_t chunkElems = m == Method::kLowRank ? std::max<size_t>(t.count, 1) : o.chunk_elements;
+    const size_t nChunks = std::max<size_t>(1, (t.count + chunkElems - 1) / chunkElems);
+    if (nChunks > 0xFFFFFFFFu || chunkElems > 0xFFFFFFFFu) {
+      return invalidArgument("tensor '" + t.name + "' is too large for one frame's element count");
+    }
+    for (size_t c = 0; c < nChunks; ++c) {
+      Chunk ch;
+      ch.tensor = ti;
+      ch.index = static_cast<uint32_t>(c);
+      ch.count = static_cast<uint32_t>(nChunks);
+      ch.offset = c * chunkElems;
+      ch.elements = std::min(chunkElems, t.count - std::min(t.count, ch.offset));
+      GV_ASSIGN_OR_RETURN(ch.compressor, makeCompressor(m, o, rows, cols, ops));
+      if (o.error_feedback) ch.compressor = makeErrorFeedback(std::move(ch.compressor), ch.elements, ops);
+      ch.lossless = o.lossless;
+      ch.zstd_level = o.zstd_level;
+      ch.error_feedback = o.error_feedback;
+      const size_t payload = ch.compressor->maxEncodedBytes(ch.elements);
+      if (kHeaderBytes + payload > o.max_frame_bytes) {
+        return invalidArgument("tensor '" + t.name + "': a frame could reach " +
+                               std::to_string(kHeaderBytes + payload) + " bytes, above max_frame_bytes " +
+                               std::to_string(o.max_frame_bytes) + " (lower chunk_elements)");
+      }
+      maxPayload = std::max(maxPayload, payload);
+      s->chunks.push_back(std::move(ch));
+    }
+  }
+  s->layout = std::move(layout);
+  s->max_frame = kHeaderBytes + maxPayload;
+  s->frame.reserve(s->max_frame);
+  s->packed.reserve(kHeaderBytes + LosslessCoder::maxCompressedBytes(maxPayload));
+  return ModelCodec(std::move(s));
+}
+
+Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const EncodeContext& ctx,
+                                         const FrameSink& sink) {
+  State& s = *s_;
+  if (delta.size() != s.elements) {
+    return invalidArgument("encode: delta has " + std::to_string(delta.size()) + " elements, layout " +
+                           std::to_string(s.elements));
+  }
+  EncodeSummary sum;
+  sum.next_sequence = ctx.sequence_start;
+  for (Chunk& ch : s.chunks) {
+    const TensorLayout& t = s.layout[ch.tensor];
+    auto x = delta.subspan(t.offset + ch.offset, ch.elements);
+    const uint64_t key = frameKey(ctx.seed, s.sender, ctx.round, ch.tensor, ch.index);
+    uint8_t* payload = s.frame.data() + kHeaderBytes;
+    GV_ASSIGN_OR_RETURN(size_t raw, ch.compressor->encode(x, key, {payload, s.frame.size() - kHeaderBytes}));
+    sum.max_count_error = std::max(sum.max_count_error, std::abs(ch.compressor->lastStats().countError));
+
+    FrameHeader h;
+    h.method = ch.compressor->method();
+    h.flags = static_cast<uint8_t>((ch.error_feedback ? kFlagErrorFeedback : 0) |
+                                   (ch.index + 1 == ch.count ? kFlagLastChunk : 0));
+    h.sender = s.sender;
+    h.edge_epoch = ctx.edge_epoch;
+    h.sequence = sum.next_sequence;
+    h.round = ctx.round;
+    h.tensor_id = ch.tensor;
+    h.chunk_index = ch.index;
+    h.chunk_count = ch.count;
+    h.element_count = static_cast<uint32_t>(ch.elements);
+    h.element_offset = ch.offset;
+    h.raw_length = static_cast<uint32_t>(raw);
+    h.payload_length = static_cast<uint32_t>(raw);
+    uint8_t* frame = s.frame.data();
+    size_t wire = raw;
+    if (ch.lossless != Lossless::kNone) {
+      std::span<const uint8_t> rawSpan(payload, raw);
+      GV_ASSIGN_OR_RETURN(size_t packed,
+                          s.lossless.compress(ch.lossless, ch.zstd_level, rawSpan,
+                                              ch.compressor->floatRegion(rawSpan),
+                                              {s.packed.data() + kHeaderBytes, s.packed.size() - kHeaderBytes}));
+      if (packed > 0) {  // it paid for itself
+        frame = s.packed.data();
+        wire = packed;
+        h.payload_length = static_cast<uint32_t>(packed);
+        h.flags |= ch.lossless == Lossless::kZstd ? kFlagZstd : kFlagExponent;
+      }
+    }
+    writeFrameHeader(h, {frame + kHeaderBytes, wire}, frame, *s.ops);
+    GV_RETURN_IF_ERROR(sink({frame, kHeaderBytes + wire}));
+    ++sum.frames;
+    ++sum.next_sequence;
+    sum.wire_bytes += kHeaderBytes + wire;
+    sum.raw_bytes += raw;
+  }
+  return sum;
+}
+
+Result<FrameInfo> ModelCodec::decodeAccumulate(std::span<const uint8_t> frame, float weight,
+                                               std::span<float> acc, const DecodeLimits& limits) {
+  State& s = *s_;
+  if (acc.size() != s.elements) {
+    return invalidArgument("decode: acc has " + std::to_string(acc.size()) + " elements, layout " +
+                           std::to_string(s.elements));
+  }
+  GV_ASSIGN_OR_RETURN(FrameHeader h, parseFrame(frame, limits, *s.ops));
+  if (h.tensor_id >= s.layout.size()) {
+    return corrupt("tensor_id", "tensor " + std::to_string(h.tensor_id) + " of " +
+                                    std::to_string(s.layout.size()));
+  }
+  const TensorLayout& t = s.layout[h.tensor_id];
+  if (h.element_offset > t.count || h.element_count > t.count - h.element_offset) {
+    return corrupt("range", "elements [" + std::to_string(h.element_offset) + ", +" +
+                                std::to_string(h.element_count) + ") outside tensor '" + t.name + "'");
+  }
+  std::span<const uint8_t> payload = frame.subspan(kHeaderBytes, h.payload_length);
+  if (h.flags & (kFlagZstd | kFlagExponent)) {
+    s.decodeRaw.reserve(h.raw_length);  // bounded by limits.max_frame_bytes (parseFrame)
+    std::span<uint8_t> raw(s.decodeRaw.data(), h.raw_length);
+    GV_RETURN_IF_ERROR(s.lossless.decompress(
+        (h.flags & kFlagZstd) ? Lossless::kZstd : Lossless::kExponent, payload, raw));
+    payload = raw;
+  } else if ((reinterpret_cast<uintptr_t>(payload.data()) & 3u) != 0) {
+    s.decodeRaw.reserve(payload.size());  // the transport handed us a misaligned frame
+    std::copy(payload.begin(), payload.end(), s.decodeRaw.data());
+    payload = {s.decodeRaw.data(), payload.size()};
+  }
+  const size_t at = t.offset + h.element_offset;
+  GV_RETURN_IF_ERROR(decodePayload(h.method, payload, weight, acc.subspan(at, h.element_count), *s.ops));
+  FrameInfo info;
+  info.header = h;
+  info.model_offset = at;
+  info.wire_bytes = frame.size();
+  return info;
+}
+
+size_t ModelCodec::elementCount() const { return s_->elements; }
+size_t ModelCodec::tensorCount() const { return s_->layout.size(); }
+const TensorLayout& ModelCodec::tensor(size_t i) const { return s_->layout.at(i); }
+Method ModelCodec::methodOf(size_t i) const { return s_->methods.at(i); }
+size_t ModelCodec::chunkCount() const { return s_->chunks.size(); }
+size_t ModelCodec::maxFrameBytes() const { return s_->max_frame; }
+void ModelCodec::resetErrorFeedback() {
+  for (Chunk& c : s_->chunks) c.compressor->resetState();
+}
+
+}  // namespace grapevine::compress
