@@ -102,13 +102,21 @@ class Relu final : public Layer {
   explicit Relu(int size) : Layer(size, size) {}
   void forward(const float* x, const float* in, float* out, int batch) override {
     const std::size_t n = std::size_t(batch) * inSize_;
-    for (std::size_t i = 0; i < n; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    const float* __restrict src = in;
+    float* __restrict dst = out;
+    for (std::size_t i = 0; i < n; ++i) dst[i] = src[i] > 0.0f ? src[i] : 0.0f;
   }
   void backward(const float* x, const float* in, const float* out, const float* dOut, float* dIn,
                 float* gx, int batch) override {
     if (!dIn) return;
     const std::size_t n = std::size_t(batch) * inSize_;
-    for (std::size_t i = 0; i < n; ++i) dIn[i] = in[i] > 0.0f ? dOut[i] : 0.0f;
+    const float* __restrict src = in;
+    const float* __restrict d = dOut;
+    float* __restrict dst = dIn;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float g = d[i];  // loaded unconditionally, so the select vectorises
+      dst[i] = src[i] > 0.0f ? g : 0.0f;
+    }
   }
 };
 
@@ -149,7 +157,10 @@ class Conv final : public Layer {
       const int rows = n * h_ * w_;
       im2col(in + std::size_t(s) * inSize_, n);
       float* o = out + std::size_t(s) * outSize_;
-      for (int r = 0; r < rows; ++r) std::memcpy(o + std::size_t(r) * k_, bias, sizeof(float) * k_);
+      for (int r = 0; r < rows; ++r) {
+        float* orow = o + std::size_t(r) * k_;
+        for (int j = 0; j < k_; ++j) orow[j] = bias[j];
+      }
       // out[rows, K] = col[rows, patch] * W^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, k_, patch_, 1.0f, col_.data(),
                   patch_, wt, patch_, 1.0f, o, k_);
@@ -184,49 +195,57 @@ class Conv final : public Layer {
   }
 
  private:
+  // col row (b, y, x) = the k x k x C patch around (y, x), zero outside the image. In NHWC a patch
+  // row (fixed ky) is kernel * C contiguous input floats, so each is one clipped span copy.
   void im2col(const float* in, int n) {
     float* col = col_.data();
+    const int span = kernel_ * c_;
     for (int b = 0; b < n; ++b) {
       const float* img = in + std::size_t(b) * inSize_;
       for (int y = 0; y < h_; ++y) {
         for (int xx = 0; xx < w_; ++xx) {
           float* dst = col + ((std::size_t(b) * h_ + y) * w_ + xx) * patch_;
+          const int x0 = xx - pad_;
+          const int kxBegin = std::max(0, -x0);
+          const int kxEnd = std::min(kernel_, w_ - x0);
           for (int ky = 0; ky < kernel_; ++ky) {
+            float* row = dst + ky * span;
             const int sy = y + ky - pad_;
-            for (int kx = 0; kx < kernel_; ++kx) {
-              const int sx = xx + kx - pad_;
-              float* cell = dst + (ky * kernel_ + kx) * c_;
-              if (sy < 0 || sy >= h_ || sx < 0 || sx >= w_) {
-                std::fill_n(cell, c_, 0.0f);
-              } else {
-                std::memcpy(cell, img + (std::size_t(sy) * w_ + sx) * c_, sizeof(float) * c_);
-              }
+            if (sy < 0 || sy >= h_) {
+              for (int i = 0; i < span; ++i) row[i] = 0.0f;
+              continue;
             }
+            for (int i = 0; i < kxBegin * c_; ++i) row[i] = 0.0f;
+            const float* src = img + (std::size_t(sy) * w_ + (x0 + kxBegin)) * c_;
+            float* inside = row + kxBegin * c_;
+            const int count = (kxEnd - kxBegin) * c_;
+            for (int i = 0; i < count; ++i) inside[i] = src[i];
+            for (int i = kxEnd * c_; i < span; ++i) row[i] = 0.0f;
           }
         }
       }
     }
   }
 
-  // dIn (n samples) = sum of the col_ cells that read each input element.
+  // dIn (n samples) = the sum of the col_ cells that read each input element (im2col's adjoint).
   void col2im(float* dIn, int n) {
     std::fill_n(dIn, std::size_t(n) * inSize_, 0.0f);
     const float* col = col_.data();
+    const int span = kernel_ * c_;
     for (int b = 0; b < n; ++b) {
       float* img = dIn + std::size_t(b) * inSize_;
       for (int y = 0; y < h_; ++y) {
         for (int xx = 0; xx < w_; ++xx) {
           const float* src = col + ((std::size_t(b) * h_ + y) * w_ + xx) * patch_;
+          const int x0 = xx - pad_;
+          const int kxBegin = std::max(0, -x0);
+          const int count = (std::min(kernel_, w_ - x0) - kxBegin) * c_;
           for (int ky = 0; ky < kernel_; ++ky) {
             const int sy = y + ky - pad_;
             if (sy < 0 || sy >= h_) continue;
-            for (int kx = 0; kx < kernel_; ++kx) {
-              const int sx = xx + kx - pad_;
-              if (sx < 0 || sx >= w_) continue;
-              const float* cell = src + (ky * kernel_ + kx) * c_;
-              float* target = img + (std::size_t(sy) * w_ + sx) * c_;
-              for (int ch = 0; ch < c_; ++ch) target[ch] += cell[ch];
-            }
+            const float* row = src + ky * span + kxBegin * c_;
+            float* target = img + (std::size_t(sy) * w_ + (x0 + kxBegin)) * c_;
+            for (int i = 0; i < count; ++i) target[i] += row[i];
           }
         }
       }
@@ -248,29 +267,34 @@ class MaxPool final : public Layer {
     if (argmax_.size() < n) argmax_.assign(n, 0);
   }
 
+  // Max first, then which cell holds it (the first in row-major window order on ties), both as
+  // same-width selects over the channel-innermost loop so the compiler vectorises them
+  // (data-dependent branches here mispredict about half the time).
   void forward(const float* x, const float* in, float* out, int batch) override {
-    const int oh = h_ / 2, ow = w_ / 2;
+    // Members copied to locals: the int32 argmax stores could alias them and block vectorising.
+    const int oh = h_ / 2, ow = w_ / 2, w = w_, c = c_, inSize = inSize_, outSize = outSize_;
+    const std::int32_t rowStride = w * c;
     for (int b = 0; b < batch; ++b) {
-      const float* img = in + std::size_t(b) * inSize_;
-      float* o = out + std::size_t(b) * outSize_;
-      std::int32_t* am = argmax_.data() + std::size_t(b) * outSize_;
+      const float* img = in + std::size_t(b) * inSize;
+      float* o = out + std::size_t(b) * outSize;
+      std::int32_t* am = argmax_.data() + std::size_t(b) * outSize;
       for (int y = 0; y < oh; ++y) {
         for (int xx = 0; xx < ow; ++xx) {
-          for (int ch = 0; ch < c_; ++ch) {
-            float best = -std::numeric_limits<float>::infinity();
-            std::int32_t where = 0;
-            for (int dy = 0; dy < 2; ++dy) {
-              for (int dx = 0; dx < 2; ++dx) {
-                const std::int32_t idx = ((2 * y + dy) * w_ + (2 * xx + dx)) * c_ + ch;
-                if (img[idx] > best) {
-                  best = img[idx];
-                  where = idx;
-                }
-              }
-            }
-            const int oi = (y * ow + xx) * c_ + ch;
-            o[oi] = best;
-            am[oi] = where;
+          const std::int32_t i00 = ((2 * y) * w + 2 * xx) * c;
+          const float* __restrict p00 = img + i00;
+          const float* __restrict p01 = p00 + c;
+          const float* __restrict p10 = p00 + rowStride;
+          const float* __restrict p11 = p10 + c;
+          float* __restrict oc = o + (y * ow + xx) * c;
+          std::int32_t* __restrict ac = am + (y * ow + xx) * c;
+          for (int ch = 0; ch < c; ++ch) {
+            const float m = std::max(std::max(p00[ch], p01[ch]), std::max(p10[ch], p11[ch]));
+            std::int32_t k = rowStride + c;
+            k = p10[ch] == m ? rowStride : k;
+            k = p01[ch] == m ? c : k;
+            k = p00[ch] == m ? 0 : k;
+            oc[ch] = m;
+            ac[ch] = i00 + ch + k;
           }
         }
       }
