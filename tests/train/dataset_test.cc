@@ -67,7 +67,7 @@ TEST_CASE("readIdx rejects missing and corrupt files with named errors", "[train
   }
   SECTION("truncated payload, plain and gzip") {
     auto bytes = idxBytes({4, 6}, payload);
-    bytes.resize(bytes.size() - 5);
+    bytes.erase(bytes.end() - 5, bytes.end());  // (resize trips a GCC 12 false -Wstringop-overflow)
     writeBytes(dir.file("cut.idx"), bytes);
     writeGzip(dir.file("cut.idx.gz"), bytes);
     for (const auto& name : {"cut.idx", "cut.idx.gz"}) {

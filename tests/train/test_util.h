@@ -1,6 +1,7 @@
 // Helpers shared by the train tests: temp files and the process-wide Fashion-MNIST load.
 #pragma once
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
