@@ -99,7 +99,7 @@ struct CompressionSection {
 
 struct WorkloadSection {
   std::string name = "fashion-mnist-mlp";
-  std::vector<int> hidden = {256};
+  std::vector<int> hidden = {128};
   std::vector<int> cnnChannels = {8, 16};
   int cnnHidden = 64;
   std::string partition = "iid";

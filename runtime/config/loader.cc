@@ -229,9 +229,18 @@ class Loader {
     }
   }
 
+  // A key's converter never lets a yaml-cpp exception escape: it becomes "expected ...".
+  std::optional<std::string> safeApply(const KeyDef& def, const YAML::Node& node) {
+    try {
+      return def.apply(result_.config, node);
+    } catch (const YAML::Exception&) {
+      return std::string("expected");
+    }
+  }
+
   void applyNode(const std::string& path, const YAML::Node& value, const Where& where) {
     const KeyDef* def = findKey(path);
-    if (auto problem = def->apply(result_.config, value)) {
+    if (auto problem = safeApply(*def, value)) {
       error(value.Mark().line >= 0 ? nodeWhere(value) : where, path,
             "expected " + def->expected() + ", found " + describeNode(value));
       return;
@@ -247,7 +256,7 @@ class Loader {
       node = YAML::Node(text);
     }
     const KeyDef* def = findKey(path);
-    if (def->apply(result_.config, node)) {
+    if (safeApply(*def, node)) {
       error(where, path, "expected " + def->expected() + ", found \"" + text + "\"");
       return;
     }

@@ -303,7 +303,19 @@ std::vector<KeyDef> buildSchema() {
     k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
       if (!n.IsSequence()) return std::string("expected");
       std::vector<topology::WeightedEdge> out;
-      for (const auto& e : n) {
+      for (const auto& item : n) {
+        // [a, b], [a, b, weight] or {a: A, b: B[, weight: W]}
+        YAML::Node e;  // a fresh node: assigning to a copy of `item` would rewrite the document
+        if (item.IsMap()) {
+          if (!item["a"] || !item["b"] || item.size() != (item["weight"] ? 3u : 2u)) {
+            return std::string("expected");
+          }
+          e.push_back(item["a"]);
+          e.push_back(item["b"]);
+          if (item["weight"]) e.push_back(item["weight"]);
+        } else {
+          e.reset(item);
+        }
         if (!e.IsSequence() || (e.size() != 2 && e.size() != 3)) return std::string("expected");
         auto a = toInt(e[0]);
         auto b = toInt(e[1]);
@@ -544,7 +556,7 @@ std::string KeyDef::expected() const {
     case ValueType::kIntList:
       return min >= 1 ? "a list of positive integers" : "a list of integers in " + rangeText();
     case ValueType::kEdgeList:
-      return "a list of edges [a, b] or [a, b, weight] with ranks >= 0 and weight in [0, 1]";
+      return "a list of edges [a, b], [a, b, weight] or {a, b, weight} with ranks >= 0 and weight in [0, 1]";
     case ValueType::kPeerList:
       return "a non-empty list of {host: NAME, port: 1..65535}";
   }

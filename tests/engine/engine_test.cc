@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <Eigen/Dense>
+#include <nlohmann/json.hpp>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>

@@ -151,8 +151,8 @@ topology:
   CHECK(e["lambda2"].get<double>() == Approx(0.25).margin(1e-12));
 
   requireBadInput("topo " + writeConfig("badkind", "peers: {count: 4}\ntopology: {kind: tree}\n"),
-                  "topology.kind: unknown kind 'tree'; expected one of: ring, torus");
-  requireBadInput("topo " + writeConfig("nopeers", "topology: {kind: ring}\n"), "no peers.count");
+                  "topology.kind: expected one of ring, torus, random-regular, erdos-renyi, exponential, one-peer-exponential, complete, edges, found \"tree\"");
+  requireBadInput("topo " + writeConfig("nopeers", "topology: {kind: ring}\n"), "peers.count: required");
   requireBadInput("topo " + writeConfig("broken", "peers: [1, 2\n"), "broken.yaml");
   requireBadInput("topo " + kScratch + "_does_not_exist.yaml", "does_not_exist");
 }
