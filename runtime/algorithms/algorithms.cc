@@ -77,13 +77,18 @@ class Choco final : public Algorithm {
     return codec_->decodeAccumulate(m, round, j, 1.0f, it->second);
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
-    // x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i)
+    // x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i). The consensus term is summed in double and
+    // added once, so x is rounded once per round (the mean of the models drifts only by that rounding).
+    std::vector<std::pair<const float*, double>> terms;
     for (const auto& [j, w] : arrived.neighbours) {
       const auto it = replicas_.find(j);
-      if (it == replicas_.end()) continue;
-      const float g = static_cast<float>(gamma_ * w);
-      const float* r = it->second.data();
-      for (std::size_t k = 0; k < x.size(); ++k) x[k] += g * (r[k] - xhat_[k]);
+      if (it != replicas_.end()) terms.emplace_back(it->second.data(), gamma_ * w);
+    }
+    if (terms.empty()) return;
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      double t = 0;
+      for (const auto& [r, g] : terms) t += g * (static_cast<double>(r[k]) - xhat_[k]);
+      x[k] = static_cast<float>(x[k] + t);
     }
   }
   std::uint64_t publicCopyHash() const override { return hashFloats(xhat_); }

@@ -45,7 +45,8 @@ Status bad(const Parts&... parts) {
 }  // namespace
 
 Status LrSchedule::validate() const {
-  if (!(lr > 0.0) || !std::isfinite(lr)) return bad("optimizer.lr must be a finite number > 0, got ", lr);
+  // lr 0 is allowed: pure gossip (mass conservation, the consensus workload).
+  if (!(lr >= 0.0) || !std::isfinite(lr)) return bad("optimizer.lr must be a finite number >= 0, got ", lr);
   if (warmupRounds < 0) return bad("optimizer.warmup_rounds must be >= 0, got ", warmupRounds);
   switch (kind) {
     case LrScheduleKind::kConstant:

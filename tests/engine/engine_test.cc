@@ -141,19 +141,31 @@ workload: { name: consensus, dim: 1000 }
   const Eigen::MatrixXd X0 = models(run);
   const Eigen::RowVectorXd mean0 = X0.colwise().mean();
   const double d0 = consensusDistance(X0);
-  std::vector<double> dist;
+  std::vector<double> dist, drift;
   engine::LockstepHooks hooks;
   hooks.afterRound = [&](std::int64_t t) {
-    if ((t + 1) % 1000 == 0) dist.push_back(consensusDistance(models(run)));
+    if ((t + 1) % 1000 == 0) {
+      const Eigen::MatrixXd X = models(run);
+      dist.push_back(consensusDistance(X));
+      drift.push_back((X.colwise().mean() - mean0).norm() / std::sqrt(double(X.cols())));
+    }
   };
   REQUIRE(engine::runLockstep(run.peers, 0, 6000, hooks).isOk());
   const Eigen::MatrixXd X = models(run);
-  // Mass: the mean of the models never moves (W symmetric, learning rate 0).
-  CHECK((X.colwise().mean() - mean0).cwiseAbs().maxCoeff() < 1e-6);
+  // Mass: the mean of the models never moves (W symmetric, learning rate 0) beyond fp32 rounding:
+  // RMS over coordinates below 1e-6, every coordinate below 1e-5, after 6000 rounds.
+  std::string driftTrace;
+  for (double v : drift) driftTrace += " " + std::to_string(v);
+  INFO("RMS mean drift per 1000 rounds:" << driftTrace);
+  CHECK(drift.back() < 1e-6);
+  CHECK((X.colwise().mean() - mean0).cwiseAbs().maxCoeff() < 1e-5);
   // Linear convergence: each block of 1000 rounds shrinks the distance by a steady factor.
-  INFO("d0 " << d0 << " then " << dist[0] << " " << dist[2] << " " << dist[5]);
+  std::string trace;
+  for (double v : dist) trace += " " + std::to_string(v);
+  INFO("d0 " << d0 << " then" << trace);
   CHECK(dist[5] < 1e-6 * d0);
-  for (size_t k = 1; k < dist.size(); ++k) CHECK(dist[k] < 0.5 * dist[k - 1]);
+  // (until fp32 rounding is reached, around 1e-9 of the start)
+  for (size_t k = 1; k < dist.size() && dist[k - 1] > 1e-9 * d0; ++k) CHECK(dist[k] < 0.5 * dist[k - 1]);
 }
 
 namespace {
@@ -218,14 +230,15 @@ TEST_CASE("constant-step limits on the quadratic match the linear solves") {
         a(i) = j["a"][i].get<double>();
         for (int k = 0; k < d; ++k) B(i, k) = j["b"][i][k].get<double>();
       }
-      // Local momentum's limit is plain SGD's at eta / (1 - beta); quasi-global momentum vanishes at
-      // a fixed point (d = 0), so its limit is plain SGD's at eta.
-      const double effEta = cs.momentumKind == "local" ? eta / (1.0 - cs.momentum) : eta;
+      // Local momentum's limit is plain SGD's at eta / (1 - beta). Quasi-global momentum vanishes at
+      // a fixed point (d = 0): u = g, or u = g + beta * g in its Nesterov form (u = g + beta(beta mhat + g)).
+      const double effEta = cs.momentumKind == "local" ? eta / (1.0 - cs.momentum)
+                                                       : eta * (cs.nesterov ? 1.0 + cs.momentum : 1.0);
       const Eigen::MatrixXd expect = quadraticLimit(cs.algorithm, W, a, B, effEta, gamma);
       const Eigen::MatrixXd got = models(run);
       const double rel = (got - expect).norm() / expect.norm();
       INFO("relative error " << rel);
-      CHECK(rel < 1e-5);
+      CHECK(rel < 1e-6);
     }
   }
 }
