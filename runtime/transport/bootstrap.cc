@@ -215,6 +215,15 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
   }
 
   bool connected() const { return connected_; }
+  bool dialing() const { return attempts_ > 0 && !connected_; }
+  // "neighbour 1 at 10.0.0.2:7000 unreachable for 10.0 s: Connection refused (12 attempts)"
+  Status unreachable() const {
+    return unavailable("neighbour " + std::to_string(peer_) + " at " +
+                       transport::tcp::formatEndpoint(endpoint_) + " unreachable for " +
+                       fmtSeconds(options_.connectTimeoutSeconds) + ": " +
+                       (lastError_.empty() ? "no answer" : lastError_) + " (" +
+                       std::to_string(attempts_) + " attempts)");
+  }
   bool ready() const { return ready_; }
   const Hello& theirs() const { return theirs_; }
 
@@ -287,14 +296,12 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
       }
       // Capped exponential backoff with jitter, until the deadline.
       const double base = std::min(1.0, 0.02 * double(1u << std::min(self->attempts_, 6)));
-      const double delay = base * std::uniform_real_distribution<double>(0.5, 1.5)(self->rng_);
-      if (Clock::now() + seconds(delay) >= self->deadline_) {
-        return self->handshakeFailed(unavailable(
-            "neighbour " + std::to_string(self->peer_) + " at " + transport::tcp::formatEndpoint(self->endpoint_) +
-            " unreachable for " + fmtSeconds(self->options_.connectTimeoutSeconds) + ": " +
-            ec.message() + " (" + std::to_string(self->attempts_) + " attempts)"));
-      }
-      self->timer_.expires_after(seconds(delay));
+      const auto jittered = seconds(base * std::uniform_real_distribution<double>(0.5, 1.5)(self->rng_));
+      const auto now = Clock::now();
+      self->lastError_ = ec.message();
+      if (now >= self->deadline_) return self->handshakeFailed(self->unreachable());
+      // The last attempt is made at the deadline itself.
+      self->timer_.expires_after(std::min<std::chrono::nanoseconds>(jittered, self->deadline_ - now));
       self->timer_.async_wait([self](boost::system::error_code tec) {
         if (!tec && !self->closed_) self->attemptConnect();
       });
@@ -467,6 +474,7 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
   tcp::endpoint endpoint_;
   Clock::time_point deadline_{};
   int attempts_ = 0;
+  std::string lastError_;
   bool connected_ = false;
   bool ready_ = false;
   bool closed_ = false;
@@ -652,6 +660,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     for (int n : options_->neighbours) {
       const auto& l = links_[n];
       if (l->ready()) continue;
+      if (l->dialing()) return finish(l->unreachable());
       const std::string what = options_->rank < n ? " did not complete the handshake within "
                                                  : " did not connect within ";
       return finish(deadlineExceeded("neighbour " + std::to_string(n) + " (" + options_->peers[n] + ")" +

@@ -24,5 +24,10 @@ Command registerConfig(CLI::App& root);
 Command registerTopo(CLI::App& root);
 Command registerPeer(CLI::App& root);
 Command registerLaunch(CLI::App& root);
+Command registerInfo(CLI::App& root);
+Command registerBenchTransport(CLI::App& root);
+
+// The `bench` parent command, created on first use; every `bench <x>` registrar adds to it.
+CLI::App* benchApp(CLI::App& root);
 
 }  // namespace grapevine::cli

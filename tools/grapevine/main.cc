@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
       registerConfig(root),
       registerPeer(root),
       registerLaunch(root),
+      registerInfo(root),
+      registerBenchTransport(root),
   };
 
   try {
