@@ -274,7 +274,7 @@ TEST_CASE("native backend: order per tag, many in flight, receive posted after s
   CHECK(waitChild(child.pid) == 0);
 }
 
-TEST_CASE("native backend: too small a receive buffer is resource exhausted, link survives") {
+TEST_CASE("native backend: too small a receive buffer is resource exhausted") {
   if (skipIfUnavailable()) std::exit(GRAPEVINE_SKIP_RETURN_CODE);
   auto child = forkChild([](Side& s, int fd) {
     std::vector<std::uint8_t> big(100, 7);
@@ -293,11 +293,20 @@ TEST_CASE("native backend: too small a receive buffer is resource exhausted, lin
   std::size_t n2 = 0;
   side.conn->recv(9, small, [&](Status x, std::size_t) { first = x, ++calls; });
   side.conn->recv(9, second, [&](Status x, std::size_t n) { next = x, n2 = n, ++calls; });
-  REQUIRE(side.loop.runUntil([&] { return calls == 2; }, 10s));
+  const bool both = side.loop.runUntil([&] { return calls == 2; }, 10s);
+  INFO("calls " << calls << " first " << first.toString() << " next " << next.toString());
+  REQUIRE(both);
   CHECK(first.code() == ErrorCode::kResourceExhausted);
-  CHECK(next.isOk());
-  CHECK(n2 == 5);
-  CHECK(second[0] == 7);
+  if (testOptions(0).backend == "ucx") {
+    CHECK(next.isOk());
+    CHECK(n2 == 5);
+    CHECK(second[0] == 7);
+  } else {
+    // libfabric's tcp;ofi_rxm drops the link after a truncation: the connection must say so rather
+    // than lose the next message silently.
+    CHECK(next.code() == ErrorCode::kUnavailable);
+    CHECK(side.conn->error().code() == ErrorCode::kUnavailable);
+  }
   signalOther(child.fd);
   side.loop.runUntil([] { return false; }, 20ms);
   side.context->close();
