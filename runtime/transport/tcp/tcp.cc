@@ -1,0 +1,636 @@
+#include "runtime/transport/tcp/tcp.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/transport/buffer_pool.h"
+#include "runtime/transport/connection_core.h"
+#include "runtime/transport/loop.h"
+#include "runtime/transport/registry.h"
+#include "runtime/transport/tcp/socket_util.h"
+#include "runtime/transport/tcp/wire.h"
+
+namespace grapevine::transport::tcp {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint32_t kHelloMagic = 0x44545647;  // "GVTD" read as little-endian bytes
+constexpr std::uint16_t kWireVersion = 1;
+constexpr std::size_t kHelloBytes = 16;
+constexpr std::size_t kHeaderBytes = 16;
+constexpr std::size_t kStagingBytes = 256 * 1024;
+// Bodies at least this large skip the staging buffer and are read straight into their destination.
+constexpr std::size_t kDirectReadBytes = 64 * 1024;
+// One gathered write carries frames up to about this many bytes (at least one frame).
+constexpr std::size_t kGatherBytes = 256 * 1024;
+constexpr std::size_t kGatherFrames = 64;
+
+void encodeHello(std::uint8_t* p, int rank) {
+  std::memset(p, 0, kHelloBytes);
+  wire::putU32(p, kHelloMagic);
+  wire::putU16(p + 4, kWireVersion);
+  wire::putU32(p + 8, static_cast<std::uint32_t>(rank));
+}
+
+// The sender's rank, or an error naming what is wrong with the hello.
+Result<int> decodeHello(const std::uint8_t* p) {
+  if (wire::getU32(p) != kHelloMagic) return dataLoss("not a grapevine tcp data connection (bad magic)");
+  if (const auto v = wire::getU16(p + 4); v != kWireVersion) {
+    return failedPrecondition("tcp wire version " + std::to_string(v) + ", expected " +
+                              std::to_string(kWireVersion));
+  }
+  return static_cast<int>(wire::getU32(p + 8));
+}
+
+std::chrono::nanoseconds toDuration(double seconds) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
+}
+
+class TcpConnection : public Connection, public std::enable_shared_from_this<TcpConnection> {
+ public:
+  TcpConnection(Loop& loop, int selfRank, int peer, const Options& options)
+      : loop_(loop),
+        selfRank_(selfRank),
+        maxMessageBytes_(options.maxMessageBytes),
+        timeout_(toDuration(options.ioTimeoutSeconds)),
+        timeoutSeconds_(options.ioTimeoutSeconds),
+        pool_(std::size_t{256} << 20),
+        core_(loop, peer, pool_, options.maxMessageBytes),
+        socket_(loop.io()),
+        watchdog_(loop.io()) {
+    encodeHello(helloOut_, selfRank_);
+  }
+
+  ~TcpConnection() override {
+    // Handlers hold shared_from_this, so we only get here when none is pending.
+    if (!core_.failed()) core_.fail(cancelled("connection destroyed"));
+    completeSends(core_.error());
+    pool_.release(std::move(staging_));
+  }
+
+  // Lower rank: connect to the peer's data listener, then exchange hellos.
+  void dial(const tcp::endpoint& endpoint) {
+    state_ = State::kConnecting;
+    phaseSince_ = Clock::now();
+    startWatchdog();
+    socket_.async_connect(endpoint, [self = shared_from_this(), endpoint](boost::system::error_code ec) {
+      if (self->core_.failed()) return;
+      if (ec) {
+        return self->fail(unavailable("cannot connect to peer " + std::to_string(self->peer()) +
+                                      " at " + formatEndpoint(endpoint) + ": " + ec.message()));
+      }
+      configureSocket(self->socket_, self->timeoutSeconds_);
+      self->state_ = State::kHello;
+      self->phaseSince_ = Clock::now();
+      self->readHello();
+      self->startWrite();
+    });
+  }
+
+  // Higher rank, before the dialer's socket arrived: wait for the context to hand it over.
+  void awaitAccept() {
+    state_ = State::kAwaitingAccept;
+    phaseSince_ = Clock::now();
+    startWatchdog();
+  }
+
+  // Higher rank: `socket` is accepted and its hello (naming our peer) was already read.
+  void adopt(tcp::socket socket) {
+    if (core_.failed()) return;
+    socket_ = std::move(socket);
+    configureSocket(socket_, timeoutSeconds_);
+    if (state_ == State::kIdle) startWatchdog();
+    becomeUp();
+    startWrite();  // our hello first, then any queued frames
+  }
+
+  bool awaitingAccept() const { return state_ == State::kAwaitingAccept && !core_.failed(); }
+
+  void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) override {
+    if (core_.failed()) return core_.completeSend(std::move(cb), core_.error());
+    if (bytes.size() > maxMessageBytes_) {
+      return core_.completeSend(
+          std::move(cb), resourceExhausted("message of " + std::to_string(bytes.size()) +
+                                           " bytes exceeds maxMessageBytes " +
+                                           std::to_string(maxMessageBytes_)));
+    }
+    SendOp& op = sends_.emplace_back();
+    op.bytes = bytes;
+    op.cb = std::move(cb);
+    wire::putU64(op.header, tag);
+    wire::putU64(op.header + 8, bytes.size());
+    startWrite();
+  }
+
+  void recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) override {
+    core_.postRecv(tag, buffer, std::move(cb));
+  }
+
+  void close() override { fail(cancelled("connection closed")); }
+  int peer() const override { return core_.peer(); }
+  Status error() const override { return core_.error(); }
+
+ private:
+  enum class State { kIdle, kConnecting, kAwaitingAccept, kHello, kUp };
+  enum class Target { kPosted, kUnexpected, kDiscard };
+
+  struct SendOp {
+    std::uint8_t header[kHeaderBytes];
+    std::span<const std::uint8_t> bytes;
+    SendCallback cb;
+  };
+
+  // ---- failure -------------------------------------------------------------------------------------
+
+  // First error sticks; every pending operation completes with it, exactly once.
+  void fail(Status status) {
+    if (!core_.fail(std::move(status))) return;
+    completeSends(core_.error());
+    if (frameRecv_) {
+      core_.completeRecv(std::move(frameRecv_->cb), core_.error(), 0);
+      frameRecv_.reset();
+    }
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);  // pending socket handlers run with operation_aborted and see failed()
+    watchdog_.cancel();
+  }
+
+  void completeSends(const Status& status) {
+    for (SendOp& op : sends_) core_.completeSend(std::move(op.cb), status);
+    sends_.clear();
+    inFlightFrames_ = 0;
+  }
+
+  void onSocketError(const boost::system::error_code& ec, const char* what) {
+    if (core_.failed()) return;
+    const std::string p = std::to_string(peer());
+    if (ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe) {
+      fail(unavailable("peer " + p + " closed the connection (" + ec.message() + ")"));
+    } else {
+      fail(unavailable(std::string(what) + " peer " + p + " failed: " + ec.message()));
+    }
+  }
+
+  // ---- deadlines -----------------------------------------------------------------------------------
+
+  // One periodic timer per connection checks every deadline (cheaper than a timer per operation).
+  void startWatchdog() {
+    const auto period = std::clamp<std::chrono::nanoseconds>(timeout_ / 4, std::chrono::milliseconds(20),
+                                                             std::chrono::seconds(1));
+    watchdog_.expires_after(period);
+    watchdog_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->core_.failed()) return;
+      self->checkDeadlines();
+      if (!self->core_.failed()) self->startWatchdog();
+    });
+  }
+
+  void checkDeadlines() {
+    const auto now = Clock::now();
+    const std::string p = std::to_string(peer());
+    const std::string limit = std::to_string(timeoutSeconds_) + " s";
+    if ((state_ == State::kConnecting || state_ == State::kHello) && now - phaseSince_ > timeout_) {
+      return fail(unavailable("connecting to peer " + p + " took longer than " + limit));
+    }
+    if (state_ == State::kAwaitingAccept && now - phaseSince_ > timeout_) {
+      return fail(unavailable("peer " + p + " did not connect within " + limit));
+    }
+    if (writing_ && now - writeProgress_ > timeout_) {
+      return fail(unavailable("writing to peer " + p + " made no progress for " + limit));
+    }
+    if (reading_ && midFrame() && now - readProgress_ > timeout_) {
+      return fail(unavailable("a frame from peer " + p + " stalled midway for " + limit));
+    }
+  }
+
+  bool midFrame() const { return inBody_ || stagingEnd_ > stagingBegin_; }
+
+  // ---- hello ---------------------------------------------------------------------------------------
+
+  void readHello() {
+    asio::async_read(socket_, asio::buffer(helloIn_, kHelloBytes),
+                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                       if (self->core_.failed()) return;
+                       if (ec) return self->onSocketError(ec, "reading the hello of");
+                       auto rank = decodeHello(self->helloIn_);
+                       if (!rank.isOk()) return self->fail(unavailable(rank.status().message()));
+                       if (*rank != self->peer()) {
+                         return self->fail(unavailable("expected peer " + std::to_string(self->peer()) +
+                                                       ", the listener is peer " + std::to_string(*rank)));
+                       }
+                       self->becomeUp();
+                     });
+  }
+
+  void becomeUp() {
+    state_ = State::kUp;
+    core_.setOnRecvPosted([weak = weak_from_this()] {
+      if (auto self = weak.lock()) self->onRecvPosted();
+    });
+    staging_ = pool_.acquire(kStagingBytes);
+    readFrames();
+  }
+
+  // ---- writing -------------------------------------------------------------------------------------
+
+  void startWrite() {
+    if (writing_ || core_.failed()) return;
+    if (state_ != State::kUp && !(state_ == State::kHello)) return;
+    gather_.clear();
+    if (!helloSent_) {
+      gather_.emplace_back(helloOut_, kHelloBytes);
+      helloSent_ = true;
+    }
+    std::size_t bytes = 0;
+    inFlightFrames_ = 0;
+    for (SendOp& op : sends_) {
+      if (inFlightFrames_ > 0 && (bytes >= kGatherBytes || inFlightFrames_ >= kGatherFrames)) break;
+      gather_.emplace_back(op.header, kHeaderBytes);
+      if (!op.bytes.empty()) gather_.emplace_back(op.bytes.data(), op.bytes.size());
+      bytes += kHeaderBytes + op.bytes.size();
+      ++inFlightFrames_;
+    }
+    if (gather_.empty()) return;
+    gatherIndex_ = 0;
+    writing_ = true;
+    writeProgress_ = Clock::now();
+    writeSome();
+  }
+
+  // Writes the gathered buffers with write_some so the watchdog sees progress of long writes.
+  void writeSome() {
+    // Pass at most 64 buffers per call (IOV_MAX is far above that).
+    const std::size_t end = std::min(gather_.size(), gatherIndex_ + 64);
+    std::vector<asio::const_buffer> slice(gather_.begin() + static_cast<std::ptrdiff_t>(gatherIndex_),
+                                          gather_.begin() + static_cast<std::ptrdiff_t>(end));
+    socket_.async_write_some(slice, [self = shared_from_this()](boost::system::error_code ec,
+                                                                 std::size_t n) {
+      if (self->core_.failed()) return;
+      if (ec) return self->onSocketError(ec, "writing to");
+      self->writeProgress_ = Clock::now();
+      self->consumeGather(n);
+      if (self->gatherIndex_ < self->gather_.size()) return self->writeSome();
+      self->writing_ = false;
+      for (std::size_t i = 0; i < self->inFlightFrames_; ++i) {
+        self->core_.completeSend(std::move(self->sends_.front().cb), Status::ok());
+        self->sends_.pop_front();
+      }
+      self->inFlightFrames_ = 0;
+      self->startWrite();
+    });
+  }
+
+  void consumeGather(std::size_t n) {
+    while (n > 0 && gatherIndex_ < gather_.size()) {
+      asio::const_buffer& b = gather_[gatherIndex_];
+      if (n >= b.size()) {
+        n -= b.size();
+        ++gatherIndex_;
+      } else {
+        b += n;
+        n = 0;
+      }
+    }
+    while (gatherIndex_ < gather_.size() && gather_[gatherIndex_].size() == 0) ++gatherIndex_;
+  }
+
+  // ---- reading -------------------------------------------------------------------------------------
+
+  void onRecvPosted() {
+    if (paused_ && !reading_ && !core_.failed()) {
+      paused_ = false;
+      readFrames();
+    }
+  }
+
+  // Parses every complete frame in the staging buffer, then issues the next read.
+  void readFrames() {
+    while (!core_.failed()) {
+      const std::size_t avail = stagingEnd_ - stagingBegin_;
+      if (!inBody_) {
+        if (avail < kHeaderBytes) return readIntoStaging();
+        const std::uint8_t* h = staging_.data() + stagingBegin_;
+        const Tag tag = wire::getU64(h);
+        const std::uint64_t size = wire::getU64(h + 8);
+        if (size > maxMessageBytes_) {
+          // Refused before any allocation: the peer is misconfigured or corrupt.
+          return fail(resourceExhausted("peer " + std::to_string(peer()) + " sent a frame of " +
+                                        std::to_string(size) + " bytes, above maxMessageBytes " +
+                                        std::to_string(maxMessageBytes_)));
+        }
+        if (!startFrame(tag, size)) {
+          paused_ = true;  // over the unexpected-message budget: wait for a receive to be posted
+          return;
+        }
+        stagingBegin_ += kHeaderBytes;
+        continue;
+      }
+      // In a body: take what the staging buffer holds.
+      const std::size_t take = std::min<std::size_t>(avail, frameSize_ - frameReceived_);
+      if (take > 0 && frameTarget_ != Target::kDiscard) {
+        std::memcpy(frameDest_ + frameReceived_, staging_.data() + stagingBegin_, take);
+      }
+      stagingBegin_ += take;
+      frameReceived_ += take;
+      if (frameReceived_ == frameSize_) {
+        finishFrame();
+        continue;
+      }
+      // The staging buffer is drained and the body is not complete.
+      stagingBegin_ = stagingEnd_ = 0;
+      const std::size_t remaining = frameSize_ - frameReceived_;
+      if (frameTarget_ != Target::kDiscard && remaining >= kDirectReadBytes) return readBodyDirect();
+      return readIntoStaging();
+    }
+  }
+
+  // Decides where the body of a frame goes. False when it must wait for the buffer budget.
+  bool startFrame(Tag tag, std::size_t size) {
+    frameTag_ = tag;
+    frameSize_ = size;
+    frameReceived_ = 0;
+    if (auto r = core_.takeRecv(tag)) {
+      if (size > r->buffer.size()) {
+        frameTarget_ = Target::kDiscard;
+        frameDest_ = nullptr;
+      } else {
+        frameTarget_ = Target::kPosted;
+        frameDest_ = r->buffer.data();
+      }
+      frameRecv_ = std::move(*r);
+    } else {
+      if (!core_.canBuffer(size)) return false;
+      frameTarget_ = Target::kUnexpected;
+      frameBuffer_ = pool_.acquire(size);
+      frameDest_ = frameBuffer_.data();
+    }
+    inBody_ = true;
+    return true;
+  }
+
+  void finishFrame() {
+    inBody_ = false;
+    switch (frameTarget_) {
+      case Target::kPosted:
+        core_.completeRecv(std::move(frameRecv_->cb), Status::ok(), frameSize_);
+        break;
+      case Target::kDiscard:
+        core_.completeRecv(std::move(frameRecv_->cb),
+                           resourceExhausted("message of " + std::to_string(frameSize_) +
+                                             " bytes does not fit the posted receive of " +
+                                             std::to_string(frameRecv_->buffer.size()) + " bytes"),
+                           0);
+        break;
+      case Target::kUnexpected:
+        core_.stash(frameTag_, std::move(frameBuffer_), frameSize_);
+        break;
+    }
+    frameRecv_.reset();
+  }
+
+  void readIntoStaging() {
+    if (stagingBegin_ > 0) {  // keep a partial header at the front
+      const std::size_t avail = stagingEnd_ - stagingBegin_;
+      std::memmove(staging_.data(), staging_.data() + stagingBegin_, avail);
+      stagingBegin_ = 0;
+      stagingEnd_ = avail;
+    }
+    std::size_t want = staging_.capacity() - stagingEnd_;
+    if (inBody_ && frameTarget_ == Target::kDiscard) {
+      want = std::min(want, frameSize_ - frameReceived_);  // don't read past the discarded frame
+    }
+    reading_ = true;
+    readProgress_ = Clock::now();
+    socket_.async_read_some(
+        asio::buffer(staging_.data() + stagingEnd_, want),
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+          self->reading_ = false;
+          if (self->core_.failed()) return;
+          if (ec) return self->onSocketError(ec, "reading from");
+          self->stagingEnd_ += n;
+          self->readFrames();
+        });
+  }
+
+  void readBodyDirect() {
+    reading_ = true;
+    readProgress_ = Clock::now();
+    readBodyChunk();
+  }
+
+  // Reads the rest of the body into its destination in chunks, so the watchdog sees progress.
+  void readBodyChunk() {
+    const std::size_t remaining = frameSize_ - frameReceived_;
+    socket_.async_read_some(
+        asio::buffer(frameDest_ + frameReceived_, remaining),
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+          if (self->core_.failed()) {
+            self->reading_ = false;
+            return;
+          }
+          if (ec) {
+            self->reading_ = false;
+            return self->onSocketError(ec, "reading from");
+          }
+          self->readProgress_ = Clock::now();
+          self->frameReceived_ += n;
+          if (self->frameReceived_ < self->frameSize_) return self->readBodyChunk();
+          self->reading_ = false;
+          self->finishFrame();
+          self->readFrames();
+        });
+  }
+
+  Loop& loop_;
+  const int selfRank_;
+  const std::size_t maxMessageBytes_;
+  const std::chrono::nanoseconds timeout_;
+  const double timeoutSeconds_;
+  BufferPool pool_;
+  ConnectionCore core_;
+  tcp::socket socket_;
+  asio::steady_timer watchdog_;
+  State state_ = State::kIdle;
+  Clock::time_point phaseSince_{};
+
+  // Writing.
+  std::uint8_t helloOut_[kHelloBytes];
+  bool helloSent_ = false;
+  std::deque<SendOp> sends_;  // front inFlightFrames_ entries are being written
+  std::size_t inFlightFrames_ = 0;
+  std::vector<asio::const_buffer> gather_;
+  std::size_t gatherIndex_ = 0;
+  bool writing_ = false;
+  Clock::time_point writeProgress_{};
+
+  // Reading.
+  std::uint8_t helloIn_[kHelloBytes];
+  Buffer staging_;
+  std::size_t stagingBegin_ = 0;
+  std::size_t stagingEnd_ = 0;
+  bool reading_ = false;
+  bool paused_ = false;
+  Clock::time_point readProgress_{};
+  bool inBody_ = false;
+  Tag frameTag_ = 0;
+  std::size_t frameSize_ = 0;
+  std::size_t frameReceived_ = 0;
+  Target frameTarget_ = Target::kDiscard;
+  std::uint8_t* frameDest_ = nullptr;
+  Buffer frameBuffer_;
+  std::optional<ConnectionCore::PostedRecv> frameRecv_;
+};
+
+// The listener and the table of connections, shared with the accept handlers so that a context
+// destroyed while an accept is pending leaves them a valid (closed) object.
+struct Listener : std::enable_shared_from_this<Listener> {
+  Listener(Loop& loop, const Options& options) : loop(loop), options(options), acceptor(loop.io()) {}
+
+  struct PendingSocket {
+    tcp::socket socket;
+    std::uint8_t hello[kHelloBytes];
+    asio::steady_timer deadline;
+    explicit PendingSocket(asio::io_context& io) : socket(io), deadline(io) {}
+  };
+
+  void startAccept() {
+    auto pending = std::make_shared<PendingSocket>(loop.io());
+    acceptor.async_accept(pending->socket, [self = shared_from_this(), pending](boost::system::error_code ec) {
+      if (self->closed) return;
+      if (!ec) self->readHello(pending);
+      self->startAccept();
+    });
+  }
+
+  // Reads the dialer's hello under a deadline, then hands the socket to its connection (or parks it
+  // until connect() for that peer is called).
+  void readHello(const std::shared_ptr<PendingSocket>& pending) {
+    pending->deadline.expires_after(toDuration(options.ioTimeoutSeconds));
+    pending->deadline.async_wait([pending](boost::system::error_code ec) {
+      if (!ec) {
+        boost::system::error_code ignored;
+        pending->socket.close(ignored);
+      }
+    });
+    asio::async_read(pending->socket, asio::buffer(pending->hello, kHelloBytes),
+                     [self = shared_from_this(), pending](boost::system::error_code ec, std::size_t) {
+                       pending->deadline.cancel();
+                       if (self->closed || ec) return;
+                       auto rank = decodeHello(pending->hello);
+                       if (!rank.isOk() || *rank == self->options.rank) return;  // not for us: drop it
+                       auto it = self->connections.find(*rank);
+                       if (it != self->connections.end()) {
+                         if (auto conn = it->second.lock(); conn && conn->awaitingAccept()) {
+                           conn->adopt(std::move(pending->socket));
+                           return;
+                         }
+                       }
+                       self->parked.insert_or_assign(*rank, std::move(pending->socket));
+                     });
+  }
+
+  void close() {
+    if (closed) return;
+    closed = true;
+    boost::system::error_code ec;
+    acceptor.close(ec);
+    for (auto& [rank, weak] : connections) {
+      if (auto c = weak.lock()) c->close();
+    }
+    connections.clear();
+    for (auto& [rank, s] : parked) s.close(ec);
+    parked.clear();
+  }
+
+  Loop& loop;
+  const Options options;
+  tcp::acceptor acceptor;
+  bool closed = false;
+  std::unordered_map<int, std::weak_ptr<TcpConnection>> connections;
+  std::unordered_map<int, tcp::socket> parked;  // accepted, hello read, connect() not yet called
+};
+
+class TcpContext : public Context {
+ public:
+  explicit TcpContext(std::shared_ptr<Listener> listener) : listener_(std::move(listener)) {}
+  ~TcpContext() override { close(); }
+
+  std::string_view backend() const override { return "tcp"; }
+
+  std::vector<std::uint8_t> localAddress() const override {
+    boost::system::error_code ec;
+    const std::string a = formatEndpoint(listener_->acceptor.local_endpoint(ec));
+    return {a.begin(), a.end()};
+  }
+
+  Result<std::shared_ptr<Connection>> connect(int peer,
+                                              std::span<const std::uint8_t> remoteAddress) override {
+    Listener& l = *listener_;
+    if (l.closed) return cancelled("tcp context is closed");
+    if (peer == l.options.rank) return invalidArgument("cannot connect to self (rank " + std::to_string(peer) + ")");
+    GV_ASSIGN_OR_RETURN(
+        tcp::endpoint endpoint,
+        parseEndpoint(std::string_view(reinterpret_cast<const char*>(remoteAddress.data()),
+                                       remoteAddress.size())));
+    if (auto it = l.connections.find(peer); it != l.connections.end()) {
+      if (auto old = it->second.lock()) old->close();
+    }
+    auto conn = std::make_shared<TcpConnection>(l.loop, l.options.rank, peer, l.options);
+    l.connections[peer] = conn;
+    if (l.options.rank < peer) {
+      conn->dial(endpoint);
+    } else if (auto it = l.parked.find(peer); it != l.parked.end()) {
+      tcp::socket s = std::move(it->second);
+      l.parked.erase(it);
+      conn->adopt(std::move(s));
+    } else {
+      conn->awaitAccept();
+    }
+    return std::shared_ptr<Connection>(conn);
+  }
+
+  void close() override { listener_->close(); }
+
+ private:
+  std::shared_ptr<Listener> listener_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Context>> makeTcpContext(Loop& loop, const Options& options) {
+  auto listener = std::make_shared<Listener>(loop, options);
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host, ec);
+  if (ec) return invalidArgument("tcp host '" + options.host + "' is not a numeric IP address");
+  const tcp::endpoint endpoint(address, options.dataPort);
+  listener->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) listener->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) listener->acceptor.bind(endpoint, ec);
+  if (!ec) listener->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return unavailable("tcp: cannot listen on " + formatEndpoint(endpoint) + ": " + ec.message());
+  }
+  listener->startAccept();
+  return std::unique_ptr<Context>(std::make_unique<TcpContext>(std::move(listener)));
+}
+
+}  // namespace grapevine::transport::tcp
+
+namespace grapevine::transport {
+void registerTcp(Registry& registry) {
+  registry.add(BackendEntry{"tcp", tcp::makeTcpContext, [] { return BackendInfo{"tcp", true, ""}; }});
+}
+}  // namespace grapevine::transport

@@ -1,0 +1,372 @@
+// The transport conformance suite: written once, run against every backend (one ctest entry per backend,
+// GRAPEVINE_TEST_BACKEND names it; see tests/transport/CMakeLists.txt). Every case also checks that each
+// callback ran exactly once and never inline.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tests/transport/transport_test_util.h"
+
+using namespace grapevine;
+using namespace grapevine::transport;
+using namespace grapevine::transport::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<std::uint8_t> pattern(std::size_t n, std::uint32_t seed) {
+  std::vector<std::uint8_t> v(n);
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    v[i] = static_cast<std::uint8_t>(x);
+  }
+  return v;
+}
+
+void checkProbe(const Probe& p) {
+  CHECK(p.allFired());
+  CHECK(p.duplicates() == 0);
+  CHECK(p.inlineCalls() == 0);
+}
+
+// Blocking helpers for the forked-peer test: length-prefixed blobs over a pipe.
+void writeBlob(int fd, const std::vector<std::uint8_t>& b) {
+  const std::uint32_t n = static_cast<std::uint32_t>(b.size());
+  REQUIRE(::write(fd, &n, 4) == 4);
+  REQUIRE(::write(fd, b.data(), n) == static_cast<ssize_t>(n));
+}
+std::vector<std::uint8_t> readBlob(int fd) {
+  std::uint32_t n = 0;
+  if (::read(fd, &n, 4) != 4) return {};
+  std::vector<std::uint8_t> b(n);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, b.data() + got, n - got);
+    if (r <= 0) return {};
+    got += static_cast<std::size_t>(r);
+  }
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("message sizes 0 B to 64 MiB arrive intact, both directions", "[conformance]") {
+  Pair p;
+  const std::vector<std::size_t> sizes = {0, 1, 13, 64 << 10, 4 << 20, 64 << 20};
+  Probe probe;
+  // Buffers are allocated once, before any traffic.
+  std::vector<std::vector<std::uint8_t>> out, back, in, inBack;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    out.push_back(pattern(sizes[i], static_cast<std::uint32_t>(i)));
+    back.push_back(pattern(sizes[i] < (1 << 20) ? sizes[i] : 0, static_cast<std::uint32_t>(100 + i)));
+    in.emplace_back(sizes[i] + 1, 0xEE);  // one spare byte: the count must be exact
+    inBack.emplace_back(back.back().size() + 1, 0xEE);
+  }
+  probe.inApi = true;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const Tag tag = 1000 + i;
+    // Even sizes: receive posted first; odd: send first.
+    if (i % 2 == 0) p.c10->recv(tag, in[i], probe.recv(static_cast<int>(10 + i)));
+    p.c01->send(tag, out[i], probe.send(static_cast<int>(20 + i)));
+    if (i % 2 == 1) p.c10->recv(tag, in[i], probe.recv(static_cast<int>(10 + i)));
+    p.c10->send(tag, back[i], probe.send(static_cast<int>(30 + i)));
+    p.c01->recv(tag, inBack[i], probe.recv(static_cast<int>(40 + i)));
+  }
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }, 20.0));
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("size " << sizes[i]);
+    REQUIRE(probe.at(static_cast<int>(20 + i)).status.isOk());
+    REQUIRE(probe.at(static_cast<int>(10 + i)).status.isOk());
+    CHECK(probe.at(static_cast<int>(10 + i)).bytes == sizes[i]);
+    CHECK(std::memcmp(in[i].data(), out[i].data(), sizes[i]) == 0);
+    CHECK(in[i][sizes[i]] == 0xEE);  // nothing written past the message
+    REQUIRE(probe.at(static_cast<int>(40 + i)).status.isOk());
+    CHECK(probe.at(static_cast<int>(40 + i)).bytes == back[i].size());
+    CHECK(std::memcmp(inBack[i].data(), back[i].data(), back[i].size()) == 0);
+  }
+  checkProbe(probe);
+}
+
+TEST_CASE("messages with the same tag arrive in send order; tags do not mix", "[conformance]") {
+  Pair p;
+  constexpr int kTags = 4, kPerTag = 100;
+  std::vector<std::uint32_t> sent(kTags * kPerTag), got(kTags * kPerTag, 0xFFFFFFFF);
+  Probe probe;
+  probe.inApi = true;
+  // Half the receives before the sends, half after; sizes vary so frames interleave on the wire.
+  for (int t = 0; t < kTags; ++t) {
+    for (int i = 0; i < kPerTag / 2; ++i) {
+      const int k = t * kPerTag + i;
+      p.c10->recv(7 + t, std::span(reinterpret_cast<std::uint8_t*>(&got[k]), 4), probe.recv(k));
+    }
+  }
+  for (int i = 0; i < kPerTag; ++i) {
+    for (int t = 0; t < kTags; ++t) {
+      const int k = t * kPerTag + i;
+      sent[k] = static_cast<std::uint32_t>(t << 16 | i);
+      p.c01->send(7 + t, std::span(reinterpret_cast<const std::uint8_t*>(&sent[k]), 4),
+                  probe.send(100000 + k));
+    }
+  }
+  for (int t = 0; t < kTags; ++t) {
+    for (int i = kPerTag / 2; i < kPerTag; ++i) {
+      const int k = t * kPerTag + i;
+      p.c10->recv(7 + t, std::span(reinterpret_cast<std::uint8_t*>(&got[k]), 4), probe.recv(k));
+    }
+  }
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }));
+  for (int k = 0; k < kTags * kPerTag; ++k) {
+    INFO("message " << k);
+    REQUIRE(probe.at(k).status.isOk());
+    REQUIRE(got[k] == sent[k]);
+  }
+  checkProbe(probe);
+}
+
+TEST_CASE("many operations in flight at once", "[conformance]") {
+  Pair p;
+  constexpr int kOps = 2000;
+  constexpr std::size_t kBytes = 1024;
+  std::vector<std::uint8_t> out = pattern(kOps * kBytes, 9), in(kOps * kBytes, 0);
+  Probe probe;
+  probe.inApi = true;
+  for (int i = 0; i < kOps; ++i) {
+    const Tag tag = static_cast<Tag>(i % 16);
+    p.c01->send(tag, std::span(out.data() + i * kBytes, kBytes), probe.send(i));
+  }
+  // Receives per tag in order: message i of tag t is the (i/16)-th with that tag.
+  for (int i = 0; i < kOps; ++i) {
+    const Tag tag = static_cast<Tag>(i % 16);
+    p.c10->recv(tag, std::span(in.data() + i * kBytes, kBytes), probe.recv(kOps + i));
+  }
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }));
+  for (int i = 0; i < 2 * kOps; ++i) REQUIRE(probe.at(i).status.isOk());
+  CHECK(in == out);
+  checkProbe(probe);
+}
+
+TEST_CASE("a receive posted before or after its send both work, also after a delay", "[conformance]") {
+  Pair p;
+  std::vector<std::uint8_t> a = pattern(100, 1), b = pattern(100, 2), ra(100), rb(100);
+  Probe probe;
+  probe.inApi = true;
+  p.c10->recv(1, ra, probe.recv(1));
+  probe.inApi = false;
+  // Let the loop idle with the receive posted and nothing sent.
+  p.runUntil([] { return false; }, 0.05);
+  CHECK(!probe.fired(1));
+  probe.inApi = true;
+  p.c01->send(1, a, probe.send(2));
+  p.c01->send(2, b, probe.send(3));
+  probe.inApi = false;
+  // Message on tag 2 arrives unexpected; it is buffered until the receive is posted.
+  REQUIRE(p.runUntil([&] { return probe.fired(1) && probe.fired(2) && probe.fired(3); }));
+  p.runUntil([] { return false; }, 0.05);
+  probe.inApi = true;
+  p.c10->recv(2, rb, probe.recv(4));
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }));
+  CHECK(ra == a);
+  CHECK(rb == b);
+  CHECK(probe.at(4).bytes == 100);
+  checkProbe(probe);
+}
+
+TEST_CASE("a message larger than the posted receive fails that receive only", "[conformance]") {
+  Pair p;
+  std::vector<std::uint8_t> big = pattern(1000, 3), small(10), next = pattern(10, 4), rnext(10);
+  Probe probe;
+  probe.inApi = true;
+  p.c10->recv(5, small, probe.recv(1));
+  p.c01->send(5, big, probe.send(2));
+  p.c01->send(5, next, probe.send(3));
+  p.c10->recv(5, rnext, probe.recv(4));
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }));
+  CHECK(probe.at(1).status.code() == ErrorCode::kResourceExhausted);
+  CHECK(probe.at(4).status.isOk());
+  CHECK(rnext == next);
+  CHECK(p.c10->error().isOk());
+  checkProbe(probe);
+}
+
+TEST_CASE("a message above maxMessageBytes is refused at send", "[conformance]") {
+  Options o = testOptions();
+  o.maxMessageBytes = 1024;
+  Pair p(o);
+  std::vector<std::uint8_t> big(2048), ok = pattern(1024, 5), r(1024);
+  Probe probe;
+  probe.inApi = true;
+  p.c01->send(1, big, probe.send(1));
+  p.c01->send(1, ok, probe.send(2));
+  p.c10->recv(1, r, probe.recv(3));
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }));
+  CHECK(probe.at(1).status.code() == ErrorCode::kResourceExhausted);
+  CHECK(probe.at(2).status.isOk());
+  CHECK(probe.at(3).bytes == 1024);
+  CHECK(r == ok);
+  checkProbe(probe);
+}
+
+TEST_CASE("close() completes pending operations with cancelled; the peer sees unavailable",
+          "[conformance]") {
+  Pair p;
+  p.warmUp();
+  std::vector<std::uint8_t> r1(64), r2(64), r3(64), s(64), big(8 << 20);
+  Probe probe;
+  probe.inApi = true;
+  p.c01->recv(1, r1, probe.recv(1));
+  p.c01->recv(2, r2, probe.recv(2));
+  p.c01->send(3, big, probe.send(3));  // may or may not have left: ok or cancelled, exactly once
+  p.c10->recv(4, r3, probe.recv(4));   // the peer's pending receive
+  p.c01->close();
+  p.c01->close();  // idempotent
+  p.c01->send(5, s, probe.send(5));    // after close
+  p.c01->recv(6, r1, probe.recv(6));
+  probe.inApi = false;
+  const auto t0 = Clock::now();
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }, 5.0));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(probe.at(1).status.code() == ErrorCode::kCancelled);
+  CHECK(probe.at(2).status.code() == ErrorCode::kCancelled);
+  CHECK((probe.at(3).status.isOk() || probe.at(3).status.code() == ErrorCode::kCancelled));
+  CHECK(probe.at(5).status.code() == ErrorCode::kCancelled);
+  CHECK(probe.at(6).status.code() == ErrorCode::kCancelled);
+  CHECK(p.c01->error().code() == ErrorCode::kCancelled);
+  // The peer learns the link is gone; its pending receive fails with "unavailable".
+  CHECK(probe.at(4).status.code() == ErrorCode::kUnavailable);
+  CHECK(seconds < 2.0);
+  checkProbe(probe);
+}
+
+TEST_CASE("closing the context fails pending operations of every connection", "[conformance]") {
+  Pair p;
+  p.warmUp();
+  std::vector<std::uint8_t> r(16), r2(16);
+  Probe probe;
+  probe.inApi = true;
+  p.c01->recv(1, r, probe.recv(1));
+  p.c10->recv(1, r2, probe.recv(2));
+  p.ctx0->close();
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }, 5.0));
+  CHECK(probe.at(1).status.code() == ErrorCode::kCancelled);
+  CHECK(probe.at(2).status.code() == ErrorCode::kUnavailable);
+  checkProbe(probe);
+}
+
+TEST_CASE("a peer process killed with SIGKILL: pending operations fail with unavailable within 2 s",
+          "[conformance]") {
+  const Options base = testOptions();
+  if (base.backend == "inproc") {
+    // inproc peers share one process by definition; the closest thing (peer context gone) is covered
+    // by the close tests above. Say so instead of passing silently.
+    WARN("inproc: a peer in another process does not apply; covered by the close/context tests");
+    return;
+  }
+  int toChild[2], toParent[2];
+  REQUIRE(::pipe(toChild) == 0);
+  REQUIRE(::pipe(toParent) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The peer: rank 1. Connects, sends one message, then idles on its loop until killed.
+    ::close(toChild[1]);
+    ::close(toParent[0]);
+    Loop loop;
+    Options o = base;
+    o.rank = 1;
+    auto ctx = makeContext(loop, o);
+    if (!ctx.isOk()) ::_exit(3);
+    const auto mine = (*ctx)->localAddress();
+    const std::uint32_t n = static_cast<std::uint32_t>(mine.size());
+    if (::write(toParent[1], &n, 4) != 4 || ::write(toParent[1], mine.data(), n) != ssize_t(n)) ::_exit(4);
+    std::uint32_t m = 0;
+    if (::read(toChild[0], &m, 4) != 4) ::_exit(5);
+    std::vector<std::uint8_t> theirs(m);
+    if (::read(toChild[0], theirs.data(), m) != ssize_t(m)) ::_exit(6);
+    auto conn = (*ctx)->connect(0, theirs);
+    if (!conn.isOk()) ::_exit(7);
+    static const std::uint8_t hello[5] = {'h', 'e', 'l', 'l', 'o'};
+    (*conn)->send(1, hello, [](Status) {});
+    loop.runUntil([] { return false; }, std::chrono::seconds(30));
+    ::_exit(0);
+  }
+  ::close(toChild[0]);
+  ::close(toParent[1]);
+  Loop loop;
+  Options o = base;
+  o.rank = 0;
+  auto ctx = makeContext(loop, o);
+  REQUIRE(ctx.isOk());
+  const auto theirs = readBlob(toParent[0]);
+  REQUIRE(!theirs.empty());
+  writeBlob(toChild[1], (*ctx)->localAddress());
+  auto conn = (*ctx)->connect(1, theirs);
+  REQUIRE(conn.isOk());
+  Probe probe;
+  std::vector<std::uint8_t> hello(5), r(64), r2(64);
+  probe.inApi = true;
+  (*conn)->recv(1, hello, probe.recv(1));
+  probe.inApi = false;
+  REQUIRE(loop.runUntil([&] { return probe.fired(1); }, std::chrono::seconds(10)));
+  REQUIRE(probe.at(1).status.isOk());
+  probe.inApi = true;
+  (*conn)->recv(2, r, probe.recv(2));
+  (*conn)->recv(3, r2, probe.recv(3));
+  probe.inApi = false;
+  loop.runUntil([] { return false; }, std::chrono::milliseconds(50));
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  const auto t0 = Clock::now();
+  REQUIRE(loop.runUntil([&] { return probe.allFired(); }, std::chrono::seconds(5)));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  CHECK(probe.at(2).status.code() == ErrorCode::kUnavailable);
+  CHECK(probe.at(3).status.code() == ErrorCode::kUnavailable);
+  CHECK((*conn)->error().code() == ErrorCode::kUnavailable);
+  CHECK(seconds < 2.0);
+  // Later operations fail at once with the sticky error.
+  probe.inApi = true;
+  (*conn)->send(4, r, probe.send(4));
+  probe.inApi = false;
+  REQUIRE(loop.runUntil([&] { return probe.allFired(); }, std::chrono::seconds(1)));
+  CHECK(probe.at(4).status.code() == ErrorCode::kUnavailable);
+  checkProbe(probe);
+  (*ctx)->close();
+  ::close(toChild[1]);
+  ::close(toParent[0]);
+  loop.runUntil([] { return false; }, std::chrono::milliseconds(10));
+}
+
+TEST_CASE("an idle loop sleeps instead of spinning", "[conformance]") {
+  Pair p;
+  std::vector<std::uint8_t> r(8);
+  Probe probe;
+  p.c10->recv(1, r, probe.recv(1));  // pending: the loop has something to wait for
+  std::clock_t c0 = std::clock();
+  const auto t0 = Clock::now();
+  p.runUntil([] { return false; }, 0.3);
+  const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC;
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  INFO("cpu " << cpu << " s over " << wall << " s");
+  CHECK(cpu < 0.1 * wall);
+  p.c10->close();
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }));
+}
