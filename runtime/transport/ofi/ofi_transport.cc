@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +46,10 @@ namespace {
 constexpr int kUserTagBits = 40;
 constexpr std::uint64_t kMaxUserTag = (std::uint64_t{1} << kUserTagBits) - 1;
 constexpr std::uint64_t kMaxRank = (std::uint64_t{1} << (64 - kUserTagBits)) - 1;
+// The highest user tag is reserved for the backend's own "goodbye" message: close() sends it so the
+// peer fails its pending operations with kUnavailable at once instead of waiting for a send to fail.
+constexpr std::uint64_t kControlTag = kMaxUserTag;
+constexpr auto kGoodbyeGrace = std::chrono::milliseconds(500);
 constexpr std::uint64_t wireTag(std::uint64_t rank, std::uint64_t tag) {
   return (rank << kUserTagBits) | (tag & kMaxUserTag);
 }
@@ -83,6 +88,19 @@ std::uint64_t hostKey() {
   return h == 0 ? 1 : h;
 }
 
+// ofi_rxm over tcp lets the tcp provider receive straight into the posted buffer ("dynamic receive
+// buffers"); a message larger than that buffer then breaks the whole connection to the sender instead
+// of failing one receive. Turn it off (rxm then truncates in its own bounce-buffer copy, and the link
+// survives) unless the user set it. Must run before the first fi_getinfo() in the process, which reads
+// provider parameters once.
+void configureProviderDefaults() {
+  static const bool once = [] {
+    ::setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", /*overwrite=*/0);
+    return true;
+  }();
+  (void)once;
+}
+
 std::string fiError(ssize_t rc) { return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)); }
 
 class Engine;
@@ -90,7 +108,9 @@ class OfiConnection;
 
 struct Op {
   fi_context2 context;  // first: the provider's scratch space, and what completions hand back
-  enum class Kind { kSend, kRecv };
+  // kControlRecv and kGoodbye are the backend's own (see kControlTag); they are never in the
+  // connection's list of user operations.
+  enum class Kind { kSend, kRecv, kControlRecv, kGoodbye };
   Kind kind = Kind::kSend;
   std::shared_ptr<OfiConnection> conn;
   SendCallback sendCb;
@@ -115,6 +135,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Loop& loop() { return loop_; }
   bool open() const { return ep_ != nullptr; }
   int rank() const { return options_.rank; }
+  std::size_t maxMessageBytes() const { return options_.maxMessageBytes; }
   const std::vector<std::uint8_t>& address() const { return address_; }
   fid_ep* ep() const { return ep_; }
   fid_av* av() const { return av_; }
@@ -201,9 +222,17 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
 
   fi_addr_t fiAddr() const { return addr_; }
   Status watchPeerProcess(pid_t pid);
-  // Sticky error, then: cancel posted receives, tear down the provider's link to the peer, and
-  // complete whatever the provider still holds with error_. Every pending op completes exactly once.
-  void fail(Status st);
+  // Posts the receive for the peer's goodbye. Called once by connect().
+  void start();
+  // Sticky error, then: cancel posted receives and, after telling the peer (sayGoodbye) or at once,
+  // tear down the provider's link to the peer and complete whatever it still holds with error_.
+  // Every pending op completes exactly once.
+  void fail(Status st, bool sayGoodbye = false);
+  // A control op finished: the peer's goodbye arrived, or ours left.
+  void onControl(Op::Kind kind, const Status& st);
+  bool goodbyePending() const { return goodbye_ != nullptr; }
+  // Right before the endpoint is closed: completes (with error_) every op the provider still holds.
+  void abandonPending();
   void link(Op* op);
   void unlink(Op* op);
   // Status for an op the provider finished with libfabric error `err` (0 = success).
@@ -211,13 +240,18 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
 
  private:
   void stopWatchingPeer();
+  void finishTeardown();
 
   std::shared_ptr<Engine> engine_;
   int peer_;
   fi_addr_t addr_;
+  Op* controlRecv_ = nullptr;
+  Op* goodbye_ = nullptr;
+  std::uint8_t controlIn_[8] = {};
+  bool tornDown_ = false;
+  std::shared_ptr<Loop::TimerHandle> goodbyeTimer_;
   Status error_;
   bool closed_ = false;
-  bool avRemoved_ = false;
   int pidfd_ = -1;
   pid_t peerPid_ = 0;
   Op* head_ = nullptr;
@@ -226,6 +260,7 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
 // ---- Engine -----------------------------------------------------------------------------------------
 
 Status Engine::init() {
+  configureProviderDefaults();
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) return unavailable("libfabric: fi_allocinfo failed");
   hints->ep_attr->type = FI_EP_RDM;
@@ -358,6 +393,13 @@ void Engine::retryBacklog() {
 }
 
 void Engine::complete(Op* op, Status st, std::size_t bytes) {
+  if (op->kind == Op::Kind::kControlRecv || op->kind == Op::Kind::kGoodbye) {
+    auto conn = op->conn;
+    const Op::Kind kind = op->kind;
+    releaseOp(op);
+    conn->onControl(kind, st);
+    return;
+  }
   if (op->kind == Op::Kind::kSend) {
     defer([cb = std::move(op->sendCb), st = std::move(st)] { cb(st); });
   } else {
@@ -447,7 +489,16 @@ void Engine::shutdown() {
   }
   connections_.clear();
   for (auto& c : live) c->close();
+  // Give the goodbyes a moment to leave (they are small eager sends), so peers learn of the close.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < deadline &&
+         std::any_of(live.begin(), live.end(), [](auto& c) { return c->goodbyePending(); })) {
+    drainCq();
+    retryBacklog();
+  }
   drainCq();
+  // Whatever the provider still holds goes away with the endpoint below: complete it here, once.
+  for (auto& c : live) c->abandonPending();
   if (!ready_.empty()) schedule();
   destroyFabric();
 }
@@ -533,11 +584,6 @@ Status OfiConnection::statusFor(int err, const std::string& detail) {
     // tcp;ofi_rxm (1.17) drops its connection to the sender when a message is truncated, losing
     // whatever followed on it. Per-edge exactly-once delivery cannot be kept past that point, so the
     // receive reports the truncation and the connection fails (the engine resynchronises the edge).
-    if (error_.isOk()) {
-      error_ = unavailable("peer " + std::to_string(peer_) +
-                           ": link dropped by the provider after a truncated message");
-      engine_->defer([keep = shared_from_this()] { keep->fail(keep->error_); });
-    }
     return resourceExhausted("message from peer " + std::to_string(peer_) +
                              " is larger than the posted receive buffer");
   }
@@ -551,7 +597,31 @@ Status OfiConnection::statusFor(int err, const std::string& detail) {
   return failure;
 }
 
-void OfiConnection::fail(Status st) {
+void OfiConnection::start() {
+  Op* op = engine_->allocOp();
+  op->kind = Op::Kind::kControlRecv;
+  op->conn = shared_from_this();
+  op->wireTag = wireTag(static_cast<std::uint64_t>(peer_), kControlTag);
+  op->buffer = controlIn_;
+  op->length = sizeof controlIn_;
+  controlRecv_ = op;
+  if (!engine_->submit(op).isOk()) {
+    controlRecv_ = nullptr;
+    engine_->releaseOp(op);
+  }
+}
+
+void OfiConnection::onControl(Op::Kind kind, const Status& st) {
+  if (kind == Op::Kind::kControlRecv) {
+    controlRecv_ = nullptr;
+    if (st.isOk()) fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
+    return;
+  }
+  goodbye_ = nullptr;
+  finishTeardown();
+}
+
+void OfiConnection::fail(Status st, bool sayGoodbye) {
   if (error_.isOk()) error_ = std::move(st);
   stopWatchingPeer();
   if (!engine_->open()) return;
@@ -567,19 +637,54 @@ void OfiConnection::fail(Status st) {
       fi_cancel(&engine_->ep()->fid, &op->context);
     }
   }
+  if (controlRecv_ != nullptr && controlRecv_->posted) {
+    fi_cancel(&engine_->ep()->fid, &controlRecv_->context);
+  }
+  if (sayGoodbye && goodbye_ == nullptr && !tornDown_) {
+    static const std::uint8_t kGoodbye[8] = {'g', 'o', 'o', 'd', 'b', 'y', 'e', 0};
+    Op* op = engine_->allocOp();
+    op->kind = Op::Kind::kGoodbye;
+    op->conn = shared_from_this();
+    op->wireTag = wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag);
+    op->buffer = const_cast<std::uint8_t*>(kGoodbye);
+    op->length = sizeof kGoodbye;
+    if (engine_->submit(op).isOk()) {
+      goodbye_ = op;
+      // A peer that is gone may never take the goodbye; do not wait for it forever.
+      std::weak_ptr<OfiConnection> weak = weak_from_this();
+      goodbyeTimer_ = engine_->loop().after(kGoodbyeGrace, [weak] {
+        if (auto self = weak.lock()) self->finishTeardown();
+      });
+      engine_->schedule();
+      return;
+    }
+    engine_->releaseOp(op);
+  }
+  if (goodbye_ == nullptr) finishTeardown();
+  engine_->schedule();
+}
+
+void OfiConnection::finishTeardown() {
+  if (tornDown_ || !engine_->open()) return;
+  tornDown_ = true;
+  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  goodbyeTimer_.reset();
+  if (goodbye_ != nullptr) {
+    // Still in the provider: its completion, if any, only recycles it.
+    engine_->dropFromBacklog(goodbye_);
+    engine_->adoptOrphan(goodbye_);
+    goodbye_ = nullptr;
+  }
   // Sends cannot be cancelled on an RDM endpoint. Removing the peer from the address vector makes the
   // provider drop its connection to the peer, after which it no longer reads our send buffers; then
   // the sends complete here, and a late completion for them is ignored (orphaned op).
-  if (!avRemoved_) {
-    avRemoved_ = true;
-    fi_addr_t a = addr_;
-    (void)fi_av_remove(engine_->av(), &a, 1, 0);
-  }
-  pending.clear();
+  fi_addr_t a = addr_;
+  (void)fi_av_remove(engine_->av(), &a, 1, 0);
+  std::vector<Op*> sends;
   for (Op* op = head_; op != nullptr; op = op->next) {
-    if (op->kind == Op::Kind::kSend) pending.push_back(op);
+    if (op->kind == Op::Kind::kSend) sends.push_back(op);
   }
-  for (Op* op : pending) {
+  for (Op* op : sends) {
     unlink(op);
     engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
     engine_->adoptOrphan(op);
@@ -587,15 +692,40 @@ void OfiConnection::fail(Status st) {
   engine_->schedule();
 }
 
+void OfiConnection::abandonPending() {
+  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  goodbyeTimer_.reset();
+  for (Op** internal : {&controlRecv_, &goodbye_}) {
+    if (*internal != nullptr) {
+      engine_->dropFromBacklog(*internal);
+      engine_->releaseOp(*internal);
+      *internal = nullptr;
+    }
+  }
+  while (head_ != nullptr) {
+    Op* op = head_;
+    unlink(op);
+    engine_->dropFromBacklog(op);
+    engine_->complete(op, error_.isOk() ? cancelled("libfabric context closed") : error_, 0);
+  }
+}
+
 void OfiConnection::close() {
   if (closed_) return;
   closed_ = true;
-  fail(cancelled("connection to peer " + std::to_string(peer_) + " closed"));
+  fail(cancelled("connection to peer " + std::to_string(peer_) + " closed"), /*sayGoodbye=*/true);
 }
 
 void OfiConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) {
-  if (tag > kMaxUserTag) {
-    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("libfabric: tag above 2^40 - 1")); });
+  if (tag >= kControlTag) {
+    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("libfabric: tag above 2^40 - 2")); });
+    return;
+  }
+  if (bytes.size() > engine_->maxMessageBytes()) {
+    engine_->defer([cb = std::move(cb), n = bytes.size(), max = engine_->maxMessageBytes()] {
+      cb(resourceExhausted("message of " + std::to_string(n) + " bytes above maxMessageBytes " +
+                           std::to_string(max)));
+    });
     return;
   }
   if (!error_.isOk() || !engine_->open()) {
@@ -622,9 +752,9 @@ void OfiConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
 }
 
 void OfiConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
-  if (tag > kMaxUserTag) {
+  if (tag >= kControlTag) {
     engine_->defer(
-        [cb = std::move(cb)] { cb(invalidArgument("libfabric: tag above 2^40 - 1"), 0); });
+        [cb = std::move(cb)] { cb(invalidArgument("libfabric: tag above 2^40 - 2"), 0); });
     return;
   }
   if (!error_.isOk() || !engine_->open()) {
@@ -688,6 +818,7 @@ class OfiContext : public Context {
       GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(header.pid)));
     }
     engine_->addConnection(conn);
+    conn->start();
     return std::shared_ptr<Connection>(std::move(conn));
   }
 
@@ -711,6 +842,7 @@ Result<std::unique_ptr<Context>> makeOfiContext(Loop& loop, const Options& optio
 
 BackendInfo ofiBackendInfo() {
   static const BackendInfo info = [] {
+    configureProviderDefaults();
     BackendInfo out{"libfabric", false, ""};
     fi_info* hints = fi_allocinfo();
     if (hints == nullptr) {

@@ -5,8 +5,9 @@
 //
 // The receiver of a connection to peer p matches (p << 40 | tag) with a full mask, so receives posted
 // for different peers never steal each other's messages even though UCX matches tags per worker, not
-// per endpoint. The rank bits are also announced to UCX as the "tag sender mask". Tags at or above 2^40
-// are refused with kInvalidArgument; ranks at or above 2^24 are refused when the context is created.
+// per endpoint. The rank bits are also announced to UCX as the "tag sender mask". Tag 2^40 - 1 is reserved
+// (kControlTag); larger user tags are refused with kInvalidArgument; ranks at or above 2^24 are refused
+// when the context is created.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,9 @@ inline constexpr std::uint64_t kMaxUserTag = (std::uint64_t{1} << kUserTagBits) 
 inline constexpr std::uint64_t kMaxRank = (std::uint64_t{1} << kRankBits) - 1;
 inline constexpr std::uint64_t kSenderMask = ~kMaxUserTag;
 inline constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
+// The highest user tag is the backend's own: a connection's "goodbye" message, which close() sends so
+// the peer fails its pending operations with kUnavailable at once. User tags are [0, kControlTag).
+inline constexpr std::uint64_t kControlTag = kMaxUserTag;
 
 constexpr std::uint64_t wireTag(std::uint64_t senderRank, std::uint64_t userTag) {
   return (senderRank << kUserTagBits) | (userTag & kMaxUserTag);

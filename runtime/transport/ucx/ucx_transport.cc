@@ -78,6 +78,8 @@ constexpr auto kTickInterval = std::chrono::milliseconds(200);
 
 // A bounded number of progress/callback rounds per wakeup so a busy peer cannot starve other loop work.
 constexpr int kMaxRoundsPerWake = 32;
+// How long close() waits for its goodbye to leave before it force-closes the endpoint anyway.
+constexpr auto kGoodbyeGrace = std::chrono::milliseconds(500);
 
 std::string ucsError(ucs_status_t st) { return ucs_status_string(st); }
 
@@ -87,7 +89,8 @@ struct Op;
 Engine* engineOf(Op* op);
 
 struct Op {
-  enum class Kind { kSend, kRecv };
+  // kControlRecv / kGoodbye are the backend's own (kControlTag), never in the user-op list.
+  enum class Kind { kSend, kRecv, kControlRecv, kGoodbye };
   Kind kind = Kind::kSend;
   std::shared_ptr<UcxConnection> conn;
   Engine* engine = nullptr;  // owner of the op pool (outlives every op it hands out)
@@ -119,6 +122,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   ucp_worker_h worker() const { return worker_; }
   bool open() const { return worker_ != nullptr; }
   int rank() const { return options_.rank; }
+  std::size_t maxMessageBytes() const { return options_.maxMessageBytes; }
   const std::vector<std::uint8_t>& address() const { return address_; }
 
   // Queues a closure to run on the loop thread after the current progress pass (never inline).
@@ -206,8 +210,13 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   int peer() const override { return peer_; }
   Status error() const override { return error_; }
 
+  // Posts the receive for the peer's goodbye. Called once by connect().
+  void start();
+  bool goodbyePending() const { return goodbye_ != nullptr; }
   // Called by the engine: the context is shutting down.
   void closeForShutdown() { close(); }
+  // Force-closes the endpoint now (without waiting for the goodbye).
+  void teardownNow() { finishTeardown(); }
   // Called by the engine right before the worker is destroyed: completes (with error_) every operation
   // UCX has not finished, since the worker's destruction releases their requests without callbacks.
   void abandonPending();
@@ -218,9 +227,12 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
                          void* userData);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t st);
 
-  // Sets the sticky error (first one wins), cancels posted receives, force-closes the endpoint (which
-  // completes its pending sends). Pending callbacks then complete with error_.
-  void fail(Status st);
+  // Sets the sticky error (first one wins), cancels posted receives, and then, after telling the peer
+  // (sayGoodbye) or at once, force-closes the endpoint (which completes its pending sends). Pending
+  // callbacks complete with error_, each exactly once.
+  void fail(Status st, bool sayGoodbye = false);
+  void finishTeardown();
+  void onControl(Op::Kind kind, ucs_status_t st);
   void noteFailure(Status st);
   // Completes `op` (already unlinked): queues its callback with the mapped status, recycles it.
   void finishSend(Op* op, ucs_status_t st);
@@ -236,8 +248,13 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::shared_ptr<Engine> engine_;
   int peer_;
   ucp_ep_h ep_ = nullptr;
-  int pidfd_ = -1;  // >= 0 when liveness comes from the peer's process, not from UCX
+  int pidfd_ = -1;  // >= 0 while the peer's process (same host) is watched for exit
   pid_t peerPid_ = 0;
+  Op* controlRecv_ = nullptr;
+  Op* goodbye_ = nullptr;
+  std::uint8_t controlIn_[8] = {};
+  bool tornDown_ = false;
+  std::shared_ptr<Loop::TimerHandle> goodbyeTimer_;
   Status error_;
   bool closed_ = false;
   Op* head_ = nullptr;
@@ -393,6 +410,13 @@ void Engine::shutdown() {
   }
   connections_.clear();
   for (auto& c : live) c->closeForShutdown();
+  // Give the goodbyes a moment to leave (small eager sends), so peers learn of the close at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < deadline &&
+         std::any_of(live.begin(), live.end(), [](auto& c) { return c->goodbyePending(); })) {
+    ucp_worker_progress(worker_);
+  }
+  for (auto& c : live) c->teardownNow();
   // Let the forced endpoint closes and the cancellations finish; they are local operations.
   for (int i = 0; i < 1000 && !closing_.empty(); ++i) {
     ucp_worker_progress(worker_);
@@ -543,12 +567,20 @@ void UcxConnection::onRecvDone(void* request, ucs_status_t st, const ucp_tag_rec
 }
 
 void UcxConnection::finishSend(Op* op, ucs_status_t st) {
+  if (op->kind == Op::Kind::kGoodbye) {
+    engine_->releaseOp(op);
+    return onControl(Op::Kind::kGoodbye, st);
+  }
   Status status = statusFor(st);
   engine_->defer([cb = std::move(op->sendCb), status = std::move(status)] { cb(status); });
   engine_->releaseOp(op);
 }
 
 void UcxConnection::finishRecv(Op* op, ucs_status_t st, std::size_t bytes) {
+  if (op->kind == Op::Kind::kControlRecv) {
+    engine_->releaseOp(op);
+    return onControl(Op::Kind::kControlRecv, st);
+  }
   Status status = statusFor(st);
   engine_->defer(
       [cb = std::move(op->recvCb), status = std::move(status), bytes] { cb(status, bytes); });
@@ -568,8 +600,42 @@ void UcxConnection::noteFailure(Status st) {
   engine_->defer([keep = shared_from_this()] { keep->fail(keep->error_); });
 }
 
-void UcxConnection::fail(Status st) {
+void UcxConnection::start() {
+  Op* op = engine_->allocOp();
+  op->kind = Op::Kind::kControlRecv;
+  op->conn = shared_from_this();
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &UcxConnection::onRecvDone;
+  param.user_data = op;
+  op->submitting = true;
+  void* req = ucp_tag_recv_nbx(engine_->worker(), controlIn_, sizeof controlIn_,
+                               wireTag(static_cast<std::uint64_t>(peer_), kControlTag), kFullMask,
+                               &param);
+  op->submitting = false;
+  if (UCS_PTR_IS_ERR(req) || op->finishedInline) {
+    engine_->releaseOp(op);  // cannot happen for a fresh worker receive; then no goodbye detection
+    return;
+  }
+  op->request = req;
+  controlRecv_ = op;
+}
+
+void UcxConnection::onControl(Op::Kind kind, ucs_status_t st) {
+  if (kind == Op::Kind::kControlRecv) {
+    controlRecv_ = nullptr;
+    if (st == UCS_OK) fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
+    return;
+  }
+  goodbye_ = nullptr;
+  finishTeardown();
+}
+
+void UcxConnection::fail(Status st, bool sayGoodbye) {
   if (error_.isOk()) error_ = std::move(st);
+  stopWatchingPeer();
+  if (!engine_->open()) return;
   // Posted receives match on the worker, not the endpoint: cancel this peer's explicitly. Cancelling
   // calls onRecvDone synchronously (it only queues the user callback), which unlinks the op, so walk
   // a snapshot.
@@ -577,22 +643,62 @@ void UcxConnection::fail(Status st) {
   for (Op* op = head_; op != nullptr; op = op->next) {
     if (op->kind == Op::Kind::kRecv) recvs.push_back(op);
   }
+  if (controlRecv_ != nullptr) recvs.push_back(controlRecv_);
   for (Op* op : recvs) {
-    if (op->request != nullptr && engine_->open()) ucp_request_cancel(engine_->worker(), op->request);
+    if (op->request != nullptr) ucp_request_cancel(engine_->worker(), op->request);
   }
-  // Force-closing the endpoint completes every send still queued on it with UCS_ERR_CANCELED.
+  if (sayGoodbye && ep_ != nullptr && goodbye_ == nullptr && !tornDown_) {
+    static const std::uint8_t kGoodbye[8] = {'g', 'o', 'o', 'd', 'b', 'y', 'e', 0};
+    Op* op = engine_->allocOp();
+    op->kind = Op::Kind::kGoodbye;
+    op->conn = shared_from_this();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.send = &UcxConnection::onSendDone;
+    param.user_data = op;
+    op->submitting = true;
+    void* req = ucp_tag_send_nbx(ep_, kGoodbye, sizeof kGoodbye,
+                                 wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag),
+                                 &param);
+    op->submitting = false;
+    if (UCS_PTR_IS_PTR(req) && !op->finishedInline) {
+      op->request = req;
+      goodbye_ = op;
+      // A peer that is gone may never take the goodbye; do not wait for it forever.
+      std::weak_ptr<UcxConnection> weak = weak_from_this();
+      goodbyeTimer_ = engine_->loop().after(kGoodbyeGrace, [weak] {
+        if (auto self = weak.lock()) self->finishTeardown();
+      });
+      engine_->schedule();
+      return;
+    }
+    engine_->releaseOp(op);
+  }
+  finishTeardown();
+}
+
+void UcxConnection::finishTeardown() {
+  if (tornDown_) return;
+  tornDown_ = true;
+  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  goodbyeTimer_.reset();
+  // Force-closing the endpoint completes every send still queued on it, the goodbye included, with
+  // UCS_ERR_CANCELED.
   closeEndpoint();
+  if (goodbye_ != nullptr) {  // not cancelled by the close: UCX keeps the request, we drop the op
+    engine_->adoptOrphan(goodbye_);
+    goodbye_ = nullptr;
+  }
   // Without UCX error handling (the same-host shared-memory case) a forced close leaves a rendezvous
   // send that the peer never matched in flight. Complete it now and leave the request to UCX.
   std::vector<Op*> stuck;
-  for (Op* op = head_; op != nullptr; op = op->next) stuck.push_back(op);
+  for (Op* op = head_; op != nullptr; op = op->next) {
+    if (op->kind == Op::Kind::kSend) stuck.push_back(op);
+  }
   for (Op* op : stuck) {
     unlink(op);
-    if (op->kind == Op::Kind::kSend) {
-      engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
-    } else {
-      engine_->defer([cb = std::move(op->recvCb), st = error_] { cb(st, 0); });
-    }
+    engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
     engine_->adoptOrphan(op);
   }
   engine_->schedule();
@@ -611,6 +717,14 @@ void UcxConnection::closeEndpoint() {
 }
 
 void UcxConnection::abandonPending() {
+  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  goodbyeTimer_.reset();
+  for (Op** internal : {&controlRecv_, &goodbye_}) {
+    if (*internal != nullptr) {
+      engine_->releaseOp(*internal);
+      *internal = nullptr;
+    }
+  }
   while (head_ != nullptr) {
     Op* op = head_;
     unlink(op);
@@ -628,12 +742,19 @@ void UcxConnection::abandonPending() {
 void UcxConnection::close() {
   if (closed_) return;
   closed_ = true;
-  fail(cancelled("connection to peer " + std::to_string(peer_) + " closed"));
+  fail(cancelled("connection to peer " + std::to_string(peer_) + " closed"), /*sayGoodbye=*/true);
 }
 
 void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) {
-  if (tag > kMaxUserTag) {
-    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 1")); });
+  if (tag >= kControlTag) {
+    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 2")); });
+    return;
+  }
+  if (bytes.size() > engine_->maxMessageBytes()) {
+    engine_->defer([cb = std::move(cb), n = bytes.size(), max = engine_->maxMessageBytes()] {
+      cb(resourceExhausted("message of " + std::to_string(n) + " bytes above maxMessageBytes " +
+                           std::to_string(max)));
+    });
     return;
   }
   if (!error_.isOk() || ep_ == nullptr || !engine_->open()) {
@@ -662,8 +783,8 @@ void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
 }
 
 void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
-  if (tag > kMaxUserTag) {
-    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 1"), 0); });
+  if (tag >= kControlTag) {
+    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 2"), 0); });
     return;
   }
   if (!error_.isOk() || !engine_->open()) {
@@ -725,9 +846,14 @@ class UcxContext : public Context {
     // none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer on this
     // host we then use an endpoint without UCX error handling and learn of the peer's death from a
     // pidfd, which the kernel makes readable the moment that process exits.
-    Status st = conn->createEndpoint(ucxAddress, UCP_ERR_HANDLING_MODE_PEER);
-    if (st.code() == ErrorCode::kUnavailable && header.hostKey != 0 && header.hostKey == hostKey()) {
+    const bool sameHost = header.hostKey != 0 && header.hostKey == hostKey();
+    if (sameHost && header.pid != static_cast<std::uint32_t>(::getpid())) {
+      // A peer process on this host: its exit is seen at once (the kernel makes the pidfd readable),
+      // whatever the transport; UCX's own detection (keepalive, socket errors) backs it up.
       GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(header.pid)));
+    }
+    Status st = conn->createEndpoint(ucxAddress, UCP_ERR_HANDLING_MODE_PEER);
+    if (st.code() == ErrorCode::kUnavailable && sameHost) {
       st = conn->createEndpoint(ucxAddress, UCP_ERR_HANDLING_MODE_NONE);
       if (st.isOk()) {
         log::info("ucx: peer ", peer, " is on this host and the transports lack peer-failure ",
@@ -736,6 +862,7 @@ class UcxContext : public Context {
     }
     GV_RETURN_IF_ERROR(st);
     engine_->addConnection(conn);
+    conn->start();
     engine_->schedule();  // endpoint wire-up proceeds in progress
     return std::shared_ptr<Connection>(std::move(conn));
   }
