@@ -50,6 +50,7 @@ constexpr std::uint64_t kMaxRank = (std::uint64_t{1} << (64 - kUserTagBits)) - 1
 // peer fails its pending operations with kUnavailable at once instead of waiting for a send to fail.
 constexpr std::uint64_t kControlTag = kMaxUserTag;
 constexpr auto kGoodbyeGrace = std::chrono::milliseconds(500);
+constexpr auto kGoodbyeFlush = std::chrono::milliseconds(50);
 constexpr std::uint64_t wireTag(std::uint64_t rank, std::uint64_t tag) {
   return (rank << kUserTagBits) | (tag & kMaxUserTag);
 }
@@ -355,7 +356,7 @@ void Engine::schedule() {
 }
 
 ssize_t Engine::post(Op* op) {
-  if (op->kind == Op::Kind::kSend) {
+  if (op->kind == Op::Kind::kSend || op->kind == Op::Kind::kGoodbye) {
     return fi_tsend(ep_, op->buffer, op->length, nullptr, op->conn->fiAddr(), op->wireTag,
                     &op->context);
   }
@@ -618,28 +619,23 @@ void OfiConnection::onControl(Op::Kind kind, const Status& st) {
     return;
   }
   goodbye_ = nullptr;
-  finishTeardown();
+  // A small send may be reported complete once rxm has buffered it, and removing the peer from the
+  // address vector drops whatever is still queued for it. Keep progressing a moment so the goodbye
+  // reaches the wire, then tear down.
+  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  std::weak_ptr<OfiConnection> weak = weak_from_this();
+  goodbyeTimer_ = engine_->loop().after(kGoodbyeFlush, [weak] {
+    auto self = weak.lock();
+    if (!self) return;
+    if (self->engine_->open()) self->engine_->progressAll();
+    self->finishTeardown();
+  });
 }
 
 void OfiConnection::fail(Status st, bool sayGoodbye) {
   if (error_.isOk()) error_ = std::move(st);
   stopWatchingPeer();
   if (!engine_->open()) return;
-  std::vector<Op*> pending;
-  for (Op* op = head_; op != nullptr; op = op->next) pending.push_back(op);
-  for (Op* op : pending) {
-    if (!op->posted) {  // still in the EAGAIN backlog: the provider never saw it
-      engine_->dropFromBacklog(op);
-      unlink(op);
-      engine_->complete(op, error_, 0);
-    } else if (op->kind == Op::Kind::kRecv) {
-      // Cancellation completes through the CQ error path (FI_ECANCELED) and reports error_.
-      fi_cancel(&engine_->ep()->fid, &op->context);
-    }
-  }
-  if (controlRecv_ != nullptr && controlRecv_->posted) {
-    fi_cancel(&engine_->ep()->fid, &controlRecv_->context);
-  }
   if (sayGoodbye && goodbye_ == nullptr && !tornDown_) {
     static const std::uint8_t kGoodbye[8] = {'g', 'o', 'o', 'd', 'b', 'y', 'e', 0};
     Op* op = engine_->allocOp();
@@ -656,9 +652,24 @@ void OfiConnection::fail(Status st, bool sayGoodbye) {
         if (auto self = weak.lock()) self->finishTeardown();
       });
       engine_->schedule();
-      return;
+    } else {
+      engine_->releaseOp(op);
     }
-    engine_->releaseOp(op);
+  }
+  std::vector<Op*> pending;
+  for (Op* op = head_; op != nullptr; op = op->next) pending.push_back(op);
+  for (Op* op : pending) {
+    if (!op->posted) {  // still in the EAGAIN backlog: the provider never saw it
+      engine_->dropFromBacklog(op);
+      unlink(op);
+      engine_->complete(op, error_, 0);
+    } else if (op->kind == Op::Kind::kRecv) {
+      // Cancellation completes through the CQ error path (FI_ECANCELED) and reports error_.
+      fi_cancel(&engine_->ep()->fid, &op->context);
+    }
+  }
+  if (controlRecv_ != nullptr && controlRecv_->posted) {
+    fi_cancel(&engine_->ep()->fid, &controlRecv_->context);
   }
   if (goodbye_ == nullptr) finishTeardown();
   engine_->schedule();
