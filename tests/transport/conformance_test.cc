@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/transport/bootstrap_test_util.h"
 #include "tests/transport/transport_test_util.h"
 
 using namespace grapevine;
@@ -369,4 +370,81 @@ TEST_CASE("an idle loop sleeps instead of spinning", "[conformance]") {
   CHECK(cpu < 0.1 * wall);
   p.c10->close();
   REQUIRE(p.runUntil([&] { return probe.allFired(); }));
+}
+
+// ---- bootstrap over this backend ------------------------------------------------------------------
+
+
+TEST_CASE("bootstrap: a ring of three peers handshakes and connects the data backend", "[conformance]") {
+  Cluster c(testOptions(), {{1, 2}, {0, 2}, {0, 1}},
+            {standardParts(), standardParts(), standardParts()});
+  REQUIRE(c.run(10.0));
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    REQUIRE(c.results[r]->isOk());
+    const auto& nbs = c.results[r]->value();
+    REQUIRE(nbs.size() == 2);
+    for (const Neighbour& nb : nbs) {
+      CHECK(nb.incarnation == 100u + nb.peer);
+      CHECK(nb.data->peer() == nb.peer);
+      CHECK(nb.control->peer() == nb.peer);
+    }
+  }
+  // Data flows over every edge of the data backend, both directions.
+  Probe probe;
+  std::vector<std::vector<std::uint8_t>> in(6, std::vector<std::uint8_t>(4));
+  std::vector<std::vector<std::uint8_t>> out;
+  int id = 0;
+  for (int r = 0; r < 3; ++r) {
+    for (const Neighbour& nb : c.results[r]->value()) {
+      out.push_back({std::uint8_t(r), std::uint8_t(nb.peer), 7, 7});
+    }
+  }
+  int k = 0;
+  for (int r = 0; r < 3; ++r) {
+    for (const Neighbour& nb : c.results[r]->value()) {
+      nb.data->send(9, out[k], probe.send(100 + id++));
+      nb.data->recv(9, in[k], probe.recv(100 + id++));
+      ++k;
+    }
+  }
+  REQUIRE(c.loop.runUntil([&] { return probe.allFired(); }, std::chrono::seconds(10)));
+  k = 0;
+  for (int r = 0; r < 3; ++r) {
+    for (const Neighbour& nb : c.results[r]->value()) {
+      CHECK(in[k][0] == nb.peer);  // sent by the neighbour
+      CHECK(in[k][1] == r);        // to us
+      ++k;
+    }
+  }
+  checkProbe(probe);
+  // Control messages reach the neighbour's onMessage.
+  const std::uint8_t note[3] = {1, 2, 3};
+  REQUIRE(c.results[0]->value()[0].control->send(42, note).isOk());
+  REQUIRE(c.loop.runUntil([&] { return !c.messages.empty(); }, std::chrono::seconds(5)));
+  CHECK(std::get<0>(c.messages[0]) == 1);
+  CHECK(std::get<1>(c.messages[0]) == 0);
+  CHECK(std::get<2>(c.messages[0]) == 42);
+  CHECK(std::get<3>(c.messages[0]) == std::vector<std::uint8_t>{1, 2, 3});
+  CHECK(c.events.empty());
+}
+
+TEST_CASE("bootstrap: a config-hash mismatch is an explicit error on both sides, naming the part",
+          "[conformance]") {
+  auto other = standardParts();
+  other[2].hash = 0x9999;  // compression differs
+  const auto t0 = Clock::now();
+  Cluster c(testOptions(), {{1}, {0}}, {standardParts(), other});
+  REQUIRE(c.run(5.0));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    REQUIRE(!c.results[r]->isOk());
+    const std::string m = c.results[r]->status().message();
+    INFO(m);
+    CHECK(m.find("config mismatch") != std::string::npos);
+    CHECK(m.find("'compression'") != std::string::npos);
+    CHECK(m.find("'topology'") == std::string::npos);
+  }
+  CHECK(seconds < 1.0);
 }

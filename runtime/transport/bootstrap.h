@@ -1,0 +1,110 @@
+// Coordinator-free bootstrap. Every peer knows every peer's control host:port (from the YAML file). Each
+// peer listens on its own address and talks only to its neighbours: the lower rank dials, the higher
+// accepts. Over that small TCP control connection the two peers exchange a handshake (magic, protocol
+// version, peer ids, incarnation, the hashes of the run-defining config parts, the data backend's name
+// and address blob), then heartbeats and small control messages for the rest of the run.
+//
+// Failure contract: a version, backend or config mismatch fails the bootstrap on both sides as soon as
+// the hellos cross (well within a second), naming the differing part; an unreachable neighbour is retried
+// with capped exponential backoff and jitter until connectTimeout, then named in the error; a control
+// frame above maxControlFrameBytes is refused before anything is allocated for it.
+//
+// Thread: everything runs on the Loop thread; start() must be called there, and every callback runs
+// there, exactly once for `done`, never inline.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "runtime/transport/loop.h"
+#include "runtime/transport/transport.h"
+
+namespace grapevine::transport {
+
+inline constexpr std::uint32_t kControlMagic = 0x53425647;  // "GVBS" as little-endian bytes
+inline constexpr std::uint16_t kControlProtocolVersion = 1;
+
+// One run-defining part of the config (e.g. "topology", "algorithm", "compression", "model") and a
+// 64-bit hash of it, computed by the caller. Peers must agree on every part.
+struct ConfigPart {
+  std::string name;
+  std::uint64_t hash = 0;
+};
+
+enum class ControlEventKind {
+  kMissedHeartbeats,  // nothing heard for missedHeartbeats intervals: suspect
+  kHeartbeatsResumed, // heard again after kMissedHeartbeats
+  kClosed,            // the control connection closed or failed: the peer is gone
+};
+
+struct ControlEvent {
+  int peer = -1;
+  ControlEventKind kind = ControlEventKind::kClosed;
+  double silentSeconds = 0;  // for kMissedHeartbeats: how long nothing was heard
+  std::string message;       // "peer 3 missed heartbeats for 1.5 s" / "control connection closed: ..."
+};
+
+struct BootstrapOptions {
+  int rank = 0;
+  std::vector<std::string> peers;  // control host:port of every peer, indexed by rank ("host:0" for
+                                   // our own entry binds an ephemeral port; see Bootstrap::listenPort)
+  std::vector<int> neighbours;     // ranks we exchange data with (symmetric: they list us too)
+  std::uint64_t incarnation = 0;   // bumps each time this peer restarts
+  std::vector<ConfigPart> configParts;
+  double connectTimeoutSeconds = 10.0;
+  double heartbeatIntervalSeconds = 0.5;
+  int missedHeartbeats = 3;  // silence of this many intervals raises kMissedHeartbeats
+  std::size_t maxControlFrameBytes = 64 * 1024;
+  // After the bootstrap completed: liveness events and control messages from neighbours. Optional.
+  std::function<void(const ControlEvent&)> onEvent;
+  std::function<void(int peer, std::uint16_t type, std::span<const std::uint8_t> payload)> onMessage;
+};
+
+// The live control connection to one neighbour, after the handshake.
+class ControlChannel {
+ public:
+  virtual ~ControlChannel() = default;
+  virtual int peer() const = 0;
+  virtual std::uint64_t peerIncarnation() const = 0;
+  // Queues a small control message ("weights changed", "resync request"); `type` is the caller's.
+  // Non-blocking. Errors: kResourceExhausted above maxControlFrameBytes, kUnavailable when closed.
+  virtual Status send(std::uint16_t type, std::span<const std::uint8_t> payload) = 0;
+  // Seconds since anything was heard from the peer.
+  virtual double silentSeconds() const = 0;
+  // Stops heartbeats and closes the connection (the peer sees kClosed). Idempotent; no event here.
+  virtual void close() = 0;
+};
+
+struct Neighbour {
+  int peer = -1;
+  std::uint64_t incarnation = 0;
+  std::shared_ptr<Connection> data;        // from the data Context, connected to the peer's address
+  std::shared_ptr<ControlChannel> control;
+};
+
+using BootstrapCallback = std::function<void(Result<std::vector<Neighbour>>)>;
+
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+
+  // Listens on options.peers[options.rank] and handshakes with every neighbour; `data` provides the
+  // local address blob and, once all handshakes succeeded, one Connection per neighbour. `done` runs
+  // once: ok with one Neighbour per options.neighbours entry (same order), or the first error (which
+  // names the neighbour). `data` must outlive the bootstrap. Errors at start (bad address, port in use)
+  // are returned directly and `done` never runs.
+  static Result<std::shared_ptr<Bootstrap>> start(Loop& loop, BootstrapOptions options, Context& data,
+                                                  BootstrapCallback done);
+
+  // The bound control port (useful when our own entry asked for port 0).
+  virtual std::uint16_t listenPort() const = 0;
+  // Abandons a bootstrap in progress: `done` runs with kCancelled. No effect after completion.
+  virtual void cancel() = 0;
+};
+
+}  // namespace grapevine::transport

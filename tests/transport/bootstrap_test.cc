@@ -1,0 +1,265 @@
+// Bootstrap behaviour that does not depend on the data backend (tcp data here): version mismatch and
+// oversized frames from a raw client, unreachable neighbours with backoff, heartbeats against a real
+// process that is stopped (SIGSTOP), resumed and killed.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <thread>
+
+#include "runtime/transport/tcp/wire.h"
+#include "tests/transport/bootstrap_test_util.h"
+
+using namespace grapevine;
+using namespace grapevine::transport;
+using namespace grapevine::transport::testing;
+using Clock = std::chrono::steady_clock;
+namespace wire = grapevine::transport::wire;
+
+namespace {
+
+Options tcpOptions() {
+  Options o;
+  o.backend = "tcp";
+  o.ioTimeoutSeconds = 5;
+  return o;
+}
+
+int dialRaw(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Reads one control frame: (type, payload); type 0 on EOF/timeout.
+std::pair<std::uint16_t, std::string> readFrame(int fd) {
+  std::uint8_t h[6];
+  std::size_t got = 0;
+  while (got < 6) {
+    const ssize_t r = ::read(fd, h + got, 6 - got);
+    if (r <= 0) return {0, ""};
+    got += static_cast<std::size_t>(r);
+  }
+  std::string body(wire::getU32(h), '\0');
+  got = 0;
+  while (got < body.size()) {
+    const ssize_t r = ::read(fd, body.data() + got, body.size() - got);
+    if (r <= 0) return {0, ""};
+    got += static_cast<std::size_t>(r);
+  }
+  return {wire::getU16(h + 4), body};
+}
+
+// A free port: bind to 0, read it, close.
+std::uint16_t closedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: a protocol version mismatch fails both sides at once, naming the versions") {
+  // Rank 1 waits for neighbour 0; a raw client plays rank 0 with protocol version 2.
+  Cluster c(tcpOptions(), {{}, {0}}, {standardParts(), standardParts()});
+  // Rank 0 has no neighbours in this setup (done at once); the raw client below plays rank 0.
+  const std::uint16_t port = c.boots[1]->listenPort();
+  std::pair<std::uint16_t, std::string> reply;
+  std::thread client([&] {
+    const int fd = dialRaw(port);
+    REQUIRE(fd >= 0);
+    std::uint8_t frame[6 + 24] = {};
+    wire::putU32(frame, 24);
+    wire::putU16(frame + 4, 1);  // hello
+    wire::putU32(frame + 6, kControlMagic);
+    wire::putU16(frame + 10, 2);  // version 2
+    wire::putU32(frame + 14, 0);  // sender 0
+    wire::putU32(frame + 18, 1);  // receiver 1
+    REQUIRE(::write(fd, frame, sizeof frame) == sizeof frame);
+    // The bootstrap answers with its own hello, then a reject saying why.
+    for (int i = 0; i < 3 && reply.first != 2; ++i) reply = readFrame(fd);
+    ::close(fd);
+  });
+  const auto t0 = Clock::now();
+  REQUIRE(c.run(3.0));
+  client.join();
+  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+  REQUIRE(!c.results[1]->isOk());
+  const std::string m = c.results[1]->status().message();
+  INFO(m);
+  CHECK(m.find("version mismatch with peer 0: ours 1, theirs 2") != std::string::npos);
+  CHECK(reply.first == 2);  // reject
+  CHECK(reply.second.find("version mismatch") != std::string::npos);
+}
+
+TEST_CASE("bootstrap: an oversized control frame is refused before allocation") {
+  BootstrapOptions base;
+  base.maxControlFrameBytes = 4096;
+  Cluster c(tcpOptions(), {{}, {0}}, {{}, {}}, base);
+  const std::uint16_t port = c.boots[1]->listenPort();
+  std::pair<std::uint16_t, std::string> reply;
+  std::atomic<bool> clientDone{false};
+  std::thread client([&] {
+    const int fd = dialRaw(port);
+    REQUIRE(fd >= 0);
+    std::uint8_t h[6];
+    wire::putU32(h, 0xF0000000u);  // 3.75 GiB claimed
+    wire::putU16(h + 4, 1);
+    REQUIRE(::write(fd, h, 6) == 6);
+    reply = readFrame(fd);
+    ::close(fd);
+    clientDone = true;
+    c.loop.post([] {});  // wake the loop so it sees clientDone
+  });
+  c.loop.runUntil([&] { return clientDone.load(); }, std::chrono::seconds(3));
+  client.join();
+  CHECK(reply.first == 2);
+  CHECK(reply.second.find("exceeds maxControlFrameBytes 4096") != std::string::npos);
+  CHECK(!c.results[1].has_value());  // a stranger's bad frame does not end the bootstrap
+  c.boots[1]->cancel();
+  REQUIRE(c.run(1.0));
+  CHECK(c.results[1]->status().code() == ErrorCode::kCancelled);
+}
+
+TEST_CASE("bootstrap: an unreachable neighbour is retried with backoff, then named") {
+  Loop loop;
+  auto data = makeContext(loop, tcpOptions());
+  REQUIRE(data.isOk());
+  BootstrapOptions b;
+  b.rank = 0;
+  b.peers = {"127.0.0.1:0", "127.0.0.1:" + std::to_string(closedPort())};
+  b.neighbours = {1};
+  b.connectTimeoutSeconds = 0.6;
+  std::optional<Result<std::vector<Neighbour>>> result;
+  const auto t0 = Clock::now();
+  auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+  REQUIRE(boot.isOk());
+  REQUIRE(loop.runUntil([&] { return result.has_value(); }, std::chrono::seconds(3)));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  REQUIRE(!result->isOk());
+  const std::string m = result->status().message();
+  INFO(m);
+  CHECK(m.find("neighbour 1 at 127.0.0.1:") != std::string::npos);
+  CHECK(m.find("unreachable for 0.6 s") != std::string::npos);
+  CHECK(m.find("attempts") != std::string::npos);
+  CHECK(seconds >= 0.55);
+  CHECK(seconds < 1.2);
+  (*data)->close();
+}
+
+TEST_CASE("bootstrap: a neighbour that never dials is named after connect_timeout") {
+  Loop loop;
+  auto data = makeContext(loop, tcpOptions());
+  REQUIRE(data.isOk());
+  BootstrapOptions b;
+  b.rank = 1;
+  b.peers = {"127.0.0.1:1", "127.0.0.1:0"};
+  b.neighbours = {0};
+  b.connectTimeoutSeconds = 0.3;
+  std::optional<Result<std::vector<Neighbour>>> result;
+  auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+  REQUIRE(boot.isOk());
+  REQUIRE(loop.runUntil([&] { return result.has_value(); }, std::chrono::seconds(3)));
+  REQUIRE(!result->isOk());
+  CHECK(result->status().code() == ErrorCode::kDeadlineExceeded);
+  CHECK(result->status().message() == "neighbour 0 (127.0.0.1:1) did not connect within 0.3 s");
+  (*data)->close();
+}
+
+TEST_CASE("bootstrap: heartbeats report a stopped peer, its recovery, and its death") {
+  int toParent[2];
+  REQUIRE(::pipe(toParent) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // Rank 1: accepts rank 0, then serves heartbeats until killed.
+    ::close(toParent[0]);
+    Loop loop;
+    Options o = tcpOptions();
+    o.rank = 1;
+    auto data = makeContext(loop, o);
+    if (!data.isOk()) ::_exit(3);
+    BootstrapOptions b;
+    b.rank = 1;
+    b.peers = {"127.0.0.1:1", "127.0.0.1:0"};
+    b.neighbours = {0};
+    b.heartbeatIntervalSeconds = 0.05;
+    std::optional<Result<std::vector<Neighbour>>> result;
+    auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+    if (!boot.isOk()) ::_exit(4);
+    const std::uint16_t port = (*boot)->listenPort();
+    if (::write(toParent[1], &port, 2) != 2) ::_exit(5);
+    loop.runUntil([] { return false; }, std::chrono::seconds(20));
+    ::_exit(0);
+  }
+  ::close(toParent[1]);
+  std::uint16_t port = 0;
+  REQUIRE(::read(toParent[0], &port, 2) == 2);
+  Loop loop;
+  Options o = tcpOptions();
+  o.rank = 0;
+  auto data = makeContext(loop, o);
+  REQUIRE(data.isOk());
+  BootstrapOptions b;
+  b.rank = 0;
+  b.peers = {"127.0.0.1:0", "127.0.0.1:" + std::to_string(port)};
+  b.neighbours = {1};
+  b.heartbeatIntervalSeconds = 0.05;
+  b.missedHeartbeats = 3;
+  std::vector<ControlEvent> events;
+  b.onEvent = [&](const ControlEvent& e) { events.push_back(e); };
+  std::optional<Result<std::vector<Neighbour>>> result;
+  auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+  REQUIRE(boot.isOk());
+  REQUIRE(loop.runUntil([&] { return result.has_value(); }, std::chrono::seconds(5)));
+  REQUIRE(result->isOk());
+  loop.runUntil([] { return false; }, std::chrono::milliseconds(300));
+  CHECK(events.empty());  // a live peer raises nothing
+
+  REQUIRE(::kill(child, SIGSTOP) == 0);
+  auto t0 = Clock::now();
+  REQUIRE(loop.runUntil([&] { return !events.empty(); }, std::chrono::seconds(3)));
+  const double suspectAfter = std::chrono::duration<double>(Clock::now() - t0).count();
+  CHECK(events[0].kind == ControlEventKind::kMissedHeartbeats);
+  CHECK(events[0].peer == 1);
+  CHECK(events[0].message.find("peer 1 missed heartbeats for") != std::string::npos);
+  CHECK(suspectAfter < 0.5);
+
+  REQUIRE(::kill(child, SIGCONT) == 0);
+  REQUIRE(loop.runUntil([&] { return events.size() >= 2; }, std::chrono::seconds(3)));
+  CHECK(events[1].kind == ControlEventKind::kHeartbeatsResumed);
+
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  t0 = Clock::now();
+  REQUIRE(loop.runUntil([&] { return events.size() >= 3; }, std::chrono::seconds(3)));
+  CHECK(events[2].kind == ControlEventKind::kClosed);
+  CHECK(events[2].message.find("control connection to peer 1 closed") != std::string::npos);
+  CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(toParent[0]);
+  result->value()[0].control->close();
+  (*data)->close();
+  loop.runUntil([] { return false; }, std::chrono::milliseconds(20));
+}
