@@ -44,7 +44,7 @@ class Loop {
   bool onLoopThread() const;
 
  private:
-  boost::asio::io_context io_;
+  boost::asio::io_context io_{1};  // concurrency hint 1: one thread runs it (cheaper posts)
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -448,3 +448,40 @@ TEST_CASE("bootstrap: a config-hash mismatch is an explicit error on both sides,
   }
   CHECK(seconds < 1.0);
 }
+
+TEST_CASE("streaming with a window of sends and receives in flight", "[conformance]") {
+  Pair p;
+  const std::size_t sizes[] = {13, 64 << 10, 100 << 10, 1 << 20};
+  for (std::size_t size : sizes) {
+    INFO("size " << size);
+    const int count = static_cast<int>(std::clamp<std::size_t>((std::size_t{32} << 20) / size, 16, 20000));
+    constexpr int kWindow = 4;
+    std::vector<std::uint8_t> out = pattern(size, 77);
+    std::vector<std::vector<std::uint8_t>> in(kWindow, std::vector<std::uint8_t>(size));
+    int sent = 0, completed = 0, posted = 0, got = 0, errors = 0, mismatches = 0;
+    std::function<void()> pump = [&] {
+      while (sent < count && sent - completed < kWindow) {
+        ++sent;
+        p.c01->send(50, out, [&](Status s) {
+          errors += !s.isOk();
+          ++completed;
+          pump();
+        });
+      }
+    };
+    std::function<void()> postOne = [&] {
+      auto& buf = in[static_cast<std::size_t>(posted++) % kWindow];
+      p.c10->recv(50, buf, [&](Status s, std::size_t n) {
+        errors += !s.isOk();
+        mismatches += (n != size || buf != out);
+        ++got;
+        if (posted < count) postOne();
+      });
+    };
+    for (int i = 0; i < kWindow; ++i) postOne();
+    pump();
+    REQUIRE(p.runUntil([&] { return got == count && completed == count; }, 20.0));
+    CHECK(errors == 0);
+    CHECK(mismatches == 0);
+  }
+}

@@ -19,6 +19,10 @@ struct Command {
 };
 
 // One registrar per subcommand (defined in cmd_<name>.cc).
-// (none yet)
+Command registerInfo(CLI::App& root);
+Command registerBenchTransport(CLI::App& root);
+
+// The `bench` parent command, created on first use; every `bench <x>` registrar adds to it.
+CLI::App* benchApp(CLI::App& root);
 
 }  // namespace grapevine::cli

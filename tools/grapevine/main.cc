@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   root.set_version_flag("--version", "grapevine 0.1.0");
 
   std::vector<Command> commands = {
+      registerInfo(root),
+      registerBenchTransport(root),
   };
 
   try {

@@ -395,7 +395,14 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
                            0);
         break;
       case Target::kUnexpected:
-        core_.stash(frameTag_, std::move(frameBuffer_), frameSize_);
+        // A receive may have been posted while this body was arriving: hand it over now, or it
+        // would wait behind a message that is already here.
+        if (auto r = core_.takeRecv(frameTag_)) {
+          core_.deliver(std::move(*r), std::span<const std::uint8_t>(frameBuffer_.data(), frameSize_));
+          pool_.release(std::move(frameBuffer_));
+        } else {
+          core_.stash(frameTag_, std::move(frameBuffer_), frameSize_);
+        }
         break;
     }
     frameRecv_.reset();
