@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -484,4 +485,66 @@ TEST_CASE("streaming with a window of sends and receives in flight", "[conforman
     CHECK(errors == 0);
     CHECK(mismatches == 0);
   }
+}
+
+TEST_CASE("receives posted at random moments while large messages are arriving", "[conformance]") {
+  // Regression: a receive posted while an unexpected message was still arriving used to wait forever
+  // behind it (tcp). The sender runs on its own loop thread so bodies arrive in pieces, and receives
+  // are posted after random small delays, so every interleaving is likely.
+  const Options base = testOptions();
+  Loop sendLoop, recvLoop;
+  Options o = base;
+  o.rank = 0;
+  auto ctx0 = makeContext(sendLoop, o);
+  o.rank = 1;
+  auto ctx1 = makeContext(recvLoop, o);
+  REQUIRE((ctx0.isOk() && ctx1.isOk()));
+  auto c01 = (*ctx0)->connect(1, (*ctx1)->localAddress());
+  auto c10 = (*ctx1)->connect(0, (*ctx0)->localAddress());
+  REQUIRE((c01.isOk() && c10.isOk()));
+  constexpr int kCount = 400;
+  constexpr int kWindow = 2;  // a short backlog: the unexpected queue often runs empty
+  constexpr std::size_t kSize = 256 << 10;
+  // Message k carries k in its first bytes: order and content are both checked.
+  std::vector<std::vector<std::uint8_t>> out(kCount, pattern(kSize, 11));
+  for (int k = 0; k < kCount; ++k) std::memcpy(out[k].data(), &k, sizeof k);
+  std::vector<std::uint8_t> in(kSize);
+  std::atomic<int> completed{0}, sendErrors{0};
+  int sent = 0;
+  std::function<void()> pump = [&] {
+    while (sent < kCount && sent - completed.load() < kWindow) {
+      ++sent;
+      (*c01)->send(3, out[static_cast<std::size_t>(sent - 1)], [&](Status s) {
+        sendErrors += !s.isOk();
+        ++completed;
+        pump();
+      });
+    }
+  };
+  pump();
+  std::thread sender([&] { sendLoop.runUntil([&] { return completed.load() == kCount; }, std::chrono::seconds(20)); });
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> delayUs(0, 300);
+  int got = 0, errors = 0, mismatches = 0;
+  std::function<void()> postLater = [&] {
+    recvLoop.after(std::chrono::microseconds(delayUs(rng)), [&] {
+      (*c10)->recv(3, in, [&](Status s, std::size_t n) {
+        errors += !s.isOk();
+        mismatches += (n != kSize || in != out[static_cast<std::size_t>(got)]);
+        if (++got < kCount) postLater();
+      });
+    });
+  };
+  postLater();
+  const bool ok = recvLoop.runUntil([&] { return got == kCount; }, std::chrono::seconds(20));
+  sender.join();
+  CHECK(ok);
+  CHECK(completed.load() == kCount);
+  CHECK(sendErrors.load() == 0);
+  CHECK(errors == 0);
+  CHECK(mismatches == 0);
+  (*ctx1)->close();
+  recvLoop.runUntil([] { return false; }, std::chrono::milliseconds(10));
+  (*ctx0)->close();
+  sendLoop.runUntil([] { return false; }, std::chrono::milliseconds(10));
 }
