@@ -24,6 +24,10 @@
 #include "runtime/transport/loop.h"
 #include "runtime/transport/transport.h"
 #include "tools/grapevine/command.h"
+#if GRAPEVINE_BENCH_NATIVE_REFERENCES
+#include "runtime/transport/ofi/native_reference.h"
+#include "runtime/transport/ucx/native_reference.h"
+#endif
 
 namespace grapevine::cli {
 
@@ -365,6 +369,36 @@ Result<Numbers> tcpReferenceClient(const Plan& plan, int rfd, int wfd) {
   return n;
 }
 
+#if GRAPEVINE_BENCH_NATIVE_REFERENCES
+// ---- references: the native tools (runtime/transport/{ucx,ofi}/native_reference.h) -----------------
+// UCX: Grapevine's endpoints need peer-failure handling, which on UCX 1.13 leaves tcp as the loopback
+// transport, so ucx_perftest runs over tcp too (like for like).
+Result<Numbers> ucxReference(const Plan& plan) {
+  Numbers n;
+  GV_ASSIGN_OR_RETURN(auto lat, transport::ucx::runPerftest(transport::ucx::PerftestKind::kTagLatency,
+                                                            8, "tcp", plan.pingPongs));
+  n.latUs = lat.latencyUs;
+  for (std::size_t size : plan.sizes) {
+    GV_ASSIGN_OR_RETURN(auto bw, transport::ucx::runPerftest(transport::ucx::PerftestKind::kTagBandwidth,
+                                                             size, "tcp", plan.messages(size)));
+    n.gbps.push_back(bw.bytesPerSecond * 8 / 1e9);
+  }
+  return n;
+}
+// libfabric: fi_pingpong is a ping-pong, so its bandwidth is round-trip bound (no messages in flight).
+Result<Numbers> libfabricReference(const Plan& plan) {
+  Numbers n;
+  GV_ASSIGN_OR_RETURN(auto lat, transport::ofi::runPingpong(8, "tcp;ofi_rxm", plan.pingPongs));
+  n.latUs = lat.latencyUs;
+  for (std::size_t size : plan.sizes) {
+    GV_ASSIGN_OR_RETURN(auto bw, transport::ofi::runPingpong(size, "tcp;ofi_rxm",
+                                                             std::max(4, plan.messages(size) / 4)));
+    n.gbps.push_back(bw.bytesPerSecond * 8 / 1e9);
+  }
+  return n;
+}
+#endif
+
 // ---- the reference table: one row per backend ------------------------------------------------------
 
 struct Reference {
@@ -381,7 +415,10 @@ std::vector<Reference> references() {
              false, [&](int r, int w) { return tcpReferenceServer(plan, r, w); },
              [&](int r, int w) { return tcpReferenceClient(plan, r, w); });
        }},
-      // {"ucx", "ucx_perftest tag_lat/tag_bw", ...}, {"libfabric", "fi_pingpong", ...}
+#if GRAPEVINE_BENCH_NATIVE_REFERENCES
+      {"ucx", "ucx_perftest tag_lat/tag_bw (UCX_TLS=tcp)", ucxReference},
+      {"libfabric", "fi_pingpong -e rdm -m tagged (tcp;ofi_rxm)", libfabricReference},
+#endif
   };
 }
 

@@ -1,0 +1,906 @@
+// UCX backend: Context and Connection over UCP tagged messages.
+//
+// Why tagged messages and not active messages: the transport contract *is* tag send/recv with
+// receives posted into caller-owned buffers, which UCP tag matching implements directly (eager for small
+// messages, rendezvous zero-copy into the posted buffer for large ones). Active messages would land in
+// UCX-owned buffers and need our own matching queue plus a copy or a second rendezvous step.
+//
+// Object graph and lifetimes (all on the loop thread):
+//   UcxContext --shared_ptr--> Engine <--shared_ptr-- UcxConnection <--shared_ptr-- Op (while pending)
+// The Engine owns the UCP context/worker and the queue of ready callbacks; it outlives the Context as
+// long as a connection or a posted task refers to it, so every callback can still be delivered after
+// Context::close(). A pending Op keeps its connection alive, so dropping a Connection with operations in
+// flight is safe; Context::close() cancels them all.
+//
+// Callback discipline: UCX completion callbacks (which run inside ucp_worker_progress) never call user
+// code; they push a closure onto Engine::ready_, which runs after progress returns, from a posted task,
+// the event-fd handler or the busy poller. So user callbacks never run inline in send()/recv()/close()
+// and user code never re-enters ucp_worker_progress.
+#include <sys/syscall.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/common/log.h"
+#include "runtime/transport/loop.h"
+#include "runtime/transport/ucx/factory.h"
+#include "runtime/transport/ucx/tag_layout.h"
+
+namespace grapevine::transport::ucx {
+namespace {
+
+// Address blob (host byte order; peers that exchange it share a host or an architecture):
+//   u32 magic "GVUX" | u32 version | u32 rank | u32 pid | u64 host key | UCX worker address
+// The pid and host key let a same-host peer watch this process's liveness (see connect()).
+constexpr std::uint32_t kAddressMagic = 0x58555647;  // "GVUX" little-endian
+constexpr std::uint32_t kAddressVersion = 2;
+struct AddressHeader {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::uint32_t rank;
+  std::uint32_t pid;
+  std::uint64_t hostKey;
+};
+constexpr std::size_t kAddressHeader = sizeof(AddressHeader);
+static_assert(kAddressHeader == 24);
+
+// Identifies "same kernel and same pid namespace", where a pid names the same process for both
+// peers: FNV-1a over the boot id and the pid namespace link. 0 when either is unreadable.
+std::uint64_t hostKey() {
+  std::string id;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f) != nullptr) id = buf;
+    std::fclose(f);
+  }
+  char ns[64] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (id.empty() || n <= 0) return 0;
+  id.append(ns, static_cast<std::size_t>(n));
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  return h == 0 ? 1 : h;
+}
+
+// Keepalive: UCX probes idle endpoints at this interval, and we run a progress pass at kTickInterval so
+// that keepalive (which only advances inside ucp_worker_progress) runs even while the loop sleeps.
+// Together they bound how long a dead peer with only receives pending goes unnoticed (< 2 s).
+constexpr const char* kKeepaliveInterval = "300ms";
+constexpr auto kTickInterval = std::chrono::milliseconds(200);
+
+// A bounded number of progress/callback rounds per wakeup so a busy peer cannot starve other loop work.
+constexpr int kMaxRoundsPerWake = 32;
+// How long close() waits for its goodbye to leave before it force-closes the endpoint anyway.
+constexpr auto kGoodbyeGrace = std::chrono::milliseconds(500);
+
+std::string ucsError(ucs_status_t st) { return ucs_status_string(st); }
+
+class Engine;
+class UcxConnection;
+struct Op;
+Engine* engineOf(Op* op);
+
+struct Op {
+  // kControlRecv / kGoodbye are the backend's own (kControlTag), never in the user-op list.
+  enum class Kind { kSend, kRecv, kControlRecv, kGoodbye };
+  Kind kind = Kind::kSend;
+  std::shared_ptr<UcxConnection> conn;
+  Engine* engine = nullptr;  // owner of the op pool (outlives every op it hands out)
+  SendCallback sendCb;
+  RecvCallback recvCb;
+  void* request = nullptr;
+  // UCX may run the completion callback before ucp_tag_{send,recv}_nbx returns; while `submitting`, the
+  // callback only records the result here and the submitter finishes the op.
+  bool submitting = false;
+  bool finishedInline = false;
+  // Its callback already ran (the connection gave up on it) but UCX still owns the request; the UCX
+  // completion, if it ever comes, only recycles the op.
+  bool orphaned = false;
+  ucs_status_t inlineStatus = UCS_OK;
+  std::size_t inlineLength = 0;
+  Op* prev = nullptr;  // intrusive list of the connection's pending operations
+  Op* next = nullptr;
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  Engine(Loop& loop, const Options& options) : loop_(loop), options_(options) {}
+  ~Engine();
+
+  Status init();
+  void shutdown();
+
+  Loop& loop() { return loop_; }
+  ucp_worker_h worker() const { return worker_; }
+  bool open() const { return worker_ != nullptr; }
+  int rank() const { return options_.rank; }
+  std::size_t maxMessageBytes() const { return options_.maxMessageBytes; }
+  const std::vector<std::uint8_t>& address() const { return address_; }
+
+  // Queues a closure to run on the loop thread after the current progress pass (never inline).
+  void defer(std::function<void()> fn) {
+    ready_.push_back(std::move(fn));
+    schedule();
+  }
+  // Makes sure a progress pass runs soon (after new operations were handed to UCX).
+  void schedule();
+
+  Op* allocOp() {
+    Op* op = nullptr;
+    if (freeOps_.empty()) {
+      op = new Op();
+    } else {
+      op = freeOps_.back();
+      freeOps_.pop_back();
+    }
+    op->engine = this;
+    return op;
+  }
+  void releaseOp(Op* op) {
+    op->conn.reset();
+    op->sendCb = nullptr;
+    op->recvCb = nullptr;
+    op->request = nullptr;
+    op->submitting = op->finishedInline = op->orphaned = false;
+    op->prev = op->next = nullptr;
+    freeOps_.push_back(op);
+  }
+
+  // Keeps an orphaned op alive until UCX completes it or the worker is destroyed.
+  void adoptOrphan(Op* op) {
+    op->orphaned = true;
+    op->conn.reset();
+    orphans_.push_back(op);
+  }
+  void releaseOrphan(Op* op) {
+    orphans_.erase(std::find(orphans_.begin(), orphans_.end(), op));
+    releaseOp(op);
+  }
+
+  void addConnection(const std::shared_ptr<UcxConnection>& c) { connections_.push_back(c); }
+  // Endpoint close requests still in flight; freed once UCX finishes them.
+  void trackClose(void* request) { closing_.push_back(request); }
+
+  // Progresses UCX and runs ready callbacks until idle, then re-arms the event fd.
+  void progressAll();
+  // One busy-poll step; true if it did any work.
+  bool pollOnce();
+
+ private:
+  void destroyUcx();
+  void sweepClosing();
+  void tick();
+
+  Loop& loop_;
+  Options options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  bool watching_ = false;
+  bool scheduled_ = false;
+  std::vector<std::uint8_t> address_;
+  std::deque<std::function<void()>> ready_;
+  std::vector<Op*> freeOps_;
+  std::vector<Op*> orphans_;
+  std::vector<void*> closing_;
+  std::vector<std::weak_ptr<UcxConnection>> connections_;
+  std::shared_ptr<Loop::TimerHandle> timer_;
+};
+
+class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
+ public:
+  UcxConnection(std::shared_ptr<Engine> engine, int peer) : engine_(std::move(engine)), peer_(peer) {}
+  ~UcxConnection() override;
+
+  Status createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode);
+  // Fails the connection with kUnavailable when process `pid` (a peer on this host) exits.
+  Status watchPeerProcess(pid_t pid);
+
+  void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) override;
+  void recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) override;
+  void close() override;
+  int peer() const override { return peer_; }
+  Status error() const override { return error_; }
+
+  // Posts the receive for the peer's goodbye. Called once by connect().
+  void start();
+  bool goodbyePending() const { return goodbye_ != nullptr; }
+  // Called by the engine: the context is shutting down.
+  void closeForShutdown() { close(); }
+  // Force-closes the endpoint now (without waiting for the goodbye).
+  void teardownNow() { finishTeardown(); }
+  // Called by the engine right before the worker is destroyed: completes (with error_) every operation
+  // UCX has not finished, since the worker's destruction releases their requests without callbacks.
+  void abandonPending();
+
+ private:
+  static void onSendDone(void* request, ucs_status_t st, void* userData);
+  static void onRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info,
+                         void* userData);
+  static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t st);
+
+  // Sets the sticky error (first one wins), cancels posted receives, and then, after telling the peer
+  // (sayGoodbye) or at once, force-closes the endpoint (which completes its pending sends). Pending
+  // callbacks complete with error_, each exactly once.
+  void fail(Status st, bool sayGoodbye = false);
+  void finishTeardown();
+  void onControl(Op::Kind kind, ucs_status_t st);
+  void noteFailure(Status st);
+  // Completes `op` (already unlinked): queues its callback with the mapped status, recycles it.
+  void finishSend(Op* op, ucs_status_t st);
+  void finishRecv(Op* op, ucs_status_t st, std::size_t bytes);
+  void link(Op* op);
+  void unlink(Op* op);
+  // The status an operation that UCX finished with `st` reports to its callback.
+  Status statusFor(ucs_status_t st);
+  void closeEndpoint();
+
+  void stopWatchingPeer();
+
+  std::shared_ptr<Engine> engine_;
+  int peer_;
+  ucp_ep_h ep_ = nullptr;
+  int pidfd_ = -1;  // >= 0 while the peer's process (same host) is watched for exit
+  pid_t peerPid_ = 0;
+  Op* controlRecv_ = nullptr;
+  Op* goodbye_ = nullptr;
+  std::uint8_t controlIn_[8] = {};
+  bool tornDown_ = false;
+  std::shared_ptr<Loop::TimerHandle> goodbyeTimer_;
+  Status error_;
+  bool closed_ = false;
+  Op* head_ = nullptr;
+};
+
+// ---- Engine -----------------------------------------------------------------------------------------
+
+Engine* engineOf(Op* op) { return op->engine; }
+
+Status Engine::init() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return unavailable("ucp_config_read: " + ucsError(st));
+  if (!options_.ucxTls.empty()) {
+    st = ucp_config_modify(config, "TLS", options_.ucxTls.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return invalidArgument("transport.ucx.tls '" + options_.ucxTls + "': " + ucsError(st));
+    }
+  }
+  // Best effort: an older UCX without keepalive still works, it just detects silent peers later.
+  (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", kKeepaliveInterval);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_TAG_SENDER_MASK |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.tag_sender_mask = kSenderMask;
+  params.mt_workers_shared = 0;
+  params.name = "grapevine";
+  st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) return unavailable("ucp_init: " + ucsError(st));
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop thread touches the worker
+  st = ucp_worker_create(context_, &wparams, &worker_);
+  if (st != UCS_OK) {
+    destroyUcx();
+    return unavailable("ucp_worker_create: " + ucsError(st));
+  }
+
+  ucp_address_t* addr = nullptr;
+  std::size_t addrLen = 0;
+  st = ucp_worker_get_address(worker_, &addr, &addrLen);
+  if (st != UCS_OK) {
+    destroyUcx();
+    return unavailable("ucp_worker_get_address: " + ucsError(st));
+  }
+  address_.resize(kAddressHeader + addrLen);
+  const AddressHeader header{kAddressMagic, kAddressVersion,
+                             static_cast<std::uint32_t>(options_.rank),
+                             static_cast<std::uint32_t>(::getpid()), hostKey()};
+  std::memcpy(address_.data(), &header, kAddressHeader);
+  std::memcpy(address_.data() + kAddressHeader, addr, addrLen);
+  ucp_worker_release_address(worker_, addr);
+
+  std::weak_ptr<Engine> weak = weak_from_this();
+  if (options_.busyPoll) {
+    loop_.addPoller([weak] {
+      auto self = weak.lock();
+      return self && self->pollOnce();
+    });
+  } else {
+    st = ucp_worker_get_efd(worker_, &efd_);
+    if (st != UCS_OK) {
+      destroyUcx();
+      return unavailable("ucp_worker_get_efd: " + ucsError(st));
+    }
+    loop_.watchFd(efd_, [weak] {
+      if (auto self = weak.lock()) self->progressAll();
+    });
+    watching_ = true;
+  }
+  tick();
+  return Status::ok();
+}
+
+void Engine::tick() {
+  if (!open()) return;
+  progressAll();
+  std::weak_ptr<Engine> weak = weak_from_this();
+  timer_ = loop_.after(kTickInterval, [weak] {
+    if (auto self = weak.lock()) self->tick();
+  });
+}
+
+void Engine::schedule() {
+  if (scheduled_) return;
+  scheduled_ = true;
+  loop_.post([self = shared_from_this()] {
+    self->scheduled_ = false;
+    self->progressAll();
+  });
+}
+
+void Engine::sweepClosing() {
+  for (std::size_t i = 0; i < closing_.size();) {
+    if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
+      ucp_request_free(closing_[i]);
+      closing_[i] = closing_.back();
+      closing_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Engine::progressAll() {
+  auto keepAlive = shared_from_this();  // a callback may close the context and drop the last reference
+  for (int round = 0; round < kMaxRoundsPerWake; ++round) {
+    if (worker_ != nullptr) {
+      while (ucp_worker_progress(worker_) != 0) {
+      }
+      if (!closing_.empty()) sweepClosing();
+    }
+    if (!ready_.empty()) {
+      std::deque<std::function<void()>> batch;
+      batch.swap(ready_);
+      for (auto& fn : batch) fn();
+      continue;  // callbacks may have posted new operations
+    }
+    if (worker_ == nullptr || options_.busyPoll) return;
+    const ucs_status_t st = ucp_worker_arm(worker_);
+    if (st == UCS_ERR_BUSY) continue;  // events arrived between progress and arm
+    return;
+  }
+  schedule();  // still busy: yield to other loop work, come back soon
+}
+
+bool Engine::pollOnce() {
+  bool worked = false;
+  if (worker_ != nullptr) {
+    while (ucp_worker_progress(worker_) != 0) worked = true;
+    if (!closing_.empty()) sweepClosing();
+  }
+  if (!ready_.empty()) {
+    std::deque<std::function<void()>> batch;
+    batch.swap(ready_);
+    for (auto& fn : batch) fn();
+    worked = true;
+  }
+  return worked;
+}
+
+void Engine::shutdown() {
+  if (worker_ == nullptr) return;
+  auto keepAlive = shared_from_this();
+  std::vector<std::shared_ptr<UcxConnection>> live;
+  for (auto& weak : connections_) {
+    if (auto c = weak.lock()) live.push_back(std::move(c));
+  }
+  connections_.clear();
+  for (auto& c : live) c->closeForShutdown();
+  // Give the goodbyes a moment to leave (small eager sends), so peers learn of the close at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < deadline &&
+         std::any_of(live.begin(), live.end(), [](auto& c) { return c->goodbyePending(); })) {
+    ucp_worker_progress(worker_);
+  }
+  for (auto& c : live) c->teardownNow();
+  // Let the forced endpoint closes and the cancellations finish; they are local operations.
+  for (int i = 0; i < 1000 && !closing_.empty(); ++i) {
+    ucp_worker_progress(worker_);
+    sweepClosing();
+  }
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  // Anything UCX still holds is released with the worker: complete it here, exactly once.
+  for (auto& c : live) c->abandonPending();
+  if (!ready_.empty()) schedule();
+  destroyUcx();
+}
+
+void Engine::destroyUcx() {
+  if (timer_) {
+    loop_.cancel(timer_);
+    timer_.reset();
+  }
+  if (watching_) {
+    loop_.unwatchFd(efd_);
+    watching_ = false;
+  }
+  for (void* req : closing_) ucp_request_free(req);
+  closing_.clear();
+  if (worker_ != nullptr) {
+    ucp_worker_destroy(worker_);
+    worker_ = nullptr;
+  }
+  for (Op* op : orphans_) releaseOp(op);  // UCX released their requests with the worker
+  orphans_.clear();
+  if (context_ != nullptr) {
+    ucp_cleanup(context_);
+    context_ = nullptr;
+  }
+}
+
+Engine::~Engine() {
+  destroyUcx();
+  for (Op* op : orphans_) delete op;
+  for (Op* op : freeOps_) delete op;
+}
+
+// ---- UcxConnection ----------------------------------------------------------------------------------
+
+UcxConnection::~UcxConnection() {
+  closeEndpoint();
+  stopWatchingPeer();
+}
+
+Status UcxConnection::watchPeerProcess(pid_t pid) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) {
+    return unavailable("ucx: cannot watch peer " + std::to_string(peer_) + " (pid " +
+                       std::to_string(pid) + "): " + std::strerror(errno));
+  }
+  pidfd_ = fd;
+  peerPid_ = pid;
+  std::weak_ptr<UcxConnection> weak = weak_from_this();
+  engine_->loop().watchFd(pidfd_, [weak] {
+    auto self = weak.lock();
+    if (!self) return;
+    self->stopWatchingPeer();
+    self->fail(unavailable("peer " + std::to_string(self->peer_) + " (pid " +
+                           std::to_string(self->peerPid_) + ") exited"));
+  });
+  return Status::ok();
+}
+
+void UcxConnection::stopWatchingPeer() {
+  if (pidfd_ < 0) return;
+  engine_->loop().unwatchFd(pidfd_);
+  ::close(pidfd_);
+  pidfd_ = -1;
+}
+
+Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode) {
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = address;
+  params.err_mode = mode;
+  params.err_handler.cb = &UcxConnection::onEndpointError;
+  params.err_handler.arg = this;  // the endpoint is force-closed before this object goes away
+  const ucs_status_t st = ucp_ep_create(engine_->worker(), &params, &ep_);
+  if (st != UCS_OK) {
+    ep_ = nullptr;
+    return unavailable("ucp_ep_create to peer " + std::to_string(peer_) + ": " + ucsError(st));
+  }
+  return Status::ok();
+}
+
+void UcxConnection::link(Op* op) {
+  op->prev = nullptr;
+  op->next = head_;
+  if (head_ != nullptr) head_->prev = op;
+  head_ = op;
+}
+
+void UcxConnection::unlink(Op* op) {
+  if (op->prev != nullptr) op->prev->next = op->next;
+  if (op->next != nullptr) op->next->prev = op->prev;
+  if (head_ == op) head_ = op->next;
+  op->prev = op->next = nullptr;
+}
+
+Status UcxConnection::statusFor(ucs_status_t st) {
+  if (st == UCS_OK) return Status::ok();
+  if (st == UCS_ERR_MESSAGE_TRUNCATED) {
+    return resourceExhausted("message from peer " + std::to_string(peer_) +
+                             " is larger than the posted receive buffer");
+  }
+  if (!error_.isOk()) return error_;  // cancelled by close() or by a peer failure: report the cause
+  if (st == UCS_ERR_CANCELED) return cancelled("operation cancelled");
+  Status failure = unavailable("peer " + std::to_string(peer_) + ": " + ucsError(st));
+  noteFailure(failure);
+  return failure;
+}
+
+void UcxConnection::onSendDone(void* request, ucs_status_t st, void* userData) {
+  Op* op = static_cast<Op*>(userData);
+  ucp_request_free(request);
+  if (op->submitting) {
+    op->finishedInline = true;
+    op->inlineStatus = st;
+    return;
+  }
+  if (op->orphaned) return engineOf(op)->releaseOrphan(op);
+  auto conn = op->conn;
+  conn->unlink(op);
+  conn->finishSend(op, st);
+}
+
+void UcxConnection::onRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info,
+                               void* userData) {
+  Op* op = static_cast<Op*>(userData);
+  ucp_request_free(request);
+  const std::size_t bytes = (st == UCS_OK && info != nullptr) ? info->length : 0;
+  if (op->submitting) {
+    op->finishedInline = true;
+    op->inlineStatus = st;
+    op->inlineLength = bytes;
+    return;
+  }
+  if (op->orphaned) return engineOf(op)->releaseOrphan(op);
+  auto conn = op->conn;
+  conn->unlink(op);
+  conn->finishRecv(op, st, bytes);
+}
+
+void UcxConnection::finishSend(Op* op, ucs_status_t st) {
+  if (op->kind == Op::Kind::kGoodbye) {
+    engine_->releaseOp(op);
+    return onControl(Op::Kind::kGoodbye, st);
+  }
+  Status status = statusFor(st);
+  engine_->defer([cb = std::move(op->sendCb), status = std::move(status)] { cb(status); });
+  engine_->releaseOp(op);
+}
+
+void UcxConnection::finishRecv(Op* op, ucs_status_t st, std::size_t bytes) {
+  if (op->kind == Op::Kind::kControlRecv) {
+    engine_->releaseOp(op);
+    return onControl(Op::Kind::kControlRecv, st);
+  }
+  Status status = statusFor(st);
+  engine_->defer(
+      [cb = std::move(op->recvCb), status = std::move(status), bytes] { cb(status, bytes); });
+  engine_->releaseOp(op);
+}
+
+void UcxConnection::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t st) {
+  auto* self = static_cast<UcxConnection*>(arg);
+  self->noteFailure(unavailable("peer " + std::to_string(self->peer_) +
+                                " failed (UCX endpoint error: " + ucsError(st) + ")"));
+}
+
+void UcxConnection::noteFailure(Status st) {
+  // May run inside ucp_worker_progress (a completion or the endpoint error handler): record the error
+  // now so every completion from here on reports it, and cancel/close after progress returns.
+  if (error_.isOk()) error_ = std::move(st);
+  engine_->defer([keep = shared_from_this()] { keep->fail(keep->error_); });
+}
+
+void UcxConnection::start() {
+  Op* op = engine_->allocOp();
+  op->kind = Op::Kind::kControlRecv;
+  op->conn = shared_from_this();
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &UcxConnection::onRecvDone;
+  param.user_data = op;
+  op->submitting = true;
+  void* req = ucp_tag_recv_nbx(engine_->worker(), controlIn_, sizeof controlIn_,
+                               wireTag(static_cast<std::uint64_t>(peer_), kControlTag), kFullMask,
+                               &param);
+  op->submitting = false;
+  if (UCS_PTR_IS_ERR(req) || op->finishedInline) {
+    engine_->releaseOp(op);  // cannot happen for a fresh worker receive; then no goodbye detection
+    return;
+  }
+  op->request = req;
+  controlRecv_ = op;
+}
+
+void UcxConnection::onControl(Op::Kind kind, ucs_status_t st) {
+  if (kind == Op::Kind::kControlRecv) {
+    controlRecv_ = nullptr;
+    if (st == UCS_OK) fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
+    return;
+  }
+  goodbye_ = nullptr;
+  finishTeardown();
+}
+
+void UcxConnection::fail(Status st, bool sayGoodbye) {
+  if (error_.isOk()) error_ = std::move(st);
+  stopWatchingPeer();
+  if (!engine_->open()) return;
+  // Posted receives match on the worker, not the endpoint: cancel this peer's explicitly. Cancelling
+  // calls onRecvDone synchronously (it only queues the user callback), which unlinks the op, so walk
+  // a snapshot.
+  std::vector<Op*> recvs;
+  for (Op* op = head_; op != nullptr; op = op->next) {
+    if (op->kind == Op::Kind::kRecv) recvs.push_back(op);
+  }
+  if (controlRecv_ != nullptr) recvs.push_back(controlRecv_);
+  for (Op* op : recvs) {
+    if (op->request != nullptr) ucp_request_cancel(engine_->worker(), op->request);
+  }
+  if (sayGoodbye && ep_ != nullptr && goodbye_ == nullptr && !tornDown_) {
+    static const std::uint8_t kGoodbye[8] = {'g', 'o', 'o', 'd', 'b', 'y', 'e', 0};
+    Op* op = engine_->allocOp();
+    op->kind = Op::Kind::kGoodbye;
+    op->conn = shared_from_this();
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.send = &UcxConnection::onSendDone;
+    param.user_data = op;
+    op->submitting = true;
+    void* req = ucp_tag_send_nbx(ep_, kGoodbye, sizeof kGoodbye,
+                                 wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag),
+                                 &param);
+    op->submitting = false;
+    if (UCS_PTR_IS_PTR(req) && !op->finishedInline) {
+      op->request = req;
+      goodbye_ = op;
+      // A peer that is gone may never take the goodbye; do not wait for it forever.
+      std::weak_ptr<UcxConnection> weak = weak_from_this();
+      goodbyeTimer_ = engine_->loop().after(kGoodbyeGrace, [weak] {
+        if (auto self = weak.lock()) self->finishTeardown();
+      });
+      engine_->schedule();
+      return;
+    }
+    engine_->releaseOp(op);
+  }
+  finishTeardown();
+}
+
+void UcxConnection::finishTeardown() {
+  if (tornDown_) return;
+  tornDown_ = true;
+  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  goodbyeTimer_.reset();
+  // Force-closing the endpoint completes every send still queued on it, the goodbye included, with
+  // UCS_ERR_CANCELED.
+  closeEndpoint();
+  if (goodbye_ != nullptr) {  // not cancelled by the close: UCX keeps the request, we drop the op
+    engine_->adoptOrphan(goodbye_);
+    goodbye_ = nullptr;
+  }
+  // Without UCX error handling (the same-host shared-memory case) a forced close leaves a rendezvous
+  // send that the peer never matched in flight. Complete it now and leave the request to UCX.
+  std::vector<Op*> stuck;
+  for (Op* op = head_; op != nullptr; op = op->next) {
+    if (op->kind == Op::Kind::kSend) stuck.push_back(op);
+  }
+  for (Op* op : stuck) {
+    unlink(op);
+    engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
+    engine_->adoptOrphan(op);
+  }
+  engine_->schedule();
+}
+
+void UcxConnection::closeEndpoint() {
+  if (ep_ == nullptr) return;
+  ucp_ep_h ep = ep_;
+  ep_ = nullptr;
+  if (!engine_->open()) return;  // the worker already destroyed its endpoints
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* req = ucp_ep_close_nbx(ep, &param);
+  if (UCS_PTR_IS_PTR(req)) engine_->trackClose(req);
+}
+
+void UcxConnection::abandonPending() {
+  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  goodbyeTimer_.reset();
+  for (Op** internal : {&controlRecv_, &goodbye_}) {
+    if (*internal != nullptr) {
+      engine_->releaseOp(*internal);
+      *internal = nullptr;
+    }
+  }
+  while (head_ != nullptr) {
+    Op* op = head_;
+    unlink(op);
+    // op->request goes away with the worker (ucp_worker_destroy), which runs right after this.
+    Status st = error_.isOk() ? cancelled("ucx context closed") : error_;
+    if (op->kind == Op::Kind::kSend) {
+      engine_->defer([cb = std::move(op->sendCb), st] { cb(st); });
+    } else {
+      engine_->defer([cb = std::move(op->recvCb), st] { cb(st, 0); });
+    }
+    engine_->releaseOp(op);
+  }
+}
+
+void UcxConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  fail(cancelled("connection to peer " + std::to_string(peer_) + " closed"), /*sayGoodbye=*/true);
+}
+
+void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) {
+  if (tag >= kControlTag) {
+    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 2")); });
+    return;
+  }
+  if (bytes.size() > engine_->maxMessageBytes()) {
+    engine_->defer([cb = std::move(cb), n = bytes.size(), max = engine_->maxMessageBytes()] {
+      cb(resourceExhausted("message of " + std::to_string(n) + " bytes above maxMessageBytes " +
+                           std::to_string(max)));
+    });
+    return;
+  }
+  if (!error_.isOk() || ep_ == nullptr || !engine_->open()) {
+    Status st = !error_.isOk() ? error_ : cancelled("ucx context closed");
+    engine_->defer([cb = std::move(cb), st] { cb(st); });
+    return;
+  }
+  Op* op = engine_->allocOp();
+  op->kind = Op::Kind::kSend;
+  op->conn = shared_from_this();
+  op->sendCb = std::move(cb);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.send = &UcxConnection::onSendDone;
+  param.user_data = op;
+  op->submitting = true;
+  void* req = ucp_tag_send_nbx(ep_, bytes.data(), bytes.size(),
+                               wireTag(static_cast<std::uint64_t>(engine_->rank()), tag), &param);
+  op->submitting = false;
+  if (UCS_PTR_IS_ERR(req)) return finishSend(op, UCS_PTR_STATUS(req));
+  if (op->finishedInline) return finishSend(op, op->inlineStatus);  // callback freed the request
+  op->request = req;
+  link(op);
+  engine_->schedule();
+}
+
+void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
+  if (tag >= kControlTag) {
+    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 2"), 0); });
+    return;
+  }
+  if (!error_.isOk() || !engine_->open()) {
+    Status st = !error_.isOk() ? error_ : cancelled("ucx context closed");
+    engine_->defer([cb = std::move(cb), st] { cb(st, 0); });
+    return;
+  }
+  Op* op = engine_->allocOp();
+  op->kind = Op::Kind::kRecv;
+  op->conn = shared_from_this();
+  op->recvCb = std::move(cb);
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &UcxConnection::onRecvDone;
+  param.user_data = op;
+  op->submitting = true;
+  void* req = ucp_tag_recv_nbx(engine_->worker(), buffer.data(), buffer.size(),
+                               wireTag(static_cast<std::uint64_t>(peer_), tag), kFullMask, &param);
+  op->submitting = false;
+  if (UCS_PTR_IS_ERR(req)) return finishRecv(op, UCS_PTR_STATUS(req), 0);
+  if (op->finishedInline) return finishRecv(op, op->inlineStatus, op->inlineLength);
+  op->request = req;
+  link(op);
+  engine_->schedule();
+}
+
+// ---- UcxContext -------------------------------------------------------------------------------------
+
+class UcxContext : public Context {
+ public:
+  explicit UcxContext(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  ~UcxContext() override { close(); }
+
+  std::string_view backend() const override { return "ucx"; }
+  std::vector<std::uint8_t> localAddress() const override { return engine_->address(); }
+
+  Result<std::shared_ptr<Connection>> connect(int peer,
+                                              std::span<const std::uint8_t> remote) override {
+    if (!engine_->open()) return failedPrecondition("ucx context is closed");
+    if (peer < 0 || static_cast<std::uint64_t>(peer) > kMaxRank) {
+      return invalidArgument("ucx: peer rank " + std::to_string(peer) + " outside [0, 2^24)");
+    }
+    AddressHeader header;
+    if (remote.size() <= kAddressHeader) return invalidArgument("ucx: address blob too short");
+    std::memcpy(&header, remote.data(), kAddressHeader);
+    if (header.magic != kAddressMagic || header.version != kAddressVersion) {
+      return invalidArgument("ucx: not a grapevine UCX address (bad magic or version)");
+    }
+    if (header.rank != static_cast<std::uint32_t>(peer)) {
+      return invalidArgument("ucx: address belongs to rank " + std::to_string(header.rank) +
+                             ", not " + std::to_string(peer));
+    }
+    // UCX reads the worker address in place; keep an aligned copy for the duration of the call.
+    std::vector<std::uint8_t> workerAddress(remote.begin() + kAddressHeader, remote.end());
+    const auto* ucxAddress = reinterpret_cast<const ucp_address_t*>(workerAddress.data());
+    auto conn = std::make_shared<UcxConnection>(engine_, peer);
+    // Prefer UCX's own peer-failure handling. UCX 1.13's shared-memory transports (posix, sysv) have
+    // none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer on this
+    // host we then use an endpoint without UCX error handling and learn of the peer's death from a
+    // pidfd, which the kernel makes readable the moment that process exits.
+    const bool sameHost = header.hostKey != 0 && header.hostKey == hostKey();
+    if (sameHost && header.pid != static_cast<std::uint32_t>(::getpid())) {
+      // A peer process on this host: its exit is seen at once (the kernel makes the pidfd readable),
+      // whatever the transport; UCX's own detection (keepalive, socket errors) backs it up.
+      GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(header.pid)));
+    }
+    Status st = conn->createEndpoint(ucxAddress, UCP_ERR_HANDLING_MODE_PEER);
+    if (st.code() == ErrorCode::kUnavailable && sameHost) {
+      st = conn->createEndpoint(ucxAddress, UCP_ERR_HANDLING_MODE_NONE);
+      if (st.isOk()) {
+        log::info("ucx: peer ", peer, " is on this host and the transports lack peer-failure ",
+                  "handling; watching its process (pid ", header.pid, ") for liveness");
+      }
+    }
+    GV_RETURN_IF_ERROR(st);
+    engine_->addConnection(conn);
+    conn->start();
+    engine_->schedule();  // endpoint wire-up proceeds in progress
+    return std::shared_ptr<Connection>(std::move(conn));
+  }
+
+  void close() override { engine_->shutdown(); }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Context>> makeUcxContext(Loop& loop, const Options& options) {
+  if (options.rank < 0 || static_cast<std::uint64_t>(options.rank) > kMaxRank) {
+    return invalidArgument("ucx: rank " + std::to_string(options.rank) + " outside [0, 2^24)");
+  }
+  auto engine = std::make_shared<Engine>(loop, options);
+  GV_RETURN_IF_ERROR(engine->init());
+  return std::unique_ptr<Context>(std::make_unique<UcxContext>(std::move(engine)));
+}
+
+BackendInfo ucxBackendInfo() {
+  static const BackendInfo info = [] {
+    BackendInfo out{"ucx", false, ""};
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    ucp_context_h ctx = nullptr;
+    const ucs_status_t st = ucp_init(&params, nullptr, &ctx);
+    if (st != UCS_OK) {
+      out.reason = std::string("not usable: ucp_init failed: ") + ucs_status_string(st);
+      return out;
+    }
+    ucp_cleanup(ctx);
+    out.usable = true;
+    return out;
+  }();
+  return info;
+}
+
+}  // namespace grapevine::transport::ucx
