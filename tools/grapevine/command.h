@@ -19,6 +19,10 @@ struct Command {
 };
 
 // One registrar per subcommand (defined in cmd_<name>.cc).
-// (none yet)
+Command registerBench(CLI::App& root);  // `bench compress`
+
+// The `bench` parent app, created on first call: other files add their own `bench <what>` child
+// to it and return that child as their Command.
+CLI::App* benchApp(CLI::App& root);
 
 }  // namespace grapevine::cli

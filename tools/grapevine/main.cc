@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   root.set_version_flag("--version", "grapevine 0.1.0");
 
   std::vector<Command> commands = {
+      registerBench(root),
   };
 
   try {
