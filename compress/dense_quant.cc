@@ -38,6 +38,7 @@ class DenseCompressor final : public Compressor {
     const size_t bytes = maxEncodedBytes(x.size());
     if (out.size() < bytes) return invalidArgument("output buffer too small");
     GV_RETURN_IF_ERROR(checkAligned(out.data()));
+    if (bytes == 0) return bytes;
     if (method_ == Method::kNone) {
       std::memcpy(out.data(), x.data(), bytes);
     } else if (method_ == Method::kFp16) {

@@ -7,7 +7,8 @@
 //
 // Payload: u32 rows, u32 cols, u32 r, u32 0, f32 P[rows][r], f32 Qt[r][cols] (Q transposed, so
 // decoding streams over rows of the output). The decoder's element order is fixed:
-// value(i, j) = sum over c ascending of P[i][c] * Qt[c][j], accumulated from 0 in float.
+// value(i, j) = sum over c ascending of P[i][c] * Qt[c][j], accumulated from 0 in float (one
+// kernels axpy per c, which rounds the product and the sum separately on every table).
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
@@ -105,11 +106,7 @@ Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops) {
     for (size_t j0 = 0; j0 < cols; j0 += kTile) {
       const size_t len = std::min(kTile, cols - j0);
       std::fill(tmp, tmp + len, 0.0f);
-      for (size_t c = 0; c < r; ++c) {
-        const float a = pf[i * r + c];
-        const float* q = qt + c * cols + j0;
-        for (size_t j = 0; j < len; ++j) tmp[j] = tmp[j] + a * q[j];
-      }
+      for (size_t c = 0; c < r; ++c) ops.axpy(pf[i * r + c], qt + c * cols + j0, tmp, len);
       ops.axpy(w, tmp, out + j0, len);
     }
   }

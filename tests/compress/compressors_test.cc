@@ -107,7 +107,7 @@ TEST_CASE("none is exact; dense methods round-trip within their precision", "[co
     auto x = gaussian(n, 1 + static_cast<uint32_t>(n), 10.0f);
     auto none = make(Method::kNone);
     auto y = roundTrip(*none, x, 0);
-    CHECK(std::memcmp(x.data(), y.data(), n * 4) == 0);
+    CHECK((n == 0 || std::memcmp(x.data(), y.data(), n * 4) == 0));
     auto h = make(Method::kFp16);
     y = roundTrip(*h, x, 0);
     for (size_t i = 0; i < n; ++i) REQUIRE(std::fabs(y[i] - x[i]) <= std::fabs(x[i]) * 0x1.0p-11f + 0x1.0p-25f);

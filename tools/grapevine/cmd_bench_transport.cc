@@ -424,15 +424,6 @@ std::vector<Reference> references() {
 
 }  // namespace
 
-CLI::App* benchApp(CLI::App& root) {
-  for (CLI::App* sub : root.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; })) {
-    return sub;
-  }
-  CLI::App* bench = root.add_subcommand("bench", "Microbenchmarks");
-  bench->require_subcommand(1);
-  return bench;
-}
-
 Command registerBenchTransport(CLI::App& root) {
   auto* app = benchApp(root)->add_subcommand(
       "transport", "Latency and bandwidth of a transport between two processes, against its native reference");

@@ -26,8 +26,10 @@ Command registerPeer(CLI::App& root);
 Command registerLaunch(CLI::App& root);
 Command registerInfo(CLI::App& root);
 Command registerBenchTransport(CLI::App& root);
+Command registerBench(CLI::App& root);  // `bench compress`
 
-// The `bench` parent command, created on first use; every `bench <x>` registrar adds to it.
+// The `bench` parent app, created on first call: other files add their own `bench <what>` child
+// to it and return that child as their Command.
 CLI::App* benchApp(CLI::App& root);
 
 }  // namespace grapevine::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       registerLaunch(root),
       registerInfo(root),
       registerBenchTransport(root),
+      registerBench(root),
   };
 
   try {
