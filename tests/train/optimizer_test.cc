@@ -156,8 +156,11 @@ TEST_CASE("optimizer options are validated with the key named", "[train][optimiz
   o.weightDecay = -1;
   expectError(o, "optimizer.weight_decay");
   o = {};
-  o.schedule.lr = 0;
+  o.schedule.lr = -0.1;
   expectError(o, "optimizer.lr");
+  o = {};
+  o.schedule.lr = 0;  // pure gossip: allowed
+  CHECK(o.validate().isOk());
   o = {};
   o.schedule.kind = LrScheduleKind::kCosine;
   expectError(o, "total rounds");
