@@ -74,6 +74,7 @@ struct Child {
   std::string jsonl, log;
   std::streamoff offset = 0;
   nlohmann::json last;  // last record
+  double accuracy = NAN;  // latest test accuracy seen in any record
 };
 
 std::string tail(const std::string& path, int lines) {
@@ -98,6 +99,9 @@ void readNewRecords(Child& c) {
     c.offset = in.tellg();
     try {
       auto j = nlohmann::json::parse(line);
+      if (j.contains("test_accuracy") && j["test_accuracy"].is_number()) {
+        c.accuracy = j["test_accuracy"].get<double>();
+      }
       if (j.contains("round")) c.last = std::move(j);
     } catch (const nlohmann::json::exception&) {
     }
@@ -231,9 +235,9 @@ int runLaunch(const LaunchArgs& a) {
         minRound = minRound < 0 ? r : std::min(minRound, r);
         lossSum += ch.last.value("loss", 0.0);
         mbSent += ch.last.value("bytes_sent", 0.0) / 1e6;
-        if (ch.last.contains("test_accuracy") && ch.last["test_accuracy"].is_number()) {
-          accMin = std::min(accMin, ch.last["test_accuracy"].get<double>());
-          accMax = std::max(accMax, ch.last["test_accuracy"].get<double>());
+        if (std::isfinite(ch.accuracy)) {
+          accMin = std::min(accMin, ch.accuracy);
+          accMax = std::max(accMax, ch.accuracy);
         }
       }
       char line[256];
