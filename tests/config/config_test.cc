@@ -56,7 +56,7 @@ TEST_CASE("ring8 has the values of its file and the defaults elsewhere") {
   CHECK(c.compression.method == "top-k");
   CHECK(c.compression.ratio == Approx(0.01));
   CHECK(c.optimizer.nesterov);
-  CHECK(c.run.rounds == 3000);
+  CHECK(c.run.rounds == 2000);
   CHECK(c.transport.busyPoll == false);  // default
 }
 

@@ -338,3 +338,65 @@ workload: { name: consensus, dim: 200 }
   CHECK(run.peers[0]->counters().replicaMismatches == mismatchesAfter);
   CHECK(run.peers[0]->counters().replicaChecks > 10);
 }
+
+TEST_CASE("DeepSqueeze with int8 on a torus drives peers together and conserves the mean") {
+  const auto c = loadYaml(R"(
+peers: { count: 9 }
+topology: { kind: torus, dims: [3, 3] }
+algorithm: { name: deepsqueeze, consensus_step: 0.2 }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+compression: { method: int8, dense_below: 0 }
+workload: { name: consensus, dim: 512 }
+)");
+  Run run = makeRun(c);
+  const Eigen::MatrixXd X0 = models(run);
+  REQUIRE(engine::runLockstep(run.peers, 0, 300).isOk());
+  const Eigen::MatrixXd X = models(run);
+  INFO("distance " << consensusDistance(X0) << " -> " << consensusDistance(X));
+  CHECK(consensusDistance(X) < 1e-3 * consensusDistance(X0));
+  // Error compensation keeps the average: sum_i (x_i - x_half_i) = gamma sum_ij w_ij (c_j - c_i) = 0.
+  CHECK((X.colwise().mean() - X0.colwise().mean()).cwiseAbs().maxCoeff() < 1e-4);
+}
+
+TEST_CASE("a suspect neighbour's round is skipped and its late CHOCO delta still applied in order") {
+  const auto c = loadYaml(R"(
+peers: { count: 4 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.5, check_every: 3 }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+compression: { method: top-k, ratio: 0.2, dense_below: 0 }
+workload: { name: consensus, dim: 100 }
+)");
+  Run run = makeRun(c);
+  auto& peers = run.peers;
+  // Round 0 normally.
+  REQUIRE(engine::runLockstep(peers, 0, 1).isOk());
+  // Round 1: peer 1's message to 0 is late: 0 ends the round without it.
+  for (auto& p : peers) REQUIRE(p->beginRound(1).isOk());
+  std::vector<std::uint8_t> late;
+  for (auto& p : peers) {
+    for (int j : p->sendTo()) {
+      if (p->rank() == 1 && j == 0) {
+        late.assign(p->outgoing(j).begin(), p->outgoing(j).end());
+        continue;
+      }
+      peers[j]->onMessage(p->rank(), p->outgoing(j));
+    }
+  }
+  const auto suspects = peers[0]->endRound();
+  REQUIRE(suspects == std::vector<int>{1});
+  for (int r = 1; r < 4; ++r) CHECK(peers[r]->endRound().empty());
+  // Round 2 starts; the late message arrives now and goes to the replica, in order.
+  for (auto& p : peers) REQUIRE(p->beginRound(2).isOk());
+  peers[0]->onMessage(1, late);
+  CHECK(peers[0]->counters().lateApplied == 1);
+  for (auto& p : peers) {
+    for (int j : p->sendTo()) peers[j]->onMessage(p->rank(), p->outgoing(j));
+  }
+  for (auto& p : peers) CHECK(p->endRound().empty());
+  // Round 3 is a check round: the replicas agree, so no mismatch and no resync.
+  REQUIRE(engine::runLockstep(peers, 3, 4).isOk());
+  CHECK(peers[0]->counters().replicaChecks >= 2);
+  CHECK(peers[0]->counters().replicaMismatches == 0);
+  CHECK(peers[0]->counters().suspectRounds == 1);
+}

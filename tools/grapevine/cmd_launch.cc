@@ -128,7 +128,10 @@ int runLaunch(const LaunchArgs& a) {
   const auto addrs = c.peers.addresses();
   std::vector<Child> children;
   for (int r = 0; r < c.peers.count; ++r) {
-    if (isLocal(addrs[r].host, local)) children.push_back(Child{r});
+    if (!isLocal(addrs[r].host, local)) continue;
+    Child ch;
+    ch.rank = r;
+    children.push_back(std::move(ch));
   }
   if (children.empty()) {
     std::cerr << "grapevine launch: no peer of " << a.path
