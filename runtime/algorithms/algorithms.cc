@@ -2,18 +2,11 @@
 #include <map>
 
 #include "runtime/algorithms/algorithm.h"
+#include "runtime/common/hash.h"
 
 namespace grapevine::algorithms {
 
-std::uint64_t hashFloats(std::span<const float> v) {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (std::size_t i = 0; i < v.size_bytes(); ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.size_bytes()); }
 
 namespace {
 

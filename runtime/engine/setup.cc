@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "runtime/common/hash.h"
 #include "runtime/config/loader.h"
 #include "runtime/config/schema.h"
 
@@ -104,12 +105,7 @@ std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& pl
         if (k.path.rfind(p, 0) == 0) text += k.path + "=" + k.show(plan.config) + ";";
       }
     }
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char ch : text) {
-      h ^= ch;
-      h *= 1099511628211ull;
-    }
-    parts.emplace_back(part, h);
+    parts.emplace_back(part, fnv1a64(text));
   }
   return parts;
 }
