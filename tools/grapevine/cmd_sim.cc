@@ -43,13 +43,14 @@ int runSim(const SimArgs& a) {
     return plan.status().code() == ErrorCode::kInvalidArgument ? kExitBadInput : kExitFailure;
   }
   const auto& n = c.network;
+  char bandwidth[64] = "unlimited", compute[64] = "measured", links[256];
+  if (n.bandwidthMbit > 0) std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
+  if (n.computeMs > 0) std::snprintf(compute, sizeof compute, "%g ms/step", n.computeMs);
+  std::snprintf(links, sizeof links, "links %s, %g ms (+0-%g ms), loss %g%%; compute %s x%g", bandwidth,
+                n.latencyMs, n.jitterMs, n.lossPercent, compute, n.computeScale);
   std::cout << "grapevine sim: " << c.peers.count << " peers, " << c.topology.kind << ", "
-            << c.algorithm.name << " + " << c.compression.method << ", " << c.run.rounds
-            << " rounds; links " << (n.bandwidthMbit > 0 ? std::to_string(n.bandwidthMbit) + " Mbit/s"
-                                                         : std::string("unlimited"))
-            << ", " << n.latencyMs << " ms (+0-" << n.jitterMs << " ms), loss " << n.lossPercent
-            << "%; compute " << (n.computeMs > 0 ? std::to_string(n.computeMs) + " ms/step" : "measured")
-            << " x" << n.computeScale << "; output in " << out << "/\n"
+            << c.algorithm.name << " + " << c.compression.method << ", " << c.run.rounds << " rounds; "
+            << links << "; output in " << out << "/\n"
             << std::flush;
 
   sim::SimOptions o;
