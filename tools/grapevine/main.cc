@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       registerInfo(root),
       registerBenchTransport(root),
       registerBench(root),
+      registerSim(root),
   };
 
   try {

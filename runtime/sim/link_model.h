@@ -1,0 +1,47 @@
+// The simulator's link model: every directed edge has the same bandwidth, one-way latency, jitter and
+// loss (the `network:` section; per-edge overrides are a later step). Draws are a pure function of
+// (seed, from, to, round), never of a stream's position, so they do not depend on which thread asks
+// or in what order: the simulator stays bit-reproducible for a seed whatever its thread count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/config/config.h"
+
+namespace grapevine::sim {
+
+struct LinkParams {
+  double bandwidthBitsPerSecond = 0.0;  // 0: unlimited (no serialisation delay)
+  double latencySeconds = 0.0;          // one way
+  double jitterSeconds = 0.0;           // extra delay drawn uniformly from [0, jitter]
+  double lossProbability = 0.0;         // per message, in [0, 1]
+};
+
+LinkParams linkParamsFromConfig(const config::NetworkSection& network);
+
+class LinkModel {
+ public:
+  LinkModel(const LinkParams& params, std::uint64_t seed) : params_(params), seed_(seed) {}
+
+  const LinkParams& params() const { return params_; }
+
+  // Whether the round-`round` message from `from` to `to` is lost (never delivered).
+  bool lost(int from, int to, std::int64_t round) const;
+
+  // Seconds from the moment the sender hands `bytes` to the link until the receiver has them all:
+  // latency + jitter draw + bytes * 8 / bandwidth.
+  double delaySeconds(int from, int to, std::int64_t round, std::size_t bytes) const;
+
+  // The jitter draw alone, in [0, jitterSeconds].
+  double jitterSeconds(int from, int to, std::int64_t round) const;
+
+ private:
+  // A uniform double in [0, 1) from the edge, round and a stream id (0: loss, 1: jitter).
+  double uniform(int from, int to, std::int64_t round, std::uint64_t stream) const;
+
+  LinkParams params_;
+  std::uint64_t seed_;
+};
+
+}  // namespace grapevine::sim

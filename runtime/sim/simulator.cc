@@ -1,0 +1,258 @@
+#include "runtime/sim/simulator.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "runtime/engine/records.h"
+#include "runtime/sim/link_model.h"
+#include "runtime/sim/worker_pool.h"
+
+namespace grapevine::sim {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// CPU time of the calling thread: a peer's compute cost even when the pool's threads outnumber the
+// free cores (wall time would then count the waits for a core). BLAS runs single-threaded in a peer
+// (workloadOptions sets workload threads to 1), so the work happens on this thread.
+double threadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+struct PeerState {
+  double clock = 0.0;  // simulated seconds at the end of the last round
+  double ready = 0.0;  // when this round's message left
+  bool anyLost = false;
+  std::uint64_t lost = 0;
+  double arrival = 0.0;  // latest arrival of a delivered message this round
+  std::vector<int> incoming;
+  Status status;
+  std::string pending;  // records not yet appended to the file
+};
+
+Status appendFile(const std::string& path, std::string& text) {
+  if (text.empty()) return Status::ok();
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) return unavailable("cannot write " + path);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) return unavailable("cannot write " + path);
+  text.clear();
+  return Status::ok();
+}
+
+Status firstError(const std::vector<PeerState>& states) {
+  for (const auto& s : states) {
+    if (!s.status.isOk()) return s.status;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::uint64_t residentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return 0;
+  return resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& options) {
+  const config::Config& c = plan.config;
+  const int n = c.peers.count;
+  const std::size_t count = static_cast<std::size_t>(n);
+  const LinkModel link(linkParamsFromConfig(c.network), c.run.seed);
+  const double computeScale = c.network.computeScale;
+  const double fixedCompute = c.network.computeMs > 0.0
+                                  ? c.network.computeMs * 1e-3 * std::max(1, c.algorithm.localSteps)
+                                  : -1.0;
+  const std::string& dir = options.outDir;
+  auto path = [&dir](const char* stem, int rank, const char* ext) {
+    return dir + "/" + stem + std::to_string(rank) + ext;
+  };
+
+  SimResult result;
+  WorkerPool pool(options.threads);
+  result.threads = pool.threads();
+  result.rssBeforePeers = residentBytes();
+
+  std::vector<std::unique_ptr<engine::PeerCore>> peers(count);
+  std::vector<PeerState> states(count);
+  pool.parallelFor(count, [&](std::size_t i) {
+    auto p = engine::makePeer(plan, static_cast<int>(i), 0);
+    if (p.isOk()) peers[i] = std::move(*p);
+    else states[i].status = p.status();
+  });
+  GV_RETURN_IF_ERROR(firstError(states));
+
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return unavailable("cannot create " + dir + ": " + ec.message());
+    for (int r = 0; r < n; ++r) {
+      std::FILE* f = std::fopen(path("peer-", r, ".jsonl").c_str(), "w");  // truncate
+      if (!f) return unavailable("cannot write " + path("peer-", r, ".jsonl"));
+      std::fclose(f);
+    }
+  }
+
+  const auto start = Clock::now();
+  auto wallSeconds = [&start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  constexpr std::size_t kFlushBytes = 1 << 16;
+
+  for (std::int64_t t = 0; t < c.run.rounds; ++t) {
+    // 1. Local steps and messages.
+    pool.parallelFor(count, [&](std::size_t i) {
+      PeerState& s = states[i];
+      const double cpu0 = threadCpuSeconds();
+      s.status = peers[i]->beginRound(t);
+      const double compute = fixedCompute >= 0.0 ? fixedCompute : threadCpuSeconds() - cpu0;
+      s.ready = s.clock + compute * computeScale;
+      s.incoming.clear();
+      s.anyLost = false;
+      s.arrival = s.ready;
+    });
+    GV_RETURN_IF_ERROR(firstError(states));
+    // Who sends to whom, in increasing sender rank (O(edges), serial: it fixes the delivery order).
+    for (std::size_t j = 0; j < count; ++j) {
+      for (int i : peers[j]->sendTo()) states[static_cast<std::size_t>(i)].incoming.push_back(static_cast<int>(j));
+    }
+    // 2. Delivery: a receiver mutates only itself; senders' outgoing buffers are only read.
+    pool.parallelFor(count, [&](std::size_t i) {
+      PeerState& s = states[i];
+      const int to = static_cast<int>(i);
+      for (int j : s.incoming) {
+        if (link.lost(j, to, t)) {
+          s.anyLost = true;
+          ++s.lost;
+          continue;
+        }
+        const auto bytes = peers[static_cast<std::size_t>(j)]->outgoing(to);
+        peers[i]->onMessage(j, bytes);
+        s.arrival = std::max(s.arrival, states[static_cast<std::size_t>(j)].ready +
+                                            link.delaySeconds(j, to, t, bytes.size()));
+      }
+    });
+    // 3. Mixing, clocks, records.
+    const bool logNow = (t + 1) % c.output.logEvery == 0 || t + 1 == c.run.rounds;
+    const bool evalNow = c.workload.evalEvery > 0 && (t + 1) % c.workload.evalEvery == 0;
+    const double wall = wallSeconds();
+    pool.parallelFor(count, [&](std::size_t i) {
+      PeerState& s = states[i];
+      engine::PeerCore& p = *peers[i];
+      double end = s.arrival;
+      if (c.algorithm.overlap) {
+        // The real driver computes the next gradient while it waits for its neighbours.
+        const double cpu0 = threadCpuSeconds();
+        p.precomputeGradient();
+        const double g = fixedCompute >= 0.0 ? fixedCompute : threadCpuSeconds() - cpu0;
+        end = std::max(end, s.ready + g * computeScale);
+      }
+      if (s.anyLost) end = std::max(end, s.ready + c.algorithm.roundTimeout);
+      s.clock = end;
+      const auto suspects = p.endRound();
+      if (logNow || evalNow || !suspects.empty()) {
+        auto rec = engine::roundRecord(p, wall, suspects, {});
+        rec["lr"] = p.lastLr();
+        rec["sim_time"] = s.clock;
+        if (evalNow) {
+          const auto ev = p.workload().evaluateTest(p.model());
+          if (std::isfinite(ev.accuracy)) rec["test_accuracy"] = ev.accuracy;
+          rec["test_loss"] = ev.loss;
+        }
+        s.pending += rec.dump();
+        s.pending += '\n';
+        if (!dir.empty() && s.pending.size() >= kFlushBytes) {
+          s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
+        }
+        if (dir.empty()) s.pending.clear();
+      }
+    });
+    GV_RETURN_IF_ERROR(firstError(states));
+    if (options.onRound) {
+      double latest = 0.0;
+      for (const auto& s : states) latest = std::max(latest, s.clock);
+      options.onRound(t, latest);
+    }
+  }
+  result.roundsWallSeconds = wallSeconds();
+  result.rssAfterRounds = residentBytes();
+
+  // Final evaluation, record, model and final.json of every peer, as `grapevine peer` writes them.
+  result.peers.resize(count);
+  pool.parallelFor(count, [&](std::size_t i) {
+    PeerState& s = states[i];
+    engine::PeerCore& p = *peers[i];
+    engine::PeerResult& r = result.peers[i];
+    r = engine::collectResult(p, true);
+    if (dir.empty()) return;
+    auto rec = engine::roundRecord(p, wallSeconds(), {}, {});
+    rec["final"] = true;
+    rec["sim_time"] = s.clock;
+    if (std::isfinite(r.testAccuracy)) rec["test_accuracy"] = r.testAccuracy;
+    rec["test_loss"] = r.testLoss;
+    s.pending += rec.dump();
+    s.pending += '\n';
+    const int rank = static_cast<int>(i);
+    s.status = appendFile(path("peer-", rank, ".jsonl"), s.pending);
+    if (!s.status.isOk() || !options.writeModels) return;
+    s.status = engine::writeModel(path("model-", rank, ".bin"), r.model);
+    if (!s.status.isOk()) return;
+    auto j = engine::peerResultToJson(r);
+    j["wall_seconds"] = wallSeconds();
+    j["sim_time"] = s.clock;
+    std::ofstream f(path("peer-", rank, ".final.json"));
+    f << j.dump(2) << "\n";
+    if (!f) s.status = unavailable("cannot write " + path("peer-", rank, ".final.json"));
+  });
+  GV_RETURN_IF_ERROR(firstError(states));
+  result.wallSeconds = wallSeconds();
+
+  result.clock.reserve(count);
+  for (const auto& s : states) {
+    result.clock.push_back(s.clock);
+    result.simulatedSeconds = std::max(result.simulatedSeconds, s.clock);
+    result.messagesLost += s.lost;
+  }
+  peers.clear();  // the summary evaluates the averaged model with a fresh workload
+
+  auto& summary = result.summary;
+  summary = engine::makeSummary(plan, result.peers, result.wallSeconds, "sim");
+  summary["simulated_seconds"] = result.simulatedSeconds;
+  const double perPeer =
+      result.rssAfterRounds > result.rssBeforePeers
+          ? static_cast<double>(result.rssAfterRounds - result.rssBeforePeers) / n
+          : 0.0;
+  summary["sim"] = {
+      {"threads", result.threads},
+      {"messages_lost", result.messagesLost},
+      {"rounds_wall_seconds", result.roundsWallSeconds},
+      {"rounds_per_second",
+       result.roundsWallSeconds > 0 ? static_cast<double>(c.run.rounds) / result.roundsWallSeconds : 0.0},
+      {"compute", fixedCompute >= 0.0 ? "fixed" : "measured"},
+      {"rss_before_peers_bytes", result.rssBeforePeers},
+      {"rss_after_rounds_bytes", result.rssAfterRounds},
+      {"rss_per_peer_bytes", perPeer},
+  };
+  if (!dir.empty()) {
+    std::ofstream f(dir + "/summary.json");
+    f << summary.dump(2) << "\n";
+    if (!f) return unavailable("cannot write " + dir + "/summary.json");
+  }
+  return result;
+}
+
+}  // namespace grapevine::sim
