@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -235,6 +236,67 @@ class ReadyQueue {
 
  private:
   std::deque<std::function<void()>> ready_;
+};
+
+// Drives an engine's progress from the Loop: busy polling or an event fd, a periodic tick, and
+// "progress soon" requests. Engine (held by shared_ptr, enable_shared_from_this) provides open(),
+// progressAll() and pollOnce() -> bool (true if it did any work). The driver is a member of the
+// engine; every closure it hands the Loop holds the engine weakly (or, for schedule(), strongly).
+template <class Engine>
+class LoopDriver {
+ public:
+  explicit LoopDriver(Loop& loop) : loop_(loop) {}
+
+  // Busy polling: the loop calls engine->pollOnce() between its own events.
+  void poll(const std::weak_ptr<Engine>& engine) {
+    loop_.addPoller([engine] {
+      auto self = engine.lock();
+      return self && self->pollOnce();
+    });
+  }
+  // Sleeping: engine->progressAll() whenever `fd` becomes readable, until detach().
+  void watch(int fd, const std::weak_ptr<Engine>& engine) {
+    loop_.watchFd(fd, [engine] {
+      if (auto self = engine.lock()) self->progressAll();
+    });
+    watchedFd_ = fd;
+  }
+  // A progress pass now and then every `interval` while the engine is open, so that the library's
+  // connection management and keepalive advance while the loop sleeps.
+  void tick(Engine& engine, std::chrono::milliseconds interval) {
+    if (!engine.open()) return;
+    engine.progressAll();
+    std::weak_ptr<Engine> weak = engine.weak_from_this();
+    timer_ = loop_.after(interval, [this, weak, interval] {
+      if (auto self = weak.lock()) tick(*self, interval);  // `this` lives in *self
+    });
+  }
+  // Makes sure a progress pass runs soon (posted, never inline); requests coalesce until it runs.
+  void schedule(std::shared_ptr<Engine> engine) {
+    if (scheduled_) return;
+    scheduled_ = true;
+    loop_.post([this, self = std::move(engine)] {  // `this` lives in *self
+      scheduled_ = false;
+      self->progressAll();
+    });
+  }
+  // Stops the tick and the fd watch (before the library's objects go away).
+  void detach() {
+    if (timer_) {
+      loop_.cancel(timer_);
+      timer_.reset();
+    }
+    if (watchedFd_ >= 0) {
+      loop_.unwatchFd(watchedFd_);
+      watchedFd_ = -1;
+    }
+  }
+
+ private:
+  Loop& loop_;
+  int watchedFd_ = -1;  // >= 0 while watched
+  bool scheduled_ = false;
+  std::shared_ptr<Loop::TimerHandle> timer_;
 };
 
 }  // namespace grapevine::transport::tagged

@@ -142,7 +142,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool drainCq();  // true if it saw any completion
   void retryBacklog();
   void complete(Op* op, Status st, std::size_t bytes);
-  void tick();
   void destroyFabric();
 
   Loop& loop_;
@@ -154,14 +153,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
   int waitFd_ = -1;
-  bool watching_ = false;
-  bool scheduled_ = false;
+  tagged::LoopDriver<Engine> driver_{loop_};
   std::vector<std::uint8_t> address_;
   tagged::ReadyQueue ready_;
   std::deque<Op*> backlog_;
   tagged::OpPool<Op> ops_;
   std::vector<std::weak_ptr<OfiConnection>> connections_;
-  std::shared_ptr<Loop::TimerHandle> timer_;
 
   friend class OfiConnection;
 };
@@ -274,38 +271,16 @@ Status Engine::init() {
 
   std::weak_ptr<Engine> weak = weak_from_this();
   if (options_.busyPoll) {
-    loop_.addPoller([weak] {
-      auto self = weak.lock();
-      return self && self->pollOnce();
-    });
+    driver_.poll(weak);
   } else {
     if ((rc = fi_control(&cq_->fid, FI_GETWAIT, &waitFd_)) != 0) return fail("FI_GETWAIT", rc);
-    loop_.watchFd(waitFd_, [weak] {
-      if (auto self = weak.lock()) self->progressAll();
-    });
-    watching_ = true;
+    driver_.watch(waitFd_, weak);
   }
-  tick();
+  driver_.tick(*this, kTickInterval);
   return Status::ok();
 }
 
-void Engine::tick() {
-  if (!open()) return;
-  progressAll();
-  std::weak_ptr<Engine> weak = weak_from_this();
-  timer_ = loop_.after(kTickInterval, [weak] {
-    if (auto self = weak.lock()) self->tick();
-  });
-}
-
-void Engine::schedule() {
-  if (scheduled_) return;
-  scheduled_ = true;
-  loop_.post([self = shared_from_this()] {
-    self->scheduled_ = false;
-    self->progressAll();
-  });
-}
+void Engine::schedule() { driver_.schedule(shared_from_this()); }
 
 ssize_t Engine::post(Op* op) {
   if (op->kind == Op::Kind::kSend || op->kind == Op::Kind::kGoodbye) {
@@ -445,14 +420,7 @@ void Engine::shutdown() {
 }
 
 void Engine::destroyFabric() {
-  if (timer_) {
-    loop_.cancel(timer_);
-    timer_.reset();
-  }
-  if (watching_) {
-    loop_.unwatchFd(waitFd_);
-    watching_ = false;
-  }
+  driver_.detach();
   if (ep_ != nullptr) fi_close(&ep_->fid);
   ep_ = nullptr;
   if (cq_ != nullptr) fi_close(&cq_->fid);

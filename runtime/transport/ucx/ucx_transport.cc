@@ -134,21 +134,18 @@ class Engine : public std::enable_shared_from_this<Engine> {
  private:
   void destroyUcx();
   void sweepClosing();
-  void tick();
 
   Loop& loop_;
   Options options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
-  bool watching_ = false;
-  bool scheduled_ = false;
+  tagged::LoopDriver<Engine> driver_{loop_};
   std::vector<std::uint8_t> address_;
   tagged::ReadyQueue ready_;
   tagged::OpPool<Op> ops_;
   std::vector<void*> closing_;
   std::vector<std::weak_ptr<UcxConnection>> connections_;
-  std::shared_ptr<Loop::TimerHandle> timer_;
 };
 
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
@@ -267,42 +264,20 @@ Status Engine::init() {
 
   std::weak_ptr<Engine> weak = weak_from_this();
   if (options_.busyPoll) {
-    loop_.addPoller([weak] {
-      auto self = weak.lock();
-      return self && self->pollOnce();
-    });
+    driver_.poll(weak);
   } else {
     st = ucp_worker_get_efd(worker_, &efd_);
     if (st != UCS_OK) {
       destroyUcx();
       return unavailable("ucp_worker_get_efd: " + ucsError(st));
     }
-    loop_.watchFd(efd_, [weak] {
-      if (auto self = weak.lock()) self->progressAll();
-    });
-    watching_ = true;
+    driver_.watch(efd_, weak);
   }
-  tick();
+  driver_.tick(*this, kTickInterval);
   return Status::ok();
 }
 
-void Engine::tick() {
-  if (!open()) return;
-  progressAll();
-  std::weak_ptr<Engine> weak = weak_from_this();
-  timer_ = loop_.after(kTickInterval, [weak] {
-    if (auto self = weak.lock()) self->tick();
-  });
-}
-
-void Engine::schedule() {
-  if (scheduled_) return;
-  scheduled_ = true;
-  loop_.post([self = shared_from_this()] {
-    self->scheduled_ = false;
-    self->progressAll();
-  });
-}
+void Engine::schedule() { driver_.schedule(shared_from_this()); }
 
 void Engine::sweepClosing() {
   for (std::size_t i = 0; i < closing_.size();) {
@@ -373,14 +348,7 @@ void Engine::shutdown() {
 }
 
 void Engine::destroyUcx() {
-  if (timer_) {
-    loop_.cancel(timer_);
-    timer_.reset();
-  }
-  if (watching_) {
-    loop_.unwatchFd(efd_);
-    watching_ = false;
-  }
+  driver_.detach();
   for (void* req : closing_) ucp_request_free(req);
   closing_.clear();
   if (worker_ != nullptr) {
