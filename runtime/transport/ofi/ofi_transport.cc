@@ -19,14 +19,10 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -36,58 +32,27 @@
 #include "runtime/common/log.h"
 #include "runtime/transport/loop.h"
 #include "runtime/transport/ofi/factory.h"
+#include "runtime/transport/tagged_backend_common.h"
 
 namespace grapevine::transport::ofi {
 namespace {
 
-// Tag layout, identical to the UCX backend's (see runtime/transport/ucx/tag_layout.h): sender rank in
-// the high 24 bits, user tag in the low 40. Receives match the full 64 bits, so a receive posted for
-// peer p only takes p's messages although the endpoint (and its matching) is shared by all peers.
-constexpr int kUserTagBits = 40;
-constexpr std::uint64_t kMaxUserTag = (std::uint64_t{1} << kUserTagBits) - 1;
-constexpr std::uint64_t kMaxRank = (std::uint64_t{1} << (64 - kUserTagBits)) - 1;
-// The highest user tag is reserved for the backend's own "goodbye" message: close() sends it so the
-// peer fails its pending operations with kUnavailable at once instead of waiting for a send to fail.
-constexpr std::uint64_t kControlTag = kMaxUserTag;
-constexpr auto kGoodbyeGrace = std::chrono::milliseconds(500);
+// Tag layout shared with the UCX backend (tagged_backend_common.h): sender rank in the high 24 bits,
+// user tag in the low 40. Receives match the full 64 bits, so a receive posted for peer p only takes
+// p's messages although the endpoint (and its matching) is shared by all peers. kControlTag carries the
+// "goodbye": close() sends it so the peer fails its pending operations with kUnavailable at once
+// instead of waiting for a send to fail.
+using tagged::kControlTag;
+using tagged::kGoodbyeGrace;
+using tagged::wireTag;
 constexpr auto kGoodbyeFlush = std::chrono::milliseconds(50);
-constexpr std::uint64_t wireTag(std::uint64_t rank, std::uint64_t tag) {
-  return (rank << kUserTagBits) | (tag & kMaxUserTag);
-}
 
-// Address blob: u32 magic "GVOF" | u32 version | u32 rank | u32 pid | u64 host key | endpoint name.
-constexpr std::uint32_t kAddressMagic = 0x464f5647;
-constexpr std::uint32_t kAddressVersion = 1;
-struct AddressHeader {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::uint32_t rank;
-  std::uint32_t pid;
-  std::uint64_t hostKey;
-};
-constexpr std::size_t kAddressHeader = sizeof(AddressHeader);
+// Address blob: tagged::AddressHeader, then the endpoint name.
+constexpr tagged::AddressFormat kAddressFormat{0x464f5647 /* "GVOF" */, 1, "libfabric", "libfabric"};
 
 constexpr auto kTickInterval = std::chrono::milliseconds(200);
 constexpr int kMaxRoundsPerWake = 32;
 constexpr std::size_t kCqBatch = 16;
-
-// Same kernel and pid namespace (a pid then names the same process for both peers): FNV-1a over the
-// boot id and the pid-namespace link; 0 when unknown. (Same definition as the UCX backend's.)
-std::uint64_t hostKey() {
-  std::string id;
-  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char buf[64] = {};
-    if (std::fgets(buf, sizeof buf, f) != nullptr) id = buf;
-    std::fclose(f);
-  }
-  char ns[64] = {};
-  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-  if (id.empty() || n <= 0) return 0;
-  id.append(ns, static_cast<std::size_t>(n));
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
-  return h == 0 ? 1 : h;
-}
 
 // ofi_rxm over tcp lets the tcp provider receive straight into the posted buffer ("dynamic receive
 // buffers"); a message larger than that buffer then breaks the whole connection to the sender instead
@@ -123,6 +88,15 @@ struct Op {
   bool orphaned = false;  // callback already delivered; the provider may still return the context
   Op* prev = nullptr;     // intrusive list of the connection's pending ops
   Op* next = nullptr;
+
+  // Clears it for reuse (tagged::OpPool).
+  void reset() {
+    conn.reset();
+    sendCb = nullptr;
+    recvCb = nullptr;
+    posted = orphaned = false;
+    prev = next = nullptr;
+  }
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -142,30 +116,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   fid_av* av() const { return av_; }
 
   void defer(std::function<void()> fn) {
-    ready_.push_back(std::move(fn));
+    ready_.push(std::move(fn));
     schedule();
   }
   void schedule();
 
-  Op* allocOp() {
-    if (freeOps_.empty()) return new Op();
-    Op* op = freeOps_.back();
-    freeOps_.pop_back();
-    return op;
-  }
-  void releaseOp(Op* op) {
-    op->conn.reset();
-    op->sendCb = nullptr;
-    op->recvCb = nullptr;
-    op->posted = op->orphaned = false;
-    op->prev = op->next = nullptr;
-    freeOps_.push_back(op);
-  }
-  void adoptOrphan(Op* op) {
-    op->orphaned = true;
-    op->conn.reset();
-    orphans_.push_back(op);
-  }
+  Op* allocOp() { return ops_.alloc(); }
+  void releaseOp(Op* op) { ops_.release(op); }
+  void adoptOrphan(Op* op) { ops_.adoptOrphan(op); }
 
   // Hands `op` to the provider, or queues it behind earlier ops that met -FI_EAGAIN (queueing keeps
   // the per-tag order). Returns an error status for a hard failure.
@@ -184,7 +142,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool drainCq();  // true if it saw any completion
   void retryBacklog();
   void complete(Op* op, Status st, std::size_t bytes);
-  void tick();
   void destroyFabric();
 
   Loop& loop_;
@@ -196,15 +153,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
   int waitFd_ = -1;
-  bool watching_ = false;
-  bool scheduled_ = false;
+  tagged::LoopDriver<Engine> driver_{loop_};
   std::vector<std::uint8_t> address_;
-  std::deque<std::function<void()>> ready_;
+  tagged::ReadyQueue ready_;
   std::deque<Op*> backlog_;
-  std::vector<Op*> freeOps_;
-  std::vector<Op*> orphans_;
+  tagged::OpPool<Op> ops_;
   std::vector<std::weak_ptr<OfiConnection>> connections_;
-  std::shared_ptr<Loop::TimerHandle> timer_;
 
   friend class OfiConnection;
 };
@@ -234,13 +188,13 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   bool goodbyePending() const { return goodbye_ != nullptr; }
   // Right before the endpoint is closed: completes (with error_) every op the provider still holds.
   void abandonPending();
-  void link(Op* op);
-  void unlink(Op* op);
+  void link(Op* op) { pending_.link(op); }
+  void unlink(Op* op) { pending_.unlink(op); }
   // Status for an op the provider finished with libfabric error `err` (0 = success).
   Status statusFor(int err, const std::string& detail);
 
  private:
-  void stopWatchingPeer();
+  void stopWatchingPeer() { peerWatch_.stop(); }
   void finishTeardown();
 
   std::shared_ptr<Engine> engine_;
@@ -248,14 +202,13 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   fi_addr_t addr_;
   Op* controlRecv_ = nullptr;
   Op* goodbye_ = nullptr;
-  std::uint8_t controlIn_[8] = {};
+  std::uint8_t controlIn_[tagged::kControlBytes] = {};
   bool tornDown_ = false;
   std::shared_ptr<Loop::TimerHandle> goodbyeTimer_;
   Status error_;
   bool closed_ = false;
-  int pidfd_ = -1;
-  pid_t peerPid_ = 0;
-  Op* head_ = nullptr;
+  tagged::PeerProcessWatch peerWatch_;  // the peer's process (same host), watched for exit
+  tagged::PendingOps<Op> pending_;
 };
 
 // ---- Engine -----------------------------------------------------------------------------------------
@@ -313,47 +266,21 @@ Status Engine::init() {
     rc = fi_getname(&ep_->fid, name.data(), &nameLen);
   }
   if (rc != 0) return fail("fi_getname", rc);
-  const AddressHeader header{kAddressMagic, kAddressVersion,
-                             static_cast<std::uint32_t>(options_.rank),
-                             static_cast<std::uint32_t>(::getpid()), hostKey()};
-  address_.resize(kAddressHeader + nameLen);
-  std::memcpy(address_.data(), &header, kAddressHeader);
-  std::memcpy(address_.data() + kAddressHeader, name.data(), nameLen);
+  address_ = tagged::encodeAddress(kAddressFormat, options_.rank,
+                                   std::span<const std::uint8_t>(name.data(), nameLen));
 
   std::weak_ptr<Engine> weak = weak_from_this();
   if (options_.busyPoll) {
-    loop_.addPoller([weak] {
-      auto self = weak.lock();
-      return self && self->pollOnce();
-    });
+    driver_.poll(weak);
   } else {
     if ((rc = fi_control(&cq_->fid, FI_GETWAIT, &waitFd_)) != 0) return fail("FI_GETWAIT", rc);
-    loop_.watchFd(waitFd_, [weak] {
-      if (auto self = weak.lock()) self->progressAll();
-    });
-    watching_ = true;
+    driver_.watch(waitFd_, weak);
   }
-  tick();
+  driver_.tick(*this, kTickInterval);
   return Status::ok();
 }
 
-void Engine::tick() {
-  if (!open()) return;
-  progressAll();
-  std::weak_ptr<Engine> weak = weak_from_this();
-  timer_ = loop_.after(kTickInterval, [weak] {
-    if (auto self = weak.lock()) self->tick();
-  });
-}
-
-void Engine::schedule() {
-  if (scheduled_) return;
-  scheduled_ = true;
-  loop_.post([self = shared_from_this()] {
-    self->scheduled_ = false;
-    self->progressAll();
-  });
-}
+void Engine::schedule() { driver_.schedule(shared_from_this()); }
 
 ssize_t Engine::post(Op* op) {
   if (op->kind == Op::Kind::kSend || op->kind == Op::Kind::kGoodbye) {
@@ -419,8 +346,7 @@ bool Engine::drainCq() {
       for (ssize_t i = 0; i < n; ++i) {
         Op* op = reinterpret_cast<Op*>(entries[i].op_context);
         if (op->orphaned) {
-          orphans_.erase(std::find(orphans_.begin(), orphans_.end(), op));
-          releaseOp(op);
+          ops_.releaseOrphan(op);
           continue;
         }
         auto conn = op->conn;
@@ -436,8 +362,7 @@ bool Engine::drainCq() {
       Op* op = reinterpret_cast<Op*>(err.op_context);
       if (op == nullptr) continue;
       if (op->orphaned) {
-        orphans_.erase(std::find(orphans_.begin(), orphans_.end(), op));
-        releaseOp(op);
+        ops_.releaseOrphan(op);
         continue;
       }
       auto conn = op->conn;
@@ -456,12 +381,7 @@ void Engine::progressAll() {
   for (int round = 0; round < kMaxRoundsPerWake; ++round) {
     drainCq();
     retryBacklog();
-    if (!ready_.empty()) {
-      std::deque<std::function<void()>> batch;
-      batch.swap(ready_);
-      for (auto& fn : batch) fn();
-      continue;
-    }
+    if (ready_.runBatch()) continue;
     if (cq_ == nullptr || options_.busyPoll) return;
     fid* fids[] = {&cq_->fid};
     if (fi_trywait(fabric_, fids, 1) == FI_SUCCESS) return;  // safe to sleep on the wait fd
@@ -472,12 +392,7 @@ void Engine::progressAll() {
 bool Engine::pollOnce() {
   bool worked = drainCq();
   retryBacklog();
-  if (!ready_.empty()) {
-    std::deque<std::function<void()>> batch;
-    batch.swap(ready_);
-    for (auto& fn : batch) fn();
-    worked = true;
-  }
+  if (ready_.runBatch()) worked = true;
   return worked;
 }
 
@@ -505,14 +420,7 @@ void Engine::shutdown() {
 }
 
 void Engine::destroyFabric() {
-  if (timer_) {
-    loop_.cancel(timer_);
-    timer_.reset();
-  }
-  if (watching_) {
-    loop_.unwatchFd(waitFd_);
-    watching_ = false;
-  }
+  driver_.detach();
   if (ep_ != nullptr) fi_close(&ep_->fid);
   ep_ = nullptr;
   if (cq_ != nullptr) fi_close(&cq_->fid);
@@ -526,57 +434,23 @@ void Engine::destroyFabric() {
   if (info_ != nullptr) fi_freeinfo(info_);
   info_ = nullptr;
   // The endpoint is gone, so the provider holds no context any more.
-  for (Op* op : orphans_) releaseOp(op);
-  orphans_.clear();
+  ops_.releaseOrphans();
 }
 
-Engine::~Engine() {
-  destroyFabric();
-  for (Op* op : freeOps_) delete op;
-}
+Engine::~Engine() { destroyFabric(); }  // ops_ then deletes every op
 
 // ---- OfiConnection ----------------------------------------------------------------------------------
 
 OfiConnection::~OfiConnection() { stopWatchingPeer(); }
 
 Status OfiConnection::watchPeerProcess(pid_t pid) {
-  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) {
-    return unavailable("libfabric: cannot watch peer " + std::to_string(peer_) + " (pid " +
-                       std::to_string(pid) + "): " + std::strerror(errno));
-  }
-  pidfd_ = fd;
-  peerPid_ = pid;
   std::weak_ptr<OfiConnection> weak = weak_from_this();
-  engine_->loop().watchFd(pidfd_, [weak] {
+  return peerWatch_.start(engine_->loop(), "libfabric", peer_, pid, [weak](Status exited) {
     auto self = weak.lock();
     if (!self) return;
     self->stopWatchingPeer();
-    self->fail(unavailable("peer " + std::to_string(self->peer_) + " (pid " +
-                           std::to_string(self->peerPid_) + ") exited"));
+    self->fail(std::move(exited));
   });
-  return Status::ok();
-}
-
-void OfiConnection::stopWatchingPeer() {
-  if (pidfd_ < 0) return;
-  engine_->loop().unwatchFd(pidfd_);
-  ::close(pidfd_);
-  pidfd_ = -1;
-}
-
-void OfiConnection::link(Op* op) {
-  op->prev = nullptr;
-  op->next = head_;
-  if (head_ != nullptr) head_->prev = op;
-  head_ = op;
-}
-
-void OfiConnection::unlink(Op* op) {
-  if (op->prev != nullptr) op->prev->next = op->next;
-  if (op->next != nullptr) op->next->prev = op->prev;
-  if (head_ == op) head_ = op->next;
-  op->prev = op->next = nullptr;
 }
 
 Status OfiConnection::statusFor(int err, const std::string& detail) {
@@ -585,8 +459,7 @@ Status OfiConnection::statusFor(int err, const std::string& detail) {
     // tcp;ofi_rxm (1.17) drops its connection to the sender when a message is truncated, losing
     // whatever followed on it. Per-edge exactly-once delivery cannot be kept past that point, so the
     // receive reports the truncation and the connection fails (the engine resynchronises the edge).
-    return resourceExhausted("message from peer " + std::to_string(peer_) +
-                             " is larger than the posted receive buffer");
+    return tagged::truncatedMessage(peer_);
   }
   if (!error_.isOk()) return error_;
   if (err == FI_ECANCELED) return cancelled("operation cancelled");
@@ -637,13 +510,12 @@ void OfiConnection::fail(Status st, bool sayGoodbye) {
   stopWatchingPeer();
   if (!engine_->open()) return;
   if (sayGoodbye && goodbye_ == nullptr && !tornDown_) {
-    static const std::uint8_t kGoodbye[8] = {'g', 'o', 'o', 'd', 'b', 'y', 'e', 0};
     Op* op = engine_->allocOp();
     op->kind = Op::Kind::kGoodbye;
     op->conn = shared_from_this();
     op->wireTag = wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag);
-    op->buffer = const_cast<std::uint8_t*>(kGoodbye);
-    op->length = sizeof kGoodbye;
+    op->buffer = const_cast<std::uint8_t*>(tagged::kGoodbyeMessage);  // fi_tsend only reads it
+    op->length = sizeof tagged::kGoodbyeMessage;
     if (engine_->submit(op).isOk()) {
       goodbye_ = op;
       // A peer that is gone may never take the goodbye; do not wait for it forever.
@@ -656,9 +528,7 @@ void OfiConnection::fail(Status st, bool sayGoodbye) {
       engine_->releaseOp(op);
     }
   }
-  std::vector<Op*> pending;
-  for (Op* op = head_; op != nullptr; op = op->next) pending.push_back(op);
-  for (Op* op : pending) {
+  for (Op* op : pending_.snapshot([](Op*) { return true; })) {
     if (!op->posted) {  // still in the EAGAIN backlog: the provider never saw it
       engine_->dropFromBacklog(op);
       unlink(op);
@@ -691,10 +561,7 @@ void OfiConnection::finishTeardown() {
   // the sends complete here, and a late completion for them is ignored (orphaned op).
   fi_addr_t a = addr_;
   (void)fi_av_remove(engine_->av(), &a, 1, 0);
-  std::vector<Op*> sends;
-  for (Op* op = head_; op != nullptr; op = op->next) {
-    if (op->kind == Op::Kind::kSend) sends.push_back(op);
-  }
+  std::vector<Op*> sends = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kSend; });
   for (Op* op : sends) {
     unlink(op);
     engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
@@ -713,8 +580,8 @@ void OfiConnection::abandonPending() {
       *internal = nullptr;
     }
   }
-  while (head_ != nullptr) {
-    Op* op = head_;
+  while (!pending_.empty()) {
+    Op* op = pending_.head();
     unlink(op);
     engine_->dropFromBacklog(op);
     engine_->complete(op, error_.isOk() ? cancelled("libfabric context closed") : error_, 0);
@@ -728,15 +595,10 @@ void OfiConnection::close() {
 }
 
 void OfiConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) {
-  if (tag >= kControlTag) {
-    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("libfabric: tag above 2^40 - 2")); });
-    return;
-  }
-  if (bytes.size() > engine_->maxMessageBytes()) {
-    engine_->defer([cb = std::move(cb), n = bytes.size(), max = engine_->maxMessageBytes()] {
-      cb(resourceExhausted("message of " + std::to_string(n) + " bytes above maxMessageBytes " +
-                           std::to_string(max)));
-    });
+  Status invalid = tagged::checkUserTag("libfabric", tag);
+  if (invalid.isOk()) invalid = tagged::checkMessageSize(bytes.size(), engine_->maxMessageBytes());
+  if (!invalid.isOk()) {
+    engine_->defer([cb = std::move(cb), invalid] { cb(invalid); });
     return;
   }
   if (!error_.isOk() || !engine_->open()) {
@@ -763,9 +625,8 @@ void OfiConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
 }
 
 void OfiConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
-  if (tag >= kControlTag) {
-    engine_->defer(
-        [cb = std::move(cb)] { cb(invalidArgument("libfabric: tag above 2^40 - 2"), 0); });
+  if (Status invalid = tagged::checkUserTag("libfabric", tag); !invalid.isOk()) {
+    engine_->defer([cb = std::move(cb), invalid] { cb(invalid, 0); });
     return;
   }
   if (!error_.isOk() || !engine_->open()) {
@@ -803,30 +664,20 @@ class OfiContext : public Context {
   Result<std::shared_ptr<Connection>> connect(int peer,
                                               std::span<const std::uint8_t> remote) override {
     if (!engine_->open()) return failedPrecondition("libfabric context is closed");
-    if (peer < 0 || static_cast<std::uint64_t>(peer) > kMaxRank) {
-      return invalidArgument("libfabric: peer rank " + std::to_string(peer) + " outside [0, 2^24)");
-    }
-    AddressHeader header;
-    if (remote.size() <= kAddressHeader) return invalidArgument("libfabric: address blob too short");
-    std::memcpy(&header, remote.data(), kAddressHeader);
-    if (header.magic != kAddressMagic || header.version != kAddressVersion) {
-      return invalidArgument("libfabric: not a grapevine libfabric address (bad magic or version)");
-    }
-    if (header.rank != static_cast<std::uint32_t>(peer)) {
-      return invalidArgument("libfabric: address belongs to rank " + std::to_string(header.rank) +
-                             ", not " + std::to_string(peer));
-    }
-    std::vector<std::uint8_t> name(remote.begin() + kAddressHeader, remote.end());
+    GV_RETURN_IF_ERROR(tagged::checkRank("libfabric", "peer rank", peer));
+    GV_ASSIGN_OR_RETURN(const tagged::PeerAddress address,
+                        tagged::parseAddress(kAddressFormat, peer, remote));
     fi_addr_t addr = FI_ADDR_UNSPEC;
-    const int n = fi_av_insert(engine_->av(), name.data(), 1, &addr, 0, nullptr);
+    const int n =
+        fi_av_insert(engine_->av(), address.backendAddress.data(), 1, &addr, 0, nullptr);
     if (n != 1) {
       return invalidArgument("libfabric: fi_av_insert rejected the address of peer " +
                              std::to_string(peer));
     }
     auto conn = std::make_shared<OfiConnection>(engine_, peer, addr);
-    if (header.hostKey != 0 && header.hostKey == hostKey()) {
+    if (address.sameHost()) {
       // A dead peer on this host is seen at once through its pid, not only when a send fails.
-      GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(header.pid)));
+      GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(address.header.pid)));
     }
     engine_->addConnection(conn);
     conn->start();
@@ -842,10 +693,7 @@ class OfiContext : public Context {
 }  // namespace
 
 Result<std::unique_ptr<Context>> makeOfiContext(Loop& loop, const Options& options) {
-  if (options.rank < 0 || static_cast<std::uint64_t>(options.rank) > kMaxRank) {
-    return invalidArgument("libfabric: rank " + std::to_string(options.rank) +
-                           " outside [0, 2^24)");
-  }
+  GV_RETURN_IF_ERROR(tagged::checkRank("libfabric", "rank", options.rank));
   auto engine = std::make_shared<Engine>(loop, options);
   GV_RETURN_IF_ERROR(engine->init());
   return std::unique_ptr<Context>(std::make_unique<OfiContext>(std::move(engine)));

@@ -1,35 +1,28 @@
-// How a Grapevine (rank, tag) pair maps onto one 64-bit UCX tag.
-//
-//   bit 63 ............ 40 | 39 ........................ 0
-//        sender rank (24)  |        user tag (40)
+// How a Grapevine (rank, tag) pair maps onto one 64-bit UCX tag: the layout shared by the tagged
+// backends (runtime/transport/tagged_backend_common.h: sender rank in the high 24 bits, user tag in the
+// low 40, tag 2^40 - 1 reserved as kControlTag), plus what only UCX needs.
 //
 // The receiver of a connection to peer p matches (p << 40 | tag) with a full mask, so receives posted
 // for different peers never steal each other's messages even though UCX matches tags per worker, not
-// per endpoint. The rank bits are also announced to UCX as the "tag sender mask". Tag 2^40 - 1 is reserved
-// (kControlTag); larger user tags are refused with kInvalidArgument; ranks at or above 2^24 are refused
-// when the context is created.
+// per endpoint. The rank bits are also announced to UCX as the "tag sender mask".
 #pragma once
 
 #include <cstdint>
 
+#include "runtime/transport/tagged_backend_common.h"
+
 namespace grapevine::transport::ucx {
 
-inline constexpr int kUserTagBits = 40;
-inline constexpr int kRankBits = 64 - kUserTagBits;
-inline constexpr std::uint64_t kMaxUserTag = (std::uint64_t{1} << kUserTagBits) - 1;
-inline constexpr std::uint64_t kMaxRank = (std::uint64_t{1} << kRankBits) - 1;
+using tagged::kControlTag;
+using tagged::kFullMask;
+using tagged::kMaxRank;
+using tagged::kMaxUserTag;
+using tagged::kRankBits;
+using tagged::kUserTagBits;
+using tagged::senderOf;
+using tagged::userTagOf;
+using tagged::wireTag;
+
 inline constexpr std::uint64_t kSenderMask = ~kMaxUserTag;
-inline constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
-// The highest user tag is the backend's own: a connection's "goodbye" message, which close() sends so
-// the peer fails its pending operations with kUnavailable at once. User tags are [0, kControlTag).
-inline constexpr std::uint64_t kControlTag = kMaxUserTag;
-
-constexpr std::uint64_t wireTag(std::uint64_t senderRank, std::uint64_t userTag) {
-  return (senderRank << kUserTagBits) | (userTag & kMaxUserTag);
-}
-constexpr std::uint64_t senderOf(std::uint64_t wire) { return wire >> kUserTagBits; }
-constexpr std::uint64_t userTagOf(std::uint64_t wire) { return wire & kMaxUserTag; }
-
-static_assert(senderOf(wireTag(5, 77)) == 5 && userTagOf(wireTag(5, 77)) == 77);
 
 }  // namespace grapevine::transport::ucx

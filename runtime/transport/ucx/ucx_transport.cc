@@ -16,14 +16,10 @@
 // code; they push a closure onto Engine::ready_, which runs after progress returns, from a posted task,
 // the event-fd handler or the busy poller. So user callbacks never run inline in send()/recv()/close()
 // and user code never re-enters ucp_worker_progress.
-#include <sys/syscall.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
 #include <algorithm>
-#include <cstring>
 #include <deque>
 #include <string>
 #include <utility>
@@ -31,44 +27,16 @@
 
 #include "runtime/common/log.h"
 #include "runtime/transport/loop.h"
+#include "runtime/transport/tagged_backend_common.h"
 #include "runtime/transport/ucx/factory.h"
 #include "runtime/transport/ucx/tag_layout.h"
 
 namespace grapevine::transport::ucx {
 namespace {
 
-// Address blob (host byte order; peers that exchange it share a host or an architecture):
-//   u32 magic "GVUX" | u32 version | u32 rank | u32 pid | u64 host key | UCX worker address
-// The pid and host key let a same-host peer watch this process's liveness (see connect()).
-constexpr std::uint32_t kAddressMagic = 0x58555647;  // "GVUX" little-endian
-constexpr std::uint32_t kAddressVersion = 2;
-struct AddressHeader {
-  std::uint32_t magic;
-  std::uint32_t version;
-  std::uint32_t rank;
-  std::uint32_t pid;
-  std::uint64_t hostKey;
-};
-constexpr std::size_t kAddressHeader = sizeof(AddressHeader);
-static_assert(kAddressHeader == 24);
-
-// Identifies "same kernel and same pid namespace", where a pid names the same process for both
-// peers: FNV-1a over the boot id and the pid namespace link. 0 when either is unreadable.
-std::uint64_t hostKey() {
-  std::string id;
-  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char buf[64] = {};
-    if (std::fgets(buf, sizeof buf, f) != nullptr) id = buf;
-    std::fclose(f);
-  }
-  char ns[64] = {};
-  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-  if (id.empty() || n <= 0) return 0;
-  id.append(ns, static_cast<std::size_t>(n));
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
-  return h == 0 ? 1 : h;
-}
+// Address blob (tagged::AddressHeader, then the UCX worker address). The pid and host key let a
+// same-host peer watch this process's liveness (see connect()).
+constexpr tagged::AddressFormat kAddressFormat{0x58555647 /* "GVUX" little-endian */, 2, "ucx", "UCX"};
 
 // Keepalive: UCX probes idle endpoints at this interval, and we run a progress pass at kTickInterval so
 // that keepalive (which only advances inside ucp_worker_progress) runs even while the loop sleeps.
@@ -79,7 +47,7 @@ constexpr auto kTickInterval = std::chrono::milliseconds(200);
 // A bounded number of progress/callback rounds per wakeup so a busy peer cannot starve other loop work.
 constexpr int kMaxRoundsPerWake = 32;
 // How long close() waits for its goodbye to leave before it force-closes the endpoint anyway.
-constexpr auto kGoodbyeGrace = std::chrono::milliseconds(500);
+using tagged::kGoodbyeGrace;
 
 std::string ucsError(ucs_status_t st) { return ucs_status_string(st); }
 
@@ -108,6 +76,16 @@ struct Op {
   std::size_t inlineLength = 0;
   Op* prev = nullptr;  // intrusive list of the connection's pending operations
   Op* next = nullptr;
+
+  // Clears it for reuse (tagged::OpPool).
+  void reset() {
+    conn.reset();
+    sendCb = nullptr;
+    recvCb = nullptr;
+    request = nullptr;
+    submitting = finishedInline = orphaned = false;
+    prev = next = nullptr;
+  }
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -127,43 +105,22 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Queues a closure to run on the loop thread after the current progress pass (never inline).
   void defer(std::function<void()> fn) {
-    ready_.push_back(std::move(fn));
+    ready_.push(std::move(fn));
     schedule();
   }
   // Makes sure a progress pass runs soon (after new operations were handed to UCX).
   void schedule();
 
   Op* allocOp() {
-    Op* op = nullptr;
-    if (freeOps_.empty()) {
-      op = new Op();
-    } else {
-      op = freeOps_.back();
-      freeOps_.pop_back();
-    }
+    Op* op = ops_.alloc();
     op->engine = this;
     return op;
   }
-  void releaseOp(Op* op) {
-    op->conn.reset();
-    op->sendCb = nullptr;
-    op->recvCb = nullptr;
-    op->request = nullptr;
-    op->submitting = op->finishedInline = op->orphaned = false;
-    op->prev = op->next = nullptr;
-    freeOps_.push_back(op);
-  }
+  void releaseOp(Op* op) { ops_.release(op); }
 
   // Keeps an orphaned op alive until UCX completes it or the worker is destroyed.
-  void adoptOrphan(Op* op) {
-    op->orphaned = true;
-    op->conn.reset();
-    orphans_.push_back(op);
-  }
-  void releaseOrphan(Op* op) {
-    orphans_.erase(std::find(orphans_.begin(), orphans_.end(), op));
-    releaseOp(op);
-  }
+  void adoptOrphan(Op* op) { ops_.adoptOrphan(op); }
+  void releaseOrphan(Op* op) { ops_.releaseOrphan(op); }
 
   void addConnection(const std::shared_ptr<UcxConnection>& c) { connections_.push_back(c); }
   // Endpoint close requests still in flight; freed once UCX finishes them.
@@ -177,22 +134,18 @@ class Engine : public std::enable_shared_from_this<Engine> {
  private:
   void destroyUcx();
   void sweepClosing();
-  void tick();
 
   Loop& loop_;
   Options options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
-  bool watching_ = false;
-  bool scheduled_ = false;
+  tagged::LoopDriver<Engine> driver_{loop_};
   std::vector<std::uint8_t> address_;
-  std::deque<std::function<void()>> ready_;
-  std::vector<Op*> freeOps_;
-  std::vector<Op*> orphans_;
+  tagged::ReadyQueue ready_;
+  tagged::OpPool<Op> ops_;
   std::vector<void*> closing_;
   std::vector<std::weak_ptr<UcxConnection>> connections_;
-  std::shared_ptr<Loop::TimerHandle> timer_;
 };
 
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
@@ -237,27 +190,26 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // Completes `op` (already unlinked): queues its callback with the mapped status, recycles it.
   void finishSend(Op* op, ucs_status_t st);
   void finishRecv(Op* op, ucs_status_t st, std::size_t bytes);
-  void link(Op* op);
-  void unlink(Op* op);
+  void link(Op* op) { pending_.link(op); }
+  void unlink(Op* op) { pending_.unlink(op); }
   // The status an operation that UCX finished with `st` reports to its callback.
   Status statusFor(ucs_status_t st);
   void closeEndpoint();
 
-  void stopWatchingPeer();
+  void stopWatchingPeer() { peerWatch_.stop(); }
 
   std::shared_ptr<Engine> engine_;
   int peer_;
   ucp_ep_h ep_ = nullptr;
-  int pidfd_ = -1;  // >= 0 while the peer's process (same host) is watched for exit
-  pid_t peerPid_ = 0;
+  tagged::PeerProcessWatch peerWatch_;  // the peer's process (same host), watched for exit
   Op* controlRecv_ = nullptr;
   Op* goodbye_ = nullptr;
-  std::uint8_t controlIn_[8] = {};
+  std::uint8_t controlIn_[tagged::kControlBytes] = {};
   bool tornDown_ = false;
   std::shared_ptr<Loop::TimerHandle> goodbyeTimer_;
   Status error_;
   bool closed_ = false;
-  Op* head_ = nullptr;
+  tagged::PendingOps<Op> pending_;
 };
 
 // ---- Engine -----------------------------------------------------------------------------------------
@@ -305,52 +257,27 @@ Status Engine::init() {
     destroyUcx();
     return unavailable("ucp_worker_get_address: " + ucsError(st));
   }
-  address_.resize(kAddressHeader + addrLen);
-  const AddressHeader header{kAddressMagic, kAddressVersion,
-                             static_cast<std::uint32_t>(options_.rank),
-                             static_cast<std::uint32_t>(::getpid()), hostKey()};
-  std::memcpy(address_.data(), &header, kAddressHeader);
-  std::memcpy(address_.data() + kAddressHeader, addr, addrLen);
+  address_ = tagged::encodeAddress(
+      kAddressFormat, options_.rank,
+      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(addr), addrLen));
   ucp_worker_release_address(worker_, addr);
 
   std::weak_ptr<Engine> weak = weak_from_this();
   if (options_.busyPoll) {
-    loop_.addPoller([weak] {
-      auto self = weak.lock();
-      return self && self->pollOnce();
-    });
+    driver_.poll(weak);
   } else {
     st = ucp_worker_get_efd(worker_, &efd_);
     if (st != UCS_OK) {
       destroyUcx();
       return unavailable("ucp_worker_get_efd: " + ucsError(st));
     }
-    loop_.watchFd(efd_, [weak] {
-      if (auto self = weak.lock()) self->progressAll();
-    });
-    watching_ = true;
+    driver_.watch(efd_, weak);
   }
-  tick();
+  driver_.tick(*this, kTickInterval);
   return Status::ok();
 }
 
-void Engine::tick() {
-  if (!open()) return;
-  progressAll();
-  std::weak_ptr<Engine> weak = weak_from_this();
-  timer_ = loop_.after(kTickInterval, [weak] {
-    if (auto self = weak.lock()) self->tick();
-  });
-}
-
-void Engine::schedule() {
-  if (scheduled_) return;
-  scheduled_ = true;
-  loop_.post([self = shared_from_this()] {
-    self->scheduled_ = false;
-    self->progressAll();
-  });
-}
+void Engine::schedule() { driver_.schedule(shared_from_this()); }
 
 void Engine::sweepClosing() {
   for (std::size_t i = 0; i < closing_.size();) {
@@ -372,12 +299,7 @@ void Engine::progressAll() {
       }
       if (!closing_.empty()) sweepClosing();
     }
-    if (!ready_.empty()) {
-      std::deque<std::function<void()>> batch;
-      batch.swap(ready_);
-      for (auto& fn : batch) fn();
-      continue;  // callbacks may have posted new operations
-    }
+    if (ready_.runBatch()) continue;  // callbacks may have posted new operations
     if (worker_ == nullptr || options_.busyPoll) return;
     const ucs_status_t st = ucp_worker_arm(worker_);
     if (st == UCS_ERR_BUSY) continue;  // events arrived between progress and arm
@@ -392,12 +314,7 @@ bool Engine::pollOnce() {
     while (ucp_worker_progress(worker_) != 0) worked = true;
     if (!closing_.empty()) sweepClosing();
   }
-  if (!ready_.empty()) {
-    std::deque<std::function<void()>> batch;
-    batch.swap(ready_);
-    for (auto& fn : batch) fn();
-    worked = true;
-  }
+  if (ready_.runBatch()) worked = true;
   return worked;
 }
 
@@ -431,33 +348,21 @@ void Engine::shutdown() {
 }
 
 void Engine::destroyUcx() {
-  if (timer_) {
-    loop_.cancel(timer_);
-    timer_.reset();
-  }
-  if (watching_) {
-    loop_.unwatchFd(efd_);
-    watching_ = false;
-  }
+  driver_.detach();
   for (void* req : closing_) ucp_request_free(req);
   closing_.clear();
   if (worker_ != nullptr) {
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
   }
-  for (Op* op : orphans_) releaseOp(op);  // UCX released their requests with the worker
-  orphans_.clear();
+  ops_.releaseOrphans();  // UCX released their requests with the worker
   if (context_ != nullptr) {
     ucp_cleanup(context_);
     context_ = nullptr;
   }
 }
 
-Engine::~Engine() {
-  destroyUcx();
-  for (Op* op : orphans_) delete op;
-  for (Op* op : freeOps_) delete op;
-}
+Engine::~Engine() { destroyUcx(); }  // ops_ then deletes every op
 
 // ---- UcxConnection ----------------------------------------------------------------------------------
 
@@ -467,29 +372,13 @@ UcxConnection::~UcxConnection() {
 }
 
 Status UcxConnection::watchPeerProcess(pid_t pid) {
-  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) {
-    return unavailable("ucx: cannot watch peer " + std::to_string(peer_) + " (pid " +
-                       std::to_string(pid) + "): " + std::strerror(errno));
-  }
-  pidfd_ = fd;
-  peerPid_ = pid;
   std::weak_ptr<UcxConnection> weak = weak_from_this();
-  engine_->loop().watchFd(pidfd_, [weak] {
+  return peerWatch_.start(engine_->loop(), "ucx", peer_, pid, [weak](Status exited) {
     auto self = weak.lock();
     if (!self) return;
     self->stopWatchingPeer();
-    self->fail(unavailable("peer " + std::to_string(self->peer_) + " (pid " +
-                           std::to_string(self->peerPid_) + ") exited"));
+    self->fail(std::move(exited));
   });
-  return Status::ok();
-}
-
-void UcxConnection::stopWatchingPeer() {
-  if (pidfd_ < 0) return;
-  engine_->loop().unwatchFd(pidfd_);
-  ::close(pidfd_);
-  pidfd_ = -1;
 }
 
 Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode) {
@@ -508,26 +397,9 @@ Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handl
   return Status::ok();
 }
 
-void UcxConnection::link(Op* op) {
-  op->prev = nullptr;
-  op->next = head_;
-  if (head_ != nullptr) head_->prev = op;
-  head_ = op;
-}
-
-void UcxConnection::unlink(Op* op) {
-  if (op->prev != nullptr) op->prev->next = op->next;
-  if (op->next != nullptr) op->next->prev = op->prev;
-  if (head_ == op) head_ = op->next;
-  op->prev = op->next = nullptr;
-}
-
 Status UcxConnection::statusFor(ucs_status_t st) {
   if (st == UCS_OK) return Status::ok();
-  if (st == UCS_ERR_MESSAGE_TRUNCATED) {
-    return resourceExhausted("message from peer " + std::to_string(peer_) +
-                             " is larger than the posted receive buffer");
-  }
+  if (st == UCS_ERR_MESSAGE_TRUNCATED) return tagged::truncatedMessage(peer_);
   if (!error_.isOk()) return error_;  // cancelled by close() or by a peer failure: report the cause
   if (st == UCS_ERR_CANCELED) return cancelled("operation cancelled");
   Status failure = unavailable("peer " + std::to_string(peer_) + ": " + ucsError(st));
@@ -639,16 +511,12 @@ void UcxConnection::fail(Status st, bool sayGoodbye) {
   // Posted receives match on the worker, not the endpoint: cancel this peer's explicitly. Cancelling
   // calls onRecvDone synchronously (it only queues the user callback), which unlinks the op, so walk
   // a snapshot.
-  std::vector<Op*> recvs;
-  for (Op* op = head_; op != nullptr; op = op->next) {
-    if (op->kind == Op::Kind::kRecv) recvs.push_back(op);
-  }
+  std::vector<Op*> recvs = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kRecv; });
   if (controlRecv_ != nullptr) recvs.push_back(controlRecv_);
   for (Op* op : recvs) {
     if (op->request != nullptr) ucp_request_cancel(engine_->worker(), op->request);
   }
   if (sayGoodbye && ep_ != nullptr && goodbye_ == nullptr && !tornDown_) {
-    static const std::uint8_t kGoodbye[8] = {'g', 'o', 'o', 'd', 'b', 'y', 'e', 0};
     Op* op = engine_->allocOp();
     op->kind = Op::Kind::kGoodbye;
     op->conn = shared_from_this();
@@ -658,7 +526,7 @@ void UcxConnection::fail(Status st, bool sayGoodbye) {
     param.cb.send = &UcxConnection::onSendDone;
     param.user_data = op;
     op->submitting = true;
-    void* req = ucp_tag_send_nbx(ep_, kGoodbye, sizeof kGoodbye,
+    void* req = ucp_tag_send_nbx(ep_, tagged::kGoodbyeMessage, sizeof tagged::kGoodbyeMessage,
                                  wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag),
                                  &param);
     op->submitting = false;
@@ -692,10 +560,7 @@ void UcxConnection::finishTeardown() {
   }
   // Without UCX error handling (the same-host shared-memory case) a forced close leaves a rendezvous
   // send that the peer never matched in flight. Complete it now and leave the request to UCX.
-  std::vector<Op*> stuck;
-  for (Op* op = head_; op != nullptr; op = op->next) {
-    if (op->kind == Op::Kind::kSend) stuck.push_back(op);
-  }
+  std::vector<Op*> stuck = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kSend; });
   for (Op* op : stuck) {
     unlink(op);
     engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
@@ -725,8 +590,8 @@ void UcxConnection::abandonPending() {
       *internal = nullptr;
     }
   }
-  while (head_ != nullptr) {
-    Op* op = head_;
+  while (!pending_.empty()) {
+    Op* op = pending_.head();
     unlink(op);
     // op->request goes away with the worker (ucp_worker_destroy), which runs right after this.
     Status st = error_.isOk() ? cancelled("ucx context closed") : error_;
@@ -746,15 +611,10 @@ void UcxConnection::close() {
 }
 
 void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) {
-  if (tag >= kControlTag) {
-    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 2")); });
-    return;
-  }
-  if (bytes.size() > engine_->maxMessageBytes()) {
-    engine_->defer([cb = std::move(cb), n = bytes.size(), max = engine_->maxMessageBytes()] {
-      cb(resourceExhausted("message of " + std::to_string(n) + " bytes above maxMessageBytes " +
-                           std::to_string(max)));
-    });
+  Status invalid = tagged::checkUserTag("ucx", tag);
+  if (invalid.isOk()) invalid = tagged::checkMessageSize(bytes.size(), engine_->maxMessageBytes());
+  if (!invalid.isOk()) {
+    engine_->defer([cb = std::move(cb), invalid] { cb(invalid); });
     return;
   }
   if (!error_.isOk() || ep_ == nullptr || !engine_->open()) {
@@ -783,8 +643,8 @@ void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
 }
 
 void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
-  if (tag >= kControlTag) {
-    engine_->defer([cb = std::move(cb)] { cb(invalidArgument("ucx: tag above 2^40 - 2"), 0); });
+  if (Status invalid = tagged::checkUserTag("ucx", tag); !invalid.isOk()) {
+    engine_->defer([cb = std::move(cb), invalid] { cb(invalid, 0); });
     return;
   }
   if (!error_.isOk() || !engine_->open()) {
@@ -825,28 +685,18 @@ class UcxContext : public Context {
   Result<std::shared_ptr<Connection>> connect(int peer,
                                               std::span<const std::uint8_t> remote) override {
     if (!engine_->open()) return failedPrecondition("ucx context is closed");
-    if (peer < 0 || static_cast<std::uint64_t>(peer) > kMaxRank) {
-      return invalidArgument("ucx: peer rank " + std::to_string(peer) + " outside [0, 2^24)");
-    }
-    AddressHeader header;
-    if (remote.size() <= kAddressHeader) return invalidArgument("ucx: address blob too short");
-    std::memcpy(&header, remote.data(), kAddressHeader);
-    if (header.magic != kAddressMagic || header.version != kAddressVersion) {
-      return invalidArgument("ucx: not a grapevine UCX address (bad magic or version)");
-    }
-    if (header.rank != static_cast<std::uint32_t>(peer)) {
-      return invalidArgument("ucx: address belongs to rank " + std::to_string(header.rank) +
-                             ", not " + std::to_string(peer));
-    }
-    // UCX reads the worker address in place; keep an aligned copy for the duration of the call.
-    std::vector<std::uint8_t> workerAddress(remote.begin() + kAddressHeader, remote.end());
-    const auto* ucxAddress = reinterpret_cast<const ucp_address_t*>(workerAddress.data());
+    GV_RETURN_IF_ERROR(tagged::checkRank("ucx", "peer rank", peer));
+    // UCX reads the worker address in place; parseAddress keeps an aligned copy for the call.
+    GV_ASSIGN_OR_RETURN(const tagged::PeerAddress address,
+                        tagged::parseAddress(kAddressFormat, peer, remote));
+    const tagged::AddressHeader& header = address.header;
+    const auto* ucxAddress = reinterpret_cast<const ucp_address_t*>(address.backendAddress.data());
     auto conn = std::make_shared<UcxConnection>(engine_, peer);
     // Prefer UCX's own peer-failure handling. UCX 1.13's shared-memory transports (posix, sysv) have
     // none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer on this
     // host we then use an endpoint without UCX error handling and learn of the peer's death from a
     // pidfd, which the kernel makes readable the moment that process exits.
-    const bool sameHost = header.hostKey != 0 && header.hostKey == hostKey();
+    const bool sameHost = address.sameHost();
     if (sameHost && header.pid != static_cast<std::uint32_t>(::getpid())) {
       // A peer process on this host: its exit is seen at once (the kernel makes the pidfd readable),
       // whatever the transport; UCX's own detection (keepalive, socket errors) backs it up.
@@ -876,9 +726,7 @@ class UcxContext : public Context {
 }  // namespace
 
 Result<std::unique_ptr<Context>> makeUcxContext(Loop& loop, const Options& options) {
-  if (options.rank < 0 || static_cast<std::uint64_t>(options.rank) > kMaxRank) {
-    return invalidArgument("ucx: rank " + std::to_string(options.rank) + " outside [0, 2^24)");
-  }
+  GV_RETURN_IF_ERROR(tagged::checkRank("ucx", "rank", options.rank));
   auto engine = std::make_shared<Engine>(loop, options);
   GV_RETURN_IF_ERROR(engine->init());
   return std::unique_ptr<Context>(std::make_unique<UcxContext>(std::move(engine)));
