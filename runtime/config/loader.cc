@@ -186,8 +186,8 @@ class Loader {
         error(nodeWhere(it->first), "", "too many entries (more than " + std::to_string(kMaxNodes) + ")");
         return;
       }
-      const YAML::Node& keyNode = it->first;
-      const YAML::Node& value = it->second;
+      const YAML::Node keyNode = it->first;  // copies: *it is a temporary proxy
+      const YAML::Node value = it->second;
       if (!keyNode.IsScalar()) {
         error(nodeWhere(keyNode), prefix, "keys must be plain names, found " + describeNode(keyNode));
         continue;
