@@ -1,6 +1,7 @@
 // The transport conformance suite: written once, run against every backend (one ctest entry per backend,
 // GRAPEVINE_TEST_BACKEND names it; see tests/transport/CMakeLists.txt). Every case also checks that each
 // callback ran exactly once and never inline.
+#include <algorithm>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -92,11 +93,11 @@ TEST_CASE("message sizes 0 B to 64 MiB arrive intact, both directions", "[confor
     REQUIRE(probe.at(static_cast<int>(20 + i)).status.isOk());
     REQUIRE(probe.at(static_cast<int>(10 + i)).status.isOk());
     CHECK(probe.at(static_cast<int>(10 + i)).bytes == sizes[i]);
-    CHECK(std::memcmp(in[i].data(), out[i].data(), sizes[i]) == 0);
+    CHECK(std::equal(out[i].begin(), out[i].end(), in[i].begin()));  // memcmp(nullptr, ..., 0) is UB
     CHECK(in[i][sizes[i]] == 0xEE);  // nothing written past the message
     REQUIRE(probe.at(static_cast<int>(40 + i)).status.isOk());
     CHECK(probe.at(static_cast<int>(40 + i)).bytes == back[i].size());
-    CHECK(std::memcmp(inBack[i].data(), back[i].data(), back[i].size()) == 0);
+    CHECK(std::equal(back[i].begin(), back[i].end(), inBack[i].begin()));
   }
   checkProbe(probe);
 }
