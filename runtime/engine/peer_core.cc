@@ -113,11 +113,11 @@ Status PeerCore::beginRound(std::int64_t round) {
   for (auto& [j, e] : edges_) {
     while (!e.ahead.empty()) {
       const char* reason = "";
-      auto env = readEnvelope(e.ahead.front(), &reason);
-      if (env.isOk() && env->round > static_cast<std::uint64_t>(round)) break;
+      auto env = readEnvelope(e.ahead.front(), &reason);  // checked on arrival; cannot fail here
+      if (!env.isOk() || env->round > static_cast<std::uint64_t>(round)) break;
       std::vector<std::uint8_t> buf = std::move(e.ahead.front());
       e.ahead.pop_front();
-      apply(j, e, buf);
+      apply(j, e, *env, buf);
       e.spare.push_back(std::move(buf));
     }
   }
@@ -168,16 +168,11 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     e.ahead.push_back(std::move(buf));
     return;
   }
-  apply(j, e, bytes);
+  apply(j, e, *env, bytes);
 }
 
-void PeerCore::apply(int j, Edge& e, std::span<const std::uint8_t> bytes) {
-  const char* reason = "";
-  auto env = readEnvelope(bytes, &reason);
-  if (!env.isOk()) {
-    drop(reason);
-    return;
-  }
+void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std::uint8_t> bytes) {
+  const Envelope* env = &header;  // already checked by readEnvelope in onMessage
   const auto message = bytes.subspan(kEnvelopeBytes, env->messageBytes);
   const auto round = static_cast<std::int64_t>(env->round);
   if (env->flags & kFlagResyncRequest) e.sendSnapshot = true;

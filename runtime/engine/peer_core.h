@@ -30,6 +30,8 @@
 
 namespace grapevine::engine {
 
+struct Envelope;  // envelope.h
+
 struct PeerCoreOptions {
   int rank = 0;
   std::uint32_t incarnation = 0;
@@ -103,7 +105,7 @@ class PeerCore {
   };
 
   void drop(const char* reason) { ++counters_.dropped[reason]; }
-  void apply(int j, Edge& e, std::span<const std::uint8_t> bytes);
+  void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
   std::vector<int> liveOf(const std::vector<int>& peers) const;
 
   PeerCoreOptions options_;
