@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/element_math.h"
 #include "kernels/ops.h"
+#include "tests/kernels/kernel_test_inputs.h"
 
 using namespace grapevine::kernels;
 
@@ -64,17 +65,8 @@ class DeviceVector {
   size_t n_;
 };
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> x(n);
-  for (auto& v : x) v = d(rng);
-  return x;
-}
-
-bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-}
+using testing::gaussian;
+using testing::sameBits;
 
 const Ops& ref() { return referenceOps(); }
 const Ops& gpu() { return cudaOps(); }

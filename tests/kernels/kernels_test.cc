@@ -10,6 +10,7 @@
 
 #include "kernels/element_math.h"
 #include "kernels/ops.h"
+#include "tests/kernels/kernel_test_inputs.h"
 
 using namespace grapevine::kernels;
 
@@ -17,17 +18,8 @@ namespace {
 
 const std::vector<size_t> kSizes = {0, 1, 7, 8, 63, 64, 65, 127, 128, 255, 1000, 4096, 4097, 10007};
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> x(n);
-  for (auto& v : x) v = d(rng);
-  return x;
-}
-
-bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
-}
+using testing::gaussian;
+using testing::sameBits;
 
 const Ops& ref() { return referenceOps(); }
 const Ops& vec() { return cpuOps(); }
