@@ -9,13 +9,29 @@ ConnectionCore::ConnectionCore(Loop& loop, int peer, BufferPool& pool, std::size
     : loop_(loop), peer_(peer), pool_(pool), maxUnexpectedBytes_(maxUnexpectedBytes) {}
 
 void ConnectionCore::completeSend(SendCallback cb, Status status) {
-  loop_.post([cb = std::move(cb), status = std::move(status)]() mutable { cb(std::move(status)); });
+  ++*queued_;
+  loop_.post([cb = std::move(cb), status = std::move(status), queued = queued_]() mutable {
+    --*queued;
+    cb(std::move(status));
+  });
 }
 
 void ConnectionCore::completeRecv(RecvCallback cb, Status status, std::size_t bytes) {
-  loop_.post([cb = std::move(cb), status = std::move(status), bytes]() mutable {
+  ++*queued_;
+  loop_.post([cb = std::move(cb), status = std::move(status), bytes, queued = queued_]() mutable {
+    --*queued;
     cb(std::move(status), bytes);
   });
+}
+
+void ConnectionCore::completeSendFromHandler(SendCallback cb, Status status) {
+  if (*queued_ > 0) return completeSend(std::move(cb), std::move(status));
+  cb(std::move(status));
+}
+
+void ConnectionCore::completeRecvFromHandler(RecvCallback cb, Status status, std::size_t bytes) {
+  if (*queued_ > 0) return completeRecv(std::move(cb), std::move(status), bytes);
+  cb(std::move(status), bytes);
 }
 
 void ConnectionCore::postRecv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {

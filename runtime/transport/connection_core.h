@@ -44,6 +44,14 @@ class ConnectionCore {
   void completeSend(SendCallback cb, Status status);
   void completeRecv(RecvCallback cb, Status status, std::size_t bytes);
 
+  // For a backend's own loop handlers (a socket or completion-queue event: never inside the user's
+  // send/recv/close call). Runs the callback now when no earlier completion of this connection is
+  // still queued, else queues it behind them, so completions keep their order. Saves one trip through
+  // the loop (and, with Asio, one non-blocking reactor poll) per message: latency. The backend must
+  // not hold references into its own state across the call: the callback may send, receive or close.
+  void completeSendFromHandler(SendCallback cb, Status status);
+  void completeRecvFromHandler(RecvCallback cb, Status status, std::size_t bytes);
+
   // Posts a receive. A buffered unexpected message with this tag is delivered at once (copied, then
   // completed later on the loop); after a failure the receive completes with the sticky error.
   void postRecv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb);
@@ -76,6 +84,8 @@ class ConnectionCore {
   BufferPool& pool_;
   const std::size_t maxUnexpectedBytes_;
   Status error_;
+  // Completions posted to the loop and not yet run (shared: a posted one may outlive this core).
+  std::shared_ptr<std::size_t> queued_ = std::make_shared<std::size_t>(0);
   std::unordered_map<Tag, std::deque<PostedRecv>> posted_;
   std::unordered_map<Tag, std::deque<Unexpected>> unexpected_;
   std::size_t unexpectedBytes_ = 0;

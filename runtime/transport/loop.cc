@@ -109,10 +109,13 @@ void Loop::run(bool busyPoll) {
     io_.run();
     return;
   }
-  while (!impl_->stopRequested.load(std::memory_order_relaxed) && !io_.stopped()) {
-    io_.poll();
-    for (auto& p : impl_->pollers) p();
-  }
+  while (!impl_->stopRequested.load(std::memory_order_relaxed) && !io_.stopped()) pollOnce();
+}
+
+bool Loop::pollOnce() {
+  bool worked = io_.poll() > 0;
+  for (auto& p : impl_->pollers) worked = p() || worked;
+  return worked;
 }
 
 bool Loop::runUntil(const std::function<bool()>& done, std::chrono::nanoseconds timeout) {

@@ -38,6 +38,9 @@ class Loop {
   // Runs the loop on the calling thread until stop(). With busyPoll, spins over the pollers instead
   // of sleeping.
   void run(bool busyPoll = false);
+  // One busy-polling pass: runs the handlers that are ready (never blocks), then every poller.
+  // Returns true if anything did work.
+  bool pollOnce();
   // Runs until `done()` is true or `timeout` passes; returns done(). For tests and blocking helpers.
   bool runUntil(const std::function<bool()>& done, std::chrono::nanoseconds timeout);
   void stop();  // thread-safe

@@ -95,6 +95,25 @@ TEST_CASE("busy polling runs the pollers until stop()") {
   CHECK(polls == 1000);
 }
 
+TEST_CASE("pollOnce runs ready handlers and every poller, and says whether anything worked") {
+  Loop loop;
+  int polls = 0, posted = 0;
+  bool pollerWorks = false;
+  loop.addPoller([&] {
+    ++polls;
+    return pollerWorks;
+  });
+  CHECK_FALSE(loop.pollOnce());  // nothing ready, the poller idle
+  CHECK(polls == 1);
+  loop.post([&] { ++posted; });
+  CHECK(loop.pollOnce());
+  CHECK(posted == 1);
+  CHECK(polls == 2);
+  pollerWorks = true;
+  CHECK(loop.pollOnce());
+  CHECK(polls == 3);
+}
+
 TEST_CASE("the buffer pool reuses buffers instead of allocating") {
   BufferPool pool(64 << 20);
   for (int i = 0; i < 10; ++i) {

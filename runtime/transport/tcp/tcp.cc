@@ -241,6 +241,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
       if (auto self = weak.lock()) self->onRecvPosted();
     });
     staging_ = pool_.acquire(kStagingBytes);
+    boost::system::error_code ec;
+    socket_.non_blocking(true, ec);  // read_some after a readiness wait must not block
     readFrames();
   }
 
@@ -283,13 +285,18 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
       self->writeProgress_ = Clock::now();
       self->consumeGather(n);
       if (self->gatherIndex_ < self->gather_.size()) return self->writeSome();
-      self->writing_ = false;
+      // Take the finished frames off the queue and start the next write before any callback runs:
+      // a callback may send (queues behind) or close (completes what is still queued).
+      std::vector<SendCallback> done;
+      done.reserve(self->inFlightFrames_);
       for (std::size_t i = 0; i < self->inFlightFrames_; ++i) {
-        self->core_.completeSend(std::move(self->sends_.front().cb), Status::ok());
+        done.push_back(std::move(self->sends_.front().cb));
         self->sends_.pop_front();
       }
       self->inFlightFrames_ = 0;
+      self->writing_ = false;
       self->startWrite();
+      for (SendCallback& cb : done) self->core_.completeSendFromHandler(std::move(cb), Status::ok());
     });
   }
 
@@ -384,9 +391,14 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   void finishFrame() {
     inBody_ = false;
     switch (frameTarget_) {
-      case Target::kPosted:
-        core_.completeRecv(std::move(frameRecv_->cb), Status::ok(), frameSize_);
-        break;
+      case Target::kPosted: {
+        // Runs from a socket handler; the callback may receive, send or close, so the frame state is
+        // cleared first.
+        RecvCallback cb = std::move(frameRecv_->cb);
+        frameRecv_.reset();
+        core_.completeRecvFromHandler(std::move(cb), Status::ok(), frameSize_);
+        return;
+      }
       case Target::kDiscard:
         core_.completeRecv(std::move(frameRecv_->cb),
                            resourceExhausted("message of " + std::to_string(frameSize_) +
@@ -415,21 +427,54 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
       stagingBegin_ = 0;
       stagingEnd_ = avail;
     }
-    std::size_t want = staging_.capacity() - stagingEnd_;
-    if (inBody_ && frameTarget_ == Target::kDiscard) {
-      want = std::min(want, frameSize_ - frameReceived_);  // don't read past the discarded frame
-    }
+    const std::size_t want = stagingWant();
     reading_ = true;
     readProgress_ = Clock::now();
-    socket_.async_read_some(
-        asio::buffer(staging_.data() + stagingEnd_, want),
-        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+    if (drained_) {
+      // The last read emptied the socket: wait until it is readable, then read without blocking
+      // (async_read_some would first try a read that fails with EAGAIN: one wasted system call per
+      // message, which shows in small-message latency).
+      socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+        if (self->core_.failed()) {
           self->reading_ = false;
-          if (self->core_.failed()) return;
-          if (ec) return self->onSocketError(ec, "reading from");
-          self->stagingEnd_ += n;
-          self->readFrames();
-        });
+          return;
+        }
+        if (ec) {
+          self->reading_ = false;
+          return self->onSocketError(ec, "waiting to read from");
+        }
+        const std::size_t room = self->stagingWant();
+        const std::size_t n =
+            self->socket_.read_some(asio::buffer(self->staging_.data() + self->stagingEnd_, room), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+          self->reading_ = false;
+          return self->readIntoStaging();  // spurious wake-up
+        }
+        self->onStagingRead(ec, n, room);
+      });
+      return;
+    }
+    const std::size_t room = want;
+    socket_.async_read_some(asio::buffer(staging_.data() + stagingEnd_, want),
+                            [self = shared_from_this(), room](boost::system::error_code ec, std::size_t n) {
+                              self->onStagingRead(ec, n, room);
+                            });
+  }
+
+  std::size_t stagingWant() const {
+    std::size_t want = staging_.capacity() - stagingEnd_;
+    // Don't read past a discarded frame.
+    if (inBody_ && frameTarget_ == Target::kDiscard) want = std::min(want, frameSize_ - frameReceived_);
+    return want;
+  }
+
+  void onStagingRead(boost::system::error_code ec, std::size_t n, std::size_t asked) {
+    reading_ = false;
+    if (core_.failed()) return;
+    if (ec) return onSocketError(ec, "reading from");
+    drained_ = n < asked;
+    stagingEnd_ += n;
+    readFrames();
   }
 
   void readBodyDirect() {
@@ -453,6 +498,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
             return self->onSocketError(ec, "reading from");
           }
           self->readProgress_ = Clock::now();
+          self->drained_ = false;  // limited by the frame, not by the socket: more may be waiting
           self->frameReceived_ += n;
           if (self->frameReceived_ < self->frameSize_) return self->readBodyChunk();
           self->reading_ = false;
@@ -489,6 +535,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   std::size_t stagingBegin_ = 0;
   std::size_t stagingEnd_ = 0;
   bool reading_ = false;
+  bool drained_ = false;  // the last staging read returned less than it asked for
   bool paused_ = false;
   Clock::time_point readProgress_{};
   bool inBody_ = false;
