@@ -1,5 +1,8 @@
 #include "runtime/config/config.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace grapevine::config {
 
 std::vector<PeerAddress> PeersSection::addresses() const {
@@ -20,6 +23,42 @@ topology::Spec Config::topologySpec() const {
   s.seed = topology.seed.value_or(run.seed);
   s.weights = topology::parseWeights(topology.weights).value_or(topology::WeightsKind::kMetropolis);
   s.edges = topology.edges;
+  return s;
+}
+
+LinkParams NetworkSection::link(int from, int to) const {
+  LinkParams p{bandwidthMbit, latencyMs, jitterMs, lossPercent};
+  // Per-peer: the more restrictive end wins among the ends that set a value.
+  std::optional<double> bw, lat, jit, loss;
+  auto bwRank = [](double v) { return v <= 0 ? std::numeric_limits<double>::infinity() : v; };
+  for (const PeerNetwork& pn : peers) {
+    if (pn.rank != from && pn.rank != to) continue;
+    const LinkOverride& o = pn.link;
+    if (o.bandwidthMbit && (!bw || bwRank(*o.bandwidthMbit) < bwRank(*bw))) bw = o.bandwidthMbit;
+    if (o.latencyMs) lat = std::max(lat.value_or(0.0), *o.latencyMs);
+    if (o.jitterMs) jit = std::max(jit.value_or(0.0), *o.jitterMs);
+    if (o.lossPercent) loss = std::max(loss.value_or(0.0), *o.lossPercent);
+  }
+  if (bw) p.bandwidthMbit = *bw;
+  if (lat) p.latencyMs = *lat;
+  if (jit) p.jitterMs = *jit;
+  if (loss) p.lossPercent = *loss;
+  // Per-edge: replaces (the last matching item wins).
+  for (const EdgeNetwork& e : edges) {
+    if (!((e.a == from && e.b == to) || (e.a == to && e.b == from))) continue;
+    if (e.link.bandwidthMbit) p.bandwidthMbit = *e.link.bandwidthMbit;
+    if (e.link.latencyMs) p.latencyMs = *e.link.latencyMs;
+    if (e.link.jitterMs) p.jitterMs = *e.link.jitterMs;
+    if (e.link.lossPercent) p.lossPercent = *e.link.lossPercent;
+  }
+  return p;
+}
+
+double NetworkSection::computeScaleOf(int rank) const {
+  double s = computeScale;
+  for (const PeerNetwork& pn : peers) {
+    if (pn.rank == rank && pn.computeScale) s = *pn.computeScale;
+  }
   return s;
 }
 

@@ -117,6 +117,32 @@ struct OutputSection {
   int logEvery = 10;
 };
 
+// One directed link's parameters, after overrides (NetworkSection::link).
+struct LinkParams {
+  double bandwidthMbit = 0.0;  // 0 = unlimited
+  double latencyMs = 0.0;      // one way
+  double jitterMs = 0.0;
+  double lossPercent = 0.0;
+};
+
+// Link keys an override may set; an unset one keeps the value below it.
+struct LinkOverride {
+  std::optional<double> bandwidthMbit, latencyMs, jitterMs, lossPercent;
+};
+
+// `network.peers` item: every link touching `rank` (both directions), and its compute speed.
+struct PeerNetwork {
+  int rank = 0;
+  LinkOverride link;
+  std::optional<double> computeScale;
+};
+
+// `network.edges` item: the link between a and b, both directions.
+struct EdgeNetwork {
+  int a = 0, b = 0;
+  LinkOverride link;
+};
+
 struct NetworkSection {
   std::string emulate = "none";
   double bandwidthMbit = 0.0;  // 0 = unlimited
@@ -125,6 +151,17 @@ struct NetworkSection {
   double lossPercent = 0.0;
   double computeScale = 1.0;
   double computeMs = 0.0;  // 0 = measured
+  std::vector<PeerNetwork> peers;
+  std::vector<EdgeNetwork> edges;
+
+  // The link from -> to: the defaults above; then the per-peer overrides of either end (a link is
+  // as slow as its slower end: the lower bandwidth, the higher latency, jitter and loss of the ends that
+  // set one); then a per-edge override, which wins.
+  LinkParams link(int from, int to) const;
+  // network.compute_scale, or the peer's own compute_scale.
+  double computeScaleOf(int rank) const;
+  // Whether any override is given (every link equal otherwise).
+  bool uniform() const { return peers.empty() && edges.empty(); }
 };
 
 struct Config {

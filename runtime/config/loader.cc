@@ -330,6 +330,22 @@ class Loader {
                 std::to_string(c.peers.heartbeatInterval) + " s)");
     }
 
+    // network overrides name existing peers
+    for (const auto& pn : c.network.peers) {
+      if (pn.rank >= c.peers.count) {
+        error(keyWhere("network.peers"), "network.peers",
+              "rank " + std::to_string(pn.rank) + " is not a peer (peers.count is " +
+                  std::to_string(c.peers.count) + ")");
+      }
+    }
+    for (const auto& e : c.network.edges) {
+      if (e.a >= c.peers.count || e.b >= c.peers.count) {
+        error(keyWhere("network.edges"), "network.edges",
+              "[" + std::to_string(e.a) + ", " + std::to_string(e.b) + "] names a peer >= peers.count (" +
+                  std::to_string(c.peers.count) + ")");
+      }
+    }
+
     // topology
     const int n = c.peers.count;
     const std::string& kind = c.topology.kind;

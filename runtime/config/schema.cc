@@ -187,6 +187,34 @@ KeyDef intListKey(std::string path, Access access, double min, double max, std::
   return k;
 }
 
+// One key of a network override item (network.peers / network.edges); false if the key is unknown or
+// its value out of range (the same ranges as the network.* defaults).
+bool applyLinkOverride(LinkOverride& o, const std::string& key, const YAML::Node& value) {
+  auto v = toDouble(value);
+  if (!v) return false;
+  if (key == "bandwidth_mbit" && *v >= 0 && *v <= 1e6) {
+    o.bandwidthMbit = *v;
+  } else if (key == "latency_ms" && *v >= 0 && *v <= 1e5) {
+    o.latencyMs = *v;
+  } else if (key == "jitter_ms" && *v >= 0 && *v <= 1e5) {
+    o.jitterMs = *v;
+  } else if (key == "loss_percent" && *v >= 0 && *v <= 100) {
+    o.lossPercent = *v;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string showLinkOverride(const LinkOverride& o) {
+  std::string s;
+  if (o.bandwidthMbit) s += ", bandwidth_mbit: " + formatNumber(*o.bandwidthMbit);
+  if (o.latencyMs) s += ", latency_ms: " + formatNumber(*o.latencyMs);
+  if (o.jitterMs) s += ", jitter_ms: " + formatNumber(*o.jitterMs);
+  if (o.lossPercent) s += ", loss_percent: " + formatNumber(*o.lossPercent);
+  return s;
+}
+
 std::vector<KeyDef> buildSchema() {
   std::vector<KeyDef> t;
 
@@ -504,6 +532,95 @@ std::vector<KeyDef> buildSchema() {
                         "Multiplier of compute time (simulated heterogeneous peers)"));
   t.push_back(doubleKey("network.compute_ms", [](Config& c) -> auto& { return c.network.computeMs; },
                         0.0, 1e6, "Fixed compute time per step in ms for the simulator (0: measured)"));
+  {
+    KeyDef k;
+    k.path = "network.peers";
+    k.type = ValueType::kNetPeerList;
+    k.optional = true;
+    k.doc = "Per-peer overrides: [{rank: R, bandwidth_mbit, latency_ms, jitter_ms, loss_percent, "
+            "compute_scale}, ...] (any subset); a link takes the slower end's values";
+    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+      if (!n.IsSequence()) return std::string("expected");
+      std::vector<PeerNetwork> out;
+      for (const auto& item : n) {
+        if (!item.IsMap() || !item["rank"]) return std::string("expected");
+        PeerNetwork pn;
+        auto rank = toInt(item["rank"]);
+        if (!rank || *rank < 0 || *rank >= kMaxPeers) return std::string("expected");
+        pn.rank = static_cast<int>(*rank);
+        for (auto it = item.begin(); it != item.end(); ++it) {
+          const std::string key = it->first.as<std::string>();  // copy: the iterator yields a temporary
+          const YAML::Node value = it->second;
+          if (key == "rank") continue;
+          if (key == "compute_scale") {
+            auto v = toDouble(value);
+            if (!v || *v < 1e-3 || *v > 1e3) return std::string("expected");
+            pn.computeScale = *v;
+          } else if (!applyLinkOverride(pn.link, key, value)) {
+            return std::string("expected");
+          }
+        }
+        out.push_back(pn);
+      }
+      c.network.peers = std::move(out);
+      return std::nullopt;
+    };
+    k.show = [](const Config& c) {
+      std::string s = "[";
+      for (size_t i = 0; i < c.network.peers.size(); ++i) {
+        const auto& pn = c.network.peers[i];
+        s += (i ? ", " : "") + std::string("{rank: ") + std::to_string(pn.rank) + showLinkOverride(pn.link);
+        if (pn.computeScale) s += ", compute_scale: " + formatNumber(*pn.computeScale);
+        s += "}";
+      }
+      return s + "]";
+    };
+    t.push_back(k);
+  }
+  {
+    KeyDef k;
+    k.path = "network.edges";
+    k.type = ValueType::kNetEdgeList;
+    k.optional = true;
+    k.doc = "Per-link overrides (both directions; win over network.peers): [{between: [a, b], "
+            "bandwidth_mbit, latency_ms, jitter_ms, loss_percent}, ...]";
+    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+      if (!n.IsSequence()) return std::string("expected");
+      std::vector<EdgeNetwork> out;
+      for (const auto& item : n) {
+        if (!item.IsMap() || !item["between"]) return std::string("expected");
+        const YAML::Node between = item["between"];
+        if (!between.IsSequence() || between.size() != 2) return std::string("expected");
+        auto a = toInt(between[0]);
+        auto b = toInt(between[1]);
+        if (!a || !b || *a < 0 || *b < 0 || *a >= kMaxPeers || *b >= kMaxPeers || *a == *b) {
+          return std::string("expected");
+        }
+        EdgeNetwork e;
+        e.a = static_cast<int>(*a);
+        e.b = static_cast<int>(*b);
+        for (auto it = item.begin(); it != item.end(); ++it) {
+          const std::string key = it->first.as<std::string>();
+          const YAML::Node value = it->second;
+          if (key == "between") continue;
+          if (!applyLinkOverride(e.link, key, value)) return std::string("expected");
+        }
+        out.push_back(e);
+      }
+      c.network.edges = std::move(out);
+      return std::nullopt;
+    };
+    k.show = [](const Config& c) {
+      std::string s = "[";
+      for (size_t i = 0; i < c.network.edges.size(); ++i) {
+        const auto& e = c.network.edges[i];
+        s += (i ? ", " : "") + std::string("{between: [") + std::to_string(e.a) + ", " +
+             std::to_string(e.b) + "]" + showLinkOverride(e.link) + "}";
+      }
+      return s + "]";
+    };
+    t.push_back(k);
+  }
   return t;
 }
 
@@ -519,6 +636,8 @@ std::string KeyDef::typeName() const {
     case ValueType::kIntList: return "list of int";
     case ValueType::kEdgeList: return "list of edges";
     case ValueType::kPeerList: return "list of {host, port}";
+    case ValueType::kNetPeerList: return "list of {rank, link keys}";
+    case ValueType::kNetEdgeList: return "list of {between, link keys}";
   }
   return "?";
 }
@@ -559,6 +678,12 @@ std::string KeyDef::expected() const {
       return "a list of edges [a, b], [a, b, weight] or {a, b, weight} with ranks >= 0 and weight in [0, 1]";
     case ValueType::kPeerList:
       return "a non-empty list of {host: NAME, port: 1..65535}";
+    case ValueType::kNetPeerList:
+      return "a list of {rank: R, ...} with only bandwidth_mbit [0, 1e6], latency_ms [0, 1e5], "
+             "jitter_ms [0, 1e5], loss_percent [0, 100], compute_scale [0.001, 1000]";
+    case ValueType::kNetEdgeList:
+      return "a list of {between: [a, b], ...} (a != b) with only bandwidth_mbit [0, 1e6], "
+             "latency_ms [0, 1e5], jitter_ms [0, 1e5], loss_percent [0, 100]";
   }
   return "?";
 }

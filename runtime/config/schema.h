@@ -16,7 +16,9 @@
 
 namespace grapevine::config {
 
-enum class ValueType { kBool, kInt, kDouble, kString, kEnum, kIntList, kEdgeList, kPeerList };
+enum class ValueType {
+  kBool, kInt, kDouble, kString, kEnum, kIntList, kEdgeList, kPeerList, kNetPeerList, kNetEdgeList
+};
 
 struct KeyDef {
   std::string path;  // "topology.kind"

@@ -12,13 +12,23 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 }  // namespace
 
-LinkParams linkParamsFromConfig(const config::NetworkSection& n) {
+LinkParams linkParamsFromConfig(const config::LinkParams& n) {
   LinkParams p;
   p.bandwidthBitsPerSecond = n.bandwidthMbit * 1e6;
   p.latencySeconds = n.latencyMs * 1e-3;
   p.jitterSeconds = n.jitterMs * 1e-3;
   p.lossProbability = n.lossPercent / 100.0;
   return p;
+}
+
+LinkModel::LinkModel(const config::NetworkSection& network, std::uint64_t seed)
+    : params_(linkParamsFromConfig(network.link(0, 0))), seed_(seed) {
+  if (!network.uniform()) network_ = network;
+}
+
+LinkParams LinkModel::params(int from, int to) const {
+  if (!network_) return params_;
+  return linkParamsFromConfig(network_->link(from, to));
 }
 
 double LinkModel::uniform(int from, int to, std::int64_t round, std::uint64_t stream) const {
@@ -32,20 +42,21 @@ double LinkModel::uniform(int from, int to, std::int64_t round, std::uint64_t st
 }
 
 bool LinkModel::lost(int from, int to, std::int64_t round) const {
-  if (params_.lossProbability <= 0.0) return false;
-  return uniform(from, to, round, 0) < params_.lossProbability;
+  const double p = network_ ? params(from, to).lossProbability : params_.lossProbability;
+  if (p <= 0.0) return false;
+  return uniform(from, to, round, 0) < p;
 }
 
 double LinkModel::jitterSeconds(int from, int to, std::int64_t round) const {
-  if (params_.jitterSeconds <= 0.0) return 0.0;
-  return params_.jitterSeconds * uniform(from, to, round, 1);
+  const double j = network_ ? params(from, to).jitterSeconds : params_.jitterSeconds;
+  if (j <= 0.0) return 0.0;
+  return j * uniform(from, to, round, 1);
 }
 
 double LinkModel::delaySeconds(int from, int to, std::int64_t round, std::size_t bytes) const {
-  double d = params_.latencySeconds + jitterSeconds(from, to, round);
-  if (params_.bandwidthBitsPerSecond > 0.0) {
-    d += static_cast<double>(bytes) * 8.0 / params_.bandwidthBitsPerSecond;
-  }
+  const LinkParams p = params(from, to);
+  double d = p.latencySeconds + jitterSeconds(from, to, round);
+  if (p.bandwidthBitsPerSecond > 0.0) d += static_cast<double>(bytes) * 8.0 / p.bandwidthBitsPerSecond;
   return d;
 }
 

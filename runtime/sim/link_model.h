@@ -1,11 +1,12 @@
-// The simulator's link model: every directed edge has the same bandwidth, one-way latency, jitter and
-// loss (the `network:` section; per-edge overrides are a later step). Draws are a pure function of
+// The simulator's link model: each directed edge has a bandwidth, one-way latency, jitter and loss from
+// the `network:` section (defaults, then `network.peers` and `network.edges` overrides). Draws are a pure function of
 // (seed, from, to, round), never of a stream's position, so they do not depend on which thread asks
 // or in what order: the simulator stays bit-reproducible for a seed whatever its thread count.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "runtime/config/config.h"
 
@@ -18,13 +19,17 @@ struct LinkParams {
   double lossProbability = 0.0;         // per message, in [0, 1]
 };
 
-LinkParams linkParamsFromConfig(const config::NetworkSection& network);
+LinkParams linkParamsFromConfig(const config::LinkParams& link);
 
 class LinkModel {
  public:
+  // Every link the same.
   LinkModel(const LinkParams& params, std::uint64_t seed) : params_(params), seed_(seed) {}
+  // Per-link parameters from the config, overrides included.
+  LinkModel(const config::NetworkSection& network, std::uint64_t seed);
 
-  const LinkParams& params() const { return params_; }
+  // The parameters of the link from -> to.
+  LinkParams params(int from, int to) const;
 
   // Whether the round-`round` message from `from` to `to` is lost (never delivered).
   bool lost(int from, int to, std::int64_t round) const;
@@ -40,7 +45,8 @@ class LinkModel {
   // A uniform double in [0, 1) from the edge, round and a stream id (0: loss, 1: jitter).
   double uniform(int from, int to, std::int64_t round, std::uint64_t stream) const;
 
-  LinkParams params_;
+  LinkParams params_;                              // every link, when network_ is empty
+  std::optional<config::NetworkSection> network_;  // set when some link differs
   std::uint64_t seed_;
 };
 

@@ -74,8 +74,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
   const config::Config& c = plan.config;
   const int n = c.peers.count;
   const std::size_t count = static_cast<std::size_t>(n);
-  const LinkModel link(linkParamsFromConfig(c.network), c.run.seed);
-  const double computeScale = c.network.computeScale;
+  const LinkModel link(c.network, c.run.seed);
   const double fixedCompute = c.network.computeMs > 0.0
                                   ? c.network.computeMs * 1e-3 * std::max(1, c.algorithm.localSteps)
                                   : -1.0;
@@ -120,7 +119,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       const double cpu0 = threadCpuSeconds();
       s.status = peers[i]->beginRound(t);
       const double compute = fixedCompute >= 0.0 ? fixedCompute : threadCpuSeconds() - cpu0;
-      s.ready = s.clock + compute * computeScale;
+      s.ready = s.clock + compute * c.network.computeScaleOf(static_cast<int>(i));
       s.incoming.clear();
       s.anyLost = false;
       s.arrival = s.ready;
@@ -159,7 +158,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
         const double cpu0 = threadCpuSeconds();
         p.precomputeGradient();
         const double g = fixedCompute >= 0.0 ? fixedCompute : threadCpuSeconds() - cpu0;
-        end = std::max(end, s.ready + g * computeScale);
+        end = std::max(end, s.ready + g * c.network.computeScaleOf(static_cast<int>(i)));
       }
       if (s.anyLost) end = std::max(end, s.ready + c.algorithm.roundTimeout);
       s.clock = end;

@@ -109,6 +109,38 @@ TEST_CASE("torus sizes must multiply to the peer count") {
   CHECK(contains(d, "topology.dims: sizes multiply to 9 but peers.count is 8"));
 }
 
+TEST_CASE("network overrides: per peer and per link, validated") {
+  const std::string base = "peers: { count: 4 }\ntopology: { kind: ring }\nnetwork:\n  bandwidth_mbit: 100\n";
+  auto ok = loadString(base + "  peers: [{rank: 3, bandwidth_mbit: 10, compute_scale: 2}]\n"
+                              "  edges: [{between: [0, 1], latency_ms: 50, loss_percent: 1}]\n",
+                       "net.yaml", noEnv());
+  REQUIRE(ok.ok());
+  CHECK(ok.config.network.peers.size() == 1);
+  CHECK(ok.config.network.link(2, 3).bandwidthMbit == 10);
+  CHECK(ok.config.network.link(1, 2).bandwidthMbit == 100);
+  CHECK(ok.config.network.link(1, 0).latencyMs == 50);
+  CHECK(ok.config.network.link(1, 0).lossPercent == 1);
+  CHECK(ok.config.network.computeScaleOf(3) == 2);
+  // Shown as YAML that loads back to the same links.
+  const KeyDef* k = findKey("network.peers");
+  REQUIRE(k);
+  CHECK(k->show(ok.config) == "[{rank: 3, bandwidth_mbit: 10, compute_scale: 2}]");
+
+  auto unknown = loadString(base + "  peers: [{rank: 1, bandwith_mbit: 10}]\n", "net.yaml", noEnv());
+  CHECK_FALSE(unknown.ok());
+  CHECK(contains(allDiagnostics(unknown), "net.yaml:5:10: error: network.peers: expected a list of {rank: R, ...}"));
+  auto range = loadString(base + "  edges: [{between: [0, 2], loss_percent: 150}]\n", "net.yaml", noEnv());
+  CHECK_FALSE(range.ok());
+  CHECK(contains(allDiagnostics(range), "network.edges: expected"));
+  auto self = loadString(base + "  edges: [{between: [2, 2], latency_ms: 5}]\n", "net.yaml", noEnv());
+  CHECK_FALSE(self.ok());
+  auto rank = loadString(base + "  peers: [{rank: 9, latency_ms: 5}]\n", "net.yaml", noEnv());
+  CHECK_FALSE(rank.ok());
+  CHECK(contains(allDiagnostics(rank), "network.peers: rank 9 is not a peer (peers.count is 4)"));
+  auto edge = loadString(base + "  edges: [{between: [0, 7], latency_ms: 5}]\n", "net.yaml", noEnv());
+  CHECK(contains(allDiagnostics(edge), "network.edges: [0, 7] names a peer >= peers.count (4)"));
+}
+
 TEST_CASE("tabs, syntax errors, empty files and cross-key rules") {
   CHECK(contains(allDiagnostics(loadInvalid("tabs.yaml")), "tabs.yaml:2:1: error: tab character in indentation"));
   CHECK(contains(allDiagnostics(loadInvalid("syntax.yaml")), "error: YAML syntax:"));

@@ -138,6 +138,41 @@ network: { bandwidth_mbit: 100, latency_ms: 5, compute_ms: 10 }
   CHECK(r5.simulatedSeconds == Approx(5 * perRound).epsilon(1e-12));
 }
 
+TEST_CASE("per-peer and per-edge network overrides set each link's time") {
+  // A path 0 - 1 - 2; peer 2 is slow (10 Mbit/s, 40 ms, half-speed compute); the 0-1 link is overridden.
+  const auto c = loadYaml(R"(
+run: { seed: 3, rounds: 1 }
+peers: { count: 3 }
+topology: { kind: edges, edges: [[0, 1], [1, 2]] }
+algorithm: { name: choco, consensus_step: 0.3 }
+compression: { method: none }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+workload: { name: consensus, dim: 1000 }
+network:
+  bandwidth_mbit: 100
+  latency_ms: 5
+  compute_ms: 10
+  peers: [{rank: 2, bandwidth_mbit: 10, latency_ms: 40, compute_scale: 2}]
+  edges: [{between: [1, 0], latency_ms: 1}]
+)");
+  // The resolved links: the slow end wins on 1-2 (both directions), the edge override on 0-1.
+  const auto l12 = c.network.link(1, 2), l21 = c.network.link(2, 1), l01 = c.network.link(0, 1);
+  CHECK(l12.bandwidthMbit == 10);
+  CHECK(l12.latencyMs == 40);
+  CHECK(l21.latencyMs == 40);
+  CHECK(l01.bandwidthMbit == 100);
+  CHECK(l01.latencyMs == 1);
+  CHECK(c.network.computeScaleOf(2) == 2);
+  CHECK(c.network.computeScaleOf(0) == 1);
+
+  auto r = simulate(*makePlan(c), 2);
+  const double b = static_cast<double>(r.peers[0].bytesSent);  // one message, same size on every link
+  // Peer 0 waits for 1 over the fast link; peer 1 for the slow peer 2 (its compute is 20 ms); peer 2 for 1.
+  CHECK(r.clock[0] == Approx(0.010 + 0.001 + b * 8 / 100e6).epsilon(1e-12));
+  CHECK(r.clock[1] == Approx(0.020 + 0.040 + b * 8 / 10e6).epsilon(1e-12));
+  CHECK(r.clock[2] == Approx(std::max(0.020, 0.010 + 0.040 + b * 8 / 10e6)).epsilon(1e-12));
+}
+
 TEST_CASE("a lost message costs the receiver its round timeout") {
   auto c = loadYaml(R"(
 run: { seed: 3, rounds: 40 }

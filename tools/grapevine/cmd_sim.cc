@@ -48,9 +48,14 @@ int runSim(const SimArgs& a) {
   if (n.computeMs > 0) std::snprintf(compute, sizeof compute, "%g ms/step", n.computeMs);
   std::snprintf(links, sizeof links, "links %s, %g ms (+0-%g ms), loss %g%%; compute %s x%g", bandwidth,
                 n.latencyMs, n.jitterMs, n.lossPercent, compute, n.computeScale);
+  std::string linkOverrides;
+  if (!n.uniform()) {
+    linkOverrides = " (overrides: " + std::to_string(n.peers.size()) + " peers, " + std::to_string(n.edges.size()) +
+                " links)";
+  }
   std::cout << "grapevine sim: " << c.peers.count << " peers, " << c.topology.kind << ", "
             << c.algorithm.name << " + " << c.compression.method << ", " << c.run.rounds << " rounds; "
-            << links << "; output in " << out << "/\n"
+            << links << linkOverrides << "; output in " << out << "/\n"
             << std::flush;
 
   sim::SimOptions o;
