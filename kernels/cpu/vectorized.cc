@@ -3,6 +3,7 @@
 // __builtin_cpu_supports; otherwise the op falls back to the reference entry. Tails shorter than a
 // vector use the scalar element math of element_math.h, so results stay bit-identical to the
 // reference wherever ops.h promises it. No FMA: `acc + w * v` must round twice, like the reference.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -627,9 +628,11 @@ Dispatch makeDispatch() {
   Dispatch d{referenceOps(), ""};
   d.ops.name = "cpu";
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-                    __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") &&
-                    __builtin_cpu_supports("sse4.2");
+  // F16C from CPUID leaf 1, ECX bit 29: clang 14's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && f16c && __builtin_cpu_supports("popcnt") &&
+                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("sse4.2");
   const bool sse42 = __builtin_cpu_supports("sse4.2");
   if (avx2) {
     namespace v = avx2;
