@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -349,7 +350,23 @@ class Loader {
     // topology
     const int n = c.peers.count;
     const std::string& kind = c.topology.kind;
-    if (kind == "torus") {
+    bool dimsReported = false;
+    if (kind == "torus" && !wasSet("topology.dims") && c.topology.dims.empty() && n >= 4) {
+      // Unset dims: the squarest a x b = n with a >= 2 (16 -> 4x4, 64 -> 8x8, 32 -> 4x8), so a sweep
+      // over peers.count needs no per-count dims.
+      for (int a = static_cast<int>(std::sqrt(static_cast<double>(n))); a >= 2; --a) {
+        if (n % a == 0) {
+          c.topology.dims = {a, n / a};
+          break;
+        }
+      }
+      if (c.topology.dims.empty()) {
+        error(keyWhere("topology.kind"), "topology.dims",
+              "peers.count " + std::to_string(n) + " has no a x b factorisation with a, b >= 2: give dims");
+        dimsReported = true;
+      }
+    }
+    if (kind == "torus" && !dimsReported) {
       if (c.topology.dims.size() != 2 && c.topology.dims.size() != 3) {
         error(wasSet("topology.dims") ? keyWhere("topology.dims") : keyWhere("topology.kind"),
               "topology.dims", "torus needs 2 or 3 sizes, e.g. dims: [4, 4]");

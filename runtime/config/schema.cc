@@ -297,7 +297,7 @@ std::vector<KeyDef> buildSchema() {
                       {"metropolis", "uniform", "explicit"},
                       "Mixing weights: Metropolis-Hastings, uniform 1/(d_max+1), or per edge"));
   t.push_back(intListKey("topology.dims", [](Config& c) -> auto& { return c.topology.dims; }, 1,
-                         kMaxPeers, "Torus sizes, 2 or 3 of them, e.g. [4, 4]; product = peers"));
+                         kMaxPeers, "Torus sizes, 2 or 3 of them, e.g. [4, 4]; product = peers (unset: the squarest a x b)"));
   t.push_back(intKey("topology.degree", [](Config& c) -> auto& { return c.topology.degree; }, 1,
                      kMaxPeers, "Degree of the random-regular graph"));
   t.push_back(doubleKey("topology.probability",

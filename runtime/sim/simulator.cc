@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 #include "runtime/engine/records.h"
@@ -38,6 +39,8 @@ struct PeerState {
   std::vector<int> incoming;
   Status status;
   std::string pending;  // records not yet appended to the file
+  double testAccuracy = std::numeric_limits<double>::quiet_NaN();  // at the last evaluation
+  double testLoss = std::numeric_limits<double>::quiet_NaN();
 };
 
 Status appendFile(const std::string& path, std::string& text) {
@@ -56,6 +59,52 @@ Status firstError(const std::vector<PeerState>& states) {
     if (!s.status.isOk()) return s.status;
   }
   return Status::ok();
+}
+
+// One line of DIR/evals.jsonl: what the whole run looks like at an evaluation round (all models are
+// in this process, so the consensus distance and the averaged model's accuracy are exact).
+Result<nlohmann::json> evaluationPoint(const std::vector<std::unique_ptr<engine::PeerCore>>& peers,
+                                       const std::vector<PeerState>& states, std::int64_t round,
+                                       double wall) {
+  const std::size_t n = peers.front()->model().size();
+  std::vector<double> mean(n, 0.0);
+  for (const auto& p : peers) {
+    const auto m = p->model();
+    for (std::size_t k = 0; k < n; ++k) mean[k] += m[k];
+  }
+  for (double& v : mean) v /= static_cast<double>(peers.size());
+  double meanNorm = 0.0, dist = 0.0;
+  for (double v : mean) meanNorm += v * v;
+  for (const auto& p : peers) {
+    const auto m = p->model();
+    for (std::size_t k = 0; k < n; ++k) dist += (m[k] - mean[k]) * (m[k] - mean[k]);
+  }
+  dist /= static_cast<double>(peers.size());
+  double simTime = 0.0, acc = 0.0, testLoss = 0.0, trainLoss = 0.0, bytes = 0.0, dense = 0.0;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    simTime = std::max(simTime, states[i].clock);
+    acc += states[i].testAccuracy;
+    testLoss += states[i].testLoss;
+    trainLoss += peers[i]->lastLoss();
+    bytes += static_cast<double>(peers[i]->counters().bytesSent);
+    dense += static_cast<double>(peers[i]->counters().bytesDenseEquivalent);
+  }
+  const double np = static_cast<double>(peers.size());
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json j;
+  j["round"] = round + 1;  // rounds completed
+  j["sim_time"] = simTime;
+  j["wall_time"] = wall;
+  j["bytes_sent_per_peer"] = bytes / np;
+  j["bytes_dense_per_peer"] = dense / np;
+  j["train_loss"] = num(trainLoss / np);
+  j["test_accuracy_mean"] = num(acc / np);
+  j["test_loss_mean"] = num(testLoss / np);
+  j["consensus_distance"] = num(meanNorm > 0 ? dist / meanNorm : dist);  // (1/n) sum |x_i - xbar|^2 / |xbar|^2
+  const std::vector<float> meanF(mean.begin(), mean.end());
+  const auto ev = peers.front()->workload().evaluateTest(meanF);
+  j["averaged_model_accuracy"] = num(ev.accuracy);
+  return j;
 }
 
 }  // namespace
@@ -106,6 +155,8 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       if (!f) return unavailable("cannot write " + path("peer-", r, ".jsonl"));
       std::fclose(f);
     }
+    std::error_code removeEc;
+    std::filesystem::remove(dir + "/evals.jsonl", removeEc);  // a fresh run starts a fresh file
   }
 
   const auto start = Clock::now();
@@ -171,6 +222,8 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
           const auto ev = p.workload().evaluateTest(p.model());
           if (std::isfinite(ev.accuracy)) rec["test_accuracy"] = ev.accuracy;
           rec["test_loss"] = ev.loss;
+          s.testAccuracy = ev.accuracy;
+          s.testLoss = ev.loss;
         }
         s.pending += rec.dump();
         s.pending += '\n';
@@ -181,6 +234,12 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       }
     });
     GV_RETURN_IF_ERROR(firstError(states));
+    if (evalNow && !dir.empty()) {
+      auto point = evaluationPoint(peers, states, t, wall);
+      GV_RETURN_IF_ERROR(point.status());
+      std::string line = point->dump() + "\n";
+      GV_RETURN_IF_ERROR(appendFile(dir + "/evals.jsonl", line));
+    }
     if (options.onRound) {
       double latest = 0.0;
       for (const auto& s : states) latest = std::max(latest, s.clock);

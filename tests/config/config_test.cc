@@ -109,6 +109,23 @@ TEST_CASE("torus sizes must multiply to the peer count") {
   CHECK(contains(d, "topology.dims: sizes multiply to 9 but peers.count is 8"));
 }
 
+TEST_CASE("a torus without dims takes the squarest factorisation") {
+  auto dims = [](int n) {
+    auto r = loadString("peers: { count: " + std::to_string(n) + " }\ntopology: { kind: torus }\n", "t.yaml",
+                        noEnv());
+    return r.ok() ? r.config.topology.dims : std::vector<int>{};
+  };
+  CHECK(dims(16) == std::vector<int>{4, 4});
+  CHECK(dims(64) == std::vector<int>{8, 8});
+  CHECK(dims(32) == std::vector<int>{4, 8});
+  CHECK(dims(6) == std::vector<int>{2, 3});
+  auto prime = loadString("peers: { count: 13 }\ntopology: { kind: torus }\n", "t.yaml", noEnv());
+  CHECK_FALSE(prime.ok());
+  CHECK(contains(allDiagnostics(prime), "peers.count 13 has no a x b factorisation"));
+  auto tiny = loadString("peers: { count: 2 }\ntopology: { kind: torus }\n", "t.yaml", noEnv());
+  CHECK_FALSE(tiny.ok());
+}
+
 TEST_CASE("network overrides: per peer and per link, validated") {
   const std::string base = "peers: { count: 4 }\ntopology: { kind: ring }\nnetwork:\n  bandwidth_mbit: 100\n";
   auto ok = loadString(base + "  peers: [{rank: 3, bandwidth_mbit: 10, compute_scale: 2}]\n"
