@@ -1,7 +1,8 @@
 // `grapevine launch CONFIG [--out DIR]`: starts every peer whose host is local as a child process
 // (`grapevine peer CONFIG --rank R`), shows one live progress line, forwards SIGINT/SIGTERM, reports a
 // peer that dies with its exit status and last log lines, and at the end prints a table and writes
-// DIR/summary.json.
+// DIR/summary.json. With --emulate (or `network.emulate: netns`) every peer runs in its own network
+// namespace behind the link emulator (runtime/netemu), listening on its namespace's address.
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
@@ -24,6 +25,7 @@
 
 #include "runtime/common/log.h"
 #include "runtime/engine/summary.h"
+#include "runtime/netemu/from_config.h"
 #include "tools/grapevine/command.h"
 #include "tools/grapevine/load_config.h"
 
@@ -38,6 +40,8 @@ struct LaunchArgs {
   std::string out;
   std::vector<std::string> overrides;
   bool quiet = false;
+  bool emulate = false;  // also on with network.emulate: netns
+  int mtu = 9000;
 };
 
 std::set<std::string> localAddresses() {
@@ -108,6 +112,18 @@ void readNewRecords(Child& c) {
   }
 }
 
+// Sum of the emulated links' counters, for the summary.
+struct LinkTotals {
+  std::uint64_t packets = 0, bytes = 0, droppedLoss = 0, droppedQueue = 0, droppedWrite = 0;
+  void add(const netemu::LinkStats& s) {
+    packets += s.packets;
+    bytes += s.bytes;
+    droppedLoss += s.droppedLoss;
+    droppedQueue += s.droppedQueue;
+    droppedWrite += s.droppedWrite;
+  }
+};
+
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
@@ -138,6 +154,40 @@ int runLaunch(const LaunchArgs& a) {
               << " has a local host; start peers with `grapevine peer CONFIG --rank R` on their hosts\n";
     return kExitBadInput;
   }
+  // Emulated network: created before any peer starts, destroyed (emulator stopped, namespaces
+  // deleted) when `network` goes out of scope, on every return below, after a signal too.
+  std::unique_ptr<netemu::Network> network;
+  std::vector<std::string> peerOverrides = a.overrides;
+  if (a.emulate || c.network.emulate == "netns") {
+    if (static_cast<int>(children.size()) != c.peers.count) {
+      std::cerr << "grapevine launch: network emulation runs every peer on this host, but only "
+                << children.size() << " of " << c.peers.count << " peers have a local host\n";
+      return kExitBadInput;
+    }
+    if (const Status s = netemu::checkPrerequisites(); !s.isOk()) {
+      std::cerr << "grapevine launch: --emulate: " << s.message() << "\n";
+      return kExitBadInput;
+    }
+    auto made = netemu::Network::create(netemu::optionsFromConfig(c, a.mtu));
+    if (!made.isOk()) {
+      std::cerr << "grapevine launch: --emulate: " << made.status().toString() << "\n";
+      return kExitFailure;
+    }
+    network = std::move(*made);
+    // Peer r listens on (and is dialled at) its namespace's address, on the port it already had.
+    std::string list = "[";
+    for (int r = 0; r < c.peers.count; ++r) {
+      list += (r ? ", " : "") + std::string("{host: ") + network->address(r) +
+              ", port: " + std::to_string(addrs[r].port) + "}";
+    }
+    peerOverrides.push_back("peers.list=" + list + "]");
+    const auto& n = c.network;
+    std::cout << "grapevine launch: emulated network " << network->namespaceName(0) << ".."
+              << network->namespaceName(c.peers.count - 1) << " (" << network->address(0) << "...), links "
+              << (n.bandwidthMbit > 0 ? std::to_string(n.bandwidthMbit) + " Mbit/s" : std::string("unlimited"))
+              << ", " << n.latencyMs << " ms +- " << n.jitterMs << " ms, loss " << n.lossPercent << "%"
+              << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
+  }
   std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count << " peers on this host, "
             << c.topology.kind << ", " << c.algorithm.name << " + " << c.compression.method << " over "
             << c.transport.backend << ", " << c.run.rounds << " rounds; output in " << out << "/\n"
@@ -155,7 +205,11 @@ int runLaunch(const LaunchArgs& a) {
     std::filesystem::remove(ch.jsonl, ec);
     std::filesystem::remove(out + "/peer-" + std::to_string(ch.rank) + ".final.json", ec);
     std::vector<std::string> argv = {self, "peer", a.path, "--rank", std::to_string(ch.rank), "--out", out};
-    for (const auto& o : a.overrides) {
+    if (network) {
+      auto prefix = network->execPrefix(ch.rank);
+      argv.insert(argv.begin(), prefix.begin(), prefix.end());
+    }
+    for (const auto& o : peerOverrides) {
       argv.push_back("--set");
       argv.push_back(o);
     }
@@ -171,7 +225,7 @@ int runLaunch(const LaunchArgs& a) {
       std::vector<char*> cargv;
       for (auto& s : argv) cargv.push_back(s.data());
       cargv.push_back(nullptr);
-      execv(self.c_str(), cargv.data());
+      execvp(cargv[0], cargv.data());  // `ip` (emulation) is found on PATH; self is absolute
       _exit(127);
     }
     if (pid < 0) {
@@ -265,6 +319,19 @@ int runLaunch(const LaunchArgs& a) {
   if (tty) std::cout << "\n";
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  nlohmann::json emulated;
+  if (network) {
+    LinkTotals t;
+    for (int i = 0; i < network->peers(); ++i) {
+      for (int j = 0; j < network->peers(); ++j) {
+        if (auto s = network->stats(i, j); s.isOk()) t.add(*s);
+      }
+    }
+    emulated = {{"mode", "netns"}, {"packets", t.packets}, {"bytes", t.bytes},
+                {"dropped_loss", t.droppedLoss}, {"dropped_queue", t.droppedQueue},
+                {"dropped_write", t.droppedWrite}};
+    network.reset();  // peers are gone: stop the emulator, delete the namespaces now
+  }
 
   // Summary from every peer's final record and model.
   auto plan = engine::makeRunPlan(c);
@@ -294,6 +361,7 @@ int runLaunch(const LaunchArgs& a) {
   auto summary = engine::makeSummary(**plan, results, wall, c.transport.backend);
   summary["launched_peers"] = children.size();
   summary["failed_peers"] = failed;
+  if (!emulated.is_null()) summary["network_emulation"] = emulated;
   {
     std::ofstream s(out + "/summary.json");
     s << summary.dump(2) << "\n";
@@ -312,6 +380,10 @@ Command registerLaunch(CLI::App& root) {
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
   app->add_option("--set", args->overrides, "Override a key for every peer (repeatable)");
   app->add_flag("--quiet", args->quiet, "No live progress line");
+  app->add_flag("--emulate", args->emulate,
+                "Run every peer in its own network namespace behind the link emulator (rate, latency, "
+                "jitter, loss from the network: section; needs root); same as network.emulate: netns");
+  app->add_option("--emulate-mtu", args->mtu, "MTU of the emulated interfaces")->check(CLI::Range(576, 65535));
   return {app, [args] { return runLaunch(*args); }};
 }
 

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
       registerBenchTransport(root),
       registerBench(root),
       registerSim(root),
+      registerEmulate(root),
   };
 
   try {

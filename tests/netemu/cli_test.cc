@@ -1,0 +1,168 @@
+// `grapevine emulate` and `grapevine launch --emulate` as scripts use them: real processes in the
+// namespaces, ready file, signals, summary, and nothing left behind. Skips (77) without root, tun, ip.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tests/netemu/test_util.h"
+
+using namespace grapevine::netemu;
+using namespace netemu_test;
+
+namespace {
+
+const std::string kBin = std::string(GRAPEVINE_BINARY_DIR) + "/bin/grapevine";
+
+std::string scratch(const std::string& name) {
+  const std::string dir = std::string(GRAPEVINE_BINARY_DIR) + "/netemu_cli_test_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string writeConfig(const std::string& dir, int peers, int rounds, int port, double latencyMs) {
+  const std::string path = dir + "/config.yaml";
+  std::ofstream out(path);
+  out << "run: { name: netemu-e2e, seed: 3, rounds: " << rounds << " }\n"
+      << "peers: { count: " << peers << ", host: 127.0.0.1, base_port: " << port << " }\n"
+      << "topology: { kind: ring }\n"
+      << "transport: { backend: tcp }\n"
+      << "algorithm: { name: dsgd }\n"
+      << "compression: { method: none }\n"
+      << "workload: { name: consensus, dim: 1000 }\n"
+      << "network: { emulate: netns, latency_ms: " << latencyMs << " }\n"
+      << "output: { dir: " << dir << "/out }\n";
+  return path;
+}
+
+nlohmann::json readJson(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in);
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("grapevine emulate: ready file, traffic through the links, SIGTERM cleans up", "[netemu]") {
+  requireNetemu();
+  const std::string dir = scratch("emulate");
+  const std::string ready = dir + "/ready.json";
+  Process emu = Process::start({kBin, "emulate", "--peers", "3", "--latency-ms", "15", "--ready-file", ready},
+                               dir + "/emulate.out");
+  for (int i = 0; i < 500 && !std::filesystem::exists(ready); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  INFO(emu.output());
+  REQUIRE(std::filesystem::exists(ready));
+  const pid_t pid = emu.pid;
+  const auto j = readJson(ready);
+  REQUIRE(j["ranks"].size() == 3);
+  CHECK(j["ranks"][2]["address"] == "10.77.0.3");
+  const std::string ns0 = j["ranks"][0]["namespace"], ns2 = j["ranks"][2]["namespace"];
+  CHECK(ns0 == "gv" + std::to_string(pid) + "-0");
+
+  // A UDP round trip 0 -> 2 -> 0 takes two latencies.
+  auto server = socketInNamespace(ns2, AF_INET, SOCK_DGRAM);
+  auto client = socketInNamespace(ns0, AF_INET, SOCK_DGRAM);
+  REQUIRE(server.isOk());
+  REQUIRE(client.isOk());
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(7100);
+  ::inet_pton(AF_INET, "10.77.0.3", &a.sin_addr);
+  REQUIRE(::bind(*server, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(::sendto(*client, "ping", 4, 0, reinterpret_cast<sockaddr*>(&a), sizeof a) == 4);
+  pollfd p{*server, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 2000) == 1);
+  sockaddr_in from{};
+  socklen_t len = sizeof from;
+  char buf[8];
+  REQUIRE(::recvfrom(*server, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len) == 4);
+  REQUIRE(::sendto(*server, buf, 4, 0, reinterpret_cast<sockaddr*>(&from), len) == 4);
+  p = {*client, POLLIN, 0};
+  REQUIRE(::poll(&p, 1, 2000) == 1);
+  REQUIRE(::recv(*client, buf, sizeof buf, 0) == 4);
+  const double rtt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(rtt >= 30.0);
+  CHECK(rtt < 45.0);
+  ::close(*server);
+  ::close(*client);
+
+  ::kill(emu.pid, SIGTERM);
+  const int status = emu.wait(10);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const std::string out = emu.output();
+  INFO(out);
+  CHECK(out.find("rank 2  ns " + ns2 + "  10.77.0.3") != std::string::npos);
+  CHECK(out.find("0 -> 2  1 packets") != std::string::npos);
+  CHECK(out.find("2 -> 0  1 packets") != std::string::npos);
+  CHECK(listNamespaces(ns0.substr(0, ns0.size() - 1)).empty());
+  CHECK(!std::filesystem::exists(ready));
+}
+
+TEST_CASE("grapevine launch --emulate: peers run in namespaces, the latency shows, nothing remains", "[netemu]") {
+  requireNetemu();
+  const std::string dir = scratch("launch");
+  const int rounds = 25;
+  const double latencyMs = 20;
+  const std::string config = writeConfig(dir, 3, rounds, 31700, latencyMs);
+  Process launch = Process::start({kBin, "launch", config, "--quiet"}, dir + "/launch.out");
+  const std::string prefix = "gv" + std::to_string(launch.pid) + "-";
+  const int status = launch.wait(120);
+  const std::string out = launch.output();
+  INFO(out);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const auto s = readJson(dir + "/out/summary.json");
+  INFO(s.dump(2));
+  CHECK(s["peers_finished"] == 3);
+  CHECK(s["rounds"] == rounds);
+  // Every round waits for the neighbours' deltas, each at least one latency away.
+  const double wall = s["wall_seconds"].get<double>();
+  WARN("launch --emulate, 3 peers, " << rounds << " rounds at " << latencyMs << " ms: wall " << wall << " s");
+  CHECK(wall > rounds * latencyMs / 1000.0);
+  REQUIRE(s.contains("network_emulation"));
+  CHECK(s["network_emulation"]["packets"].get<double>() > rounds * 3 * 2);
+  CHECK(s["network_emulation"]["dropped_queue"] == 0);
+  CHECK(out.find("emulated network " + prefix + "0") != std::string::npos);
+  CHECK(listNamespaces(prefix).empty());
+}
+
+TEST_CASE("grapevine launch --emulate: SIGINT stops the peers and removes the namespaces", "[netemu]") {
+  requireNetemu();
+  const std::string dir = scratch("sigint");
+  const std::string config = writeConfig(dir, 2, 100000, 31750, 10);
+  Process launch = Process::start({kBin, "launch", config, "--quiet"}, dir + "/launch.out");
+  const std::string prefix = "gv" + std::to_string(launch.pid) + "-";
+  // Wait until the peers have records (they run inside the namespaces by then).
+  for (int i = 0; i < 500 && !std::filesystem::exists(dir + "/out/peer-1.jsonl"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(listNamespaces(prefix).size() == 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(launch.pid, SIGINT);
+  const int status = launch.wait(30);
+  INFO(launch.output());
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(listNamespaces(prefix).empty());
+}
+
+TEST_CASE("grapevine emulate: bad input is exit 2", "[netemu]") {
+  requireNetemu();
+  const std::string dir = scratch("bad");
+  Process p = Process::start({kBin, "emulate"}, dir + "/out");
+  CHECK(WEXITSTATUS(p.wait(10)) == 2);
+  INFO(p.output());
+  CHECK(p.output().find("--peers") != std::string::npos);
+  Process q = Process::start({kBin, "emulate", "--peers", "2", "--loss-percent", "120"}, dir + "/out2");
+  CHECK(WEXITSTATUS(q.wait(10)) == 2);
+}

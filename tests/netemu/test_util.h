@@ -1,0 +1,126 @@
+// Helpers of the netemu tests: skip without privileges, run commands, read process CPU time.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/netemu/network.h"
+
+namespace netemu_test {
+
+// Exits the whole binary with the skip code when no Network can be built here.
+inline void requireNetemu() {
+  const grapevine::Status s = grapevine::netemu::checkPrerequisites();
+  if (!s.isOk()) {
+    std::cout << "skipped: " << s.message() << std::endl;
+    std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+  }
+}
+
+inline bool haveProgram(const std::string& name) {
+  return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// A child process running argv with stdout and stderr into `outPath`.
+struct Process {
+  pid_t pid = -1;
+  std::string outPath;
+
+  static Process start(const std::vector<std::string>& argv, const std::string& outPath) {
+    Process p;
+    p.outPath = outPath;
+    p.pid = ::fork();
+    if (p.pid == 0) {
+      const int fd = ::open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        ::close(fd);
+      }
+      std::vector<char*> cargv;
+      for (const auto& s : argv) cargv.push_back(const_cast<char*>(s.c_str()));
+      cargv.push_back(nullptr);
+      ::execvp(cargv[0], cargv.data());
+      _exit(127);
+    }
+    return p;
+  }
+
+  // Exit status (as from waitpid) or -1 when it ran past the timeout (then it is killed).
+  int wait(double timeoutSeconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds);
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        pid = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid = -1;
+    return status;
+  }
+
+  void stop() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      if (wait(3) == -1) pid = -1;
+    }
+  }
+
+  std::string output() const {
+    std::ifstream in(outPath);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  ~Process() { stop(); }
+};
+
+// utime + stime of a process in seconds (from /proc/<pid>/stat), -1 when unreadable.
+inline double cpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return -1;
+  std::istringstream fields(text.substr(text.rfind(')') + 2));
+  std::string f;
+  long long utime = 0, stime = 0;
+  for (int i = 3; fields >> f; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stoll(f);
+    if (i == 15) {
+      stime = std::stoll(f);
+      break;
+    }
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// Whether a process exists and is not a zombie.
+inline bool processLives(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return false;
+  const char state = text[text.rfind(')') + 2];
+  return state != 'Z' && state != 'X';
+}
+
+inline std::string tempPath(const std::string& name) {
+  return "/tmp/gv-netemu-test-" + std::to_string(::getpid()) + "-" + name;
+}
+
+}  // namespace netemu_test
