@@ -8,7 +8,8 @@
 //
 // Needs root (CAP_NET_ADMIN + CAP_SYS_ADMIN), /dev/net/tun and iproute2's `ip`. One Network per
 // process at a time (the namespace names carry the pid). Not thread-safe; create and destroy it on
-// one thread.
+// one thread, and one that lives as long as the Network: the emulator is killed when the thread
+// that forked it exits (PR_SET_PDEATHSIG), which is what ties it to a crashed or killed creator.
 #pragma once
 
 #include <sys/types.h>

@@ -21,6 +21,10 @@ using namespace netemu_test;
 
 namespace {
 
+// Late, never early: on a shared 2-core machine a wake-up can be this late (measured: 11 ms at
+// worst with two compilers running); the lower bounds are exact.
+constexpr double kSchedulingSlackMs = 15.0;
+
 std::unique_ptr<Network> makeNetwork(int peers, LinkSpec spec, std::uint64_t seed = 1) {
   requireNetemu();
   Options o;
@@ -163,7 +167,7 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
     WARN("40 ms one way: RTT min " << rtts.front() << " median " << rtts[rtts.size() / 2] << " max "
                                    << rtts.back() << " ms");
     CHECK(rtts.front() >= 80.0);  // never early: the delay is a floor
-    CHECK(rtts[rtts.size() / 2] < 88.0);
+    CHECK(rtts[rtts.size() / 2] < 80.0 + kSchedulingSlackMs);
     ::close(server);
     ::close(client);
   }
@@ -185,7 +189,7 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
     std::sort(rtts.begin(), rtts.end());
     WARN("40 +- 10 ms one way: RTT min " << rtts.front() << " max " << rtts.back() << " ms");
     CHECK(rtts.front() >= 60.0);
-    CHECK(rtts.back() < 105.0);
+    CHECK(rtts.back() < 100.0 + kSchedulingSlackMs);
     CHECK(rtts.back() - rtts.front() > 5.0);
     // A burst: 300 datagrams 0.2 ms apart (far closer than the jitter) come back in order.
     const int n = 300;
