@@ -7,10 +7,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <queue>
+#include <thread>
 #include <unordered_map>
 
 namespace grapevine::netemu {
@@ -302,6 +304,25 @@ class Loop {
   int timer_ = -1;
 };
 
+// Closing the last fd of a TUN device unregisters it, and each waits for RCU grace periods
+// (~20 ms here, 20 s for 1000 ranks one after the other). From several threads the waits overlap:
+// 10x faster measured with 16 threads.
+void closeInParallel(const std::vector<int>& fds) {
+  constexpr std::size_t kThreads = 16;
+  const std::size_t n = std::min(kThreads, (fds.size() + 7) / 8);
+  if (n <= 1) {
+    for (int fd : fds) ::close(fd);
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < n; ++t) {
+    threads.emplace_back([&fds, t, n] {
+      for (std::size_t i = t; i < fds.size(); i += n) ::close(fds[i]);
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
 }  // namespace
 
 Status runEmulator(const EmulatorSetup& setup, int readyFd) {
@@ -309,13 +330,18 @@ Status runEmulator(const EmulatorSetup& setup, int readyFd) {
       !setup.link || setup.controlFd < 0) {
     return invalidArgument("emulator: incomplete setup");
   }
-  Loop loop(setup);
-  GV_RETURN_IF_ERROR(loop.setUp());
-  if (readyFd >= 0) {
-    const char ready = 'R';
-    [[maybe_unused]] ssize_t w = ::write(readyFd, &ready, 1);
+  Status result;
+  {
+    Loop loop(setup);
+    GV_RETURN_IF_ERROR(loop.setUp());
+    if (readyFd >= 0) {
+      const char ready = 'R';
+      [[maybe_unused]] ssize_t w = ::write(readyFd, &ready, 1);
+    }
+    result = loop.run();
   }
-  return loop.run();
+  closeInParallel(setup.tunFds);
+  return result;
 }
 
 }  // namespace grapevine::netemu

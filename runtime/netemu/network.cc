@@ -109,12 +109,21 @@ Status inNamespace(const std::string& ns, const std::function<Status()>& fn) {
   return s;
 }
 
-// Inside namespace `ns`: renames TUN device `tun` to gvtun, sets its MTU and address/16, turns
-// IPv6 off on it (no link-local chatter through the emulator), brings it and lo up. Done with
-// ioctls on a socket in the namespace instead of `ip -n ns ...` because an exec of `ip` costs
-// ~50 ms here, a minute for 1000 ranks; these take microseconds.
-Status configureInterface(const std::string& ns, const std::string& tun, const std::string& address, int mtu) {
-  return inNamespace(ns, [&]() -> Status {
+// Inside namespace `ns`: creates the TUN device gvtun (a TUN device is born in the namespace of
+// the thread that opens /dev/net/tun, so nothing needs moving: a move costs ~16 ms per device),
+// sets its MTU and address/16, turns IPv6 off on it (no link-local chatter through the emulator)
+// and brings it and lo up. ioctls on a socket in the namespace rather than `ip -n ns ...`: an exec
+// of `ip` costs ~50 ms here, a minute for 1000 ranks. Returns the device's non-blocking fd; the
+// device is not persistent and vanishes when the last fd on it closes.
+Result<int> createInterface(const std::string& ns, const std::string& address, int mtu) {
+  int tun = -1;
+  const Status made = inNamespace(ns, [&]() -> Status {
+    tun = ::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (tun < 0) return unavailable("netemu: open /dev/net/tun in " + ns + ": " + errnoText());
+    ifreq ifr{};
+    ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+    std::strncpy(ifr.ifr_name, "gvtun", IFNAMSIZ - 1);
+    if (::ioctl(tun, TUNSETIFF, &ifr) != 0) return unavailable("netemu: TUNSETIFF in " + ns + ": " + errnoText());
     const int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (sock < 0) return internalError("socket in " + ns + ": " + errnoText());
     auto fail = [&](const std::string& what) {
@@ -122,10 +131,6 @@ Status configureInterface(const std::string& ns, const std::string& tun, const s
       ::close(sock);
       return st;
     };
-    ifreq ifr{};
-    std::strncpy(ifr.ifr_name, tun.c_str(), IFNAMSIZ - 1);
-    std::strncpy(ifr.ifr_newname, "gvtun", IFNAMSIZ - 1);
-    if (::ioctl(sock, SIOCSIFNAME, &ifr) != 0) return fail("rename " + tun + " to gvtun");
     ifr = {};
     std::strncpy(ifr.ifr_name, "gvtun", IFNAMSIZ - 1);
     ifr.ifr_mtu = mtu;
@@ -153,6 +158,11 @@ Status configureInterface(const std::string& ns, const std::string& tun, const s
     ::close(sock);
     return Status::ok();
   });
+  if (!made.isOk()) {
+    if (tun >= 0) ::close(tun);
+    return made;
+  }
+  return tun;
 }
 
 }  // namespace
@@ -231,19 +241,6 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
     }
   }
 
-  // TUN devices, created here under kernel-chosen temporary names and moved into the namespaces.
-  // Not persistent: each vanishes when the last fd on it closes.
-  std::vector<std::string> tunNames;
-  for (int r = 0; r < options.peers; ++r) {
-    const int fd = ::open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return unavailable("netemu: open /dev/net/tun: " + errnoText());
-    net->tunFds_.push_back(fd);
-    ifreq ifr{};
-    ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
-    std::strncpy(ifr.ifr_name, "gvt%d", IFNAMSIZ - 1);
-    if (::ioctl(fd, TUNSETIFF, &ifr) != 0) return unavailable("netemu: TUNSETIFF: " + errnoText());
-    tunNames.emplace_back(ifr.ifr_name);
-  }
   {
     std::string batch;
     for (int r = 0; r < options.peers; ++r) batch += "netns add " + net->namespaces_[r] + "\n";
@@ -251,14 +248,10 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
     // Some may exist even when a later line failed: the destructor deletes all it can.
     net->namespacesMade_ = net->namespaces_.size();
     GV_RETURN_IF_ERROR(s);
-    batch.clear();
-    for (int r = 0; r < options.peers; ++r) {
-      batch += "link set " + tunNames[r] + " netns " + net->namespaces_[r] + "\n";
-    }
-    GV_RETURN_IF_ERROR(runIp({"-batch", "-"}, batch));
   }
   for (int r = 0; r < options.peers; ++r) {
-    GV_RETURN_IF_ERROR(configureInterface(net->namespaces_[r], tunNames[r], rankAddress(r), options.mtu));
+    GV_ASSIGN_OR_RETURN(const int fd, createInterface(net->namespaces_[r], rankAddress(r), options.mtu));
+    net->tunFds_.push_back(fd);
   }
 
   GV_ASSIGN_OR_RETURN(net->stats_, StatsTable::map(options.peers));
@@ -329,9 +322,11 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
 }
 
 Network::~Network() {
+  // Namespaces first (only their names go: each lives until the emulator's TUN fds on it close),
+  // so `ip netns list` is clean at once whatever happens to the emulator.
+  deleteNamespaces();
   stopEmulator();
   for (int fd : tunFds_) ::close(fd);
-  deleteNamespaces();
 }
 
 void Network::stopEmulator() {
@@ -340,7 +335,10 @@ void Network::stopEmulator() {
     controlFd_ = -1;
   }
   if (emulatorPid_ <= 0) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // It closes its TUN fds before exiting, ~2 ms per rank; give it that before a SIGKILL (after
+  // which the kernel closes them, one by one).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2) +
+                        std::chrono::milliseconds(5) * static_cast<int>(namespaces_.size());
   int status = 0;
   for (;;) {
     const pid_t r = ::waitpid(emulatorPid_, &status, WNOHANG);

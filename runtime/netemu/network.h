@@ -44,7 +44,7 @@ class Network {
   // On error nothing it made is left behind.
   static Result<std::unique_ptr<Network>> create(const Options& options);
 
-  // Stops the emulator (its TUN devices vanish with its fds) and deletes the namespaces. Processes
+  // Deletes the namespaces (the kernel removes their devices) and stops the emulator. Processes
   // still running in a namespace keep it alive, without a network, until they exit.
   ~Network();
   Network(const Network&) = delete;
