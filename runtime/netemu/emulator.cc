@@ -39,8 +39,8 @@ Result<std::unique_ptr<StatsTable>> StatsTable::map(int peers) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    return resourceExhausted("mmap of " + std::to_string(bytes) + " bytes of link counters: " +
-                             std::strerror(errno));
+    return resourceExhausted("mmap of " + std::to_string(bytes) +
+                             " bytes of link counters: " + std::strerror(errno));
   }
   return std::unique_ptr<StatsTable>(new StatsTable(static_cast<std::uint64_t*>(p), bytes, peers));
 }
@@ -132,7 +132,8 @@ struct Later {
 
 constexpr std::uint32_t kControlTag = 0xffffffffu;
 constexpr std::uint32_t kTimerTag = 0xfffffffeu;
-constexpr int kReadBurst = 32;  // packets per TUN per wake-up, so one busy sender cannot starve others
+constexpr int kReadBurst =
+    32;  // packets per TUN per wake-up, so one busy sender cannot starve others
 constexpr std::size_t kPoolBytes = 256u << 20;
 
 class Loop {
@@ -157,7 +158,8 @@ class Loop {
     if (timer_ < 0) return sysError("timerfd_create");
     GV_RETURN_IF_ERROR(watch(timer_, kTimerTag));
     GV_RETURN_IF_ERROR(watch(s_.controlFd, kControlTag));
-    for (int r = 0; r < s_.peers; ++r) GV_RETURN_IF_ERROR(watch(s_.tunFds[r], static_cast<std::uint32_t>(r)));
+    for (int r = 0; r < s_.peers; ++r)
+      GV_RETURN_IF_ERROR(watch(s_.tunFds[r], static_cast<std::uint32_t>(r)));
     return Status::ok();
   }
 
@@ -233,8 +235,10 @@ class Loop {
       }
       const Decision d = linkOf(from, to).admit(now, len);
       if (d.verdict != Verdict::kDeliver) {
-        s_.stats->add(from, to,
-                      d.verdict == Verdict::kDropLoss ? StatsTable::kDroppedLoss : StatsTable::kDroppedQueue, 1);
+        s_.stats->add(
+            from, to,
+            d.verdict == Verdict::kDropLoss ? StatsTable::kDroppedLoss : StatsTable::kDroppedQueue,
+            1);
         pool_.put(p);
         continue;
       }
@@ -252,10 +256,13 @@ class Loop {
   }
 
   LinkModel& linkOf(int from, int to) {
-    const std::uint64_t key = static_cast<std::uint64_t>(from) * static_cast<std::uint64_t>(s_.peers) + to;
+    const std::uint64_t key =
+        static_cast<std::uint64_t>(from) * static_cast<std::uint64_t>(s_.peers) + to;
     auto it = links_.find(key);
     if (it == links_.end()) {
-      it = links_.emplace(key, LinkModel(s_.link(from, to), s_.queueBytes, linkSeed(s_.seed, from, to)))
+      it = links_
+               .emplace(key,
+                        LinkModel(s_.link(from, to), s_.queueBytes, linkSeed(s_.seed, from, to)))
                .first;
     }
     return it->second;
@@ -287,8 +294,10 @@ class Loop {
     its.it_value.tv_sec = want / 1000000000;
     its.it_value.tv_nsec = want % 1000000000;
     // it_value 0 disarms; a due time in the past fires at once.
-    if (want != 0 && its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
-    if (::timerfd_settime(timer_, TFD_TIMER_ABSTIME, &its, nullptr) != 0) return sysError("timerfd_settime");
+    if (want != 0 && its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+      its.it_value.tv_nsec = 1;
+    if (::timerfd_settime(timer_, TFD_TIMER_ABSTIME, &its, nullptr) != 0)
+      return sysError("timerfd_settime");
     timerArmedNs_ = want;
     return Status::ok();
   }

@@ -59,13 +59,13 @@ class StatsTable {
 
 struct EmulatorSetup {
   int peers = 0;
-  std::vector<int> tunFds;                      // rank -> non-blocking TUN fd (IFF_TUN | IFF_NO_PI)
-  std::function<LinkSpec(int, int)> link;       // asked once per directed link, on its first packet
+  std::vector<int> tunFds;                 // rank -> non-blocking TUN fd (IFF_TUN | IFF_NO_PI)
+  std::function<LinkSpec(int, int)> link;  // asked once per directed link, on its first packet
   std::uint64_t seed = 1;
   int mtu = 9000;
-  std::size_t queueBytes = 0;                   // 0: autoQueueBytes per link
+  std::size_t queueBytes = 0;  // 0: autoQueueBytes per link
   StatsTable* stats = nullptr;
-  int controlFd = -1;                           // read end of a pipe: hang-up (writer closed) = stop
+  int controlFd = -1;  // read end of a pipe: hang-up (writer closed) = stop
 };
 
 // Runs the emulator loop on the calling thread until controlFd hangs up; returns ok then, or the

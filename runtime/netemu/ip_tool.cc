@@ -45,7 +45,8 @@ Status runIp(const std::vector<std::string>& args, const std::string& input) {
   const std::string ip = ipBinary();
   if (ip.empty()) return failedPrecondition("no `ip` binary; install iproute2: tools/install-deps");
   int in[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) return internalError(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(in, O_CLOEXEC) != 0)
+    return internalError(std::string("pipe: ") + std::strerror(errno));
   if (::pipe2(err, O_CLOEXEC) != 0) {
     ::close(in[0]);
     ::close(in[1]);
@@ -84,7 +85,8 @@ Status runIp(const std::vector<std::string>& args, const std::string& input) {
   std::string errText;
   bool errOpen = true;
   // A child that dies never breaks our writes into a SIGPIPE: ignore it for the duration.
-  struct sigaction ignore {}, old {};
+  struct sigaction ignore {
+  }, old{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &old);
   while (errOpen || inFd >= 0) {
@@ -102,8 +104,10 @@ Status runIp(const std::vector<std::string>& args, const std::string& input) {
       if (fds[i].fd == err[0] && fds[i].revents) {
         char buf[4096];
         const ssize_t r = ::read(err[0], buf, sizeof buf);
-        if (r > 0) errText.append(buf, static_cast<std::size_t>(r));
-        else if (r == 0 || errno != EINTR) errOpen = false;
+        if (r > 0)
+          errText.append(buf, static_cast<std::size_t>(r));
+        else if (r == 0 || errno != EINTR)
+          errOpen = false;
       } else if (fds[i].fd == inFd && fds[i].revents) {
         const ssize_t w = ::write(inFd, input.data() + written, input.size() - written);
         if (w > 0) written += static_cast<std::size_t>(w);

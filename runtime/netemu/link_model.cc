@@ -40,9 +40,7 @@ LinkModel::LinkModel(const LinkSpec& spec, std::size_t queueBytes, std::uint64_t
       jitterNs_(msToNs(std::max(0.0, spec.jitterMs))),
       rng_(seed) {}
 
-double LinkModel::uniform() {
-  return static_cast<double>(splitmix64(rng_) >> 11) * 0x1.0p-53;
-}
+double LinkModel::uniform() { return static_cast<double>(splitmix64(rng_) >> 11) * 0x1.0p-53; }
 
 std::size_t LinkModel::queuedBytes(std::int64_t nowNs) const {
   if (nsPerByte_ <= 0 || busyUntilNs_ <= nowNs) return 0;

@@ -1,6 +1,7 @@
 // The model of one directed emulated link: loss, a rate-limited bottleneck with a bounded tail-drop
 // queue, and a propagation delay with jitter that never reorders. Pure arithmetic on a caller-given
-// clock (nanoseconds), so the emulator runs it on CLOCK_MONOTONIC and tests run it on a virtual one.
+// clock (nanoseconds), so the emulator runs it on CLOCK_MONOTONIC and tests run it on a virtual
+// one.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,8 @@
 
 namespace grapevine::netemu {
 
-// Parameters of one directed link. 0 bandwidth = unlimited; jitter is uniform in [-jitter, +jitter].
+// Parameters of one directed link. 0 bandwidth = unlimited; jitter is uniform in [-jitter,
+// +jitter].
 struct LinkSpec {
   double bandwidthMbit = 0;
   double latencyMs = 0;
@@ -35,8 +37,8 @@ class LinkModel {
   // queueBytes 0 means autoQueueBytes(spec). The queue only exists on rate-limited links.
   LinkModel(const LinkSpec& spec, std::size_t queueBytes, std::uint64_t seed);
 
-  // A packet of `bytes` enters the link at `nowNs` (non-decreasing across calls). Returns whether it
-  // is lost, tail-dropped (the bytes still waiting for serialisation plus this one exceed the
+  // A packet of `bytes` enters the link at `nowNs` (non-decreasing across calls). Returns whether
+  // it is lost, tail-dropped (the bytes still waiting for serialisation plus this one exceed the
   // queue), or delivered at deliverAtNs = serialisation end + latency + jitter, never before the
   // previous packet's delivery on this link (FIFO).
   Decision admit(std::int64_t nowNs, std::size_t bytes);

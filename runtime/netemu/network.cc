@@ -123,7 +123,8 @@ Result<int> createInterface(const std::string& ns, const std::string& address, i
     ifreq ifr{};
     ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
     std::strncpy(ifr.ifr_name, "gvtun", IFNAMSIZ - 1);
-    if (::ioctl(tun, TUNSETIFF, &ifr) != 0) return unavailable("netemu: TUNSETIFF in " + ns + ": " + errnoText());
+    if (::ioctl(tun, TUNSETIFF, &ifr) != 0)
+      return unavailable("netemu: TUNSETIFF in " + ns + ": " + errnoText());
     const int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (sock < 0) return internalError("socket in " + ns + ": " + errnoText());
     auto fail = [&](const std::string& what) {
@@ -235,9 +236,8 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
   for (int r = 0; r < options.peers; ++r) {
     net->namespaces_.push_back(prefix + std::to_string(r));
     if (fileExists(std::string(kNetnsDir) + "/" + net->namespaces_.back())) {
-      return Status(ErrorCode::kAlreadyExists,
-                    "netemu: namespace " + net->namespaces_.back() +
-                        " exists: one Network per process at a time");
+      return Status(ErrorCode::kAlreadyExists, "netemu: namespace " + net->namespaces_.back() +
+                                                   " exists: one Network per process at a time");
     }
   }
 
@@ -250,7 +250,8 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
     GV_RETURN_IF_ERROR(s);
   }
   for (int r = 0; r < options.peers; ++r) {
-    GV_ASSIGN_OR_RETURN(const int fd, createInterface(net->namespaces_[r], rankAddress(r), options.mtu));
+    GV_ASSIGN_OR_RETURN(const int fd,
+                        createInterface(net->namespaces_[r], rankAddress(r), options.mtu));
     net->tunFds_.push_back(fd);
   }
 
@@ -316,7 +317,8 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
   const ssize_t n = polled > 0 ? ::read(ready[0], buf, sizeof buf) : -1;
   ::close(ready[0]);
   if (n == 1 && buf[0] == 'R') return net;
-  if (n > 1 && buf[0] == 'E') return internalError(std::string(buf + 1, static_cast<std::size_t>(n - 1)));
+  if (n > 1 && buf[0] == 'E')
+    return internalError(std::string(buf + 1, static_cast<std::size_t>(n - 1)));
   return internalError(polled == 0 ? "netemu: the emulator did not start within 10 s"
                                    : "netemu: the emulator exited during start-up");
 }
@@ -386,9 +388,11 @@ Status Network::emulatorStatus() {
   emulatorPid_ = -1;
   if (r < 0) return unavailable("netemu: the emulator is gone: " + errnoText());
   if (WIFSIGNALED(status)) {
-    return unavailable(std::string("netemu: the emulator was killed by signal ") + strsignal(WTERMSIG(status)));
+    return unavailable(std::string("netemu: the emulator was killed by signal ") +
+                       strsignal(WTERMSIG(status)));
   }
-  return unavailable("netemu: the emulator exited with status " + std::to_string(WEXITSTATUS(status)));
+  return unavailable("netemu: the emulator exited with status " +
+                     std::to_string(WEXITSTATUS(status)));
 }
 
 }  // namespace grapevine::netemu

@@ -32,9 +32,9 @@ struct Options {
   // emulator process, so it must not rely on state the creator changes later). Empty: every link
   // is unlimited with no delay.
   std::function<LinkSpec(int from, int to)> link;
-  std::uint64_t seed = 1;       // loss and jitter draws; per-link streams (linkSeed)
-  int mtu = 9000;               // of every gvtun: large frames mean fewer packets to forward
-  std::size_t queueBytes = 0;   // bottleneck queue per link; 0: autoQueueBytes(link spec)
+  std::uint64_t seed = 1;      // loss and jitter draws; per-link streams (linkSeed)
+  int mtu = 9000;              // of every gvtun: large frames mean fewer packets to forward
+  std::size_t queueBytes = 0;  // bottleneck queue per link; 0: autoQueueBytes(link spec)
 };
 
 class Network {
@@ -53,8 +53,8 @@ class Network {
   int peers() const { return static_cast<int>(namespaces_.size()); }
   const std::string& namespaceName(int rank) const { return namespaces_.at(rank); }
   std::string address(int rank) const { return rankAddress(rank); }
-  // Prepend to a command line to run it in rank's namespace: {"/usr/sbin/ip", "netns", "exec", name}
-  // (the path of `ip` as found by ipBinary()). `ip netns exec` execs in place: the pid stays.
+  // Prepend to a command line to run it in rank's namespace: {"/usr/sbin/ip", "netns", "exec",
+  // name} (the path of `ip` as found by ipBinary()). `ip netns exec` execs in place: the pid stays.
   std::vector<std::string> execPrefix(int rank) const;
 
   // Counters of link from -> to since create(); readable while and after the emulator runs.
@@ -76,7 +76,7 @@ class Network {
   std::vector<int> tunFds_;         // held until the emulator has its copies
   std::unique_ptr<StatsTable> stats_;
   pid_t emulatorPid_ = -1;
-  int controlFd_ = -1;              // write end; closing it stops the emulator
+  int controlFd_ = -1;  // write end; closing it stops the emulator
 };
 
 // Ok when this process may build a Network: root (or CAP_NET_ADMIN + CAP_SYS_ADMIN), a usable

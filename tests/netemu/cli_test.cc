@@ -1,12 +1,12 @@
 // `grapevine emulate` and `grapevine launch --emulate` as scripts use them: real processes in the
-// namespaces, ready file, signals, summary, and nothing left behind. Skips (77) without root, tun, ip.
-#include <catch2/catch.hpp>
-
+// namespaces, ready file, signals, summary, and nothing left behind. Skips (77) without root, tun,
+// ip.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -26,13 +26,14 @@ std::string scratch(const std::string& name) {
   return dir;
 }
 
-std::string writeConfig(const std::string& dir, int peers, int rounds, int port, double latencyMs) {
+std::string writeConfig(const std::string& dir, int peers, int rounds, int port, double latencyMs,
+                        const std::string& backend = "tcp") {
   const std::string path = dir + "/config.yaml";
   std::ofstream out(path);
   out << "run: { name: netemu-e2e, seed: 3, rounds: " << rounds << " }\n"
       << "peers: { count: " << peers << ", host: 127.0.0.1, base_port: " << port << " }\n"
       << "topology: { kind: ring }\n"
-      << "transport: { backend: tcp }\n"
+      << "transport: { backend: " << backend << " }\n"
       << "algorithm: { name: dsgd }\n"
       << "compression: { method: none }\n"
       << "workload: { name: consensus, dim: 1000 }\n"
@@ -47,14 +48,26 @@ nlohmann::json readJson(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
+bool transportUsable(const std::string& name) {
+  FILE* info = ::popen((kBin + " info --transports").c_str(), "r");
+  REQUIRE(info);
+  std::string text;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, info)) text += buf;
+  ::pclose(info);
+  return text.find(name + "  usable") != std::string::npos;
+}
+
 }  // namespace
 
-TEST_CASE("grapevine emulate: ready file, traffic through the links, SIGTERM cleans up", "[netemu]") {
+TEST_CASE("grapevine emulate: ready file, traffic through the links, SIGTERM cleans up",
+          "[netemu]") {
   requireNetemu();
   const std::string dir = scratch("emulate");
   const std::string ready = dir + "/ready.json";
-  Process emu = Process::start({kBin, "emulate", "--peers", "3", "--latency-ms", "15", "--ready-file", ready},
-                               dir + "/emulate.out");
+  Process emu =
+      Process::start({kBin, "emulate", "--peers", "3", "--latency-ms", "15", "--ready-file", ready},
+                     dir + "/emulate.out");
   for (int i = 0; i < 500 && !std::filesystem::exists(ready); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -89,7 +102,8 @@ TEST_CASE("grapevine emulate: ready file, traffic through the links, SIGTERM cle
   p = {*client, POLLIN, 0};
   REQUIRE(::poll(&p, 1, 2000) == 1);
   REQUIRE(::recv(*client, buf, sizeof buf, 0) == 4);
-  const double rtt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double rtt =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   CHECK(rtt >= 30.0);
   CHECK(rtt < 45.0);
   ::close(*server);
@@ -108,35 +122,48 @@ TEST_CASE("grapevine emulate: ready file, traffic through the links, SIGTERM cle
   CHECK(!std::filesystem::exists(ready));
 }
 
-TEST_CASE("grapevine launch --emulate: peers run in namespaces, the latency shows, nothing remains", "[netemu]") {
+TEST_CASE("grapevine launch --emulate: peers run in namespaces, the latency shows, nothing remains",
+          "[netemu]") {
   requireNetemu();
-  const std::string dir = scratch("launch");
-  const int rounds = 25;
-  const double latencyMs = 20;
-  const std::string config = writeConfig(dir, 3, rounds, 31700, latencyMs);
-  Process launch = Process::start({kBin, "launch", config, "--quiet"}, dir + "/launch.out");
-  const std::string prefix = "gv" + std::to_string(launch.pid) + "-";
-  const int status = launch.wait(120);
-  const std::string out = launch.output();
-  INFO(out);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
-  const auto s = readJson(dir + "/out/summary.json");
-  INFO(s.dump(2));
-  CHECK(s["peers_finished"] == 3);
-  CHECK(s["rounds"] == rounds);
-  // Every round waits for the neighbours' deltas, each at least one latency away.
-  const double wall = s["wall_seconds"].get<double>();
-  WARN("launch --emulate, 3 peers, " << rounds << " rounds at " << latencyMs << " ms: wall " << wall << " s");
-  CHECK(wall > rounds * latencyMs / 1000.0);
-  REQUIRE(s.contains("network_emulation"));
-  CHECK(s["network_emulation"]["packets"].get<double>() > rounds * 3 * 2);
-  CHECK(s["network_emulation"]["dropped_queue"] == 0);
-  CHECK(out.find("emulated network " + prefix + "0") != std::string::npos);
-  CHECK(listNamespaces(prefix).empty());
+  // tcp always; ucx too when usable here: it must not bypass the links through shared memory.
+  std::vector<std::string> backends = {"tcp"};
+  if (transportUsable("ucx")) backends.push_back("ucx");
+  for (const auto& backend : backends) {
+    INFO("backend " << backend);
+    const std::string dir = scratch("launch-" + backend);
+    const int rounds = 25;
+    const double latencyMs = 20;
+    const std::string config =
+        writeConfig(dir, 3, rounds, backend == "tcp" ? 31700 : 31720, latencyMs, backend);
+    Process launch = Process::start({kBin, "launch", config, "--quiet"}, dir + "/launch.out");
+    const std::string prefix = "gv" + std::to_string(launch.pid) + "-";
+    const int status = launch.wait(120);
+    const std::string out = launch.output();
+    INFO(out);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    const auto s = readJson(dir + "/out/summary.json");
+    INFO(s.dump(2));
+    CHECK(s["peers_finished"] == 3);
+    CHECK(s["rounds"] == rounds);
+    // Every round waits for the neighbours' deltas, each at least one latency away.
+    const double wall = s["wall_seconds"].get<double>();
+    WARN("launch --emulate, 3 peers, " << rounds << " rounds at " << latencyMs << " ms: wall "
+                                       << wall << " s");
+    CHECK(wall > rounds * latencyMs / 1000.0);
+    REQUIRE(s.contains("network_emulation"));
+    CHECK(s["network_emulation"]["packets"].get<double>() > rounds * 3 * 2);
+    CHECK(s["network_emulation"]["dropped_queue"] == 0);
+    // Every byte the peers sent crossed the emulated links (plus TCP/IP headers and acks).
+    CHECK(s["network_emulation"]["bytes"].get<double>() >= s["bytes_sent_total"].get<double>());
+    CHECK(s["transport"] == backend);
+    CHECK(out.find("emulated network " + prefix + "0") != std::string::npos);
+    CHECK(listNamespaces(prefix).empty());
+  }
 }
 
-TEST_CASE("grapevine launch --emulate: SIGINT stops the peers and removes the namespaces", "[netemu]") {
+TEST_CASE("grapevine launch --emulate: SIGINT stops the peers and removes the namespaces",
+          "[netemu]") {
   requireNetemu();
   const std::string dir = scratch("sigint");
   const std::string config = writeConfig(dir, 2, 100000, 31750, 10);
@@ -163,6 +190,7 @@ TEST_CASE("grapevine emulate: bad input is exit 2", "[netemu]") {
   CHECK(WEXITSTATUS(p.wait(10)) == 2);
   INFO(p.output());
   CHECK(p.output().find("--peers") != std::string::npos);
-  Process q = Process::start({kBin, "emulate", "--peers", "2", "--loss-percent", "120"}, dir + "/out2");
+  Process q =
+      Process::start({kBin, "emulate", "--peers", "2", "--loss-percent", "120"}, dir + "/out2");
   CHECK(WEXITSTATUS(q.wait(10)) == 2);
 }

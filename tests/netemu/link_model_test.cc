@@ -1,12 +1,12 @@
 // The link model on a virtual clock: rate, queue, latency, jitter without reordering, loss, and the
 // address scheme. Needs no privileges.
-#include <catch2/catch.hpp>
+#include "runtime/netemu/link_model.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 
 #include "runtime/netemu/emulator.h"
-#include "runtime/netemu/link_model.h"
 
 using namespace grapevine::netemu;
 
@@ -94,7 +94,8 @@ TEST_CASE("jitter spreads delays within bounds and never reorders") {
   }
   // Jitter larger than the latency clamps at zero delay, never negative.
   LinkModel clamp({0, 1, 5, 0}, 0, 3);
-  for (int i = 0; i < 1000; ++i) CHECK(clamp.admit(i * 100 * kMs, 100).deliverAtNs >= i * 100 * kMs);
+  for (int i = 0; i < 1000; ++i)
+    CHECK(clamp.admit(i * 100 * kMs, 100).deliverAtNs >= i * 100 * kMs);
 }
 
 TEST_CASE("loss: the fraction matches and a seed repeats its draws") {
@@ -104,7 +105,8 @@ TEST_CASE("loss: the fraction matches and a seed repeats its draws") {
   int lost = 0, differ = 0;
   const int n = 100000;
   for (int i = 0; i < n; ++i) {
-    const Verdict va = a.admit(i, 100).verdict, vb = b.admit(i, 100).verdict, vc = c.admit(i, 100).verdict;
+    const Verdict va = a.admit(i, 100).verdict, vb = b.admit(i, 100).verdict,
+                  vc = c.admit(i, 100).verdict;
     REQUIRE(va == vb);
     lost += va == Verdict::kDropLoss;
     differ += va != vc;
@@ -127,7 +129,7 @@ TEST_CASE("address scheme: 10.77.<r/250>.<r%250+1>, distinct and invertible") {
   };
   for (int r = 0; r < 1000; ++r) REQUIRE(rankOfAddress(parse(rankAddress(r)), 1000) == r);
   CHECK(rankOfAddress(parse("10.77.0.1"), 1) == 0);
-  CHECK(rankOfAddress(parse("10.77.0.2"), 1) == -1);    // rank 1 of a 1-peer network
+  CHECK(rankOfAddress(parse("10.77.0.2"), 1) == -1);  // rank 1 of a 1-peer network
   CHECK(rankOfAddress(parse("10.77.0.0"), 1000) == -1);
   CHECK(rankOfAddress(parse("10.77.0.251"), 1000) == -1);
   CHECK(rankOfAddress(parse("10.78.0.1"), 1000) == -1);

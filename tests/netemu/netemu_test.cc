@@ -1,7 +1,5 @@
 // The emulated network end to end on real sockets in real namespaces: rate (iperf3), latency and
 // jitter (a UDP echo), loss, isolation, cleanup. Skips (77) without root, /dev/net/tun or `ip`.
-#include <catch2/catch.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -9,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cerrno>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -64,16 +63,19 @@ bool readable(int fd, int timeoutMs) {
 struct Echo {
   std::atomic<bool> stop{false};
   std::thread thread;
-  explicit Echo(int fd) : thread([this, fd] {
-    char buf[2048];
-    while (!stop) {
-      if (!readable(fd, 50)) continue;
-      sockaddr_in from{};
-      socklen_t len = sizeof from;
-      const ssize_t n = ::recvfrom(fd, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len);
-      if (n > 0) ::sendto(fd, buf, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), len);
-    }
-  }) {}
+  explicit Echo(int fd)
+      : thread([this, fd] {
+          char buf[2048];
+          while (!stop) {
+            if (!readable(fd, 50)) continue;
+            sockaddr_in from{};
+            socklen_t len = sizeof from;
+            const ssize_t n =
+                ::recvfrom(fd, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len);
+            if (n > 0)
+              ::sendto(fd, buf, static_cast<size_t>(n), 0, reinterpret_cast<sockaddr*>(&from), len);
+          }
+        }) {}
   ~Echo() {
     stop = true;
     thread.join();
@@ -135,7 +137,8 @@ TEST_CASE("rate: iperf3 through a 50 Mbit/s link gets 50 Mbit/s", "[netemu]") {
   for (double mbit : {50.0, 200.0}) {
     auto net = makeNetwork(2, {mbit, 1, 0, 0});
     const auto [got, cpu] = iperf(*net, 3);
-    WARN("link " << mbit << " Mbit/s: iperf3 received " << got << " Mbit/s, emulator CPU " << cpu << "%");
+    WARN("link " << mbit << " Mbit/s: iperf3 received " << got << " Mbit/s, emulator CPU " << cpu
+                 << "%");
     CHECK(got > 0.9 * mbit);
     CHECK(got < 1.1 * mbit);
     auto s = net->stats(0, 1);
@@ -145,7 +148,8 @@ TEST_CASE("rate: iperf3 through a 50 Mbit/s link gets 50 Mbit/s", "[netemu]") {
   }
 }
 
-TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, never reorders", "[netemu]") {
+TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, never reorders",
+          "[netemu]") {
   requireNetemu();
   {
     auto net = makeNetwork(2, {0, 40, 0, 0});
@@ -156,12 +160,14 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
     std::vector<double> rtts;
     for (int i = 0; i < 12; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to) == sizeof i);
+      REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to),
+                       sizeof to) == sizeof i);
       REQUIRE(readable(client, 2000));
       int back = -1;
       REQUIRE(::recv(client, &back, sizeof back, 0) == sizeof back);
       CHECK(back == i);
-      rtts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      rtts.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(rtts.begin(), rtts.end());
     WARN("40 ms one way: RTT min " << rtts.front() << " median " << rtts[rtts.size() / 2] << " max "
@@ -180,11 +186,13 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
     std::vector<double> rtts;
     for (int i = 0; i < 12; ++i) {  // one at a time: each round trip draws two fresh jitters
       const auto t0 = std::chrono::steady_clock::now();
-      REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to) == sizeof i);
+      REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to),
+                       sizeof to) == sizeof i);
       REQUIRE(readable(client, 2000));
       int back = -1;
       REQUIRE(::recv(client, &back, sizeof back, 0) == sizeof back);
-      rtts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      rtts.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(rtts.begin(), rtts.end());
     WARN("40 +- 10 ms one way: RTT min " << rtts.front() << " max " << rtts.back() << " ms");
@@ -194,7 +202,8 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
     // A burst: 300 datagrams 0.2 ms apart (far closer than the jitter) come back in order.
     const int n = 300;
     for (int i = 0; i < n; ++i) {
-      REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to) == sizeof i);
+      REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to),
+                       sizeof to) == sizeof i);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     std::vector<int> got;
@@ -239,7 +248,8 @@ LossRun lossRun(std::uint64_t seed, int n) {
     }
   };
   for (int i = 0; i < n; ++i) {
-    REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to) == sizeof i);
+    REQUIRE(::sendto(client, &i, sizeof i, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to) ==
+            sizeof i);
     if (i % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     drain(0);
   }
@@ -252,7 +262,8 @@ LossRun lossRun(std::uint64_t seed, int n) {
 
 }  // namespace
 
-TEST_CASE("loss: 20% of 2000 datagrams are lost, counted, the same ones for the same seed", "[netemu]") {
+TEST_CASE("loss: 20% of 2000 datagrams are lost, counted, the same ones for the same seed",
+          "[netemu]") {
   requireNetemu();
   const int n = 2000;
   const LossRun a = lossRun(11, n);
@@ -266,11 +277,13 @@ TEST_CASE("loss: 20% of 2000 datagrams are lost, counted, the same ones for the 
   CHECK(b.stats.droppedLoss == a.stats.droppedLoss);
 }
 
-TEST_CASE("isolation: unknown addresses are dropped and counted; no host loopback inside", "[netemu]") {
+TEST_CASE("isolation: unknown addresses are dropped and counted; no host loopback inside",
+          "[netemu]") {
   auto net = makeNetwork(2, {});
   const int client = udpSocketIn(*net, 0, 0);
   const sockaddr_in nowhere = endpoint("10.77.0.200", 9);  // rank 199 of a 2-rank network
-  REQUIRE(::sendto(client, "x", 1, 0, reinterpret_cast<const sockaddr*>(&nowhere), sizeof nowhere) == 1);
+  REQUIRE(::sendto(client, "x", 1, 0, reinterpret_cast<const sockaddr*>(&nowhere),
+                   sizeof nowhere) == 1);
   std::uint64_t unknown = 0;
   for (int i = 0; i < 100 && unknown == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -300,7 +313,8 @@ TEST_CASE("isolation: unknown addresses are dropped and counted; no host loopbac
   ::close(host);
 }
 
-TEST_CASE("cleanup: no namespace outlives its Network, nor a SIGKILLed creator's next start", "[netemu]") {
+TEST_CASE("cleanup: no namespace outlives its Network, nor a SIGKILLed creator's next start",
+          "[netemu]") {
   requireNetemu();
   const std::string mine = "gv" + std::to_string(::getpid()) + "-";
   pid_t emulator = -1;
@@ -338,12 +352,13 @@ TEST_CASE("cleanup: no namespace outlives its Network, nor a SIGKILLed creator's
   int status;
   ::waitpid(child, &status, 0);
   // The emulator dies with its creator (PR_SET_PDEATHSIG).
-  for (int i = 0; i < 200 && processLives(pids[0]); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && processLives(pids[0]); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(!processLives(pids[0]));
   CHECK(listNamespaces(theirs).size() == 2);  // left behind ...
   {
     auto net = makeNetwork(1, {});
-    CHECK(listNamespaces(theirs).empty());    // ... and removed by the next create()
+    CHECK(listNamespaces(theirs).empty());  // ... and removed by the next create()
   }
   CHECK(listNamespaces(mine).empty());
 }

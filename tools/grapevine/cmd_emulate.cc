@@ -1,8 +1,9 @@
 // `grapevine emulate [CONFIG] --peers N [--bandwidth-mbit X] [--latency-ms X] [--jitter-ms X]
-// [--loss-percent X] [--mtu N] [--seed S] [--ready-file PATH] [--json]`: builds the emulated network
-// (runtime/netemu/network.h), prints each rank's namespace and address, writes them as JSON to the
-// ready file once everything forwards, then waits for SIGINT/SIGTERM, prints the per-link counters
-// and tears everything down. Scripts run their processes with `ip netns exec <ns> ...` meanwhile.
+// [--loss-percent X] [--mtu N] [--seed S] [--ready-file PATH] [--json]`: builds the emulated
+// network (runtime/netemu/network.h), prints each rank's namespace and address, writes them as JSON
+// to the ready file once everything forwards, then waits for SIGINT/SIGTERM, prints the per-link
+// counters and tears everything down. Scripts run their processes with `ip netns exec <ns> ...`
+// meanwhile.
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -53,8 +54,12 @@ nlohmann::json linkCounters(const netemu::Network& net) {
       const auto s = net.stats(i, j);
       if (!s.isOk()) continue;
       if (s->packets + s->droppedLoss + s->droppedQueue + s->droppedWrite == 0) continue;
-      links.push_back({{"from", i}, {"to", j}, {"packets", s->packets}, {"bytes", s->bytes},
-                       {"dropped_loss", s->droppedLoss}, {"dropped_queue", s->droppedQueue},
+      links.push_back({{"from", i},
+                       {"to", j},
+                       {"packets", s->packets},
+                       {"bytes", s->bytes},
+                       {"dropped_loss", s->droppedLoss},
+                       {"dropped_queue", s->droppedQueue},
                        {"dropped_write", s->droppedWrite}});
     }
   }
@@ -129,26 +134,31 @@ int runEmulate(const EmulateArgs& a) {
                           {"peers", net.peers()},
                           {"mtu", a.mtu},
                           {"seed", c.run.seed},
-                          {"network", {{"bandwidth_mbit", n.bandwidthMbit},
-                                       {"latency_ms", n.latencyMs},
-                                       {"jitter_ms", n.jitterMs},
-                                       {"loss_percent", n.lossPercent},
-                                       {"uniform", n.uniform()}}}};
+                          {"network",
+                           {{"bandwidth_mbit", n.bandwidthMbit},
+                            {"latency_ms", n.latencyMs},
+                            {"jitter_ms", n.jitterMs},
+                            {"loss_percent", n.lossPercent},
+                            {"uniform", n.uniform()}}}};
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < net.peers(); ++r) {
-    ranks.push_back({{"rank", r}, {"namespace", net.namespaceName(r)}, {"address", net.address(r)}});
+    ranks.push_back(
+        {{"rank", r}, {"namespace", net.namespaceName(r)}, {"address", net.address(r)}});
   }
   ready["ranks"] = ranks;
   if (a.json) {
     std::cout << ready.dump() << "\n";
   } else {
     char bandwidth[64] = "unlimited";
-    if (n.bandwidthMbit > 0) std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
+    if (n.bandwidthMbit > 0)
+      std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
     std::cout << "grapevine emulate: " << net.peers() << " ranks, links " << bandwidth << ", "
               << n.latencyMs << " ms (+-" << n.jitterMs << " ms), loss " << n.lossPercent << "%"
-              << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << ", mtu " << a.mtu << "\n";
+              << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << ", mtu " << a.mtu
+              << "\n";
     for (int r = 0; r < net.peers(); ++r) {
-      std::cout << "rank " << r << "  ns " << net.namespaceName(r) << "  " << net.address(r) << "\n";
+      std::cout << "rank " << r << "  ns " << net.namespaceName(r) << "  " << net.address(r)
+                << "\n";
     }
     std::cout << "running until SIGINT/SIGTERM; run processes with `ip netns exec <ns> ...`\n";
   }
@@ -171,16 +181,19 @@ int runEmulate(const EmulateArgs& a) {
   if (a.json) {
     std::cout << counters.dump() << "\n";
   } else {
-    std::cout << "\ngrapevine emulate: " << (g_emulateSignal ? strsignal(g_emulateSignal) : "stopped")
-              << "; link counters:\n";
+    std::cout << "\ngrapevine emulate: "
+              << (g_emulateSignal ? strsignal(g_emulateSignal) : "stopped") << "; link counters:\n";
     for (const auto& l : counters["links"]) {
-      std::printf("  %d -> %d  %llu packets  %.3f MB  lost %llu  queue drops %llu  write drops %llu\n",
-                  l["from"].get<int>(), l["to"].get<int>(), l["packets"].get<unsigned long long>(),
-                  l["bytes"].get<double>() / 1e6, l["dropped_loss"].get<unsigned long long>(),
-                  l["dropped_queue"].get<unsigned long long>(), l["dropped_write"].get<unsigned long long>());
+      std::printf(
+          "  %d -> %d  %llu packets  %.3f MB  lost %llu  queue drops %llu  write drops %llu\n",
+          l["from"].get<int>(), l["to"].get<int>(), l["packets"].get<unsigned long long>(),
+          l["bytes"].get<double>() / 1e6, l["dropped_loss"].get<unsigned long long>(),
+          l["dropped_queue"].get<unsigned long long>(),
+          l["dropped_write"].get<unsigned long long>());
     }
     for (const auto& [rank, count] : counters["unknown_destination"].items()) {
-      std::printf("  rank %s: %llu packets to unknown addresses\n", rank.c_str(), count.get<unsigned long long>());
+      std::printf("  rank %s: %llu packets to unknown addresses\n", rank.c_str(),
+                  count.get<unsigned long long>());
     }
     std::fflush(stdout);
   }
@@ -196,14 +209,17 @@ Command registerEmulate(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "emulate", "Emulated network namespaces for local processes (rate, latency, jitter, loss)");
   app->add_option("config", a->path, "YAML config: peers.count and the network: section");
-  app->add_option("--peers", a->peers, "Number of ranks (overrides peers.count)")->check(CLI::Range(1, 4096));
+  app->add_option("--peers", a->peers, "Number of ranks (overrides peers.count)")
+      ->check(CLI::Range(1, 4096));
   app->add_option("--bandwidth-mbit", a->bandwidthMbit, "Link rate, 0 = unlimited");
   app->add_option("--latency-ms", a->latencyMs, "One-way latency");
   app->add_option("--jitter-ms", a->jitterMs, "Uniform jitter +- this, never reordering");
   app->add_option("--loss-percent", a->lossPercent, "Random loss per packet");
-  app->add_option("--mtu", a->mtu, "MTU of every namespace's interface")->check(CLI::Range(576, 65535));
+  app->add_option("--mtu", a->mtu, "MTU of every namespace's interface")
+      ->check(CLI::Range(576, 65535));
   app->add_option("--seed", a->seed, "Seed of loss and jitter (default run.seed)");
-  app->add_option("--ready-file", a->readyFile, "Write the ranks as JSON here once the network is up");
+  app->add_option("--ready-file", a->readyFile,
+                  "Write the ranks as JSON here once the network is up");
   app->add_flag("--json", a->json, "JSON on stdout: ranks when ready, counters at the end");
   return {app, [a] { return runEmulate(*a); }};
 }

@@ -182,11 +182,12 @@ int runLaunch(const LaunchArgs& a) {
     }
     peerOverrides.push_back("peers.list=" + list + "]");
     const auto& n = c.network;
+    char bandwidth[64] = "unlimited";
+    if (n.bandwidthMbit > 0) std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
     std::cout << "grapevine launch: emulated network " << network->namespaceName(0) << ".."
               << network->namespaceName(c.peers.count - 1) << " (" << network->address(0) << "...), links "
-              << (n.bandwidthMbit > 0 ? std::to_string(n.bandwidthMbit) + " Mbit/s" : std::string("unlimited"))
-              << ", " << n.latencyMs << " ms +- " << n.jitterMs << " ms, loss " << n.lossPercent << "%"
-              << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
+              << bandwidth << ", " << n.latencyMs << " ms +- " << n.jitterMs << " ms, loss " << n.lossPercent
+              << "%" << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
   }
   std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count << " peers on this host, "
             << c.topology.kind << ", " << c.algorithm.name << " + " << c.compression.method << " over "
