@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -90,22 +91,28 @@ TEST_CASE("grapevine emulate: ready file, traffic through the links, SIGTERM cle
   a.sin_port = htons(7100);
   ::inet_pton(AF_INET, "10.77.0.3", &a.sin_addr);
   REQUIRE(::bind(*server, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(::sendto(*client, "ping", 4, 0, reinterpret_cast<sockaddr*>(&a), sizeof a) == 4);
-  pollfd p{*server, POLLIN, 0};
-  REQUIRE(::poll(&p, 1, 2000) == 1);
-  sockaddr_in from{};
-  socklen_t len = sizeof from;
-  char buf[8];
-  REQUIRE(::recvfrom(*server, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len) == 4);
-  REQUIRE(::sendto(*server, buf, 4, 0, reinterpret_cast<sockaddr*>(&from), len) == 4);
-  p = {*client, POLLIN, 0};
-  REQUIRE(::poll(&p, 1, 2000) == 1);
-  REQUIRE(::recv(*client, buf, sizeof buf, 0) == 4);
-  const double rtt =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(rtt >= 30.0);
-  CHECK(rtt < 45.0);
+  // Five round trips: each is at least two latencies; the fastest shows the emulated delay with
+  // the least scheduling noise (the machine is shared).
+  double fastest = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(::sendto(*client, "ping", 4, 0, reinterpret_cast<sockaddr*>(&a), sizeof a) == 4);
+    pollfd p{*server, POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 2000) == 1);
+    sockaddr_in from{};
+    socklen_t len = sizeof from;
+    char buf[8];
+    REQUIRE(::recvfrom(*server, buf, sizeof buf, 0, reinterpret_cast<sockaddr*>(&from), &len) == 4);
+    REQUIRE(::sendto(*server, buf, 4, 0, reinterpret_cast<sockaddr*>(&from), len) == 4);
+    p = {*client, POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 2000) == 1);
+    REQUIRE(::recv(*client, buf, sizeof buf, 0) == 4);
+    const double rtt =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(rtt >= 30.0);
+    fastest = std::min(fastest, rtt);
+  }
+  CHECK(fastest < 36.0);
   ::close(*server);
   ::close(*client);
 
@@ -116,8 +123,8 @@ TEST_CASE("grapevine emulate: ready file, traffic through the links, SIGTERM cle
   const std::string out = emu.output();
   INFO(out);
   CHECK(out.find("rank 2  ns " + ns2 + "  10.77.0.3") != std::string::npos);
-  CHECK(out.find("0 -> 2  1 packets") != std::string::npos);
-  CHECK(out.find("2 -> 0  1 packets") != std::string::npos);
+  CHECK(out.find("0 -> 2  5 packets") != std::string::npos);
+  CHECK(out.find("2 -> 0  5 packets") != std::string::npos);
   CHECK(listNamespaces(ns0.substr(0, ns0.size() - 1)).empty());
   CHECK(!std::filesystem::exists(ready));
 }

@@ -173,6 +173,7 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
     WARN("40 ms one way: RTT min " << rtts.front() << " median " << rtts[rtts.size() / 2] << " max "
                                    << rtts.back() << " ms");
     CHECK(rtts.front() >= 80.0);  // never early: the delay is a floor
+    CHECK(rtts.front() < 85.0);   // nor inflated: the least disturbed round trip is on time
     CHECK(rtts[rtts.size() / 2] < 80.0 + kSchedulingSlackMs);
     ::close(server);
     ::close(client);
@@ -197,7 +198,10 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
     std::sort(rtts.begin(), rtts.end());
     WARN("40 +- 10 ms one way: RTT min " << rtts.front() << " max " << rtts.back() << " ms");
     CHECK(rtts.front() >= 60.0);
-    CHECK(rtts.back() < 100.0 + kSchedulingSlackMs);
+    // Each way is at most 50 ms; single round trips can still be late on a loaded machine (21 ms
+    // seen at load 7 on 2 cores), so the bound is on the median. The model test bounds the jitter
+    // exactly.
+    CHECK(rtts[rtts.size() / 2] < 100.0);
     CHECK(rtts.back() - rtts.front() > 5.0);
     // A burst: 300 datagrams 0.2 ms apart (far closer than the jitter) come back in order.
     const int n = 300;
