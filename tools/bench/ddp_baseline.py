@@ -478,7 +478,15 @@ def main(argv=None):
     model = make_mlp(train_x.shape[1], s["hidden"], 10, s["seed"])
     shapes = [tuple(p.shape) for p in model.parameters()]
     params = sum(int(np.prod(sh)) for sh in shapes)
-    ddp = DDP(model)  # broadcasts rank 0's parameters: every replica starts identical
+    if args.hook == "powersgd":
+        # One gradient bucket. PowerSGD's hook issues its P and Q all-reduces from future callbacks;
+        # with several buckets those callbacks race, so ranks can issue the collectives in different
+        # orders and gloo pairs mismatched messages (seen at 8 ranks: "op.preamble.length <=
+        # op.nbytes"). Plain DDP keeps its default buckets (backward/communication overlap).
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
+        ddp = DDP(model, bucket_cap_mb=1 << 20)
+    else:
+        ddp = DDP(model)  # broadcasts rank 0's parameters: every replica starts identical
     if args.hook == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
@@ -562,11 +570,14 @@ def main(argv=None):
         if int(stop[0]):
             break
 
+    logging_data = ddp._get_ddp_logging_data()
+    buckets = logging_data.get("rebuilt_bucket_sizes") or logging_data.get("bucket_sizes", "")
     if rank == 0:
         final = dict(last)
         final.update({"final": True, "steps": step, "stopped_early": step < s["steps"],
                       "time_to_80": reached[0.80], "time_to_85": reached[0.85],
                       "step_time_s": last["wall_s"] / max(step, 1),
+                      "bucket_bytes": [int(b) for b in str(buckets).split(",") if b.strip()],
                       "settings": settings})
         if args.target_accuracy is not None:
             final["time_to_target"] = reached[args.target_accuracy]
