@@ -272,6 +272,22 @@ def test_runs(tmp):
     check(len(final["bucket_bytes"]) == 1, f"powersgd: one gradient bucket {final['bucket_bytes']}")
 
 
+def test_config_run(tmp):
+    # ring8's own values (lr 0.02, batch 64, hidden [128], 2000 rounds); stop at a target accuracy.
+    config = os.path.join(SOURCE, "configs", "ring8.yaml")
+    records = run_ranks(tmp, "config", ["--config", config, "--eval-every", "5", "--target-accuracy", "0.6",
+                                        "--stop-at-target"])
+    final = records[-1]
+    s = final.get("settings", {})
+    check(s.get("lr") == 0.02 and s.get("batch_size") == 64 and s.get("hidden") == [128] and s.get("steps") == 2000,
+          f"config run: ring8.yaml's optimizer and workload values used ({s.get('lr')}, {s.get('batch_size')}, "
+          f"{s.get('hidden')}, {s.get('steps')})")
+    hit = [r for r in records if not r.get("final") and r["test_accuracy"] >= 0.6]
+    check(final.get("stopped_early") and len(hit) == 1 and final["step"] == hit[0]["step"] < 2000,
+          f"config run: both ranks stop at the first evaluation >= 0.6 (step {final.get('step')})")
+    check(final.get("time_to_target") == hit[0]["wall_s"] if hit else False, "config run: time_to_target recorded")
+
+
 def main():
     grapevine = None
     if len(sys.argv) == 3 and sys.argv[1] == "--grapevine":
@@ -287,6 +303,7 @@ def main():
     test_config(grapevine)
     with tempfile.TemporaryDirectory() as tmp:
         test_runs(tmp)
+        test_config_run(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1
