@@ -165,7 +165,9 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
                 av.label = subValue.Scalar();
                 continue;
               }
-              const std::string full = axis.key + "." + sub;
+              // A dotted key is a full path (a value may set keys elsewhere, e.g.
+              // algorithm.consensus_step next to a compression method); else it is below the axis key.
+              const std::string full = sub.find('.') != std::string::npos ? sub : axis.key + "." + sub;
               if (!isKnownKey(full)) p.error(m->first, where, full + ": " + unknownKeyMessage(full));
               else av.sets.emplace_back(full, valueText(subValue));
             }

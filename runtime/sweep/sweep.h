@@ -8,7 +8,8 @@
 //   sweep:                         # axes, expanded in file order (the last one varies fastest)
 //     topology.kind: [ring, torus]             # a scalar value sets the key
 //     compression:                             # a mapping value sets keys below the axis key;
-//       - { label: top-1%, method: top-k, ratio: 0.01 }   # `label` names it in tables and plots
+//       - { label: top-1%, method: top-k, ratio: 0.01 }   # `label` names it in tables and plots;
+//       - { label: sign, method: sign, algorithm.consensus_step: 0.2 }   # a dotted key is a full path
 //     run.seed: [1, 2, 3]
 //   target_accuracy: 0.85          # cells.csv: rounds, time and bytes to reach it
 //   mode: sim                      # or launch; --mode overrides

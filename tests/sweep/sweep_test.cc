@@ -78,6 +78,15 @@ TEST_CASE("a sweep file expands into every combination, last axis fastest") {
   CHECK(cells[3].overrides == std::vector<std::string>{"network.latency_ms=2", "topology.kind=ring",
                                                        "compression.method=int8",
                                                        "compression.block_size=64", "run.seed=2"});
+  // A dotted key inside a mapping value is a full config path.
+  auto dotted = sweep::parseSweep("config: { peers: { count: 4 } }\nsweep:\n  compression:\n"
+                                  "    - { method: sign, algorithm.consensus_step: 0.1 }\n",
+                                  "d.yaml", nullptr);
+  REQUIRE(dotted.isOk());
+  CHECK(dotted->axes[0].values[0].sets ==
+        std::vector<std::pair<std::string, std::string>>{{"compression.method", "sign"},
+                                                         {"algorithm.consensus_step", "0.1"}});
+  CHECK(dotted->axes[0].values[0].label == "sign 0.1");
   std::set<std::string> ids;
   for (const auto& c : cells) ids.insert(c.id);
   CHECK(ids.size() == 8);
