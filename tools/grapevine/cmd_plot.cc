@@ -248,14 +248,14 @@ int runPlot(const PlotArgs& a) {
     for (const auto& x : xs) {
       const std::string png = std::string(y.name) + "_vs_" + x.name + ".png";
       made.push_back((plots / png).string());
-      gp << "reset\nset terminal pngcairo size " << 560 * cols << "," << 420 * rows + 40
+      gp << "reset\nset terminal pngcairo size " << 700 * cols << "," << 420 * rows + 40
          << " font 'sans,10'\nset output " << gpath((plots / png).string()) << "\n";
       gp << "set multiplot layout " << rows << "," << cols << " title "
          << gq(m.value("name", std::string("sweep")) + ": " + y.name + " against " + x.label +
                (colorKey.empty() ? "" : " (colour: " + colorKey + ")"))
          << " font 'sans,12'\n";
-      // Accuracy rises (legend bottom right), consensus distance falls (top right).
-      gp << "set grid\nset key " << (y.log ? "top" : "bottom") << " right font 'sans,9' opaque\n"
+      // The legend outside the plot: lines never hide behind it.
+      gp << "set grid\nset key outside right top font 'sans,9'\n"
          << "set style fill transparent solid 0.15 noborder\n";
       gp << "set xlabel " << gq(x.label) << "\nset ylabel " << gq(y.label) << "\n";
       gp << (x.log ? "set logscale x\n" : "unset logscale x\n");
