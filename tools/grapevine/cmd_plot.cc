@@ -266,17 +266,21 @@ int runPlot(const PlotArgs& a) {
         for (std::size_t i = 0; i < order.size(); ++i) {
           const Line& l = lines[order[i]];
           if (l.panel != panel) continue;
-          const auto ci = std::find(colors.begin(), colors.end(), l.color) - colors.begin() + 1;
+          // Twelve distinct colours (gnuplot's default cycle repeats after eight); dashes after that.
+          static const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+                                           "#e377c2", "#17becf", "#7f7f7f", "#bcbd22", "#000000", "#aec7e8"};
+          const auto idx = static_cast<std::size_t>(std::find(colors.begin(), colors.end(), l.color) - colors.begin());
+          const std::string ci = std::string("rgb '") + kPalette[idx % 12] + "' dt " + std::to_string(idx / 12 + 1);
           const std::string file = gpath((plots / "data" / ("line" + std::to_string(i) + ".dat")).string());
           std::string title = l.color + (l.rest.empty() ? "" : " (" + l.rest + ")");
           if (title.empty()) title = "all";
           if (l.seeds > 1) {
             parts.push_back(file + " using " + std::to_string(x.column) + ":" + std::to_string(y.lo) + ":" +
-                            std::to_string(y.hi) + " with filledcurves lc " + std::to_string(ci) + " notitle");
+                            std::to_string(y.hi) + " with filledcurves lc " + ci.substr(0, ci.find(" dt")) + " notitle");
             title += " (" + std::to_string(l.seeds) + " seeds)";
           }
           parts.push_back(file + " using " + std::to_string(x.column) + ":" + std::to_string(y.mean) +
-                          " with linespoints pt 7 ps 0.4 lw 2 lc " + std::to_string(ci) + " title " + gq(title));
+                          " with linespoints pt 7 ps 0.4 lw 2 lc " + ci + " title " + gq(title));
         }
         gp << "plot ";
         for (std::size_t k = 0; k < parts.size(); ++k) gp << (k ? ", \\\n     " : "") << parts[k];
