@@ -75,7 +75,7 @@ Result<size_t> LosslessCoder::compress(Lossless kind, int level, std::span<const
       rest[i] = static_cast<uint8_t>(((b >> 15) << 7) | (b & 0x7Fu));
     }
   }
-  std::memcpy(rest + n * rb, raw.data() + raw.size() - suffix, suffix);
+  if (suffix > 0) std::memcpy(rest + n * rb, raw.data() + raw.size() - suffix, suffix);
   uint8_t* expAt = out.data() + kExpHeader + prefix;
   const size_t expCap = restAt - (kExpHeader + prefix);
   const size_t e = ZSTD_compressCCtx(ctx_->c, expAt, expCap, plane_.data(), n, level);
@@ -88,7 +88,7 @@ Result<size_t> LosslessCoder::compress(Lossless kind, int level, std::span<const
   store<uint32_t>(out.data() + 4, static_cast<uint32_t>(prefix));
   store<uint32_t>(out.data() + 8, static_cast<uint32_t>(n));
   store<uint32_t>(out.data() + 12, static_cast<uint32_t>(e));
-  std::memcpy(out.data() + kExpHeader, raw.data(), prefix);
+  if (prefix > 0) std::memcpy(out.data() + kExpHeader, raw.data(), prefix);
   std::memmove(expAt + e, rest, n * rb + suffix);
   return total;
 }
@@ -123,7 +123,8 @@ Status LosslessCoder::decompress(Lossless kind, std::span<const uint8_t> in, std
   const uint8_t* expAt = in.data() + kExpHeader + prefix;
   const size_t r = ZSTD_decompressDCtx(ctx_->d, plane_.data(), n, expAt, e);
   if (ZSTD_isError(r) || r != n) return corrupt("lossless", "exponent plane");
-  std::memcpy(out.data(), in.data() + kExpHeader, prefix);
+  // Guarded: an empty region's pointer may be null (memcpy(null, _, 0) is undefined; UBSan, fuzz_lossless).
+  if (prefix > 0) std::memcpy(out.data(), in.data() + kExpHeader, prefix);
   const uint8_t* rest = expAt + e;
   uint8_t* f = out.data() + prefix;
   if (k == FloatRegion::Kind::kF32) {
@@ -138,7 +139,7 @@ Status LosslessCoder::decompress(Lossless kind, std::span<const uint8_t> in, std
       store<uint16_t>(f + 2 * i, b);
     }
   }
-  std::memcpy(f + n * w, rest + n * rb, suffix);
+  if (suffix > 0) std::memcpy(f + n * w, rest + n * rb, suffix);
   return Status::ok();
 }
 

@@ -378,7 +378,7 @@ class Loader {
                 "sizes multiply to " + std::to_string(prod) + " but peers.count is " + std::to_string(n));
         }
       }
-    } else if (wasSet("topology.dims")) {
+    } else if (wasSet("topology.dims") && !c.topology.dims.empty()) {
       warning(keyWhere("topology.dims"), "topology.dims", "ignored: topology.kind is " + kind);
     }
     if (kind == "random-regular" && (c.topology.degree >= n || (1LL * n * c.topology.degree) % 2 != 0)) {

@@ -250,6 +250,7 @@ Status PeerProcess::run() {
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   bool stopped = false;
   std::int64_t round = 0;
+  double evalSeconds = 0.0;  // cumulative time spent in evaluateTest
   for (; round < c.run.rounds; ++round) {
     if (options_.stop && options_.stop->load()) {
       stopped = true;
@@ -294,10 +295,14 @@ Status PeerProcess::run() {
       auto rec = roundRecord(*core_, seconds(), suspects, deadThisRound_);
       rec["lr"] = core_->lastLr();
       if (evalNow) {
+        const auto evalStart = Clock::now();
         const auto ev = core_->workload().evaluateTest(core_->model());
+        evalSeconds += std::chrono::duration<double>(Clock::now() - evalStart).count();
         if (std::isfinite(ev.accuracy)) rec["test_accuracy"] = ev.accuracy;
         rec["test_loss"] = ev.loss;
       }
+      // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
+      rec["eval_seconds"] = evalSeconds;
       records.write(rec);
       deadThisRound_.clear();
     }

@@ -28,6 +28,8 @@ Command registerInfo(CLI::App& root);
 Command registerBenchTransport(CLI::App& root);
 Command registerBench(CLI::App& root);  // `bench compress`
 Command registerSim(CLI::App& root);
+Command registerSweep(CLI::App& root);
+Command registerPlot(CLI::App& root);
 Command registerEmulate(CLI::App& root);
 
 // The `bench` parent app, created on first call: other files add their own `bench <what>` child

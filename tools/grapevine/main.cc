@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
       registerBenchTransport(root),
       registerBench(root),
       registerSim(root),
+      registerSweep(root),
+      registerPlot(root),
       registerEmulate(root),
   };
 

@@ -1,0 +1,315 @@
+#!/usr/bin/python3
+"""Tests of tools/bench/ddp_baseline.py: its pure parts against Grapevine's formulas, and real
+2-rank gloo runs on 127.0.0.1 (plain DDP for 60 steps, PowerSGD for a few).
+
+Usage: ddp_baseline_test.py [--grapevine PATH_TO_BIN]. Exits 77 (ctest skip) when the system
+interpreter has no torch. The run with measured bytes needs root (a private network namespace via
+unshare, so the loopback counters hold only this test's traffic); without it that case says so.
+"""
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(HERE))
+SCRIPT = os.path.join(SOURCE, "tools", "bench", "ddp_baseline.py")
+PYTHON = "/usr/bin/python3"
+
+try:
+    import numpy as np
+    import torch
+except ImportError:
+    print("skipped: python3-torch not installed (tools/install-deps --bench)")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import ddp_baseline as ddp  # noqa: E402
+
+failures = []
+
+
+def check(condition, what):
+    print(("ok    " if condition else "FAIL  ") + what, flush=True)
+    if not condition:
+        failures.append(what)
+
+
+def close(a, b, tol=1e-12):
+    return abs(a - b) <= tol * max(1.0, abs(a), abs(b))
+
+
+# ---- pure parts ------------------------------------------------------------------------------
+
+def test_schedule():
+    s = ddp.LrSchedule("cosine", 0.1, 100, warmup_rounds=10, min_lr=0.01)
+    check(close(s.at(0), 0.01) and close(s.at(9), 0.1), "warmup: lr * (round + 1) / warmup_rounds")
+    check(close(s.at(10), 0.1), "cosine starts at lr after warmup")
+    check(close(s.at(55), 0.01 + 0.09 * 0.5), "cosine half way is (lr + min_lr) / 2")
+    check(close(s.at(100), 0.01) and close(s.at(500), 0.01), "cosine floor at and after the end")
+    st = ddp.LrSchedule("step", 0.2, 100, milestones=[10, 20], gamma=0.5)
+    check([round(st.at(r), 12) for r in (0, 9, 10, 19, 20, 99)] == [0.2, 0.2, 0.1, 0.1, 0.05, 0.05],
+          "step: lr * gamma^(milestones <= round)")
+    check(close(ddp.LrSchedule("constant", 0.3, 5).at(1000), 0.3), "constant")
+
+
+def test_data_and_partition(train_x, train_y):
+    table = ddp.pixel_table(train_x)
+    x = table[train_x[:20000]].astype(np.float64)
+    check(abs(x.mean()) < 0.05 and abs(x.std() - 1.0) < 0.05,
+          f"standardised pixels: mean {x.mean():.4f}, std {x.std():.4f} (train statistics)")
+    shards = ddp.iid_partition(60000, 7, seed=3)
+    sizes = [len(s) for s in shards]
+    allidx = np.concatenate(shards)
+    check(sizes == [8572] * 3 + [8571] * 4, f"iid shard sizes as Grapevine's (first n % peers + 1): {sizes}")
+    check(len(np.unique(allidx)) == 60000, "iid shards are disjoint and cover the training set")
+    check(all(np.array_equal(a, b) for a, b in zip(shards, ddp.iid_partition(60000, 7, seed=3))),
+          "iid partition is a function of the seed")
+    check(not np.array_equal(shards[0], ddp.iid_partition(60000, 7, seed=4)[0]), "another seed, other shards")
+    d = ddp.dirichlet_partition(train_y, 10, 4, 0.3, seed=1)
+    check(sum(len(s) for s in d) == 60000 and len(np.unique(np.concatenate(d))) == 60000,
+          "dirichlet shards are disjoint and cover the training set")
+    stream = ddp.BatchStream(np.arange(100, 150), batch=7, seed=1, rank=2)
+    seen = np.concatenate([stream.indices(k) for k in range(15)])  # 105 samples, 2 epochs + 5
+    check(sorted(seen[:50]) == list(range(100, 150)) and sorted(seen[50:100]) == list(range(100, 150)),
+          "batch stream: each epoch visits every sample of the shard once")
+    check(not np.array_equal(seen[:50], seen[50:100]), "batch stream: each epoch in a new order")
+
+
+def test_model():
+    net = ddp.make_mlp(784, [1024, 256], 10, seed=5)
+    count = sum(p.numel() for p in net.parameters())
+    check(count == 784 * 1024 + 1024 + 1024 * 256 + 256 + 256 * 10 + 10 == 1068810,
+          f"[1024, 256] MLP has {count} parameters (>= 1 M)")
+    w1, b1, w2, _, w3, b3 = [p.detach() for p in net.parameters()]
+    he, glorot = math.sqrt(6 / 784), math.sqrt(6 / (256 + 10))
+    check(float(w1.abs().max()) <= he and float(w1.abs().max()) > 0.99 * he,
+          "hidden layer: He-uniform bound sqrt(6 / fan_in)")
+    check(abs(float(w1.std()) - he / math.sqrt(3)) < 0.01 * he, "hidden layer: uniform variance")
+    check(float(w3.abs().max()) <= glorot and float(w3.abs().max()) > 0.95 * glorot,
+          "output layer: Glorot-uniform bound sqrt(6 / (fan_in + fan_out))")
+    check(float(b1.abs().max()) == 0 and float(b3.abs().max()) == 0, "zero biases")
+    check(torch.equal(w2, ddp.make_mlp(784, [1024, 256], 10, seed=5)[2].weight.detach()),
+          "initialisation is a function of the seed")
+
+
+def test_optimizer():
+    for nesterov in (False, True):
+        gen = torch.Generator().manual_seed(1)
+        a = torch.nn.Parameter(torch.randn(50, generator=gen))
+        b = torch.nn.Parameter(a.detach().clone())
+        mine = ddp.GrapevineSgd([a], 0.9, nesterov, 1e-3)
+        ref = torch.optim.SGD([b], lr=0.1, momentum=0.9, nesterov=nesterov, weight_decay=1e-3)
+        for lr in (0.1, 0.05, 0.2, 0.1):
+            g = torch.randn(50, generator=gen)
+            a.grad, b.grad = g.clone(), g.clone()
+            mine.step(lr)
+            for group in ref.param_groups:
+                group["lr"] = lr
+            ref.step()
+        check(torch.allclose(a, b, rtol=1e-6, atol=1e-7),
+              f"local momentum (nesterov={nesterov}) equals torch.optim.SGD: Grapevine's formulas")
+    # quasi-global, heavy ball, by hand: u = g + beta * mhat; mhat <- beta * mhat + (1 - beta) * u
+    x = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    qg = ddp.GrapevineSgd([x], 0.5, False, 0.0, kind="quasi-global")
+    x.grad = torch.tensor([1.0, 1.0])
+    qg.step(0.1)  # u = g = [1, 1]; x = [0.9, -2.1]; mhat = [0.5, 0.5]
+    x.grad = torch.tensor([2.0, 0.0])
+    qg.step(0.1)  # u = [2.25, 0.25]; x = [0.675, -2.125]
+    check(torch.allclose(x.detach(), torch.tensor([0.675, -2.125])), "quasi-global momentum formula")
+
+
+def test_config(grapevine):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "c.yaml")
+        with open(path, "w") as f:
+            f.write("run: { seed: 7, rounds: 300 }\npeers: { count: 2 }\n"
+                    "optimizer: { lr: 0.02, batch_size: 16, schedule: cosine, warmup_rounds: 5 }\n"
+                    "workload: { name: fashion-mnist-mlp, hidden: [32, 16], eval_every: 50 }\n")
+        env = {"GRAPEVINE_OPTIMIZER_MOMENTUM": "0.5", "GRAPEVINE_WORKLOAD_HIDDEN": "[48]"}
+        values = ddp.load_config(path, environ=env)
+        check(values["run.seed"] == 7 and values["optimizer.lr"] == 0.02 and values["optimizer.schedule"] == "cosine",
+              "config: YAML values read")
+        check(values["optimizer.momentum"] == 0.5 and values["workload.hidden"] == [48],
+              "config: GRAPEVINE_* environment overrides YAML")
+        old = dict(os.environ)
+        os.environ.update(env)
+        try:
+            args = ddp.build_parser().parse_args(["--rank", "0", "--world-size", "1", "--master-addr", "x",
+                                                  "--master-port", "1", "--config", path, "--lr", "0.3"])
+            s = ddp.resolve(args)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        check(s["lr"] == 0.3 and s["hidden"] == [48] and s["steps"] == 300 and s["batch_size"] == 16,
+              "config: flags override environment and YAML; steps default to run.rounds")
+        if not grapevine or not os.access(grapevine, os.X_OK):
+            print(f"note  not compared with `grapevine config` (binary {grapevine!r} not built)")
+            return
+        import yaml
+        envall = dict(os.environ, **env)
+        text = subprocess.run([grapevine, "config", path], env=envall, capture_output=True, text=True,
+                              check=True).stdout
+        effective = yaml.safe_load(text)
+        mismatched = []
+        for key, value in values.items():
+            section, name = key.split(".", 1)
+            theirs = effective[section][name]
+            if (theirs != value) and not (isinstance(value, float) and close(float(theirs), value)):
+                mismatched.append(f"{key}: ours {value!r}, grapevine {theirs!r}")
+        check(not mismatched, "config: defaults, YAML and environment resolve as `grapevine config` does "
+              + "; ".join(mismatched))
+
+
+# ---- real runs -------------------------------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(tmp, name, extra, world=2, wrap=None, timeout=120):
+    """Starts `world` ranks (optionally all inside one `wrap` command) and returns rank 0's records."""
+    port = free_port()
+    out = os.path.join(tmp, name + ".jsonl")
+    cmds = []
+    for r in range(world):
+        cmd = [PYTHON, SCRIPT, "--rank", str(r), "--world-size", str(world), "--master-addr", "127.0.0.1",
+               "--master-port", str(port), "--threads", "1", "--timeout", "60"] + extra
+        if r == 0:
+            cmd += ["--out", out]
+        cmds.append(cmd)
+    start = time.monotonic()
+    if wrap:
+        # One shell in the private namespace starts every rank and waits for all of them.
+        script = "set -e; " + wrap[1] + "; " + " ".join(
+            "(" + " ".join(cmd) + ") & " for cmd in cmds) + "wait"
+        procs = [subprocess.Popen(wrap[0] + [script], stderr=subprocess.PIPE, text=True)]
+    else:
+        procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) for cmd in cmds]
+    codes, errs = [], []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        codes.append(p.returncode)
+        errs.append(err)
+    print(f"      {name}: {world} ranks in {time.monotonic() - start:.1f} s", flush=True)
+    if any(codes):
+        print("".join(errs), file=sys.stderr)
+    check(not any(codes), f"{name}: every rank exits 0 ({codes})")
+    with open(out) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    check("[ddp" in errs[0], f"{name}: progress lines on rank 0's stderr")
+    return records
+
+
+def check_records(name, records, system, steps, every):
+    evals = [r for r in records if not r.get("final")]
+    finals = [r for r in records if r.get("final")]
+    check(len(finals) == 1 and records[-1].get("final"), f"{name}: exactly one final record, last")
+    fields = ["system", "step", "wall_s", "test_accuracy", "train_loss", "bytes_sent_per_peer"]
+    check(all(all(k in r for k in fields) for r in records), f"{name}: every record has {fields}")
+    check(all(r["system"] == system for r in records), f"{name}: system is {system}")
+    check([r["step"] for r in evals] == list(range(every, steps + 1, every)),
+          f"{name}: one evaluation every {every} steps: {[r['step'] for r in evals]}")
+    walls = [r["wall_s"] for r in evals]
+    check(all(b > a for a, b in zip(walls, walls[1:])) and walls[0] > 0, f"{name}: training clock increases")
+    sent = [r["bytes_sent_per_peer"] for r in evals]
+    check(all(b > a for a, b in zip(sent, sent[1:])), f"{name}: bytes sent increase")
+    final = finals[0]
+    check("time_to_80" in final and "time_to_85" in final, f"{name}: final has time_to_80 and time_to_85")
+    check(final["steps"] == steps and final["settings"]["world_size"] == 2, f"{name}: final totals")
+    return evals, final
+
+
+def test_runs(tmp):
+    common = ["--hidden", "64", "--batch-size", "32", "--lr", "0.05", "--momentum", "0.9", "--seed", "3"]
+    # Plain DDP, 60 steps. As root, inside a private network namespace so that `lo`'s counter holds
+    # exactly this run's traffic (both ranks send over the one `lo`, so each reads their sum).
+    measured = os.geteuid() == 0 and subprocess.run(
+        ["unshare", "--net", "--mount", "true"], capture_output=True).returncode == 0
+    wrap = (["unshare", "--net", "--mount", "sh", "-c"], "mount -t sysfs none /sys; ip link set lo up") \
+        if measured else None
+    extra = common + ["--steps", "60", "--eval-every", "20"] + (["--ifname", "lo"] if measured else [])
+    records = run_ranks(tmp, "ddp", extra, wrap=wrap)
+    evals, final = check_records("ddp", records, "ddp", 60, 20)
+    check(final["test_accuracy"] > 0.5, f"ddp: test accuracy after 60 steps {final['test_accuracy']:.3f} > 0.5")
+    check(evals[-1]["train_loss"] < evals[0]["train_loss"], "ddp: training loss falls")
+    check(sum(final["bucket_bytes"]) == 4 * (784 * 64 + 64 + 64 * 10 + 10), "ddp: buckets hold every gradient")
+    model = ddp.make_mlp(784, [64], 10, seed=3)
+    estimate = ddp.allreduce_bytes_per_step([tuple(p.shape) for p in model.parameters()], 2) * 60
+    if measured:
+        ratio = final["bytes_sent_per_peer"] / (2 * estimate)
+        check("bytes_estimated" not in final and 1.0 <= ratio < 1.3,
+              f"ddp: measured lo tx bytes / (2 ranks x ring estimate) = {ratio:.3f} in [1, 1.3)")
+    else:
+        print("note  bytes counted analytically only: the measured case needs root (unshare --net)")
+        check(final.get("bytes_estimated") is True and close(final["bytes_sent_per_peer"], estimate, 1e-9),
+              "ddp: estimated bytes = ring all-reduce of the gradient per step")
+
+    # PowerSGD, rank 2, compressing from step 4 on: compressed steps send far fewer bytes.
+    # [512]: 1.6 MB of first-layer weights, which DDP's default bucketing would split off into a
+    # second bucket (its first bucket holds 1 MB); PowerSGD must run on one bucket (see the script).
+    common = [v if v != "64" else "512" for v in common]
+    records = run_ranks(tmp, "powersgd", common + ["--steps", "12", "--eval-every", "4", "--hook", "powersgd",
+                                                   "--powersgd-rank", "2", "--powersgd-start", "4"])
+    evals, final = check_records("powersgd", records, "ddp-powersgd", 12, 4)
+    dense = evals[0]["bytes_sent_per_peer"] / 4
+    compressed = (evals[2]["bytes_sent_per_peer"] - evals[1]["bytes_sent_per_peer"]) / 4
+    check(compressed < dense / 5, f"powersgd: bytes per step {compressed:.0f} compressed vs {dense:.0f} dense")
+    check(final["test_accuracy"] > 0.3, f"powersgd: learns ({final['test_accuracy']:.3f} after 12 steps)")
+    check(final["settings"]["powersgd_rank"] == 2, "powersgd: rank recorded")
+    check(len(final["bucket_bytes"]) == 1, f"powersgd: one gradient bucket {final['bucket_bytes']}")
+
+
+def test_config_run(tmp):
+    # ring8's own values (lr 0.02, batch 64, hidden [128], 2000 rounds); stop at a target accuracy.
+    config = os.path.join(SOURCE, "configs", "ring8.yaml")
+    records = run_ranks(tmp, "config", ["--config", config, "--eval-every", "5", "--target-accuracy", "0.6",
+                                        "--stop-at-target"])
+    final = records[-1]
+    s = final.get("settings", {})
+    check(s.get("lr") == 0.02 and s.get("batch_size") == 64 and s.get("hidden") == [128] and s.get("steps") == 2000,
+          f"config run: ring8.yaml's optimizer and workload values used ({s.get('lr')}, {s.get('batch_size')}, "
+          f"{s.get('hidden')}, {s.get('steps')})")
+    hit = [r for r in records if not r.get("final") and r["test_accuracy"] >= 0.6]
+    check(final.get("stopped_early") and len(hit) == 1 and final["step"] == hit[0]["step"] < 2000,
+          f"config run: both ranks stop at the first evaluation >= 0.6 (step {final.get('step')})")
+    check(final.get("time_to_target") == hit[0]["wall_s"] if hit else False, "config run: time_to_target recorded")
+
+
+def main():
+    grapevine = None
+    if len(sys.argv) == 3 and sys.argv[1] == "--grapevine":
+        grapevine = sys.argv[2]
+    if not os.path.isdir(ddp.DEFAULT_DATA_DIR):
+        print(f"skipped: {ddp.DEFAULT_DATA_DIR} missing (Debian package dataset-fashion-mnist, tools/install-deps)")
+        return 77
+    data = ddp.load_fashion_mnist(ddp.DEFAULT_DATA_DIR)
+    test_schedule()
+    test_data_and_partition(data[0], data[1])
+    test_model()
+    test_optimizer()
+    test_config(grapevine)
+    with tempfile.TemporaryDirectory() as tmp:
+        test_runs(tmp)
+        test_config_run(tmp)
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

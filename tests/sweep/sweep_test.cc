@@ -1,0 +1,209 @@
+// Sweeps: the file format (every error at file:line with the key), the expansion into cells (every
+// combination, stable ids that change when the cell's definition changes), and the CLI end to end:
+// results.csv / cells.csv contents, resuming (finished cells kept, edited cells re-run), plots.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "runtime/sweep/sweep.h"
+
+using namespace grapevine;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string readAll(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string diagText(const std::vector<config::Diagnostic>& d) { return config::formatDiagnostics(d); }
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+int run(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+
+const char* kSweep = R"(name: t
+config:
+  run: { rounds: 30, seed: 1 }
+  peers: { count: 6 }
+  topology: { kind: ring }
+  algorithm: { name: choco, consensus_step: 0.5 }
+  compression: { method: none, dense_below: 16 }
+  optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+  workload: { name: consensus, dim: 512, eval_every: 10 }
+set: { network.latency_ms: 2 }
+sweep:
+  topology.kind: [ring, complete]
+  compression:
+    - { label: dense, method: none }
+    - { label: int8, method: int8, block_size: 64 }
+  run.seed: [1, 2]
+)";
+
+}  // namespace
+
+TEST_CASE("a sweep file expands into every combination, last axis fastest") {
+  std::vector<config::Diagnostic> d;
+  auto spec = sweep::parseSweep(kSweep, "t.yaml", &d);
+  REQUIRE(spec.isOk());
+  CHECK(d.empty());
+  REQUIRE(spec->axes.size() == 3);
+  CHECK(spec->axes[1].key == "compression");
+  CHECK(spec->axes[1].values[1].label == "int8");
+  const auto cells = sweep::expand(*spec, "");
+  REQUIRE(cells.size() == 8);
+  CHECK(cells[0].labels == std::vector<std::string>{"ring", "dense", "1"});
+  CHECK(cells[1].labels == std::vector<std::string>{"ring", "dense", "2"});
+  CHECK(cells[7].labels == std::vector<std::string>{"complete", "int8", "2"});
+  CHECK(cells[3].overrides == std::vector<std::string>{"network.latency_ms=2", "topology.kind=ring",
+                                                       "compression.method=int8",
+                                                       "compression.block_size=64", "run.seed=2"});
+  // A dotted key inside a mapping value is a full config path.
+  auto dotted = sweep::parseSweep("config: { peers: { count: 4 } }\nsweep:\n  compression:\n"
+                                  "    - { method: sign, algorithm.consensus_step: 0.1 }\n",
+                                  "d.yaml", nullptr);
+  REQUIRE(dotted.isOk());
+  CHECK(dotted->axes[0].values[0].sets ==
+        std::vector<std::pair<std::string, std::string>>{{"compression.method", "sign"},
+                                                         {"algorithm.consensus_step", "0.1"}});
+  CHECK(dotted->axes[0].values[0].label == "sign 0.1");
+  std::set<std::string> ids;
+  for (const auto& c : cells) ids.insert(c.id);
+  CHECK(ids.size() == 8);
+  CHECK(cells[5].id.rfind("005-", 0) == 0);
+  // The id hashes the definition: same input, same ids; another base config, other ids.
+  CHECK(sweep::expand(*spec, "")[5].id == cells[5].id);
+  CHECK(sweep::expand(*spec, "run: { rounds: 31 }")[5].id != cells[5].id);
+}
+
+TEST_CASE("bad sweep files: file:line:col, the key, what was expected") {
+  auto errors = [](const std::string& text) {
+    std::vector<config::Diagnostic> d;
+    auto r = sweep::parseSweep(text, "s.yaml", &d);
+    CHECK_FALSE(r.isOk());
+    return diagText(d);
+  };
+  CHECK(contains(errors("base: nope.yaml\nsweep: { run.seed: [1] }\n"), "s.yaml:1:7: error: base: no such file"));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { topology.knd: [ring] }\n"),
+                 "s.yaml:2:10: error: sweep.topology.knd: not a config key (did you mean topology.kind?)"));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: 3 }\n"),
+                 "sweep.run.seed: expected a non-empty list of values, found \"3\""));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep:\n  compression:\n    - { metod: none }\n"),
+                 "s.yaml:4:9: error: sweep.compression: compression.metod: not a config key (did you mean compression.method?)"));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: [1, 1] }\n"),
+                 "two values are both labelled \"1\""));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: [1] }\ntarget_accuracy: 3\n"),
+                 "s.yaml:3:18: error: target_accuracy: expected a number in (0, 1], found \"3\""));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: [1] }\nmode: fast\n"),
+                 "mode: expected sim or launch"));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nswep: { run.seed: [1] }\n"), "swep: unknown key"));
+  CHECK(contains(errors("sweep: { run.seed: [1] }\n"), "base: required"));
+  CHECK(contains(errors("[1, 2"), "s.yaml:1:"));
+  CHECK(contains(errors("- a\n- b\n"), "expected a mapping"));
+}
+
+TEST_CASE("grapevine sweep runs every cell, tabulates, resumes, and plots") {
+  const fs::path dir = fs::path(GRAPEVINE_BINARY_DIR) / "sweep_cli_scratch";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "t.yaml";
+  std::ofstream(file) << kSweep << "target_accuracy: 0.5\n";
+  const std::string bin = GRAPEVINE_BIN;
+  const std::string out = (dir / "out").string();
+  const std::string cmd = bin + " sweep " + file.string() + " --out " + out + " --jobs 2 --quiet > " +
+                          (dir / "stdout.txt").string() + " 2>&1";
+  REQUIRE(run(cmd) == 0);
+  const std::string first = readAll(dir / "stdout.txt");
+  CHECK(contains(first, "8 cells ran, 0 kept, 0 failed"));
+
+  // results.csv: one row per cell and evaluation (3 per cell), with the swept keys as columns.
+  const auto results = lines(readAll(fs::path(out) / "results.csv"));
+  REQUIRE(results.size() == 1 + 8 * 3);
+  CHECK(results[0] ==
+        "cell,topology.kind,compression,run.seed,round,sim_time_s,wall_time_s,bytes_sent_per_peer,train_loss,"
+        "test_accuracy,averaged_model_accuracy,consensus_distance,spectral_gap");
+  CHECK(contains(results[1], ",ring,dense,1,10,"));
+  CHECK(contains(results[3], ",ring,dense,1,30,"));
+  // Consensus falls faster on the complete graph (spectral gap 1) than on the ring.
+  auto lastField = [](const std::string& row, int fromEnd) {
+    std::vector<std::string> f;
+    std::stringstream ss(row);
+    std::string x;
+    while (std::getline(ss, x, ',')) f.push_back(x);
+    return std::stod(f[f.size() - static_cast<std::size_t>(fromEnd)]);
+  };
+  const double ringCons = lastField(results[3], 2), completeCons = lastField(results[3 + 12], 2);
+  CHECK(contains(results[3 + 12], ",complete,dense,1,30,"));
+  CHECK(completeCons < ringCons * 1e-3);
+  CHECK(lastField(results[3], 1) < lastField(results[15], 1));  // spectral gaps
+
+  // Simulated time: 2 ms links, so every round takes more than 2 ms.
+  const auto cells = lines(readAll(fs::path(out) / "cells.csv"));
+  REQUIRE(cells.size() == 9);
+  CHECK(contains(cells[0], "status,rounds,sim_time_s"));
+  CHECK(contains(cells[0], "rounds_to_target,sim_time_to_target_s,wall_time_to_target_s,bytes_to_target_per_peer"));
+  for (std::size_t i = 1; i < cells.size(); ++i) CHECK(contains(cells[i], ",done,30,"));
+  // int8 sends fewer bytes than dense on the same graph.
+  auto bytesOf = [&](std::size_t row) {
+    std::vector<std::string> f;
+    std::stringstream ss(cells[row]);
+    std::string x;
+    while (std::getline(ss, x, ',')) f.push_back(x);
+    CHECK(std::stod(f[6]) > 30 * 0.002);  // sim_time_s
+    return std::stod(f[8]);
+  };
+  CHECK(bytesOf(3) < bytesOf(1) / 2);
+
+  // Resume: everything is kept; an edited cell definition (another seed list) runs only the new cells.
+  REQUIRE(run(cmd) == 0);
+  CHECK(contains(readAll(dir / "stdout.txt"), "0 cells ran, 8 kept, 0 failed"));
+  fs::remove_all(fs::path(out) / "cells" / cells[2].substr(0, cells[2].find(',')));
+  REQUIRE(run(cmd) == 0);
+  CHECK(contains(readAll(dir / "stdout.txt"), "1 cells ran, 7 kept, 0 failed"));
+  REQUIRE(lines(readAll(fs::path(out) / "results.csv")).size() == 1 + 8 * 3);
+
+  // An invalid cell stops the sweep before anything runs, naming the cell.
+  std::ofstream(dir / "bad.yaml") << R"(config: { peers: { count: 6 }, topology: { kind: torus } }
+sweep: { peers.count: [6, 7] }
+)";
+  const std::string bad = bin + " sweep " + (dir / "bad.yaml").string() + " --out " + (dir / "bad").string() +
+                          " --quiet > " + (dir / "bad.txt").string() + " 2>&1";
+  CHECK(run(bad) == 2);
+  CHECK(contains(readAll(dir / "bad.txt"), "peers.count 7 has no a x b factorisation"));
+  CHECK(contains(readAll(dir / "bad.txt"), "1 of 2 cells are invalid; nothing ran"));
+  CHECK_FALSE(fs::exists(dir / "bad" / "results.csv"));
+
+  // Plots: PNG files (the workload has no accuracy: consensus plots only).
+  const std::string plot = bin + " plot " + out + " > " + (dir / "plot.txt").string() + " 2>&1";
+  if (run("command -v gnuplot > /dev/null") != 0) {
+    WARN("gnuplot not installed (tools/install-deps): plot not checked");
+    return;
+  }
+  REQUIRE(run(plot) == 0);
+  for (const char* png : {"consensus_vs_rounds.png", "consensus_vs_bytes.png", "consensus_vs_time.png"}) {
+    const std::string bytes = readAll(fs::path(out) / "plots" / png);
+    REQUIRE(bytes.size() > 1000);
+    CHECK(bytes.substr(1, 3) == "PNG");
+  }
+  CHECK(run(bin + " plot " + out + " --color nope > /dev/null 2>&1") == 2);
+}
