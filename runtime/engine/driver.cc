@@ -251,6 +251,10 @@ Status PeerProcess::run() {
   bool stopped = false;
   std::int64_t round = 0;
   double evalSeconds = 0.0;  // cumulative time spent in evaluateTest
+  // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
+  // the neighbours' messages, and mixing them in.
+  double stepSeconds = 0.0, waitSeconds = 0.0, mixSeconds = 0.0;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   for (; round < c.run.rounds; ++round) {
     if (options_.stop && options_.stop->load()) {
       stopped = true;
@@ -261,7 +265,9 @@ Status PeerProcess::run() {
       log::warn("sends of round ", round - 1, " still pending after ", c.peers.deadAfter, " s");
       waitSends(Clock::now() + std::chrono::seconds(30));
     }
+    const auto stepStart = Clock::now();
     GV_RETURN_IF_ERROR(core_->beginRound(round));
+    stepSeconds += since(stepStart);
     std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
     for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
     {
@@ -270,7 +276,8 @@ Status PeerProcess::run() {
     }
     loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
 
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(roundTimeout);
+    const auto waitStart = Clock::now();
+    const auto deadline = waitStart + std::chrono::duration_cast<Clock::duration>(roundTimeout);
     for (;;) {
       drainInbox();
       if (core_->roundComplete()) break;
@@ -283,7 +290,10 @@ Status PeerProcess::run() {
       cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(250)),
                      [this] { return !inbox_.empty() || (options_.stop && options_.stop->load()); });
     }
+    const auto mixStart = Clock::now();
+    waitSeconds += std::chrono::duration<double>(mixStart - waitStart).count();
     const auto suspects = core_->endRound();
+    mixSeconds += since(mixStart);
     if (!suspects.empty()) {
       std::string s;
       for (int j : suspects) s += " " + std::to_string(j);
@@ -303,6 +313,9 @@ Status PeerProcess::run() {
       }
       // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
       rec["eval_seconds"] = evalSeconds;
+      rec["step_seconds"] = stepSeconds;
+      rec["wait_seconds"] = waitSeconds;
+      rec["mix_seconds"] = mixSeconds;
       records.write(rec);
       deadThisRound_.clear();
     }
