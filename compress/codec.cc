@@ -210,6 +210,16 @@ Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const Enc
 
 Result<FrameInfo> ModelCodec::decodeAccumulate(std::span<const uint8_t> frame, float weight,
                                                std::span<float> acc, const DecodeLimits& limits) {
+  return decodeFrame(frame, weight, acc, limits, true);
+}
+
+Result<FrameInfo> ModelCodec::checkFrame(std::span<const uint8_t> frame, std::span<float> acc,
+                                         const DecodeLimits& limits) {
+  return decodeFrame(frame, 0.0f, acc, limits, false);
+}
+
+Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float weight,
+                                          std::span<float> acc, const DecodeLimits& limits, bool apply) {
   State& s = *s_;
   if (acc.size() != s.elements) {
     return invalidArgument("decode: acc has " + std::to_string(acc.size()) + " elements, layout " +
@@ -238,7 +248,11 @@ Result<FrameInfo> ModelCodec::decodeAccumulate(std::span<const uint8_t> frame, f
     payload = {s.decodeRaw.data(), payload.size()};
   }
   const size_t at = t.offset + h.element_offset;
-  GV_RETURN_IF_ERROR(decodePayload(h.method, payload, weight, acc.subspan(at, h.element_count), *s.ops));
+  if (apply) {
+    GV_RETURN_IF_ERROR(decodePayload(h.method, payload, weight, acc.subspan(at, h.element_count), *s.ops));
+  } else {
+    GV_RETURN_IF_ERROR(checkPayload(h.method, payload, acc.subspan(at, h.element_count), *s.ops));
+  }
   FrameInfo info;
   info.header = h;
   info.model_offset = at;

@@ -94,6 +94,10 @@ class ModelCodec {
   // On error acc is unchanged. Any sender's frames decode (parameters travel in the payload).
   Result<FrameInfo> decodeAccumulate(std::span<const uint8_t> frame, float weight,
                                      std::span<float> acc, const DecodeLimits& limits = {});
+  // Every check of decodeAccumulate, with the same result, adding nothing (acc is not touched; it
+  // gives the sizes). A receiver of a multi-frame message checks all frames, then applies them.
+  Result<FrameInfo> checkFrame(std::span<const uint8_t> frame, std::span<float> acc,
+                               const DecodeLimits& limits = {});
 
   size_t elementCount() const;
   size_t tensorCount() const;
@@ -106,6 +110,8 @@ class ModelCodec {
  private:
   struct State;
   explicit ModelCodec(std::unique_ptr<State> state);
+  Result<FrameInfo> decodeFrame(std::span<const uint8_t> frame, float weight, std::span<float> acc,
+                                const DecodeLimits& limits, bool apply);
   std::unique_ptr<State> s_;
 };
 

@@ -85,29 +85,41 @@ std::unique_ptr<Compressor> makeErrorFeedback(std::unique_ptr<Compressor> inner,
   return std::make_unique<ErrorFeedback>(std::move(inner), n, ops);
 }
 
-Status decodePayload(Method method, std::span<const uint8_t> payload, float w,
-                     std::span<float> acc, const kernels::Ops& ops) {
+namespace {
+Status decodeOrCheck(Method method, std::span<const uint8_t> payload, float w, std::span<float> acc,
+                     const kernels::Ops& ops, bool apply) {
   using namespace detail;
   switch (method) {
     case Method::kNone:
     case Method::kFp16:
     case Method::kBf16:
-      return decodeDense(method, payload, w, acc, ops);
+      return decodeDense(method, payload, w, acc, ops, apply);
     case Method::kInt8:
     case Method::kInt4:
-      return decodeBlockQuant(method, payload, w, acc, ops);
+      return decodeBlockQuant(method, payload, w, acc, ops, apply);
     case Method::kSign:
-      return decodeSign(payload, w, acc, ops);
+      return decodeSign(payload, w, acc, ops, apply);
     case Method::kTopK:
-      return decodeTopK(payload, w, acc, ops);
+      return decodeTopK(payload, w, acc, ops, apply);
     case Method::kRandK:
-      return decodeRandK(payload, w, acc, ops);
+      return decodeRandK(payload, w, acc, ops, apply);
     case Method::kQsgd:
-      return decodeQsgd(payload, w, acc, ops);
+      return decodeQsgd(payload, w, acc, ops, apply);
     case Method::kLowRank:
-      return decodeLowRank(payload, w, acc, ops);
+      return decodeLowRank(payload, w, acc, ops, apply);
   }
   return corrupt("method", "unknown method id " + std::to_string(static_cast<int>(method)));
+}
+}  // namespace
+
+Status decodePayload(Method method, std::span<const uint8_t> payload, float w,
+                     std::span<float> acc, const kernels::Ops& ops) {
+  return decodeOrCheck(method, payload, w, acc, ops, true);
+}
+
+Status checkPayload(Method method, std::span<const uint8_t> payload, std::span<float> acc,
+                    const kernels::Ops& ops) {
+  return decodeOrCheck(method, payload, 0.0f, acc, ops, false);
 }
 
 FloatRegion payloadFloatRegion(Method method, std::span<const uint8_t> p) {

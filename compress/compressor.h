@@ -96,6 +96,10 @@ std::unique_ptr<Compressor> makeErrorFeedback(std::unique_ptr<Compressor> inner,
 // ("payload_size: ...", "params: ...", "index_order: ...", "non_finite: ...").
 Status decodePayload(Method method, std::span<const uint8_t> payload, float w, std::span<float> acc,
                      const kernels::Ops& ops = kernels::cpuOps());
+// Every check decodePayload makes, with the same result, without adding anything: acc (the
+// slice the payload would go to; only its size is used) is never read or written.
+Status checkPayload(Method method, std::span<const uint8_t> payload, std::span<float> acc,
+                    const kernels::Ops& ops = kernels::cpuOps());
 
 // The float region of a payload of `method` (for the exponent coder); kind kNone when none.
 FloatRegion payloadFloatRegion(Method method, std::span<const uint8_t> payload);

@@ -49,7 +49,7 @@ class DenseCompressor final : public Compressor {
     return bytes;
   }
   Status decodeAccumulate(Payload p, float w, Acc acc) const override {
-    return decodeDense(method_, p, w, acc, ops_);
+    return decodeDense(method_, p, w, acc, ops_, true);
   }
 
  private:
@@ -100,7 +100,7 @@ class BlockQuantCompressor final : public Compressor {
     return bytes;
   }
   Status decodeAccumulate(Payload p, float w, Acc acc) const override {
-    return decodeBlockQuant(method_, p, w, acc, ops_);
+    return decodeBlockQuant(method_, p, w, acc, ops_, true);
   }
 
  private:
@@ -137,7 +137,7 @@ class SignCompressor final : public Compressor {
     return bytes;
   }
   Status decodeAccumulate(Payload p, float w, Acc acc) const override {
-    return decodeSign(p, w, acc, ops_);
+    return decodeSign(p, w, acc, ops_, true);
   }
 
  private:
@@ -180,7 +180,7 @@ std::unique_ptr<Compressor> makeSign(const Options& o, const kernels::Ops& ops) 
   return std::make_unique<SignCompressor>(o, ops);
 }
 
-Status decodeDense(Method m, Payload p, float w, Acc acc, const kernels::Ops& ops) {
+Status decodeDense(Method m, Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
   if (p.size() != n * elementBytes(m)) {
@@ -190,24 +190,25 @@ Status decodeDense(Method m, Payload p, float w, Acc acc, const kernels::Ops& op
   if (m == Method::kNone) {
     const auto* v = reinterpret_cast<const float*>(p.data());
     if (!ops.allFinite(v, n)) return corrupt("non_finite", "fp32 value");
-    ops.axpy(w, v, acc.data(), n);
+    if (apply) ops.axpy(w, v, acc.data(), n);
   } else if (m == Method::kFp16) {
     const auto* h = reinterpret_cast<const uint16_t*>(p.data());
     if (!ops.allFiniteHalf(h, n)) return corrupt("non_finite", "fp16 value");
-    ops.halfAccumulate(h, n, w, acc.data());
+    if (apply) ops.halfAccumulate(h, n, w, acc.data());
   } else {
     const auto* b = reinterpret_cast<const uint16_t*>(p.data());
     if (!ops.allFiniteBf16(b, n)) return corrupt("non_finite", "bf16 value");
-    ops.bf16Accumulate(b, n, w, acc.data());
+    if (apply) ops.bf16Accumulate(b, n, w, acc.data());
   }
   return Status::ok();
 }
 
-Status decodeBlockQuant(Method m, Payload p, float w, Acc acc, const kernels::Ops& ops) {
+Status decodeBlockQuant(Method m, Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const int bits = m == Method::kInt8 ? 8 : 4;
   const size_t n = acc.size();
   GV_ASSIGN_OR_RETURN(size_t block, checkBlockPayload(p, n, bits, ops));
+  if (!apply) return Status::ok();
   const size_t nb = blockCount(n, block);
   ops.dequantizeAccumulate(p.data() + kBlockHeader + 4 * nb,
                            reinterpret_cast<const float*>(p.data() + kBlockHeader), n, block, bits,
@@ -215,7 +216,7 @@ Status decodeBlockQuant(Method m, Payload p, float w, Acc acc, const kernels::Op
   return Status::ok();
 }
 
-Status decodeSign(Payload p, float w, Acc acc, const kernels::Ops& ops) {
+Status decodeSign(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
   GV_ASSIGN_OR_RETURN(size_t block, checkBlockPayload(p, n, 1, ops));
@@ -224,6 +225,7 @@ Status decodeSign(Payload p, float w, Acc acc, const kernels::Ops& ops) {
   if (n % 8 != 0 && (bits[n / 8] >> (n % 8)) != 0) {
     return corrupt("params", "sign bits set past the last element");
   }
+  if (!apply) return Status::ok();
   ops.signAccumulate(bits, reinterpret_cast<const float*>(p.data() + kBlockHeader), n, block, w,
                      acc.data());
   return Status::ok();

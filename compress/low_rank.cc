@@ -67,7 +67,7 @@ class LowRankCompressor final : public Compressor {
     return bytes;
   }
   Status decodeAccumulate(Payload p, float w, Acc acc) const override {
-    return decodeLowRank(p, w, acc, ops_);
+    return decodeLowRank(p, w, acc, ops_, true);
   }
 
  private:
@@ -83,7 +83,7 @@ std::unique_ptr<Compressor> makeLowRank(const Options& o, size_t rows, size_t co
   return std::make_unique<LowRankCompressor>(o, rows, cols, ops);
 }
 
-Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops) {
+Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   if ((reinterpret_cast<uintptr_t>(p.data()) & 3u) != 0) {
     return invalidArgument("payload buffer must be 4-byte aligned");
   }
@@ -99,6 +99,7 @@ Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops) {
   const auto* pf = reinterpret_cast<const float*>(p.data() + kLowRankHeader);
   const float* qt = pf + rows * r;
   if (!ops.allFinite(pf, r * (rows + cols))) return corrupt("non_finite", "low-rank factor");
+  if (!apply) return Status::ok();
   constexpr size_t kTile = 512;
   float tmp[kTile];
   for (size_t i = 0; i < rows; ++i) {

@@ -21,13 +21,15 @@ std::unique_ptr<Compressor> makeQsgd(const Options& o, const kernels::Ops& ops);
 std::unique_ptr<Compressor> makeLowRank(const Options& o, size_t rows, size_t cols,
                                         const kernels::Ops& ops);
 
-Status decodeDense(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops);
-Status decodeBlockQuant(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops);
-Status decodeSign(Payload p, float w, Acc acc, const kernels::Ops& ops);
-Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops);
-Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops);
-Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops& ops);
-Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops);
+// Each decoder checks every invariant of the payload first; only then, and only when `apply`, it
+// adds w * C into acc. With apply == false acc is never touched (checkPayload).
+Status decodeDense(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+Status decodeBlockQuant(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+Status decodeSign(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
 
 FloatRegion topkFloatRegion(Payload p);
 FloatRegion randkFloatRegion(Payload p);

@@ -67,7 +67,7 @@ class QsgdCompressor final : public Compressor {
     return bytes;
   }
   Status decodeAccumulate(Payload p, float w, Acc acc) const override {
-    return decodeQsgd(p, w, acc, ops_);
+    return decodeQsgd(p, w, acc, ops_, true);
   }
 
  private:
@@ -82,7 +82,7 @@ std::unique_ptr<Compressor> makeQsgd(const Options& o, const kernels::Ops& ops) 
   return std::make_unique<QsgdCompressor>(o, ops);
 }
 
-Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&) {
+Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&, bool apply) {
   const size_t n = acc.size();
   if (p.size() < kQsgdHeader) return corrupt("payload_size", "qsgd payload shorter than its header");
   const uint32_t s = load<uint32_t>(p.data());
@@ -110,6 +110,7 @@ Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&) {
     for (size_t i = 0; i < n; ++i) {
       if ((load<uint16_t>(f + 2 * i) & levelMask) > s) return corrupt("params", "qsgd level above s");
     }
+    if (!apply) return Status::ok();
     for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + term(load<uint16_t>(f + 2 * i));
     return Status::ok();
   }
@@ -131,6 +132,7 @@ Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&) {
       }
     }
   }
+  if (!apply) return Status::ok();
   const size_t full = n / perByte;
   if (bits == 8) {
     for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + lut[f[i]];

@@ -115,7 +115,7 @@ class TopKCompressor final : public Compressor {
     return valuesAt + 4 * s.count;
   }
   Status decodeAccumulate(Payload p, float w, Acc acc) const override {
-    return decodeTopK(p, w, acc, ops_);
+    return decodeTopK(p, w, acc, ops_, true);
   }
   EncodeStats lastStats() const override { return stats_; }
 
@@ -168,7 +168,7 @@ class RandKCompressor final : public Compressor {
     return kRandkHeader + 4 * k;
   }
   Status decodeAccumulate(Payload p, float w, Acc acc) const override {
-    return decodeRandK(p, w, acc, ops_);
+    return decodeRandK(p, w, acc, ops_, true);
   }
 
  private:
@@ -204,7 +204,7 @@ FloatRegion randkFloatRegion(Payload p) {
   return {FloatRegion::Kind::kF32, kRandkHeader, (p.size() - kRandkHeader) / 4};
 }
 
-Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops) {
+Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
   if (p.size() < kTopkHeader) return corrupt("payload_size", "top-k payload shorter than its header");
@@ -244,6 +244,7 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops) {
       next = idx + 1;
     }
     if (q != iend) return corrupt("payload_size", "trailing index bytes");
+    if (!apply) return Status::ok();
     q = ib;
     next = 0;
     for (size_t j = 0; j < count; ++j) {
@@ -259,6 +260,7 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops) {
     for (size_t b = 0; b < indexBytes; ++b) ones += static_cast<size_t>(__builtin_popcount(ib[b]));
     if (ones != count) return corrupt("count", "bitmap population differs from count");
     if (n % 8 != 0 && (ib[n / 8] >> (n % 8)) != 0) return corrupt("index_range", "bitmap bit past n");
+    if (!apply) return Status::ok();
     size_t j = 0;
     for (size_t b = 0; b < indexBytes; ++b) {
       for (uint32_t m = ib[b]; m != 0; m &= m - 1) {
@@ -271,7 +273,7 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops) {
   return Status::ok();
 }
 
-Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops) {
+Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
   if (p.size() < kRandkHeader) return corrupt("payload_size", "rand-k payload shorter than its header");
@@ -284,6 +286,7 @@ Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops) {
   if (p.size() != kRandkHeader + 4 * k) return corrupt("payload_size", "rand-k values");
   const auto* v = reinterpret_cast<const float*>(p.data() + kRandkHeader);
   if (!ops.allFinite(v, k)) return corrupt("non_finite", "rand-k value");
+  if (!apply) return Status::ok();
   for (size_t j = 0; j < k; ++j) {
     const uint32_t idx = randkIndex(key, n, k, j);
     const float pv = w * v[j];

@@ -22,7 +22,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_elements = 1 << 16;
   fuzz::AlignedCopy frame(data, size);
   std::vector<float> acc(fuzz::kFuzzModel, 0.5f);
+  // checkFrame (every check, nothing added) must agree with decodeAccumulate and touch nothing.
+  auto checked = codec.checkFrame({frame.data(), size}, acc, limits);
+  for (float v : acc) {
+    if (v != 0.5f) std::abort();
+  }
   auto r = codec.decodeAccumulate({frame.data(), size}, 1.0f, acc, limits);
+  if (checked.isOk() != r.isOk() || (!r.isOk() && checked.status().toString() != r.status().toString())) {
+    std::abort();
+  }
   if (!r.isOk()) {
     for (float v : acc) {
       if (v != 0.5f) std::abort();  // a rejected frame must not touch acc

@@ -1,6 +1,7 @@
 // libFuzzer target for one method's payload decoder, chosen at compile time (GV_FUZZ_METHOD), so
 // each method gets its own binary and corpus. Input: see fuzz_common.h. A rejected payload must
-// leave the accumulator untouched; an accepted one must be deterministic.
+// leave the accumulator untouched; an accepted one must be deterministic; checkPayload must agree
+// with decodePayload on every input and touch nothing.
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -18,7 +19,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::AlignedCopy payload(data + fuzz::kPayloadPrefix, size - fuzz::kPayloadPrefix);
   const auto method = static_cast<compress::Method>(GV_FUZZ_METHOD);
   std::vector<float> acc(n, 0.25f);
+  // checkPayload (all checks, nothing added) must give exactly decodePayload's verdict.
+  const Status checked = compress::checkPayload(method, {payload.data(), payload.size}, acc);
+  for (float v : acc) {
+    if (v != 0.25f) std::abort();
+  }
   Status s = compress::decodePayload(method, {payload.data(), payload.size}, w, acc);
+  if (checked.toString() != s.toString()) std::abort();
   if (!s.isOk()) {
     for (float v : acc) {
       if (v != 0.25f) std::abort();

@@ -84,27 +84,25 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   }
 
   Status accumulate(std::span<const std::uint8_t> message, float weight, std::span<float> acc) {
-    // Payload invariants are checked per frame inside decodeAccumulate, before it adds anything; a
-    // failure after some frames were added would leave acc partly updated, so decode into scratch
-    // first when there is more than one frame.
-    const bool multi = codec_.chunkCount() > 1;
-    std::span<float> target = acc;
-    if (multi) {
-      scratch_.assign(acc.size(), 0.0f);
-      target = scratch_;
+    // decodeAccumulate checks a frame completely before it adds anything, but a bad frame after
+    // good ones would leave acc partly updated: with more than one frame, check them all first
+    // (checkFrame: the same checks, nothing added), then apply. The work stays proportional to
+    // the payload (a top-1% message touches 1% of acc), with no dense scratch copy.
+    auto eachFrame = [&](auto&& f) -> Status {
+      std::size_t pos = 0;
+      while (pos < message.size()) {
+        std::uint32_t n = 0;
+        std::memcpy(&n, message.data() + pos, 4);
+        auto r = f(message.subspan(pos + 4, n));
+        if (!r.isOk()) return r.status();
+        pos += 4 + n;
+      }
+      return Status::ok();
+    };
+    if (codec_.chunkCount() > 1) {
+      GV_RETURN_IF_ERROR(eachFrame([&](auto frame) { return codec_.checkFrame(frame, acc, limits()); }));
     }
-    std::size_t pos = 0;
-    while (pos < message.size()) {
-      std::uint32_t n = 0;
-      std::memcpy(&n, message.data() + pos, 4);
-      auto r = codec_.decodeAccumulate(message.subspan(pos + 4, n), multi ? 1.0f : weight, target, limits());
-      if (!r.isOk()) return r.status();
-      pos += 4 + n;
-    }
-    if (multi) {
-      for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += weight * scratch_[k];
-    }
-    return Status::ok();
+    return eachFrame([&](auto frame) { return codec_.decodeAccumulate(frame, weight, acc, limits()); });
   }
 
   compress::ModelCodec codec_;
@@ -114,7 +112,6 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::size_t maxBytes_ = 0;
   std::size_t denseBytes_ = 0;
   std::uint64_t sequence_ = 0;
-  std::vector<float> scratch_;
 };
 
 template <typename T>

@@ -64,6 +64,11 @@ void expectReject(ModelCodec& codec, const Frame& f, ErrorCode code, std::string
   CHECK(r.status().code() == code);
   if (!reason.empty()) CHECK(errorReason(r.status()) == reason);
   for (float v : acc) REQUIRE(v == 1.0f);
+  // checkFrame (check all frames of a message, then apply) rejects it with the same error.
+  auto c = codec.checkFrame(f, acc, limits);
+  REQUIRE_FALSE(c.isOk());
+  CHECK(c.status().toString() == r.status().toString());
+  for (float v : acc) REQUIRE(v == 1.0f);
 }
 
 }  // namespace
@@ -469,4 +474,52 @@ TEST_CASE("same seed and round reproduce the same frames; another round differs"
   CHECK(f1 == f2);
   auto f3 = encodeAll(c1, x, {5, 77, 0, 0});
   CHECK(f1[0] != f3[0]);
+}
+
+TEST_CASE("checkFrame agrees with decodeAccumulate on every method and never touches acc",
+          "[codec][corrupt]") {
+  const auto x = gaussian(modelSize(), 11);
+  const Method methods[] = {Method::kNone, Method::kFp16, Method::kBf16, Method::kInt8, Method::kInt4,
+                            Method::kSign, Method::kTopK, Method::kRandK, Method::kQsgd, Method::kLowRank};
+  std::uint64_t rng = 12345;
+  auto next = [&] {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<size_t>(rng >> 33);
+  };
+  size_t rejected = 0, accepted = 0;
+  for (Method m : methods) {
+    Options o;
+    o.method = m;
+    o.ratio = 0.05;
+    o.dense_below = 0;
+    auto codec = makeCodec(o);
+    for (const Frame& f : encodeAll(codec, x, {})) {
+      std::vector<float> acc(codec.elementCount(), 0.5f);
+      auto good = codec.checkFrame(f, acc, {});
+      INFO(good.status().toString());
+      REQUIRE(good.isOk());
+      for (float v : acc) REQUIRE(v == 0.5f);
+      // Payload bytes changed behind a valid CRC: whatever decodeAccumulate says, checkFrame says.
+      for (int trial = 0; trial < 40 && f.size() > kHeaderBytes; ++trial) {
+        Frame g = f;
+        const size_t at = kHeaderBytes + next() % (g.size() - kHeaderBytes);
+        g[at] = static_cast<uint8_t>(g[at] ^ (1u + next() % 255));
+        reseal(g);
+        std::vector<float> a(codec.elementCount(), 0.5f);
+        auto check = codec.checkFrame(g, a, {});
+        for (float v : a) REQUIRE(v == 0.5f);
+        auto dec = codec.decodeAccumulate(g, 1.0f, a, {});
+        INFO(methodName(m) << " byte " << at);
+        CHECK(check.isOk() == dec.isOk());
+        if (!dec.isOk()) {
+          CHECK(check.status().toString() == dec.status().toString());
+          ++rejected;
+        } else {
+          ++accepted;
+        }
+      }
+    }
+  }
+  CHECK(rejected > 50);  // the mutations exercise the error paths, not only benign value changes
+  CHECK(accepted > 50);
 }

@@ -15,6 +15,8 @@
 #include "runtime/config/loader.h"
 #include "runtime/engine/envelope.h"
 #include "runtime/engine/lockstep.h"
+#include "compress/wire.h"
+#include "kernels/ops.h"
 #include "runtime/engine/setup.h"
 
 using namespace grapevine;
@@ -399,4 +401,67 @@ workload: { name: consensus, dim: 100 }
   CHECK(peers[0]->counters().replicaChecks >= 2);
   CHECK(peers[0]->counters().replicaMismatches == 0);
   CHECK(peers[0]->counters().suspectRounds == 1);
+}
+
+TEST_CASE("a multi-frame message with a bad last frame adds nothing; a good one adds every frame") {
+  // 4096 elements in chunks of 1024: four frames. The message codec checks all of them before it
+  // adds any (no dense scratch copy), so a payload invariant broken in the last frame (behind a
+  // valid CRC) must leave acc exactly as it was.
+  for (const char* method : {"int8", "top-k"}) {
+    INFO(method);
+    const auto c = loadYaml(std::string(R"(
+peers: { count: 2 }
+compression: { method: )") + method + R"(, ratio: 0.05, dense_below: 0, chunk_elements: 1024 }
+workload: { name: consensus, dim: 4096 }
+)");
+    const std::vector<train::TensorInfo> layout = {{"x", {4096}, 0, 4096}};
+    auto sender = engine::makeMessageCodec(c, layout, 1);
+    auto receiver = engine::makeMessageCodec(c, layout, 0);
+    REQUIRE(sender.isOk());
+    REQUIRE(receiver.isOk());
+    std::mt19937 rng(5);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    std::vector<float> v(4096), self(4096);
+    for (auto& x : v) x = N(rng);
+    std::vector<std::uint8_t> msg((*sender)->maxMessageBytes());
+    auto n = (*sender)->encode(v, 0, msg, self);
+    REQUIRE(n.isOk());
+    msg.resize(*n);
+
+    // Frame boundaries: u32 length + frame, four times.
+    std::vector<std::size_t> starts;
+    for (std::size_t pos = 0; pos < msg.size();) {
+      std::uint32_t len = 0;
+      std::memcpy(&len, msg.data() + pos, 4);
+      starts.push_back(pos + 4);
+      pos += 4 + len;
+    }
+    REQUIRE(starts.size() == 4);
+
+    // The good message adds exactly what the sender decoded for itself, weighted.
+    std::vector<float> acc(4096, 0.25f);
+    REQUIRE((*receiver)->decodeAccumulate(msg, 0, 1, 0.5f, acc).isOk());
+    for (std::size_t k = 0; k < acc.size(); ++k) REQUIRE(acc[k] == 0.25f + 0.5f * self[k]);
+
+    // The last frame's payload broken behind a recomputed CRC: rejected, nothing added.
+    auto bad = msg;
+    std::uint8_t* f = bad.data() + starts.back();
+    const std::size_t flen = bad.size() - starts.back();
+    if (std::string(method) == "int8") {
+      const float inf = std::numeric_limits<float>::infinity();
+      std::memcpy(f + compress::kHeaderBytes + 4, &inf, 4);  // the first block's scale
+    } else {
+      const std::uint32_t count = 5000;  // more indices than elements
+      std::memcpy(f + compress::kHeaderBytes + 4, &count, 4);
+    }
+    const auto& ops = kernels::cpuOps();
+    const std::uint32_t crc = ops.crc32c(ops.crc32c(0, f, compress::kCrcOffset), f + compress::kHeaderBytes,
+                                         flen - compress::kHeaderBytes);
+    std::memcpy(f + compress::kCrcOffset, &crc, 4);
+    std::vector<float> acc2(4096, 0.25f);
+    const Status s = (*receiver)->decodeAccumulate(bad, 0, 1, 0.5f, acc2);
+    INFO(s.toString());
+    REQUIRE_FALSE(s.isOk());
+    for (float x : acc2) REQUIRE(x == 0.25f);
+  }
 }
