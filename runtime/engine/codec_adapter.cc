@@ -44,13 +44,15 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     sequence_ = r->next_sequence;
     // Our own C(v), decoded exactly as every receiver decodes it.
     std::fill(decodedSelf.begin(), decodedSelf.end(), 0.0f);
-    GV_RETURN_IF_ERROR(accumulate(out.first(pos), 1.0f, decodedSelf));
+    GV_RETURN_IF_ERROR(applyFrames(out.first(pos), 1.0f, decodedSelf));
     return pos;
   }
 
   Status decodeAccumulate(std::span<const std::uint8_t> message, std::uint64_t round, int sender,
                           float weight, std::span<float> acc) override {
-    // Check every frame first (no accumulation), so a bad frame leaves acc unchanged.
+    // Check every frame completely first (checkFrame: header, CRC, layout, payload invariants;
+    // nothing added), then add them all: a bad frame anywhere leaves acc unchanged, and the work
+    // stays proportional to the payload (a top-1% message touches 1% of acc, no dense scratch).
     std::size_t pos = 0;
     std::size_t frames = 0;
     while (pos < message.size()) {
@@ -58,8 +60,9 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
       std::uint32_t n = 0;
       std::memcpy(&n, message.data() + pos, 4);
       if (n > message.size() - pos - 4 || n > maxFrameBytes_) return dataLoss("truncated: frame of " + std::to_string(n) + " bytes");
-      auto header = compress::parseFrame(message.subspan(pos + 4, n), limits());
-      if (!header.isOk()) return header.status();
+      auto info = codec_.checkFrame(message.subspan(pos + 4, n), acc, limits());
+      if (!info.isOk()) return info.status();
+      const compress::FrameHeader* header = &info->header;
       if (header->sender != static_cast<std::uint32_t>(sender) || header->round != round) {
         return dataLoss("mismatch: frame of sender " + std::to_string(header->sender) + " round " +
                         std::to_string(header->round) + " in a message of sender " + std::to_string(sender) +
@@ -72,7 +75,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
       return dataLoss("count: message has " + std::to_string(frames) + " frames, the model needs " +
                       std::to_string(codec_.chunkCount()));
     }
-    return accumulate(message, weight, acc);
+    return applyFrames(message, weight, acc);
   }
 
  private:
@@ -83,26 +86,16 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     return l;
   }
 
-  Status accumulate(std::span<const std::uint8_t> message, float weight, std::span<float> acc) {
-    // decodeAccumulate checks a frame completely before it adds anything, but a bad frame after
-    // good ones would leave acc partly updated: with more than one frame, check them all first
-    // (checkFrame: the same checks, nothing added), then apply. The work stays proportional to
-    // the payload (a top-1% message touches 1% of acc), with no dense scratch copy.
-    auto eachFrame = [&](auto&& f) -> Status {
-      std::size_t pos = 0;
-      while (pos < message.size()) {
-        std::uint32_t n = 0;
-        std::memcpy(&n, message.data() + pos, 4);
-        auto r = f(message.subspan(pos + 4, n));
-        if (!r.isOk()) return r.status();
-        pos += 4 + n;
-      }
-      return Status::ok();
-    };
-    if (codec_.chunkCount() > 1) {
-      GV_RETURN_IF_ERROR(eachFrame([&](auto frame) { return codec_.checkFrame(frame, acc, limits()); }));
+  // Adds every frame of a message whose frames were checked (or are our own).
+  Status applyFrames(std::span<const std::uint8_t> message, float weight, std::span<float> acc) {
+    std::size_t pos = 0;
+    while (pos < message.size()) {
+      std::uint32_t n = 0;
+      std::memcpy(&n, message.data() + pos, 4);
+      GV_RETURN_IF_ERROR(codec_.decodeAccumulate(message.subspan(pos + 4, n), weight, acc, limits()).status());
+      pos += 4 + n;
     }
-    return eachFrame([&](auto frame) { return codec_.decodeAccumulate(frame, weight, acc, limits()); });
+    return Status::ok();
   }
 
   compress::ModelCodec codec_;
