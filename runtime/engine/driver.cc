@@ -307,7 +307,7 @@ Status PeerProcess::run() {
       if (evalNow) {
         const auto evalStart = Clock::now();
         const auto ev = core_->workload().evaluateTest(core_->model());
-        evalSeconds += std::chrono::duration<double>(Clock::now() - evalStart).count();
+        evalSeconds += since(evalStart);
         if (std::isfinite(ev.accuracy)) rec["test_accuracy"] = ev.accuracy;
         rec["test_loss"] = ev.loss;
       }
