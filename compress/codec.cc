@@ -71,7 +71,8 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
   for (const auto& o : overrides) {
     Status st = validate(o.options);
     if (!st.isOk()) return invalidArgument("override for '" + o.name + "': " + st.message());
-    if (std::none_of(layout.begin(), layout.end(), [&](const TensorLayout& t) { return t.name == o.name; })) {
+    if (std::none_of(layout.begin(), layout.end(),
+                     [&](const TensorLayout& t) { return t.name == o.name; })) {
       return invalidArgument("override for unknown tensor '" + o.name + "'");
     }
   }
@@ -94,7 +95,8 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
   }
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].first < spans[i - 1].second) return invalidArgument("tensors overlap in the layout");
+    if (spans[i].first < spans[i - 1].second)
+      return invalidArgument("tensors overlap in the layout");
   }
 
   size_t maxPayload = 0;
@@ -117,7 +119,8 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
       if (!pays) m = o.fallback;
     }
     s->methods.push_back(m);
-    const size_t chunkElems = m == Method::kLowRank ? std::max<size_t>(t.count, 1) : o.chunk_elements;
+    const size_t chunkElems =
+        m == Method::kLowRank ? std::max<size_t>(t.count, 1) : o.chunk_elements;
     const size_t nChunks = std::max<size_t>(1, (t.count + chunkElems - 1) / chunkElems);
     if (nChunks > 0xFFFFFFFFu || chunkElems > 0xFFFFFFFFu) {
       return invalidArgument("tensor '" + t.name + "' is too large for one frame's element count");
@@ -130,14 +133,16 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
       ch.offset = c * chunkElems;
       ch.elements = std::min(chunkElems, t.count - std::min(t.count, ch.offset));
       GV_ASSIGN_OR_RETURN(ch.compressor, makeCompressor(m, o, rows, cols, ops));
-      if (o.error_feedback) ch.compressor = makeErrorFeedback(std::move(ch.compressor), ch.elements, ops);
+      if (o.error_feedback)
+        ch.compressor = makeErrorFeedback(std::move(ch.compressor), ch.elements, ops);
       ch.lossless = o.lossless;
       ch.zstd_level = o.zstd_level;
       ch.error_feedback = o.error_feedback;
       const size_t payload = ch.compressor->maxEncodedBytes(ch.elements);
       if (kHeaderBytes + payload > o.max_frame_bytes) {
         return invalidArgument("tensor '" + t.name + "': a frame could reach " +
-                               std::to_string(kHeaderBytes + payload) + " bytes, above max_frame_bytes " +
+                               std::to_string(kHeaderBytes + payload) +
+                               " bytes, above max_frame_bytes " +
                                std::to_string(o.max_frame_bytes) + " (lower chunk_elements)");
       }
       maxPayload = std::max(maxPayload, payload);
@@ -155,8 +160,8 @@ Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const Enc
                                          const FrameSink& sink) {
   State& s = *s_;
   if (delta.size() != s.elements) {
-    return invalidArgument("encode: delta has " + std::to_string(delta.size()) + " elements, layout " +
-                           std::to_string(s.elements));
+    return invalidArgument("encode: delta has " + std::to_string(delta.size()) +
+                           " elements, layout " + std::to_string(s.elements));
   }
   EncodeSummary sum;
   sum.next_sequence = ctx.sequence_start;
@@ -165,8 +170,10 @@ Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const Enc
     auto x = delta.subspan(t.offset + ch.offset, ch.elements);
     const uint64_t key = frameKey(ctx.seed, s.sender, ctx.round, ch.tensor, ch.index);
     uint8_t* payload = s.frame.data() + kHeaderBytes;
-    GV_ASSIGN_OR_RETURN(size_t raw, ch.compressor->encode(x, key, {payload, s.frame.size() - kHeaderBytes}));
-    sum.max_count_error = std::max(sum.max_count_error, std::abs(ch.compressor->lastStats().countError));
+    GV_ASSIGN_OR_RETURN(size_t raw,
+                        ch.compressor->encode(x, key, {payload, s.frame.size() - kHeaderBytes}));
+    sum.max_count_error =
+        std::max(sum.max_count_error, std::abs(ch.compressor->lastStats().countError));
 
     FrameHeader h;
     h.method = ch.compressor->method();
@@ -187,10 +194,10 @@ Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const Enc
     size_t wire = raw;
     if (ch.lossless != Lossless::kNone) {
       std::span<const uint8_t> rawSpan(payload, raw);
-      GV_ASSIGN_OR_RETURN(size_t packed,
-                          s.lossless.compress(ch.lossless, ch.zstd_level, rawSpan,
-                                              ch.compressor->floatRegion(rawSpan),
-                                              {s.packed.data() + kHeaderBytes, s.packed.size() - kHeaderBytes}));
+      GV_ASSIGN_OR_RETURN(size_t packed, s.lossless.compress(ch.lossless, ch.zstd_level, rawSpan,
+                                                             ch.compressor->floatRegion(rawSpan),
+                                                             {s.packed.data() + kHeaderBytes,
+                                                              s.packed.size() - kHeaderBytes}));
       if (packed > 0) {  // it paid for itself
         frame = s.packed.data();
         wire = packed;
@@ -219,7 +226,8 @@ Result<FrameInfo> ModelCodec::checkFrame(std::span<const uint8_t> frame, std::sp
 }
 
 Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float weight,
-                                          std::span<float> acc, const DecodeLimits& limits, bool apply) {
+                                          std::span<float> acc, const DecodeLimits& limits,
+                                          bool apply) {
   State& s = *s_;
   if (acc.size() != s.elements) {
     return invalidArgument("decode: acc has " + std::to_string(acc.size()) + " elements, layout " +
@@ -233,7 +241,8 @@ Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float 
   const TensorLayout& t = s.layout[h.tensor_id];
   if (h.element_offset > t.count || h.element_count > t.count - h.element_offset) {
     return corrupt("range", "elements [" + std::to_string(h.element_offset) + ", +" +
-                                std::to_string(h.element_count) + ") outside tensor '" + t.name + "'");
+                                std::to_string(h.element_count) + ") outside tensor '" + t.name +
+                                "'");
   }
   std::span<const uint8_t> payload = frame.subspan(kHeaderBytes, h.payload_length);
   if (h.flags & (kFlagZstd | kFlagExponent)) {
@@ -249,7 +258,8 @@ Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float 
   }
   const size_t at = t.offset + h.element_offset;
   if (apply) {
-    GV_RETURN_IF_ERROR(decodePayload(h.method, payload, weight, acc.subspan(at, h.element_count), *s.ops));
+    GV_RETURN_IF_ERROR(
+        decodePayload(h.method, payload, weight, acc.subspan(at, h.element_count), *s.ops));
   } else {
     GV_RETURN_IF_ERROR(checkPayload(h.method, payload, acc.subspan(at, h.element_count), *s.ops));
   }

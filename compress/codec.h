@@ -48,7 +48,7 @@ struct TensorOverride {
 
 struct EncodeContext {
   uint64_t round = 0;
-  uint64_t seed = 0;           // the run's compression seed (same on every peer)
+  uint64_t seed = 0;  // the run's compression seed (same on every peer)
   uint32_t edge_epoch = 0;
   uint64_t sequence_start = 0;  // the first frame gets this sequence number, the next +1, ...
 };

@@ -33,7 +33,8 @@ class ErrorFeedback final : public Compressor {
     }
     return bytes;
   }
-  Status decodeAccumulate(std::span<const uint8_t> p, float w, std::span<float> acc) const override {
+  Status decodeAccumulate(std::span<const uint8_t> p, float w,
+                          std::span<float> acc) const override {
     return inner_->decodeAccumulate(p, w, acc);
   }
   EncodeStats lastStats() const override { return inner_->lastStats(); }
@@ -112,8 +113,8 @@ Status decodeOrCheck(Method method, std::span<const uint8_t> payload, float w, s
 }
 }  // namespace
 
-Status decodePayload(Method method, std::span<const uint8_t> payload, float w,
-                     std::span<float> acc, const kernels::Ops& ops) {
+Status decodePayload(Method method, std::span<const uint8_t> payload, float w, std::span<float> acc,
+                     const kernels::Ops& ops) {
   return decodeOrCheck(method, payload, w, acc, ops, true);
 }
 

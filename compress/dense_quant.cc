@@ -74,8 +74,11 @@ size_t blockCount(size_t n, size_t block) { return (n + block - 1) / block; }
 class BlockQuantCompressor final : public Compressor {
  public:
   BlockQuantCompressor(Method m, const Options& o, const kernels::Ops& ops)
-      : method_(m), bits_(m == Method::kInt8 ? 8 : 4), block_(o.block_size),
-        rounding_(o.rounding), ops_(ops) {}
+      : method_(m),
+        bits_(m == Method::kInt8 ? 8 : 4),
+        block_(o.block_size),
+        rounding_(o.rounding),
+        ops_(ops) {}
   Method method() const override { return method_; }
   Properties properties(size_t n) const override {
     const double l = kernels::quantLevels(bits_);
@@ -147,7 +150,8 @@ class SignCompressor final : public Compressor {
 
 // Common checks of a block payload; returns the block size.
 Result<size_t> checkBlockPayload(Payload p, size_t n, int bits, const kernels::Ops& ops) {
-  if (p.size() < kBlockHeader) return corrupt("payload_size", "block payload shorter than its header");
+  if (p.size() < kBlockHeader)
+    return corrupt("payload_size", "block payload shorter than its header");
   const size_t block = load<uint16_t>(p.data());
   if (block < 64 || block > 4096 || block % 64 != 0) {
     return corrupt("params", "block size " + std::to_string(block));
@@ -184,8 +188,8 @@ Status decodeDense(Method m, Payload p, float w, Acc acc, const kernels::Ops& op
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
   if (p.size() != n * elementBytes(m)) {
-    return corrupt("payload_size", std::to_string(p.size()) + " bytes for " + std::to_string(n) +
-                                       " elements");
+    return corrupt("payload_size",
+                   std::to_string(p.size()) + " bytes for " + std::to_string(n) + " elements");
   }
   if (m == Method::kNone) {
     const auto* v = reinterpret_cast<const float*>(p.data());
@@ -203,7 +207,8 @@ Status decodeDense(Method m, Payload p, float w, Acc acc, const kernels::Ops& op
   return Status::ok();
 }
 
-Status decodeBlockQuant(Method m, Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
+Status decodeBlockQuant(Method m, Payload p, float w, Acc acc, const kernels::Ops& ops,
+                        bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const int bits = m == Method::kInt8 ? 8 : 4;
   const size_t n = acc.size();

@@ -43,20 +43,23 @@ Result<size_t> LosslessCoder::compress(Lossless kind, int level, std::span<const
                                        FloatRegion region, std::span<uint8_t> out) {
   if (kind == Lossless::kNone) return size_t{0};
   if (kind == Lossless::kZstd) {
-    const size_t r = ZSTD_compressCCtx(ctx_->c, out.data(), out.size(), raw.data(), raw.size(), level);
+    const size_t r =
+        ZSTD_compressCCtx(ctx_->c, out.data(), out.size(), raw.data(), raw.size(), level);
     if (ZSTD_isError(r)) return internalError(std::string("zstd: ") + ZSTD_getErrorName(r));
     return r < raw.size() ? r : 0;
   }
   // Exponent coder.
   if (region.kind == FloatRegion::Kind::kNone || region.count == 0) return size_t{0};
   const size_t w = widthBytes(region.kind), rb = restBytes(region.kind), n = region.count;
-  if (region.offset + n * w > raw.size()) return invalidArgument("float region outside the payload");
+  if (region.offset + n * w > raw.size())
+    return invalidArgument("float region outside the payload");
   if (plane_.size() < n) plane_.resize(n);
   const uint8_t* f = raw.data() + region.offset;
   const size_t prefix = region.offset, suffix = raw.size() - region.offset - n * w;
   // Exponent plane into scratch; sign+mantissa plane straight into place after the compressed
   // exponents, which we only know after compressing: write it to the tail of `out` first.
-  if (out.size() < kExpHeader + prefix + n * rb + suffix) return invalidArgument("output too small");
+  if (out.size() < kExpHeader + prefix + n * rb + suffix)
+    return invalidArgument("output too small");
   const size_t restAt = out.size() - n * rb - suffix;
   uint8_t* rest = out.data() + restAt;
   if (region.kind == FloatRegion::Kind::kF32) {
@@ -93,7 +96,8 @@ Result<size_t> LosslessCoder::compress(Lossless kind, int level, std::span<const
   return total;
 }
 
-Status LosslessCoder::decompress(Lossless kind, std::span<const uint8_t> in, std::span<uint8_t> out) {
+Status LosslessCoder::decompress(Lossless kind, std::span<const uint8_t> in,
+                                 std::span<uint8_t> out) {
   if (kind == Lossless::kZstd) {
     // ZSTD_decompressDCtx never writes past out.size(); an exact size is required.
     const size_t r = ZSTD_decompressDCtx(ctx_->d, out.data(), out.size(), in.data(), in.size());
@@ -123,19 +127,22 @@ Status LosslessCoder::decompress(Lossless kind, std::span<const uint8_t> in, std
   const uint8_t* expAt = in.data() + kExpHeader + prefix;
   const size_t r = ZSTD_decompressDCtx(ctx_->d, plane_.data(), n, expAt, e);
   if (ZSTD_isError(r) || r != n) return corrupt("lossless", "exponent plane");
-  // Guarded: an empty region's pointer may be null (memcpy(null, _, 0) is undefined; UBSan, fuzz_lossless).
+  // Guarded: an empty region's pointer may be null (memcpy(null, _, 0) is undefined; UBSan,
+  // fuzz_lossless).
   if (prefix > 0) std::memcpy(out.data(), in.data() + kExpHeader, prefix);
   const uint8_t* rest = expAt + e;
   uint8_t* f = out.data() + prefix;
   if (k == FloatRegion::Kind::kF32) {
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t sm = rest[3 * i] | (uint32_t{rest[3 * i + 1]} << 8) | (uint32_t{rest[3 * i + 2]} << 16);
+      const uint32_t sm =
+          rest[3 * i] | (uint32_t{rest[3 * i + 1]} << 8) | (uint32_t{rest[3 * i + 2]} << 16);
       const uint32_t b = ((sm >> 23) << 31) | (uint32_t{plane_[i]} << 23) | (sm & 0x7FFFFFu);
       store<uint32_t>(f + 4 * i, b);
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
-      const uint16_t b = static_cast<uint16_t>(((rest[i] >> 7) << 15) | (plane_[i] << 7) | (rest[i] & 0x7Fu));
+      const uint16_t b =
+          static_cast<uint16_t>(((rest[i] >> 7) << 15) | (plane_[i] << 7) | (rest[i] & 0x7Fu));
       store<uint16_t>(f + 2 * i, b);
     }
   }

@@ -37,8 +37,8 @@ class LosslessCoder {
   // Returns the bytes written to out, or 0 when the stage does not pay for itself (the caller sends
   // raw). `region` tells the exponent coder where the floats are (ignored for zstd); kind kNone
   // means there is nothing to code, which also returns 0.
-  Result<size_t> compress(Lossless kind, int level, std::span<const uint8_t> raw, FloatRegion region,
-                          std::span<uint8_t> out);
+  Result<size_t> compress(Lossless kind, int level, std::span<const uint8_t> raw,
+                          FloatRegion region, std::span<uint8_t> out);
 
   // Undoes compress() into exactly out.size() bytes (the frame's raw length, already checked
   // against the limits by the caller). Errors are kDataLoss "lossless: ...".

@@ -46,7 +46,7 @@ class LowRankCompressor final : public Compressor {
     }
     Eigen::Map<const RowMatrix> m(x.data(), static_cast<Eigen::Index>(rows_),
                                   static_cast<Eigen::Index>(cols_));
-    RowMatrix p = m * q_;  // rows x r
+    RowMatrix p = m * q_;                          // rows x r
     for (Eigen::Index c = 0; c < p.cols(); ++c) {  // modified Gram-Schmidt
       for (Eigen::Index d = 0; d < c; ++d) p.col(c) -= p.col(d).dot(p.col(c)) * p.col(d);
       const float norm = p.col(c).norm();
@@ -87,15 +87,18 @@ Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops, bool 
   if ((reinterpret_cast<uintptr_t>(p.data()) & 3u) != 0) {
     return invalidArgument("payload buffer must be 4-byte aligned");
   }
-  if (p.size() < kLowRankHeader) return corrupt("payload_size", "low-rank payload shorter than its header");
+  if (p.size() < kLowRankHeader)
+    return corrupt("payload_size", "low-rank payload shorter than its header");
   const size_t rows = load<uint32_t>(p.data()), cols = load<uint32_t>(p.data() + 4);
   const size_t r = load<uint32_t>(p.data() + 8);
   if (rows * cols != acc.size() || load<uint32_t>(p.data() + 12) != 0) {
     return corrupt("params", std::to_string(rows) + "x" + std::to_string(cols) + " for " +
                                  std::to_string(acc.size()) + " elements");
   }
-  if (r < 1 || r > 256 || r > std::min(rows, cols)) return corrupt("params", "rank " + std::to_string(r));
-  if (p.size() != kLowRankHeader + 4 * r * (rows + cols)) return corrupt("payload_size", "low-rank factors");
+  if (r < 1 || r > 256 || r > std::min(rows, cols))
+    return corrupt("params", "rank " + std::to_string(r));
+  if (p.size() != kLowRankHeader + 4 * r * (rows + cols))
+    return corrupt("payload_size", "low-rank factors");
   const auto* pf = reinterpret_cast<const float*>(p.data() + kLowRankHeader);
   const float* qt = pf + rows * r;
   if (!ops.allFinite(pf, r * (rows + cols))) return corrupt("non_finite", "low-rank factor");

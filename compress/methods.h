@@ -13,7 +13,8 @@ using Payload = std::span<const uint8_t>;
 using Acc = std::span<float>;
 
 std::unique_ptr<Compressor> makeDense(Method method, const kernels::Ops& ops);  // none/fp16/bf16
-std::unique_ptr<Compressor> makeBlockQuant(Method method, const Options& o, const kernels::Ops& ops);
+std::unique_ptr<Compressor> makeBlockQuant(Method method, const Options& o,
+                                           const kernels::Ops& ops);
 std::unique_ptr<Compressor> makeSign(const Options& o, const kernels::Ops& ops);
 std::unique_ptr<Compressor> makeTopK(const Options& o, const kernels::Ops& ops);
 std::unique_ptr<Compressor> makeRandK(const Options& o, const kernels::Ops& ops);
@@ -24,7 +25,8 @@ std::unique_ptr<Compressor> makeLowRank(const Options& o, size_t rows, size_t co
 // Each decoder checks every invariant of the payload first; only then, and only when `apply`, it
 // adds w * C into acc. With apply == false acc is never touched (checkPayload).
 Status decodeDense(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
-Status decodeBlockQuant(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+Status decodeBlockQuant(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops,
+                        bool apply);
 Status decodeSign(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
 Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
 Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);

@@ -21,7 +21,8 @@ constexpr std::array<NamedValue<Method>, kMethodCount> kMethods = {{
 constexpr std::array<NamedValue<Lossless>, 3> kLossless = {{
     {"none", Lossless::kNone, "no lossless stage"},
     {"zstd", Lossless::kZstd, "zstd over the payload, when it pays"},
-    {"exponent", Lossless::kExponent, "entropy-coded exponent plane of float payloads, when it pays"},
+    {"exponent", Lossless::kExponent,
+     "entropy-coded exponent plane of float payloads, when it pays"},
 }};
 constexpr std::array<NamedValue<Selector>, 2> kSelectors = {{
     {"exact", Selector::kExact, "exactly k, ties to the lowest index"},
@@ -93,7 +94,8 @@ Status validate(const Options& o) {
                            std::to_string(o.block_size));
   }
   if (o.levels < 1 || o.levels > 32767) {
-    return invalidArgument("levels (qsgd s) must be in [1, 32767], got " + std::to_string(o.levels));
+    return invalidArgument("levels (qsgd s) must be in [1, 32767], got " +
+                           std::to_string(o.levels));
   }
   if (o.rank < 1 || o.rank > 256) {
     return invalidArgument("rank must be in [1, 256], got " + std::to_string(o.rank));

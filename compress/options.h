@@ -17,12 +17,12 @@ using kernels::Selector;
 
 // Wire method ids: stable, part of the frame format (docs/wire-format.md). Append only.
 enum class Method : uint8_t {
-  kNone = 0,     // fp32, exact
+  kNone = 0,  // fp32, exact
   kFp16 = 1,
   kBf16 = 2,
-  kInt8 = 3,     // block quantization, 8 bits
-  kInt4 = 4,     // block quantization, 4 bits
-  kSign = 5,     // 1 bit + mean |x| per block
+  kInt8 = 3,  // block quantization, 8 bits
+  kInt4 = 4,  // block quantization, 4 bits
+  kSign = 5,  // 1 bit + mean |x| per block
   kTopK = 6,
   kRandK = 7,
   kQsgd = 8,
@@ -57,22 +57,23 @@ Result<Rounding> parseRounding(std::string_view name);
 
 struct Options {
   Method method = Method::kNone;
-  double ratio = 0.01;        // top-k / rand-k: k = max(1, round(ratio * n)) per chunk
-  int bits = 0;               // block quantization width: 0 = from method (int8 -> 8, int4 -> 4)
-  size_t block_size = 256;    // int8/int4/sign: elements per scale, multiple of 64 in [64, 4096]
-  uint32_t levels = 7;        // qsgd s (levels per sign), 1..32767
-  uint32_t rank = 4;          // low-rank r
-  Method fallback = Method::kNone;  // low-rank: method for tensors that are not matrices
-  Selector selector = Selector::kExact;  // top-k
-  double slack = 0.05;        // top-k approx: accepted |count - k| / k
-  bool unbiased = false;      // rand-k: scale kept values by n/k (per stratum)
+  double ratio = 0.01;      // top-k / rand-k: k = max(1, round(ratio * n)) per chunk
+  int bits = 0;             // block quantization width: 0 = from method (int8 -> 8, int4 -> 4)
+  size_t block_size = 256;  // int8/int4/sign: elements per scale, multiple of 64 in [64, 4096]
+  uint32_t levels = 7;      // qsgd s (levels per sign), 1..32767
+  uint32_t rank = 4;        // low-rank r
+  Method fallback = Method::kNone;         // low-rank: method for tensors that are not matrices
+  Selector selector = Selector::kExact;    // top-k
+  double slack = 0.05;                     // top-k approx: accepted |count - k| / k
+  bool unbiased = false;                   // rand-k: scale kept values by n/k (per stratum)
   Rounding rounding = Rounding::kNearest;  // int8/int4
   bool error_feedback = false;
   Lossless lossless = Lossless::kNone;
   int zstd_level = 1;         // 1..19 (zstd and the exponent coder's exponent plane)
   size_t dense_below = 1024;  // tensors with fewer elements are sent `none`
-  size_t max_frame_bytes = size_t{64} << 20;  // encoder refuses layouts whose frames could exceed it
-  size_t chunk_elements = size_t{1} << 20;    // tensors are cut into chunks of at most this many
+  size_t max_frame_bytes = size_t{64}
+                           << 20;           // encoder refuses layouts whose frames could exceed it
+  size_t chunk_elements = size_t{1} << 20;  // tensors are cut into chunks of at most this many
 };
 
 // Checks ranges and combinations; the message names the field and the allowed range.

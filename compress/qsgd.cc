@@ -84,7 +84,8 @@ std::unique_ptr<Compressor> makeQsgd(const Options& o, const kernels::Ops& ops) 
 
 Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&, bool apply) {
   const size_t n = acc.size();
-  if (p.size() < kQsgdHeader) return corrupt("payload_size", "qsgd payload shorter than its header");
+  if (p.size() < kQsgdHeader)
+    return corrupt("payload_size", "qsgd payload shorter than its header");
   const uint32_t s = load<uint32_t>(p.data());
   const int bits = p[4];
   if (s < 1 || s > 32767 || bits != fieldBitsFor(s) || p[5] || p[6] || p[7]) {
@@ -108,7 +109,8 @@ Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&, bool apply) 
   }
   if (bits == 16) {
     for (size_t i = 0; i < n; ++i) {
-      if ((load<uint16_t>(f + 2 * i) & levelMask) > s) return corrupt("params", "qsgd level above s");
+      if ((load<uint16_t>(f + 2 * i) & levelMask) > s)
+        return corrupt("params", "qsgd level above s");
     }
     if (!apply) return Status::ok();
     for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + term(load<uint16_t>(f + 2 * i));

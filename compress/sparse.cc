@@ -24,7 +24,9 @@ Status checkAligned(const void* p) {
 }
 
 // ---- varint (LEB128) of index gaps: gap_j = idx_j - idx_{j-1} - 1, idx_{-1} = -1 ----
-size_t varintSize(uint32_t v) { return v < (1u << 7) ? 1 : v < (1u << 14) ? 2 : v < (1u << 21) ? 3 : v < (1u << 28) ? 4 : 5; }
+size_t varintSize(uint32_t v) {
+  return v < (1u << 7) ? 1 : v < (1u << 14) ? 2 : v < (1u << 21) ? 3 : v < (1u << 28) ? 4 : 5;
+}
 
 uint8_t* putVarint(uint8_t* p, uint32_t v) {
   while (v >= 0x80) {
@@ -70,7 +72,9 @@ class TopKCompressor final : public Compressor {
     if (selector_ == Selector::kApprox) k = std::floor(k * (1.0 - slack_));
     return {false, k / static_cast<double>(n), 0.0};
   }
-  size_t maxCount(size_t n) const { return kernels::topkMaxCount(n, kFor(ratio_, n), selector_, slack_); }
+  size_t maxCount(size_t n) const {
+    return kernels::topkMaxCount(n, kFor(ratio_, n), selector_, slack_);
+  }
   size_t maxEncodedBytes(size_t n) const override {
     const size_t c = maxCount(n);
     return kTopkHeader + alignUp4(std::min(5 * c, (n + 7) / 8)) + 4 * c;
@@ -83,8 +87,8 @@ class TopKCompressor final : public Compressor {
     const size_t wsBytes = ops_.topkWorkspaceBytes(n, k);
     if (workspace_.size() < wsBytes) workspace_.resize(wsBytes);
     if (indices_.size() < maxCount(n)) indices_.resize(maxCount(n));
-    const kernels::TopkStats s = ops_.topkSelect(x.data(), n, k, selector_, slack_, key,
-                                                 workspace_.data(), indices_.data());
+    const kernels::TopkStats s =
+        ops_.topkSelect(x.data(), n, k, selector_, slack_, key, workspace_.data(), indices_.data());
     stats_ = {s.count, s.countError, s.passes};
     const uint32_t* idx = indices_.data();
     size_t varintBytes = 0;
@@ -108,7 +112,8 @@ class TopKCompressor final : public Compressor {
         prev = idx[j];
       }
     } else {
-      for (size_t j = 0; j < s.count; ++j) p[idx[j] / 8] |= static_cast<uint8_t>(1u << (idx[j] % 8));
+      for (size_t j = 0; j < s.count; ++j)
+        p[idx[j] / 8] |= static_cast<uint8_t>(1u << (idx[j] % 8));
     }
     const size_t valuesAt = kTopkHeader + alignUp4(indexBytes);
     ops_.gather(x.data(), idx, s.count, reinterpret_cast<float*>(out.data() + valuesAt));
@@ -207,22 +212,25 @@ FloatRegion randkFloatRegion(Payload p) {
 Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
-  if (p.size() < kTopkHeader) return corrupt("payload_size", "top-k payload shorter than its header");
+  if (p.size() < kTopkHeader)
+    return corrupt("payload_size", "top-k payload shorter than its header");
   const uint8_t coding = p[0];
   if (coding > kBitmap || p[1] != 0 || load<uint16_t>(p.data() + 2) != 0) {
     return corrupt("params", "top-k coding byte " + std::to_string(coding));
   }
   const size_t count = load<uint32_t>(p.data() + 4);
   const size_t indexBytes = load<uint32_t>(p.data() + 8);
-  if (count > n) return corrupt("count", std::to_string(count) + " indices for " + std::to_string(n));
-  if (coding == kBitmap && indexBytes != (n + 7) / 8) return corrupt("payload_size", "bitmap length");
+  if (count > n)
+    return corrupt("count", std::to_string(count) + " indices for " + std::to_string(n));
+  if (coding == kBitmap && indexBytes != (n + 7) / 8)
+    return corrupt("payload_size", "bitmap length");
   if (coding == kVarint && (indexBytes > 5 * count || indexBytes < count)) {
     return corrupt("payload_size", "varint index length");
   }
   const size_t valuesAt = kTopkHeader + alignUp4(indexBytes);
   if (p.size() != valuesAt + 4 * count) {
-    return corrupt("payload_size",
-                   std::to_string(p.size()) + " bytes, expected " + std::to_string(valuesAt + 4 * count));
+    return corrupt("payload_size", std::to_string(p.size()) + " bytes, expected " +
+                                       std::to_string(valuesAt + 4 * count));
   }
   const uint8_t* ib = p.data() + kTopkHeader;
   const uint8_t* iend = ib + indexBytes;
@@ -240,7 +248,8 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool app
       uint32_t gap;
       if (!getVarint(q, iend, &gap)) return corrupt("varint", "malformed index gap");
       const uint64_t idx = next + gap;
-      if (idx >= n) return corrupt("index_range", "index " + std::to_string(idx) + " >= " + std::to_string(n));
+      if (idx >= n)
+        return corrupt("index_range", "index " + std::to_string(idx) + " >= " + std::to_string(n));
       next = idx + 1;
     }
     if (q != iend) return corrupt("payload_size", "trailing index bytes");
@@ -259,7 +268,8 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool app
     size_t ones = 0;
     for (size_t b = 0; b < indexBytes; ++b) ones += static_cast<size_t>(__builtin_popcount(ib[b]));
     if (ones != count) return corrupt("count", "bitmap population differs from count");
-    if (n % 8 != 0 && (ib[n / 8] >> (n % 8)) != 0) return corrupt("index_range", "bitmap bit past n");
+    if (n % 8 != 0 && (ib[n / 8] >> (n % 8)) != 0)
+      return corrupt("index_range", "bitmap bit past n");
     if (!apply) return Status::ok();
     size_t j = 0;
     for (size_t b = 0; b < indexBytes; ++b) {
@@ -276,13 +286,15 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool app
 Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
-  if (p.size() < kRandkHeader) return corrupt("payload_size", "rand-k payload shorter than its header");
+  if (p.size() < kRandkHeader)
+    return corrupt("payload_size", "rand-k payload shorter than its header");
   if (p[0] > 1 || p[1] != 0 || load<uint16_t>(p.data() + 2) != 0) {
     return corrupt("params", "rand-k flags");
   }
   const size_t k = load<uint32_t>(p.data() + 4);
   const uint64_t key = load<uint64_t>(p.data() + 8);
-  if (k > n || (k == 0 && n > 0)) return corrupt("count", "k=" + std::to_string(k) + " for n=" + std::to_string(n));
+  if (k > n || (k == 0 && n > 0))
+    return corrupt("count", "k=" + std::to_string(k) + " for n=" + std::to_string(n));
   if (p.size() != kRandkHeader + 4 * k) return corrupt("payload_size", "rand-k values");
   const auto* v = reinterpret_cast<const float*>(p.data() + kRandkHeader);
   if (!ops.allFinite(v, k)) return corrupt("non_finite", "rand-k value");

@@ -69,7 +69,8 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
                                     std::to_string(h.payload_length));
   }
   if (have > h.payload_length) {
-    return corrupt("trailing", std::to_string(have - h.payload_length) + " bytes after the payload");
+    return corrupt("trailing",
+                   std::to_string(have - h.payload_length) + " bytes after the payload");
   }
   uint32_t crc = ops.crc32c(0, p, kCrcOffset);
   crc = ops.crc32c(crc, p + kHeaderBytes, h.payload_length);
@@ -93,8 +94,8 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
     return corrupt("length", "raw length differs from payload length without a lossless stage");
   }
   if (h.chunk_count == 0 || h.chunk_index >= h.chunk_count) {
-    return corrupt("range", "chunk " + std::to_string(h.chunk_index) + " of " +
-                                std::to_string(h.chunk_count));
+    return corrupt(
+        "range", "chunk " + std::to_string(h.chunk_index) + " of " + std::to_string(h.chunk_count));
   }
   return h;
 }

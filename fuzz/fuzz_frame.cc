@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (v != 0.5f) std::abort();
   }
   auto r = codec.decodeAccumulate({frame.data(), size}, 1.0f, acc, limits);
-  if (checked.isOk() != r.isOk() || (!r.isOk() && checked.status().toString() != r.status().toString())) {
+  if (checked.isOk() != r.isOk() ||
+      (!r.isOk() && checked.status().toString() != r.status().toString())) {
     std::abort();
   }
   if (!r.isOk()) {

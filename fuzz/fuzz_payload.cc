@@ -34,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   std::vector<float> again(n, 0.25f);
-  if (!compress::decodePayload(method, {payload.data(), payload.size}, w, again).isOk()) std::abort();
+  if (!compress::decodePayload(method, {payload.data(), payload.size}, w, again).isOk())
+    std::abort();
   // Bitwise equal; skipped when empty (an empty vector's data() may be null: UB for memcmp).
   if (n > 0 && std::memcmp(acc.data(), again.data(), n * 4) != 0) std::abort();
   return 0;

@@ -20,7 +20,8 @@ namespace {
 void write(const fs::path& dir, const std::string& name, const std::vector<uint8_t>& bytes) {
   fs::create_directories(dir);
   std::ofstream(dir / name, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {
@@ -43,7 +44,8 @@ int main(int argc, char** argv) {
   // Frames: every method, with and without lossless stages and error feedback.
   int fi = 0;
   for (const auto& m : compress::methodNames()) {
-    for (auto l : {compress::Lossless::kNone, compress::Lossless::kZstd, compress::Lossless::kExponent}) {
+    for (auto l :
+         {compress::Lossless::kNone, compress::Lossless::kZstd, compress::Lossless::kExponent}) {
       compress::Options o;
       o.method = m.value;
       o.lossless = l;
@@ -53,7 +55,8 @@ int main(int argc, char** argv) {
       auto codec = compress::ModelCodec::create(fuzz::fuzzLayout(), o, 1);
       if (!codec.isOk()) return 1;
       auto r = codec->encode(x, {1, 2, 0, 0}, [&](std::span<const uint8_t> f) {
-        if (f.size() < 6000) write(root / "frame", "f" + std::to_string(fi++), {f.begin(), f.end()});
+        if (f.size() < 6000)
+          write(root / "frame", "f" + std::to_string(fi++), {f.begin(), f.end()});
         return Status::ok();
       });
       if (!r.isOk()) return 1;

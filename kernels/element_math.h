@@ -1,7 +1,7 @@
-// Element math shared by every kernel implementation (CPU reference, CPU vectorised, and later CUDA).
-// These scalar definitions ARE the specification: a vectorised or device kernel must produce the same
-// bits for the quantities defined here (the tests compare bit for bit), so change them only together
-// with every implementation and with the wire-format version.
+// Element math shared by every kernel implementation (CPU reference, CPU vectorised, and later
+// CUDA). These scalar definitions ARE the specification: a vectorised or device kernel must produce
+// the same bits for the quantities defined here (the tests compare bit for bit), so change them
+// only together with every implementation and with the wire-format version.
 //
 // Contract: no state, no allocation, no exceptions; everything is a pure function of its arguments.
 #pragma once
@@ -23,7 +23,8 @@ namespace grapevine::kernels {
 // generator, so element i's random number depends only on (key, i): any implementation, any thread
 // split and the receiver all agree without sharing generator state.
 
-GV_HD inline uint32_t fmix32(uint32_t h) {  // MurmurHash3 finaliser: a bijection with good avalanche
+GV_HD inline uint32_t fmix32(
+    uint32_t h) {  // MurmurHash3 finaliser: a bijection with good avalanche
   h ^= h >> 16;
   h *= 0x85EBCA6Bu;
   h ^= h >> 13;
@@ -37,7 +38,8 @@ GV_HD inline uint32_t hash32(uint64_t key, uint32_t i) {
   return fmix32(h ^ static_cast<uint32_t>(key >> 32));
 }
 
-// Uniform in [0, 1) with 24 random bits: exactly representable, so u + v rounding is the only error.
+// Uniform in [0, 1) with 24 random bits: exactly representable, so u + v rounding is the only
+// error.
 GV_HD inline float uniform01(uint64_t key, uint32_t i) {
   return static_cast<float>(hash32(key, i) >> 8) * 0x1.0p-24f;
 }
@@ -56,7 +58,9 @@ GV_HD inline uint64_t splitmix64(uint64_t x) {
 // inv = L / maxAbs. Both are computed once per block with these functions.
 
 GV_HD inline int quantLevels(int bits) { return bits == 8 ? 127 : 7; }
-GV_HD inline float blockScale(float maxAbs, int levels) { return maxAbs / static_cast<float>(levels); }
+GV_HD inline float blockScale(float maxAbs, int levels) {
+  return maxAbs / static_cast<float>(levels);
+}
 GV_HD inline float blockInvScale(float maxAbs, int levels) {
   return maxAbs > 0.0f ? static_cast<float>(levels) / maxAbs : 0.0f;
 }
@@ -117,11 +121,12 @@ GV_HD inline uint16_t floatToHalf(float f) {
     uint32_t mant = absx & 0x7FFFFFu;
     uint32_t exp = (absx >> 23) - 112;  // rebias 127 -> 15
     uint32_t h = (exp << 10) | (mant >> 13);
-    uint32_t rest = mant & 0x1FFFu;  // 13 dropped bits
+    uint32_t rest = mant & 0x1FFFu;                            // 13 dropped bits
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: fine
     return static_cast<uint16_t>(sign | h);
   }
-  if (absx < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
+  if (absx < 0x33000000u)
+    return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
   // Subnormal half: value = m * 2^-24.
   uint32_t exp = absx >> 23;
   uint32_t mant = (absx & 0x7FFFFFu) | 0x800000u;
@@ -144,7 +149,8 @@ GV_HD inline float halfToFloat(uint16_t h) {
   return sign ? -v : v;
 }
 
-// bfloat16: the top 16 bits of a float, round-to-nearest-even; saturates at the largest finite bf16.
+// bfloat16: the top 16 bits of a float, round-to-nearest-even; saturates at the largest finite
+// bf16.
 inline constexpr uint32_t kBf16MaxBits = 0x7F7F0000u;
 GV_HD inline uint16_t floatToBf16(float f) {
   uint32_t x = floatBits(f);

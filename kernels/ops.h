@@ -11,7 +11,8 @@
 //   * Pointers are in the table's memory space (host for CPU tables, device for CUDA).
 //   * Ops that need scratch come in two phases: `<op>WorkspaceBytes(...)` first, then the op with a
 //     caller-owned workspace of at least that many bytes. No op allocates.
-//   * Every op completes before it returns (a device table synchronises its stream), so the table can
+//   * Every op completes before it returns (a device table synchronises its stream), so the table
+//   can
 //     be swapped without changing callers.
 //   * Results that the wire format depends on (quantized codes, scales, sign bits, half/bf16 bits,
 //     top-k indices of the exact selector, CRC32C) are bit-identical across tables; reductions that
@@ -53,7 +54,7 @@ struct Ops {
   bool (*allFiniteBf16)(const uint16_t* b, size_t n);
 
   // ---- Element-wise ----
-  void (*axpy)(float a, const float* x, float* y, size_t n);  // y += a * x (no FMA)
+  void (*axpy)(float a, const float* x, float* y, size_t n);          // y += a * x (no FMA)
   void (*add)(const float* x, const float* y, float* out, size_t n);  // out = x + y (out may alias)
 
   // ---- Half precision (element_math.h defines the rounding) ----
@@ -77,17 +78,17 @@ struct Ops {
   // the lane order of element_math.h (reduceLanes8), divided by the block's element count.
   void (*signPack)(const float* x, size_t n, size_t block, uint8_t* bits, float* scales);
   // acc[i] += bit ? -fl(w * scale) : fl(w * scale)
-  void (*signAccumulate)(const uint8_t* bits, const float* scales, size_t n, size_t block,
-                         float w, float* acc);
+  void (*signAccumulate)(const uint8_t* bits, const float* scales, size_t n, size_t block, float w,
+                         float* acc);
 
   // ---- Top-k by magnitude (two-phase) ----
   size_t (*topkWorkspaceBytes)(size_t n, size_t k);
-  // Writes at most topkMaxCount(n, k, selector, slack) ascending indices of elements of largest |x|.
-  // Exact: exactly min(k, n) indices; ties at the k-th magnitude go to the lowest indices (the
-  // result is a function of x alone). Approx: a threshold estimated from a sample (drawn with `key`),
-  // one pass, refined when the count misses k by more than slack * k; the result is always a "top
-  // set" (every selected |x| >= every unselected |x|, comparing magnitudes as bit patterns; NaN
-  // sorts above infinity).
+  // Writes at most topkMaxCount(n, k, selector, slack) ascending indices of elements of largest
+  // |x|. Exact: exactly min(k, n) indices; ties at the k-th magnitude go to the lowest indices (the
+  // result is a function of x alone). Approx: a threshold estimated from a sample (drawn with
+  // `key`), one pass, refined when the count misses k by more than slack * k; the result is always
+  // a "top set" (every selected |x| >= every unselected |x|, comparing magnitudes as bit patterns;
+  // NaN sorts above infinity).
   TopkStats (*topkSelect)(const float* x, size_t n, size_t k, Selector selector, double slack,
                           uint64_t key, void* workspace, uint32_t* indices);
 

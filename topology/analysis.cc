@@ -25,8 +25,9 @@ bool isSymmetric(const Weights& w) {
   for (size_t i = 0; i < w.rows.size(); ++i) {
     for (const auto& [j, v] : w.rows[i]) {
       const auto& back = w.rows[static_cast<size_t>(j)];
-      auto it = std::lower_bound(back.begin(), back.end(), static_cast<int>(i),
-                                 [](const std::pair<int, double>& e, int key) { return e.first < key; });
+      auto it =
+          std::lower_bound(back.begin(), back.end(), static_cast<int>(i),
+                           [](const std::pair<int, double>& e, int key) { return e.first < key; });
       if (it == back.end() || it->first != static_cast<int>(i) ||
           std::abs(it->second - v) > kSymmetryTolerance) {
         return false;
@@ -96,7 +97,8 @@ SpectralEstimate exactEstimate(int n, const std::vector<const Weights*>& rounds)
   return e;
 }
 
-SpectralEstimate powerEstimate(int n, const std::vector<const Weights*>& rounds, int maxIterations) {
+SpectralEstimate powerEstimate(int n, const std::vector<const Weights*>& rounds,
+                               int maxIterations) {
   SpectralEstimate e;
   e.exact = false;
   e.converged = false;
@@ -197,8 +199,10 @@ Analysis analyze(const Schedule& schedule, const Spec& spec) {
     const Graph& g = schedule.graph(t);
     for (int i = 0; i < n; ++i) {
       const auto& row = g.adj[static_cast<size_t>(i)];
-      all.adj[static_cast<size_t>(i)].insert(all.adj[static_cast<size_t>(i)].end(), row.begin(), row.end());
-      a.sendsPerRound = std::max(a.sendsPerRound, static_cast<int>(schedule.plan(i, t).sendTo.size()));
+      all.adj[static_cast<size_t>(i)].insert(all.adj[static_cast<size_t>(i)].end(), row.begin(),
+                                             row.end());
+      a.sendsPerRound =
+          std::max(a.sendsPerRound, static_cast<int>(schedule.plan(i, t).sendTo.size()));
     }
     const Checks c = check(g, schedule.weights(t));
     a.symmetric = a.symmetric && c.symmetric;
@@ -284,11 +288,13 @@ std::string toText(const Analysis& a) {
   o << "weights:  " << (a.symmetric ? "symmetric" : "not symmetric") << ", "
     << (a.doublyStochastic ? "doubly stochastic" : "NOT doubly stochastic") << "\n";
   std::snprintf(buf, sizeof buf, "spectrum: lambda2 %.6g, spectral gap %.6g (%s%s)\n", a.lambda2,
-                a.spectralGap, a.lambda2Method.c_str(), a.lambda2Converged ? "" : ", NOT converged");
+                a.spectralGap, a.lambda2Method.c_str(),
+                a.lambda2Converged ? "" : ", NOT converged");
   o << buf;
   if (a.timeVarying) {
-    std::snprintf(buf, sizeof buf, "period:   %d rounds; product over a period: lambda2 %.6g, gap %.6g\n",
-                  a.period, a.periodLambda2, a.periodGap);
+    std::snprintf(buf, sizeof buf,
+                  "period:   %d rounds; product over a period: lambda2 %.6g, gap %.6g\n", a.period,
+                  a.periodLambda2, a.periodGap);
     o << buf;
   }
   o << "cost:     each peer sends at most " << a.sendsPerRound << " message"

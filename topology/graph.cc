@@ -33,8 +33,8 @@ std::string joinDims(const std::vector<int>& dims) {
 
 Status checkPeers(const char* kind, int n, int min = 1) {
   if (n < min) {
-    return invalidArgument(std::string(kind) + ": needs at least " + std::to_string(min) +
-                           " peer" + (min == 1 ? "" : "s") + ", got " + std::to_string(n));
+    return invalidArgument(std::string(kind) + ": needs at least " + std::to_string(min) + " peer" +
+                           (min == 1 ? "" : "s") + ", got " + std::to_string(n));
   }
   return Status::ok();
 }
@@ -360,7 +360,7 @@ Result<Graph> fromEdges(int n, const std::vector<WeightedEdge>& edges) {
   for (size_t k = 0; k < edges.size(); ++k) {
     const WeightedEdge& e = edges[k];
     const std::string name = "edges: entry " + std::to_string(k) + " (" + std::to_string(e.a) +
-                              "-" + std::to_string(e.b) + ")";
+                             "-" + std::to_string(e.b) + ")";
     if (e.a < 0 || e.a >= n || e.b < 0 || e.b >= n) {
       return invalidArgument(name + " names a peer outside 0.." + std::to_string(n - 1));
     }

@@ -1,5 +1,6 @@
 // Round schedules: the static one (same graph and weights every round) and the one-peer exponential
-// one (a directed shift by 2^(t mod tau) each round), and makeSchedule() that builds either from a Spec.
+// one (a directed shift by 2^(t mod tau) each round), and makeSchedule() that builds either from a
+// Spec.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -38,9 +39,9 @@ class StaticSchedule final : public Schedule {
 };
 
 // Round t (k = t mod tau, tau = ceil(log2 n)): peer i sends to i + 2^k and receives from i - 2^k,
-// keeping 1/2 of its own value and taking 1/2 of the received one. W_t = (I + P^(2^k)) / 2 with P the
-// cyclic shift: doubly stochastic, not symmetric (except when 2^k = n/2). For n a power of two the
-// product over one period is exactly the averaging matrix J = 11^T/n.
+// keeping 1/2 of its own value and taking 1/2 of the received one. W_t = (I + P^(2^k)) / 2 with P
+// the cyclic shift: doubly stochastic, not symmetric (except when 2^k = n/2). For n a power of two
+// the product over one period is exactly the averaging matrix J = 11^T/n.
 class OnePeerExponentialSchedule final : public Schedule {
  public:
   explicit OnePeerExponentialSchedule(int n) {
@@ -89,8 +90,9 @@ Result<Graph> buildGraph(const Spec& spec) {
     case Kind::kTorus: {
       GV_ASSIGN_OR_RETURN(Graph g, torus(spec.dims));
       if (g.n != spec.peers) {
-        return invalidArgument("torus: dims " + joinDims(spec.dims) + " give " + std::to_string(g.n) +
-                               " peers but peers is " + std::to_string(spec.peers));
+        return invalidArgument("torus: dims " + joinDims(spec.dims) + " give " +
+                               std::to_string(g.n) + " peers but peers is " +
+                               std::to_string(spec.peers));
       }
       return g;
     }
@@ -125,8 +127,9 @@ PeerPlan Schedule::plan(int peer, std::int64_t round) const {
   // support of W, so the candidates are its neighbours there.
   for (int j : g.adj[static_cast<size_t>(peer)]) {
     const auto& back = w.rows[static_cast<size_t>(j)];
-    auto it = std::lower_bound(back.begin(), back.end(), peer,
-                               [](const std::pair<int, double>& e, int key) { return e.first < key; });
+    auto it =
+        std::lower_bound(back.begin(), back.end(), peer,
+                         [](const std::pair<int, double>& e, int key) { return e.first < key; });
     if (it != back.end() && it->first == peer) p.sendTo.push_back(j);
   }
   return p;
@@ -150,9 +153,11 @@ Result<std::unique_ptr<Schedule>> makeSchedule(const Spec& spec) {
     return invalidArgument(kind + ": peers must be at least 1, got " + std::to_string(spec.peers));
   }
   const bool anyEdgeWeight =
-      std::any_of(spec.edges.begin(), spec.edges.end(), [](const WeightedEdge& e) { return e.weight.has_value(); });
+      std::any_of(spec.edges.begin(), spec.edges.end(),
+                  [](const WeightedEdge& e) { return e.weight.has_value(); });
   if (spec.weights == WeightsKind::kExplicit && spec.kind != Kind::kEdges) {
-    return invalidArgument(kind + ": weights 'explicit' need kind 'edges' (the weights come from "
+    return invalidArgument(kind +
+                           ": weights 'explicit' need kind 'edges' (the weights come from "
                            "the edge list); use metropolis or uniform");
   }
   if (spec.kind == Kind::kEdges && anyEdgeWeight && spec.weights != WeightsKind::kExplicit) {
@@ -185,7 +190,8 @@ Result<std::unique_ptr<Schedule>> makeSchedule(const Spec& spec) {
                            " peers is disconnected; every peer must reach every other (add edges)");
   }
   if (!c.connected) {
-    return invalidArgument(kind + ": the edges with positive weight leave the graph disconnected; "
+    return invalidArgument(kind +
+                           ": the edges with positive weight leave the graph disconnected; "
                            "raise the zero weights");
   }
   if (!c.doublyStochastic || !c.symmetric) {

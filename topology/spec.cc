@@ -20,9 +20,9 @@ const NameTable<Kind>& kinds() {
 }
 
 const NameTable<WeightsKind>& weightKinds() {
-  static const NameTable<WeightsKind> t{{"metropolis", "uniform", "explicit"},
-                                        {WeightsKind::kMetropolis, WeightsKind::kUniform,
-                                         WeightsKind::kExplicit}};
+  static const NameTable<WeightsKind> t{
+      {"metropolis", "uniform", "explicit"},
+      {WeightsKind::kMetropolis, WeightsKind::kUniform, WeightsKind::kExplicit}};
   return t;
 }
 
@@ -46,7 +46,9 @@ std::optional<E> parse(const NameTable<E>& t, std::string_view name) {
 std::string_view kindName(Kind kind) { return nameOf(kinds(), kind); }
 std::optional<Kind> parseKind(std::string_view name) { return parse(kinds(), name); }
 std::string_view weightsName(WeightsKind kind) { return nameOf(weightKinds(), kind); }
-std::optional<WeightsKind> parseWeights(std::string_view name) { return parse(weightKinds(), name); }
+std::optional<WeightsKind> parseWeights(std::string_view name) {
+  return parse(weightKinds(), name);
+}
 const std::vector<std::string_view>& kindNames() { return kinds().names; }
 const std::vector<std::string_view>& weightsNames() { return weightKinds().names; }
 

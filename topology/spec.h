@@ -17,7 +17,7 @@ enum class Kind {
   kExponential,         // static: i <-> i +- 2^k
   kOnePeerExponential,  // time-varying: round t, i talks to i + 2^(t mod log2 n)
   kComplete,
-  kEdges,               // explicit edge list
+  kEdges,  // explicit edge list
 };
 
 enum class WeightsKind { kMetropolis, kUniform, kExplicit };
@@ -31,10 +31,10 @@ struct WeightedEdge {
 struct Spec {
   Kind kind = Kind::kRing;
   int peers = 0;
-  std::vector<int> dims;        // kTorus
-  int degree = 0;               // kRandomRegular
-  double probability = 0.0;     // kErdosRenyi
-  std::uint64_t seed = 1;       // random kinds
+  std::vector<int> dims;     // kTorus
+  int degree = 0;            // kRandomRegular
+  double probability = 0.0;  // kErdosRenyi
+  std::uint64_t seed = 1;    // random kinds
   WeightsKind weights = WeightsKind::kMetropolis;
   std::vector<WeightedEdge> edges;  // kEdges
 };

@@ -29,14 +29,16 @@ struct Graph {
 // Generators. Each validates its arguments and returns kInvalidArgument with a readable message
 // ("torus: dims 3x3 give 9 peers but peers is 8").
 Result<Graph> ring(int n);
-Result<Graph> torus(const std::vector<int>& dims);  // 2 or 3 dims; a size-2 dim adds one edge, not two
+Result<Graph> torus(
+    const std::vector<int>& dims);  // 2 or 3 dims; a size-2 dim adds one edge, not two
 Result<Graph> randomRegular(int n, int degree, std::uint64_t seed);  // connected, seeded
 Result<Graph> erdosRenyi(int n, double p, std::uint64_t seed);       // connected or an error
-Result<Graph> exponential(int n);                                     // i <-> i +- 2^k (mod n)
+Result<Graph> exponential(int n);                                    // i <-> i +- 2^k (mod n)
 Result<Graph> complete(int n);
 Result<Graph> fromEdges(int n, const std::vector<WeightedEdge>& edges);
 
-// Mixing weights of one round, sparse: row i holds (j, w_ij) for each neighbour j, and self[i] = w_ii.
+// Mixing weights of one round, sparse: row i holds (j, w_ij) for each neighbour j, and self[i] =
+// w_ii.
 struct Weights {
   std::vector<double> self;
   std::vector<std::vector<std::pair<int, double>>> rows;  // sorted by j
@@ -51,8 +53,8 @@ Weights metropolisOver(const Graph& g, const std::vector<std::vector<bool>>& liv
 
 // What peer i does in one round.
 struct PeerPlan {
-  std::vector<int> sendTo;    // peers i sends its message to
-  std::vector<int> recvFrom;  // peers i expects a message from
+  std::vector<int> sendTo;                      // peers i sends its message to
+  std::vector<int> recvFrom;                    // peers i expects a message from
   std::vector<std::pair<int, double>> weights;  // (j, w_ij) for j in recvFrom
   double selfWeight = 1.0;
 };
@@ -61,7 +63,7 @@ class Schedule {
  public:
   virtual ~Schedule() = default;
   virtual int peers() const = 0;
-  virtual int period() const = 0;              // 1 for static graphs
+  virtual int period() const = 0;  // 1 for static graphs
   virtual const Graph& graph(std::int64_t round) const = 0;
   virtual const Weights& weights(std::int64_t round) const = 0;
   PeerPlan plan(int peer, std::int64_t round) const;
@@ -85,10 +87,10 @@ struct Analysis {
   std::int64_t edges = 0;  // undirected, round 0 (union over the period for time-varying kinds)
   int degreeMin = 0;
   int degreeMax = 0;
-  int diameter = -1;       // -1 when disconnected
+  int diameter = -1;  // -1 when disconnected
   bool connected = false;
   bool doublyStochastic = false;
-  double lambda2 = 0.0;    // second-largest eigenvalue modulus of W (round 0)
+  double lambda2 = 0.0;      // second-largest eigenvalue modulus of W (round 0)
   double spectralGap = 0.0;  // 1 - lambda2
   int period = 1;
   double periodLambda2 = 0.0;  // of the product W_{p-1}...W_0, time-varying kinds only
@@ -96,29 +98,30 @@ struct Analysis {
   std::string kind;
   std::string weights;
   // Added beyond the first contract; all appear in the JSON (docs/topologies.md).
-  bool symmetric = false;          // every round's W is symmetric
-  bool timeVarying = false;        // the kind changes its graph from round to round
-  std::string lambda2Method;       // "exact" or "power-iteration"
-  bool lambda2Converged = true;    // false: power iteration hit its iteration cap
-  int sendsPerRound = 0;           // most messages one peer sends in one round
+  bool symmetric = false;             // every round's W is symmetric
+  bool timeVarying = false;           // the kind changes its graph from round to round
+  std::string lambda2Method;          // "exact" or "power-iteration"
+  bool lambda2Converged = true;       // false: power iteration hit its iteration cap
+  int sendsPerRound = 0;              // most messages one peer sends in one round
   std::optional<std::uint64_t> seed;  // random kinds only
 };
 
-// Exact eigenvalues (Eigen) up to a few thousand peers, power iteration on the deflated operator beyond.
-// Runs on the calling thread; dense O(n^3) work below kExactSpectrumLimit peers.
+// Exact eigenvalues (Eigen) up to a few thousand peers, power iteration on the deflated operator
+// beyond. Runs on the calling thread; dense O(n^3) work below kExactSpectrumLimit peers.
 Analysis analyze(const Schedule& schedule, const Spec& spec);
-// lambda2 of one round's W: max |eigenvalue| of W - J (J = 11^T/n), i.e. max(|lambda_2|, |lambda_n|)
-// for a symmetric doubly-stochastic W. Non-symmetric W: the largest singular value of W - J.
+// lambda2 of one round's W: max |eigenvalue| of W - J (J = 11^T/n), i.e. max(|lambda_2|,
+// |lambda_n|) for a symmetric doubly-stochastic W. Non-symmetric W: the largest singular value of W
+// - J.
 double secondLargestEigenvalueModulus(const Graph& g, const Weights& w);
 
 // Up to this many peers the spectrum is computed densely; above, by power iteration.
 inline constexpr int kExactSpectrumLimit = 3000;
 enum class SpectralMethod { kAuto, kExact, kPowerIteration };
 struct SpectralEstimate {
-  double value = 0.0;      // ||M - J||_2 for M = W_{k-1} ... W_0
+  double value = 0.0;  // ||M - J||_2 for M = W_{k-1} ... W_0
   bool exact = false;
-  bool converged = true;   // power iteration only
-  int iterations = 0;      // power iteration only
+  bool converged = true;  // power iteration only
+  int iterations = 0;     // power iteration only
 };
 // The contraction factor of applying `rounds` in order (rounds[0] first) to a vector, measured on
 // the mean-zero subspace: the largest singular value of M - J. For one symmetric doubly-stochastic

@@ -48,7 +48,8 @@ Weights metropolis(const Graph& g) {
   w.rows.resize(static_cast<size_t>(g.n));
   for (int i = 0; i < g.n; ++i) {
     for (int j : g.adj[static_cast<size_t>(i)]) {
-      w.rows[static_cast<size_t>(i)].emplace_back(j, 1.0 / (1.0 + std::max(g.degree(i), g.degree(j))));
+      w.rows[static_cast<size_t>(i)].emplace_back(j,
+                                                  1.0 / (1.0 + std::max(g.degree(i), g.degree(j))));
     }
   }
   // Each w_ij <= 1/(1 + d_i), so the self weight is at least 1/(1 + d_i) > 0.
@@ -63,7 +64,8 @@ Weights uniform(const Graph& g) {
   w.rows.resize(static_cast<size_t>(g.n));
   w.self.resize(static_cast<size_t>(g.n));
   for (int i = 0; i < g.n; ++i) {
-    for (int j : g.adj[static_cast<size_t>(i)]) w.rows[static_cast<size_t>(i)].emplace_back(j, share);
+    for (int j : g.adj[static_cast<size_t>(i)])
+      w.rows[static_cast<size_t>(i)].emplace_back(j, share);
     // Computed as a ratio rather than 1 - sum, so a peer of degree d_max gets exactly 1/(d_max + 1)
     // and never a rounding-negative weight.
     w.self[static_cast<size_t>(i)] = (dmax + 1.0 - g.degree(i)) / (dmax + 1.0);
@@ -128,7 +130,8 @@ Weights metropolisOver(const Graph& g, const std::vector<std::vector<bool>>& liv
       const int j = row[k];
       if (!liveAt(i, k)) continue;
       const auto& back = g.adj[static_cast<size_t>(j)];
-      const size_t kj = static_cast<size_t>(std::lower_bound(back.begin(), back.end(), i) - back.begin());
+      const size_t kj =
+          static_cast<size_t>(std::lower_bound(back.begin(), back.end(), i) - back.begin());
       if (kj < back.size() && back[kj] == i && liveAt(j, kj)) {
         liveGraph.adj[static_cast<size_t>(i)].push_back(j);
       }
@@ -162,8 +165,10 @@ Checks check(const Graph& g, const Weights& w) {
         support.adj[static_cast<size_t>(j)].push_back(static_cast<int>(i));
       }
       const auto& back = w.rows[static_cast<size_t>(j)];
-      auto it = std::lower_bound(back.begin(), back.end(), std::pair<int, double>(static_cast<int>(i), -1e300));
-      if (it == back.end() || it->first != static_cast<int>(i) || std::abs(it->second - v) > kTolerance) {
+      auto it = std::lower_bound(back.begin(), back.end(),
+                                 std::pair<int, double>(static_cast<int>(i), -1e300));
+      if (it == back.end() || it->first != static_cast<int>(i) ||
+          std::abs(it->second - v) > kTolerance) {
         c.symmetric = false;
       }
     }

@@ -1,11 +1,13 @@
 // The reference ops table: plain scalar loops written for obviousness, not speed. It is the oracle
-// the vectorised (and later CUDA) tables are tested against, so it follows element_math.h literally.
+// the vectorised (and later CUDA) tables are tested against, so it follows element_math.h
+// literally.
+#include "kernels/cpu/reference.h"
+
 #include <algorithm>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <vector>
 
-#include "kernels/cpu/reference.h"
 #include "kernels/element_math.h"
 #include "kernels/ops.h"
 
@@ -210,12 +212,28 @@ size_t topkMaxCount(size_t n, size_t k, Selector selector, double slack) {
 const Ops& referenceOps() {
   namespace r = reference;
   static const Ops ops = {
-      "reference",        r::maxAbs,         r::sumSquares,     r::dot,
-      r::allFinite,       r::allFiniteHalf,  r::allFiniteBf16,  r::axpy,
-      r::add,             r::toHalf,         r::halfAccumulate, r::toBf16,
-      r::bf16Accumulate,  r::quantizeBlocks, r::dequantizeAccumulate, r::signPack,
-      r::signAccumulate,  r::topkWorkspaceBytes, r::topkSelect, r::gather,
-      r::scatterAccumulate, r::crc32c,
+      "reference",
+      r::maxAbs,
+      r::sumSquares,
+      r::dot,
+      r::allFinite,
+      r::allFiniteHalf,
+      r::allFiniteBf16,
+      r::axpy,
+      r::add,
+      r::toHalf,
+      r::halfAccumulate,
+      r::toBf16,
+      r::bf16Accumulate,
+      r::quantizeBlocks,
+      r::dequantizeAccumulate,
+      r::signPack,
+      r::signAccumulate,
+      r::topkWorkspaceBytes,
+      r::topkSelect,
+      r::gather,
+      r::scatterAccumulate,
+      r::crc32c,
   };
   return ops;
 }

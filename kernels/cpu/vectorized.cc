@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
-#include <string>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "kernels/cpu/reference.h"
 #include "kernels/element_math.h"
@@ -54,10 +54,10 @@ GV_AVX2 inline __m256i fmix32x8(__m256i h) {
 GV_AVX2 inline __m256 uniform01x8(uint64_t key, uint32_t i) {
   __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(i)),
                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  __m256i h = fmix32x8(_mm256_xor_si256(idx, _mm256_set1_epi32(static_cast<int>(
-                                                   static_cast<uint32_t>(key)))));
-  h = fmix32x8(_mm256_xor_si256(h, _mm256_set1_epi32(static_cast<int>(
-                                        static_cast<uint32_t>(key >> 32)))));
+  __m256i h = fmix32x8(
+      _mm256_xor_si256(idx, _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key)))));
+  h = fmix32x8(
+      _mm256_xor_si256(h, _mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(key >> 32)))));
   __m256 u = _mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8));
   return _mm256_mul_ps(u, _mm256_set1_ps(0x1.0p-24f));
 }
@@ -116,10 +116,10 @@ GV_AVX2 bool allFinite16(const uint16_t* h, size_t n, uint16_t expBits) {
   const __m256i expMask = _mm256_set1_epi16(static_cast<short>(expBits));
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i)),
-                                 expMask);
-    __m256i b = _mm256_and_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i + 16)), expMask);
+    __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i)), expMask);
+    __m256i b =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i + 16)), expMask);
     __m256i bad = _mm256_or_si256(_mm256_cmpeq_epi16(a, expMask), _mm256_cmpeq_epi16(b, expMask));
     if (!_mm256_testz_si256(bad, bad)) return false;
   }
@@ -254,9 +254,9 @@ GV_AVX2 void quantizeBlocksImpl(const float* x, size_t n, size_t block, int bits
       } else {
         // Byte pairs (lo, hi) -> lo | hi << 4, i.e. per 16-bit word (w & 0xF) | ((w >> 4) & 0xF0).
         __m256i t = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
-        __m256i r = _mm256_or_si256(_mm256_and_si256(t, _mm256_set1_epi16(0x000F)),
-                                    _mm256_and_si256(_mm256_srli_epi16(t, 4),
-                                                     _mm256_set1_epi16(0x00F0)));
+        __m256i r =
+            _mm256_or_si256(_mm256_and_si256(t, _mm256_set1_epi16(0x000F)),
+                            _mm256_and_si256(_mm256_srli_epi16(t, 4), _mm256_set1_epi16(0x00F0)));
         __m128i p = _mm_packus_epi16(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i / 2), p);
       }
@@ -287,8 +287,8 @@ GV_AVX2 void quantizeBlocks(const float* x, size_t n, size_t block, int bits, Ro
   }
 }
 
-GV_AVX2 void dequantizeAccumulate(const uint8_t* codes, const float* scales, size_t n,
-                                  size_t block, int bits, float w, float* acc) {
+GV_AVX2 void dequantizeAccumulate(const uint8_t* codes, const float* scales, size_t n, size_t block,
+                                  int bits, float w, float* acc) {
   for (size_t b = 0, start = 0; start < n; ++b, start += block) {
     const size_t end = std::min(n, start + block);
     const float wsScalar = w * scales[b];
@@ -357,8 +357,8 @@ GV_AVX2 void signAccumulate(const uint8_t* bits, const float* scales, size_t n, 
     const __m256i ws = _mm256_castps_si256(_mm256_set1_ps(wsScalar));
     size_t i = start;
     for (; i + 8 <= end; i += 8) {
-      __m256i m = _mm256_cmpeq_epi32(
-          _mm256_and_si256(_mm256_set1_epi32(bits[i / 8]), bitSel), bitSel);
+      __m256i m =
+          _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[i / 8]), bitSel), bitSel);
       __m256 v = _mm256_castsi256_ps(_mm256_xor_si256(ws, _mm256_and_si256(m, signBit)));
       _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), v));
     }
@@ -445,7 +445,8 @@ GV_AVX2 inline void packLanes(const PackTable& pt, __m256i k, int m, size_t base
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i perm = _mm256_load_si256(reinterpret_cast<const __m256i*>(pt.perm[m].data()));
     const __m256i ids = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(base)), lane);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + c), _mm256_permutevar8x32_epi32(ids, perm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(idx + c),
+                        _mm256_permutevar8x32_epi32(ids, perm));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(keys + c), _mm256_permutevar8x32_epi32(k, perm));
   }
   c += static_cast<size_t>(_mm_popcnt_u32(static_cast<unsigned>(m)));
@@ -463,7 +464,8 @@ GV_AVX2 size_t collectAtLeast(const float* x, size_t n, uint32_t t, uint32_t* id
     _mm_prefetch(reinterpret_cast<const char*>(x + i + 1024), _MM_HINT_T0);  // 4 KiB ahead
     _mm_prefetch(reinterpret_cast<const char*>(x + i + 1024 + 16), _MM_HINT_T0);
     const __m256i k0 = absBits(_mm256_loadu_ps(x + i)), k1 = absBits(_mm256_loadu_ps(x + i + 8));
-    const __m256i k2 = absBits(_mm256_loadu_ps(x + i + 16)), k3 = absBits(_mm256_loadu_ps(x + i + 24));
+    const __m256i k2 = absBits(_mm256_loadu_ps(x + i + 16)),
+                  k3 = absBits(_mm256_loadu_ps(x + i + 24));
     const int m0 = maskAbove(k0, tm1), m1 = maskAbove(k1, tm1), m2 = maskAbove(k2, tm1),
               m3 = maskAbove(k3, tm1);
     if ((m0 | m1 | m2 | m3) == 0) continue;
@@ -549,7 +551,8 @@ void drawSample(const float* x, size_t n, uint64_t key, uint32_t* sample) {
   const size_t lines = n / kLine;
   for (size_t l = 0; l < kSampleLines; ++l) {
     const size_t start = (hash32(key, static_cast<uint32_t>(l)) % lines) * kLine;
-    for (size_t j = 0; j < kLine; ++j) sample[l * kLine + j] = floatBits(x[start + j]) & 0x7FFFFFFFu;
+    for (size_t j = 0; j < kLine; ++j)
+      sample[l * kLine + j] = floatBits(x[start + j]) & 0x7FFFFFFFu;
   }
 }
 

@@ -19,7 +19,7 @@
 namespace grapevine::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;              // threads per block, every kernel
+constexpr int kThreads = 256;  // threads per block, every kernel
 constexpr int kWarps = kThreads / 32;
 constexpr size_t kMaxGrid = 4096;          // grid-stride kernels never launch more blocks
 constexpr size_t kMaxReduceBlocks = 1024;  // partial sums of sumSquares/dot (8 KiB of doubles)
@@ -34,7 +34,7 @@ unsigned gridFor(size_t n, size_t cap = kMaxGrid) {
 }
 
 void finish(Context& c, const char* what) {
-  checkCuda(cudaGetLastError(), what);  // launch errors (bad configuration)
+  checkCuda(cudaGetLastError(), what);               // launch errors (bad configuration)
   checkCuda(cudaStreamSynchronize(c.stream), what);  // execution errors
 }
 
@@ -119,7 +119,8 @@ float maxAbs(const float* x, size_t n) {
   auto* h = static_cast<uint32_t*>(c.hostStaging);
   checkCuda(cudaMemsetAsync(d, 0, sizeof(uint32_t), c.stream), "maxAbs memset");
   maxAbsKernel<<<gridFor(n), kThreads, 0, c.stream>>>(x, n, d);
-  checkCuda(cudaMemcpyAsync(h, d, sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream), "maxAbs copy");
+  checkCuda(cudaMemcpyAsync(h, d, sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream),
+            "maxAbs copy");
   finish(c, "maxAbs");
   return bitsFloat(*h);
 }
@@ -227,8 +228,9 @@ void bf16Accumulate(const uint16_t* b, size_t n, float w, float* acc) {
 
 __device__ __forceinline__ int quantizeOne(const float* x, size_t i, float inv, int levels,
                                            bool stochastic, uint64_t key) {
-  return stochastic ? quantizeStochastic(x[i], inv, levels, uniform01(key, static_cast<uint32_t>(i)))
-                    : quantizeNearest(x[i], inv, levels);
+  return stochastic
+             ? quantizeStochastic(x[i], inv, levels, uniform01(key, static_cast<uint32_t>(i)))
+             : quantizeNearest(x[i], inv, levels);
 }
 
 __global__ void quantizeKernel(const float* x, size_t n, size_t block, int bits, bool stochastic,
@@ -298,8 +300,8 @@ void dequantizeAccumulate(const uint8_t* codes, const float* scales, size_t n, s
 
 constexpr unsigned kSignBlocksPerCta = kThreads / 8;
 
-__global__ void signPackKernel(const float* x, size_t n, size_t block, size_t blocks,
-                               uint8_t* bits, float* scales) {
+__global__ void signPackKernel(const float* x, size_t n, size_t block, size_t blocks, uint8_t* bits,
+                               float* scales) {
   const unsigned lane = threadIdx.x & 31, sub = threadIdx.x & 7, groupBase = lane & ~7u;
   const size_t sb = static_cast<size_t>(blockIdx.x) * kSignBlocksPerCta + threadIdx.x / 8;
   const bool live = sb < blocks;
@@ -338,8 +340,8 @@ void signPack(const float* x, size_t n, size_t block, uint8_t* bits, float* scal
   Context& c = threadContext();
   const size_t blocks = (n + block - 1) / block;
   const size_t grid = (blocks + kSignBlocksPerCta - 1) / kSignBlocksPerCta;
-  signPackKernel<<<static_cast<unsigned>(grid), kThreads, 0, c.stream>>>(x, n, block, blocks,
-                                                                          bits, scales);
+  signPackKernel<<<static_cast<unsigned>(grid), kThreads, 0, c.stream>>>(x, n, block, blocks, bits,
+                                                                         scales);
   finish(c, "signPack");
 }
 void signAccumulate(const uint8_t* bits, const float* scales, size_t n, size_t block, float w,
@@ -469,9 +471,9 @@ TopkStats topkSelect(const float* x, size_t n, size_t k, Selector /*selector*/, 
   for (int shift = 24; shift >= 0; shift -= 8) {
     checkCuda(cudaMemsetAsync(hist, 0, 256 * sizeof(uint32_t), c.stream), "topk memset");
     radixHistogramKernel<<<gridFor(n), kThreads, 0, c.stream>>>(x, n, prefix, mask, shift, hist);
-    checkCuda(cudaMemcpyAsync(hostHist, hist, 256 * sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                              c.stream),
-              "topk histogram copy");
+    checkCuda(
+        cudaMemcpyAsync(hostHist, hist, 256 * sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream),
+        "topk histogram copy");
     finish(c, "topk histogram");
     // Walk digits from the top until the bin holding the remaining-th largest candidate.
     // Invariant: the candidates (keys with this prefix) number >= remaining, so bin 0 holds it
@@ -490,7 +492,7 @@ TopkStats topkSelect(const float* x, size_t n, size_t k, Selector /*selector*/, 
   const uint32_t threshold = prefix;
   const size_t tiles = topkTiles(n);
   topkTileCountKernel<<<static_cast<unsigned>(tiles), kThreads, 0, c.stream>>>(x, n, threshold,
-                                                                             tileCounts);
+                                                                               tileCounts);
   std::vector<uint32_t> prefixes(2 * tiles);
   checkCuda(cudaMemcpyAsync(prefixes.data(), tileCounts, prefixes.size() * sizeof(uint32_t),
                             cudaMemcpyDeviceToHost, c.stream),
@@ -517,7 +519,7 @@ TopkStats topkSelect(const float* x, size_t n, size_t k, Selector /*selector*/, 
   return stats;
 }
 
-// ---- Gather / scatter ----------------------------------------------------------------------------
+// ---- Gather / scatter ---------------------------------------------------------------------------
 
 __global__ void gatherKernel(const float* x, const uint32_t* idx, size_t k, float* out) {
   for (size_t i = globalThread(); i < k; i += gridThreads()) out[i] = x[idx[i]];
@@ -552,12 +554,28 @@ namespace grapevine::kernels {
 const Ops& cudaOps() {
   namespace c = cuda;
   static const Ops ops = {
-      "cuda",           c::maxAbs,         c::sumSquares,     c::dot,
-      c::allFinite,     c::allFiniteHalf,  c::allFiniteBf16,  c::axpy,
-      c::add,           c::toHalf,         c::halfAccumulate, c::toBf16,
-      c::bf16Accumulate, c::quantizeBlocks, c::dequantizeAccumulate, c::signPack,
-      c::signAccumulate, c::topkWorkspaceBytes, c::topkSelect, c::gather,
-      c::scatterAccumulate, c::crc32cDevice,
+      "cuda",
+      c::maxAbs,
+      c::sumSquares,
+      c::dot,
+      c::allFinite,
+      c::allFiniteHalf,
+      c::allFiniteBf16,
+      c::axpy,
+      c::add,
+      c::toHalf,
+      c::halfAccumulate,
+      c::toBf16,
+      c::bf16Accumulate,
+      c::quantizeBlocks,
+      c::dequantizeAccumulate,
+      c::signPack,
+      c::signAccumulate,
+      c::topkWorkspaceBytes,
+      c::topkSelect,
+      c::gather,
+      c::scatterAccumulate,
+      c::crc32cDevice,
   };
   return ops;
 }

@@ -1,10 +1,10 @@
 // Gossip algorithms: what a peer sends each round and how it mixes what it receives.
 // The engine takes the local optimizer step (x <- x - lr * u, giving x_half), then:
-//   prepare(x_half)          -> the round's message (compressed bytes), the same for every neighbour
-//   receive(j, w_ij, bytes)  -> for each neighbour message of this round, as it arrives
+//   prepare(x_half)          -> the round's message (compressed bytes), the same for every
+//   neighbour receive(j, w_ij, bytes)  -> for each neighbour message of this round, as it arrives
 //   mix(x)                   -> x <- x_half + (the algorithm's consensus term), over the neighbours
-//                               whose messages arrived; a missing (suspect) neighbour's weight goes to
-//                               the peer's own copy for that round.
+//                               whose messages arrived; a missing (suspect) neighbour's weight goes
+//                               to the peer's own copy for that round.
 // Update rules (docs/algorithms.md):
 //   dsgd:        x <- sum_j w_ij x_half_j                          (full models on the wire)
 //   choco:       q = C(x_half - xhat_i); xhat_j += q_j for j = i and each neighbour;
@@ -50,14 +50,16 @@ class Algorithm {
   virtual ~Algorithm() = default;
   virtual std::string_view name() const = 0;
 
-  // Starts round `round` with x = x_half; writes the message into `out` (size >= maxMessageBytes()).
+  // Starts round `round` with x = x_half; writes the message into `out` (size >=
+  // maxMessageBytes()).
   virtual Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                                       std::span<std::uint8_t> out) = 0;
   // Applies neighbour j's message of the current round (weight w_ij of this round).
   virtual Status receive(int neighbour, double weight, std::span<const std::uint8_t> message,
                          std::uint64_t round) = 0;
-  // Applies neighbour j's message of an earlier round that arrived late (the neighbour was suspect).
-  // CHOCO applies it to j's public copy (replicas must see every delta in order); the others drop it.
+  // Applies neighbour j's message of an earlier round that arrived late (the neighbour was
+  // suspect). CHOCO applies it to j's public copy (replicas must see every delta in order); the
+  // others drop it.
   virtual Status receiveLate(int neighbour, std::span<const std::uint8_t> message,
                              std::uint64_t round) = 0;
   // Ends the round: x <- mixed model, over the neighbours in `arrived` (with their weights).

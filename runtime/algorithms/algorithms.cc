@@ -10,7 +10,8 @@ std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.
 
 namespace {
 
-// D-PSGD (adapt-then-combine): the message is x_half itself; x <- w_ii x_half + sum_j w_ij x_half_j.
+// D-PSGD (adapt-then-combine): the message is x_half itself; x <- w_ii x_half + sum_j w_ij
+// x_half_j.
 class Dsgd final : public Algorithm {
  public:
   Dsgd(std::size_t dim, std::unique_ptr<MessageCodec> codec)
@@ -41,8 +42,8 @@ class Dsgd final : public Algorithm {
   std::vector<float> self_;  // decoded own message
 };
 
-// CHOCO-SGD (Koloskova et al. 2019). One public-copy replica per neighbour, so weights may change per
-// round (time-varying graphs, renormalisation around dead or suspect neighbours) without bias.
+// CHOCO-SGD (Koloskova et al. 2019). One public-copy replica per neighbour, so weights may change
+// per round (time-varying graphs, renormalisation around dead or suspect neighbours) without bias.
 class Choco final : public Algorithm {
  public:
   Choco(std::size_t dim, double gamma, const std::vector<int>& neighbours,
@@ -70,17 +71,19 @@ class Choco final : public Algorithm {
     return codec_->decodeAccumulate(m, round, j, 1.0f, it->second);
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
-    // x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i). The consensus term is summed in double and
-    // added once, so x is rounded once per round (the mean of the models drifts only by that rounding).
+    // x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i). The consensus term is summed in double
+    // and added once, so x is rounded once per round (the mean of the models drifts only by that
+    // rounding).
     std::vector<std::pair<const float*, double>> terms;
     for (const auto& [j, w] : arrived.neighbours) {
       const auto it = replicas_.find(j);
       if (it != replicas_.end()) terms.emplace_back(it->second.data(), gamma_ * w);
     }
     if (terms.empty()) return;
-    // Tiles of the model, each replica streamed through in turn (one sequential read per replica, the
-    // partial sums in L1): with many neighbours this beats reading every replica at every element.
-    // Per element the terms are still summed in the same order, so results are bit-identical.
+    // Tiles of the model, each replica streamed through in turn (one sequential read per replica,
+    // the partial sums in L1): with many neighbours this beats reading every replica at every
+    // element. Per element the terms are still summed in the same order, so results are
+    // bit-identical.
     constexpr std::size_t kTile = 1024;
     double t[kTile];
     const float* xh = xhat_.data();
@@ -172,7 +175,8 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
   if (o.name == "deepsqueeze") {
     return std::unique_ptr<Algorithm>(new DeepSqueeze(dim, o.consensusStep, std::move(codec)));
   }
-  return invalidArgument("unknown algorithm \"" + o.name + "\"; expected dsgd, choco or deepsqueeze");
+  return invalidArgument("unknown algorithm \"" + o.name +
+                         "\"; expected dsgd, choco or deepsqueeze");
 }
 
 }  // namespace grapevine::algorithms

@@ -17,9 +17,11 @@ void setLevel(Level level) { g_level = level; }
 Level level() { return g_level; }
 
 bool parseLevel(std::string_view text, Level* out) {
-  static constexpr std::pair<std::string_view, Level> kNames[] = {
-      {"debug", Level::kDebug}, {"info", Level::kInfo}, {"warn", Level::kWarn},
-      {"error", Level::kError}, {"off", Level::kOff}};
+  static constexpr std::pair<std::string_view, Level> kNames[] = {{"debug", Level::kDebug},
+                                                                  {"info", Level::kInfo},
+                                                                  {"warn", Level::kWarn},
+                                                                  {"error", Level::kError},
+                                                                  {"off", Level::kOff}};
   for (const auto& [name, lvl] : kNames) {
     if (text == name) {
       *out = lvl;

@@ -27,9 +27,21 @@ std::string concat(const Args&... args) {
 }
 }  // namespace detail
 
-template <typename... Args> void debug(const Args&... a) { if (level() <= Level::kDebug) write(Level::kDebug, detail::concat(a...)); }
-template <typename... Args> void info(const Args&... a) { if (level() <= Level::kInfo) write(Level::kInfo, detail::concat(a...)); }
-template <typename... Args> void warn(const Args&... a) { if (level() <= Level::kWarn) write(Level::kWarn, detail::concat(a...)); }
-template <typename... Args> void error(const Args&... a) { if (level() <= Level::kError) write(Level::kError, detail::concat(a...)); }
+template <typename... Args>
+void debug(const Args&... a) {
+  if (level() <= Level::kDebug) write(Level::kDebug, detail::concat(a...));
+}
+template <typename... Args>
+void info(const Args&... a) {
+  if (level() <= Level::kInfo) write(Level::kInfo, detail::concat(a...));
+}
+template <typename... Args>
+void warn(const Args&... a) {
+  if (level() <= Level::kWarn) write(Level::kWarn, detail::concat(a...));
+}
+template <typename... Args>
+void error(const Args&... a) {
+  if (level() <= Level::kError) write(Level::kError, detail::concat(a...));
+}
 
 }  // namespace grapevine::log

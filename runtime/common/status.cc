@@ -4,19 +4,32 @@ namespace grapevine {
 
 std::string_view errorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kOutOfRange: return "out of range";
-    case ErrorCode::kNotFound: return "not found";
-    case ErrorCode::kAlreadyExists: return "already exists";
-    case ErrorCode::kFailedPrecondition: return "failed precondition";
-    case ErrorCode::kUnavailable: return "unavailable";
-    case ErrorCode::kCancelled: return "cancelled";
-    case ErrorCode::kDeadlineExceeded: return "deadline exceeded";
-    case ErrorCode::kDataLoss: return "data loss";
-    case ErrorCode::kResourceExhausted: return "resource exhausted";
-    case ErrorCode::kUnimplemented: return "unimplemented";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kOutOfRange:
+      return "out of range";
+    case ErrorCode::kNotFound:
+      return "not found";
+    case ErrorCode::kAlreadyExists:
+      return "already exists";
+    case ErrorCode::kFailedPrecondition:
+      return "failed precondition";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
+    case ErrorCode::kCancelled:
+      return "cancelled";
+    case ErrorCode::kDeadlineExceeded:
+      return "deadline exceeded";
+    case ErrorCode::kDataLoss:
+      return "data loss";
+    case ErrorCode::kResourceExhausted:
+      return "resource exhausted";
+    case ErrorCode::kUnimplemented:
+      return "unimplemented";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

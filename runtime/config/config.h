@@ -1,7 +1,7 @@
-// The run configuration: typed sections filled from one YAML file through the schema table (schema.h).
-// Precedence: defaults < YAML < GRAPEVINE_* environment < command-line overrides (`--set key=value`).
-// Every field's default, type, range and doc live in the schema table only; the initialisers below are
-// the defaults, and a test checks they agree with the table's text.
+// The run configuration: typed sections filled from one YAML file through the schema table
+// (schema.h). Precedence: defaults < YAML < GRAPEVINE_* environment < command-line overrides
+// (`--set key=value`). Every field's default, type, range and doc live in the schema table only;
+// the initialisers below are the defaults, and a test checks they agree with the table's text.
 #pragma once
 
 #include <cstdint>
@@ -155,8 +155,8 @@ struct NetworkSection {
   std::vector<EdgeNetwork> edges;
 
   // The link from -> to: the defaults above; then the per-peer overrides of either end (a link is
-  // as slow as its slower end: the lower bandwidth, the higher latency, jitter and loss of the ends that
-  // set one); then a per-edge override, which wins.
+  // as slow as its slower end: the lower bandwidth, the higher latency, jitter and loss of the ends
+  // that set one); then a per-edge override, which wins.
   LinkParams link(int from, int to) const;
   // network.compute_scale, or the peer's own compute_scale.
   double computeScaleOf(int rank) const;

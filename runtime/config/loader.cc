@@ -39,10 +39,12 @@ class Loader {
   }
 
   void error(const Where& w, std::string key, std::string message) {
-    result_.diagnostics.push_back({w.file, w.line, w.column, std::move(key), std::move(message), false});
+    result_.diagnostics.push_back(
+        {w.file, w.line, w.column, std::move(key), std::move(message), false});
   }
   void warning(const Where& w, std::string key, std::string message) {
-    result_.diagnostics.push_back({w.file, w.line, w.column, std::move(key), std::move(message), true});
+    result_.diagnostics.push_back(
+        {w.file, w.line, w.column, std::move(key), std::move(message), true});
   }
   int errors() const {
     return static_cast<int>(std::count_if(result_.diagnostics.begin(), result_.diagnostics.end(),
@@ -63,11 +65,13 @@ class Loader {
   }
   bool wasSet(const std::string& path) const { return seen_.count(path) != 0; }
 
-  // Refuses input the YAML parser should never see: binary data, tabs as indentation, absurd nesting.
+  // Refuses input the YAML parser should never see: binary data, tabs as indentation, absurd
+  // nesting.
   bool prescan(std::string_view text) {
     if (text.size() > options_.maxFileBytes) {
-      error(fileWhere(), "", "file is " + std::to_string(text.size()) + " bytes; the limit is " +
-                                 std::to_string(options_.maxFileBytes));
+      error(fileWhere(), "",
+            "file is " + std::to_string(text.size()) + " bytes; the limit is " +
+                std::to_string(options_.maxFileBytes));
       return false;
     }
     int line = 1;
@@ -93,19 +97,23 @@ class Loader {
         continue;
       }
       if (atLineStart && c == '\t') {
-        error(fileWhere(line, col), "", "tab character in indentation; YAML indents with spaces only");
+        error(fileWhere(line, col), "",
+              "tab character in indentation; YAML indents with spaces only");
         return false;
       }
       if (c != ' ') atLineStart = false;
       if (atLineStart && col > 4 * options_.maxDepth) {
-        error(fileWhere(line, col), "", "indentation nested deeper than " +
-                                            std::to_string(options_.maxDepth) + " levels");
+        error(fileWhere(line, col), "",
+              "indentation nested deeper than " + std::to_string(options_.maxDepth) + " levels");
         return false;
       }
       if (!inComment && !inSingle && !inDouble) {
-        if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\n')) inComment = true;
-        else if (c == '\'') inSingle = true;
-        else if (c == '"') inDouble = true;
+        if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\n'))
+          inComment = true;
+        else if (c == '\'')
+          inSingle = true;
+        else if (c == '"')
+          inDouble = true;
         else if (c == '[' || c == '{') {
           if (++flowDepth > options_.maxDepth) {
             error(fileWhere(line, col), "",
@@ -156,17 +164,20 @@ class Loader {
       root = YAML::Load(std::string(text));
     } catch (const YAML::Exception& e) {
       std::string msg = e.msg;
-      error(fileWhere(e.mark.line >= 0 ? e.mark.line + 1 : 0, e.mark.column >= 0 ? e.mark.column + 1 : 0),
+      error(fileWhere(e.mark.line >= 0 ? e.mark.line + 1 : 0,
+                      e.mark.column >= 0 ? e.mark.column + 1 : 0),
             "", "YAML syntax: " + msg);
       return;
     }
     if (!root || root.IsNull()) {
-      error(fileWhere(), "", "the file is empty; expected a mapping of sections (run, peers, topology, ...)");
+      error(fileWhere(), "",
+            "the file is empty; expected a mapping of sections (run, peers, topology, ...)");
       return;
     }
     if (!root.IsMap()) {
-      error(nodeWhere(root), "", "expected a mapping of sections (run, peers, topology, ...), found " +
-                                     describeNode(root));
+      error(nodeWhere(root), "",
+            "expected a mapping of sections (run, peers, topology, ...), found " +
+                describeNode(root));
       return;
     }
     walkMap(root, "");
@@ -184,13 +195,15 @@ class Loader {
     std::map<std::string, int> firstLine;
     for (auto it = map.begin(); it != map.end(); ++it) {
       if (++visited_ > kMaxNodes) {
-        error(nodeWhere(it->first), "", "too many entries (more than " + std::to_string(kMaxNodes) + ")");
+        error(nodeWhere(it->first), "",
+              "too many entries (more than " + std::to_string(kMaxNodes) + ")");
         return;
       }
       const YAML::Node keyNode = it->first;  // copies: *it is a temporary proxy
       const YAML::Node value = it->second;
       if (!keyNode.IsScalar()) {
-        error(nodeWhere(keyNode), prefix, "keys must be plain names, found " + describeNode(keyNode));
+        error(nodeWhere(keyNode), prefix,
+              "keys must be plain names, found " + describeNode(keyNode));
         continue;
       }
       const std::string key = keyNode.Scalar();
@@ -221,7 +234,8 @@ class Loader {
       }
       std::string msg = prefix.empty() ? "unknown section" : "unknown key";
       const std::string suggestion = suggestKey(path);
-      if (!suggestion.empty()) msg += "; did you mean '" + suggestion + "'?";
+      if (!suggestion.empty())
+        msg += "; did you mean '" + suggestion + "'?";
       else if (prefix.empty()) {
         msg += "; sections are";
         for (const auto& s : sections()) msg += " " + s;
@@ -317,11 +331,13 @@ class Loader {
     } else {
       std::map<std::pair<std::string, int>, int> first;
       for (size_t r = 0; r < c.peers.list.size(); ++r) {
-        auto [it, ok] = first.emplace(std::make_pair(c.peers.list[r].host, c.peers.list[r].port), r);
+        auto [it, ok] =
+            first.emplace(std::make_pair(c.peers.list[r].host, c.peers.list[r].port), r);
         if (!ok) {
           error(keyWhere("peers.list"), "peers.list",
-                "peers " + std::to_string(it->second) + " and " + std::to_string(r) + " have the same address " +
-                    c.peers.list[r].host + ":" + std::to_string(c.peers.list[r].port));
+                "peers " + std::to_string(it->second) + " and " + std::to_string(r) +
+                    " have the same address " + c.peers.list[r].host + ":" +
+                    std::to_string(c.peers.list[r].port));
         }
       }
     }
@@ -342,8 +358,8 @@ class Loader {
     for (const auto& e : c.network.edges) {
       if (e.a >= c.peers.count || e.b >= c.peers.count) {
         error(keyWhere("network.edges"), "network.edges",
-              "[" + std::to_string(e.a) + ", " + std::to_string(e.b) + "] names a peer >= peers.count (" +
-                  std::to_string(c.peers.count) + ")");
+              "[" + std::to_string(e.a) + ", " + std::to_string(e.b) +
+                  "] names a peer >= peers.count (" + std::to_string(c.peers.count) + ")");
       }
     }
 
@@ -352,8 +368,8 @@ class Loader {
     const std::string& kind = c.topology.kind;
     bool dimsReported = false;
     if (kind == "torus" && !wasSet("topology.dims") && c.topology.dims.empty() && n >= 4) {
-      // Unset dims: the squarest a x b = n with a >= 2 (16 -> 4x4, 64 -> 8x8, 32 -> 4x8), so a sweep
-      // over peers.count needs no per-count dims.
+      // Unset dims: the squarest a x b = n with a >= 2 (16 -> 4x4, 64 -> 8x8, 32 -> 4x8), so a
+      // sweep over peers.count needs no per-count dims.
       for (int a = static_cast<int>(std::sqrt(static_cast<double>(n))); a >= 2; --a) {
         if (n % a == 0) {
           c.topology.dims = {a, n / a};
@@ -362,7 +378,8 @@ class Loader {
       }
       if (c.topology.dims.empty()) {
         error(keyWhere("topology.kind"), "topology.dims",
-              "peers.count " + std::to_string(n) + " has no a x b factorisation with a, b >= 2: give dims");
+              "peers.count " + std::to_string(n) +
+                  " has no a x b factorisation with a, b >= 2: give dims");
         dimsReported = true;
       }
     }
@@ -375,20 +392,23 @@ class Loader {
         for (int d : c.topology.dims) prod *= d;
         if (prod != n) {
           error(keyWhere("topology.dims"), "topology.dims",
-                "sizes multiply to " + std::to_string(prod) + " but peers.count is " + std::to_string(n));
+                "sizes multiply to " + std::to_string(prod) + " but peers.count is " +
+                    std::to_string(n));
         }
       }
     } else if (wasSet("topology.dims") && !c.topology.dims.empty()) {
       warning(keyWhere("topology.dims"), "topology.dims", "ignored: topology.kind is " + kind);
     }
-    if (kind == "random-regular" && (c.topology.degree >= n || (1LL * n * c.topology.degree) % 2 != 0)) {
+    if (kind == "random-regular" &&
+        (c.topology.degree >= n || (1LL * n * c.topology.degree) % 2 != 0)) {
       error(keyWhere("topology.degree"), "topology.degree",
-            "a random " + std::to_string(c.topology.degree) + "-regular graph on " + std::to_string(n) +
-                " peers needs degree < peers and peers x degree even");
+            "a random " + std::to_string(c.topology.degree) + "-regular graph on " +
+                std::to_string(n) + " peers needs degree < peers and peers x degree even");
     }
     if (kind == "edges") {
       if (c.topology.edges.empty()) {
-        error(keyWhere("topology.kind"), "topology.edges", "kind edges needs a non-empty edge list");
+        error(keyWhere("topology.kind"), "topology.edges",
+              "kind edges needs a non-empty edge list");
       }
       std::set<std::pair<int, int>> seenEdges;
       for (const auto& e : c.topology.edges) {
@@ -418,7 +438,8 @@ class Loader {
         const auto& w = (*schedule)->weights(0);
         const auto checks = topology::check(g, w);
         if ((*schedule)->period() == 1 && !checks.connected) {
-          error(keyWhere("topology.kind"), "topology", "the graph is disconnected: some peers can never agree");
+          error(keyWhere("topology.kind"), "topology",
+                "the graph is disconnected: some peers can never agree");
         }
         if (!checks.nonNegative || !checks.doublyStochastic) {
           error(keyWhere("topology.weights"), "topology.weights",
@@ -431,10 +452,12 @@ class Loader {
     // algorithm, compression, optimizer, workload
     if (c.algorithm.name == "dsgd" && c.compression.method != "none") {
       error(keyWhere("compression.method"), "compression.method",
-            "dsgd exchanges full models uncompressed; use algorithm.name: choco or deepsqueeze with " +
+            "dsgd exchanges full models uncompressed; use algorithm.name: choco or deepsqueeze "
+            "with " +
                 c.compression.method);
     }
-    if (c.algorithm.name != "dsgd" && c.compression.method == "none" && c.algorithm.consensusStep < 1.0) {
+    if (c.algorithm.name != "dsgd" && c.compression.method == "none" &&
+        c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
               "below 1 without compression slows consensus for nothing");
     }
@@ -443,13 +466,16 @@ class Loader {
             "the step schedule needs milestones, e.g. step_milestones: [1000, 2000]");
     }
     if (c.optimizer.nesterov && c.optimizer.momentum == 0.0 && wasSet("optimizer.nesterov")) {
-      warning(keyWhere("optimizer.nesterov"), "optimizer.nesterov", "has no effect with momentum 0");
+      warning(keyWhere("optimizer.nesterov"), "optimizer.nesterov",
+              "has no effect with momentum 0");
     }
     if (c.workload.name == "quadratic") {
       if (c.workload.data.empty()) {
-        error(keyWhere("workload.name"), "workload.data", "the quadratic workload needs a data file");
+        error(keyWhere("workload.name"), "workload.data",
+              "the quadratic workload needs a data file");
       } else if (!std::ifstream(resolve(c.workload.data))) {
-        error(keyWhere("workload.data"), "workload.data", "cannot open \"" + c.workload.data + "\"");
+        error(keyWhere("workload.data"), "workload.data",
+              "cannot open \"" + c.workload.data + "\"");
       }
     }
   }
@@ -475,7 +501,8 @@ int editDistance(std::string_view a, std::string_view b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = static_cast<int>(i);
     for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1] ? 1 : 0)});
     }
     std::swap(prev, cur);
   }

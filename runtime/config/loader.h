@@ -1,6 +1,6 @@
 // Loading a config: YAML file -> typed Config, with every problem collected as a Diagnostic.
-// Never throws, never crashes on bad input: files are size-capped, nesting depth and node counts are
-// bounded before the YAML parser sees them, and binary data is refused up front.
+// Never throws, never crashes on bad input: files are size-capped, nesting depth and node counts
+// are bounded before the YAML parser sees them, and binary data is refused up front.
 #pragma once
 
 #include <cstddef>

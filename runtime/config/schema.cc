@@ -81,9 +81,7 @@ KeyDef intKey(std::string path, Access access, double min, double max, std::stri
     access(c) = static_cast<std::remove_reference_t<decltype(access(c))>>(*v);
     return std::nullopt;
   };
-  k.show = [access](const Config& c) {
-    return std::to_string(access(const_cast<Config&>(c)));
-  };
+  k.show = [access](const Config& c) { return std::to_string(access(const_cast<Config&>(c))); };
   return k;
 }
 
@@ -187,8 +185,8 @@ KeyDef intListKey(std::string path, Access access, double min, double max, std::
   return k;
 }
 
-// One key of a network override item (network.peers / network.edges); false if the key is unknown or
-// its value out of range (the same ranges as the network.* defaults).
+// One key of a network override item (network.peers / network.edges); false if the key is unknown
+// or its value out of range (the same ranges as the network.* defaults).
 bool applyLinkOverride(LinkOverride& o, const std::string& key, const YAML::Node& value) {
   auto v = toDouble(value);
   if (!v) return false;
@@ -219,35 +217,43 @@ std::vector<KeyDef> buildSchema() {
   std::vector<KeyDef> t;
 
   // run
-  t.push_back(stringKey("run.name", [](Config& c) -> auto& { return c.run.name; },
-                        "Name of the run, used in logs and output files"));
+  t.push_back(stringKey(
+      "run.name", [](Config & c) -> auto& { return c.run.name; },
+      "Name of the run, used in logs and output files"));
   {
-    KeyDef k = intKey("run.seed", [](Config& c) -> auto& { return c.run.seed; }, 0, 9.2e18,
-                      "Seed of every random choice (data shards, random graphs, rand-k, rounding)");
+    KeyDef k = intKey(
+        "run.seed", [](Config & c) -> auto& { return c.run.seed; }, 0, 9.2e18,
+        "Seed of every random choice (data shards, random graphs, rand-k, rounding)");
     t.push_back(k);
   }
-  t.push_back(intKey("run.rounds", [](Config& c) -> auto& { return c.run.rounds; }, 1, 1e9,
-                     "Number of gossip rounds each peer runs"));
-  t.push_back(enumKey("run.log_level", [](Config& c) -> auto& { return c.run.logLevel; },
-                      {"debug", "info", "warn", "error", "off"}, "Verbosity of each peer's log"));
+  t.push_back(intKey(
+      "run.rounds", [](Config & c) -> auto& { return c.run.rounds; }, 1, 1e9,
+      "Number of gossip rounds each peer runs"));
+  t.push_back(enumKey(
+      "run.log_level", [](Config & c) -> auto& { return c.run.logLevel; },
+      {"debug", "info", "warn", "error", "off"}, "Verbosity of each peer's log"));
 
   // peers
   {
-    KeyDef k = intKey("peers.count", [](Config& c) -> auto& { return c.peers.count; }, 1, kMaxPeers,
-                      "Number of peers (with `peers` given as a list, its length)");
+    KeyDef k = intKey(
+        "peers.count", [](Config & c) -> auto& { return c.peers.count; }, 1, kMaxPeers,
+        "Number of peers (with `peers` given as a list, its length)");
     k.required = true;
     t.push_back(k);
   }
-  t.push_back(stringKey("peers.host", [](Config& c) -> auto& { return c.peers.host; },
-                        "Host of every peer when peers are given by count"));
-  t.push_back(intKey("peers.base_port", [](Config& c) -> auto& { return c.peers.basePort; }, 1,
-                     65535, "Control port of peer 0; peer r listens on base_port + r"));
+  t.push_back(stringKey(
+      "peers.host", [](Config & c) -> auto& { return c.peers.host; },
+      "Host of every peer when peers are given by count"));
+  t.push_back(intKey(
+      "peers.base_port", [](Config & c) -> auto& { return c.peers.basePort; }, 1, 65535,
+      "Control port of peer 0; peer r listens on base_port + r"));
   {
     KeyDef k;
     k.path = "peers.list";
     k.type = ValueType::kPeerList;
     k.optional = true;
-    k.doc = "Explicit peer addresses, rank order; also written as `peers: [{host: h, port: p}, ...]`";
+    k.doc =
+        "Explicit peer addresses, rank order; also written as `peers: [{host: h, port: p}, ...]`";
     k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
       if (!n.IsSequence() || n.size() == 0) return std::string("expected");
       std::vector<PeerAddress> out;
@@ -276,33 +282,37 @@ std::vector<KeyDef> buildSchema() {
     };
     t.push_back(k);
   }
-  t.push_back(doubleKey("peers.connect_timeout",
-                        [](Config& c) -> auto& { return c.peers.connectTimeout; }, 0.1, 86400,
-                        "Seconds to keep retrying an unreachable neighbour before giving up"));
-  t.push_back(doubleKey("peers.heartbeat_interval",
-                        [](Config& c) -> auto& { return c.peers.heartbeatInterval; }, 0.01, 60,
-                        "Seconds between heartbeats on each control connection"));
-  t.push_back(doubleKey("peers.dead_after", [](Config& c) -> auto& { return c.peers.deadAfter; },
-                        0.05, 3600,
-                        "Seconds without heartbeats after which a neighbour is declared dead"));
+  t.push_back(doubleKey(
+      "peers.connect_timeout", [](Config & c) -> auto& { return c.peers.connectTimeout; }, 0.1,
+      86400, "Seconds to keep retrying an unreachable neighbour before giving up"));
+  t.push_back(doubleKey(
+      "peers.heartbeat_interval", [](Config & c) -> auto& { return c.peers.heartbeatInterval; },
+      0.01, 60, "Seconds between heartbeats on each control connection"));
+  t.push_back(doubleKey(
+      "peers.dead_after", [](Config & c) -> auto& { return c.peers.deadAfter; }, 0.05, 3600,
+      "Seconds without heartbeats after which a neighbour is declared dead"));
 
   // topology
   {
     std::vector<std::string> kinds;
     for (auto k : topology::kindNames()) kinds.emplace_back(k);
-    t.push_back(enumKey("topology.kind", [](Config& c) -> auto& { return c.topology.kind; }, kinds,
-                        "Graph of the peers"));
+    t.push_back(enumKey(
+        "topology.kind", [](Config & c) -> auto& { return c.topology.kind; }, kinds,
+        "Graph of the peers"));
   }
-  t.push_back(enumKey("topology.weights", [](Config& c) -> auto& { return c.topology.weights; },
-                      {"metropolis", "uniform", "explicit"},
-                      "Mixing weights: Metropolis-Hastings, uniform 1/(d_max+1), or per edge"));
-  t.push_back(intListKey("topology.dims", [](Config& c) -> auto& { return c.topology.dims; }, 1,
-                         kMaxPeers, "Torus sizes, 2 or 3 of them, e.g. [4, 4]; product = peers (unset: the squarest a x b)"));
-  t.push_back(intKey("topology.degree", [](Config& c) -> auto& { return c.topology.degree; }, 1,
-                     kMaxPeers, "Degree of the random-regular graph"));
-  t.push_back(doubleKey("topology.probability",
-                        [](Config& c) -> auto& { return c.topology.probability; }, 0.0, 1.0,
-                        "Edge probability of the Erdos-Renyi graph"));
+  t.push_back(enumKey(
+      "topology.weights", [](Config & c) -> auto& { return c.topology.weights; },
+      {"metropolis", "uniform", "explicit"},
+      "Mixing weights: Metropolis-Hastings, uniform 1/(d_max+1), or per edge"));
+  t.push_back(intListKey(
+      "topology.dims", [](Config & c) -> auto& { return c.topology.dims; }, 1, kMaxPeers,
+      "Torus sizes, 2 or 3 of them, e.g. [4, 4]; product = peers (unset: the squarest a x b)"));
+  t.push_back(intKey(
+      "topology.degree", [](Config & c) -> auto& { return c.topology.degree; }, 1, kMaxPeers,
+      "Degree of the random-regular graph"));
+  t.push_back(doubleKey(
+      "topology.probability", [](Config & c) -> auto& { return c.topology.probability; }, 0.0, 1.0,
+      "Edge probability of the Erdos-Renyi graph"));
   {
     KeyDef k;
     k.path = "topology.seed";
@@ -375,170 +385,210 @@ std::vector<KeyDef> buildSchema() {
   }
 
   // transport
-  t.push_back(enumKey("transport.backend", [](Config& c) -> auto& { return c.transport.backend; },
-                      {"ucx", "libfabric", "tcp", "inproc"},
-                      "How peers exchange data; `grapevine info --transports` lists what works here"));
-  t.push_back(boolKey("transport.busy_poll", [](Config& c) -> auto& { return c.transport.busyPoll; },
-                      "Spin on the transport instead of sleeping on its event descriptor"));
-  t.push_back(stringKey("transport.ucx.tls", [](Config& c) -> auto& { return c.transport.ucxTls; },
-                        "UCX transports (UCX_TLS), e.g. tcp or posix,sysv,cma,self; empty: UCX chooses"));
-  t.push_back(stringKey("transport.libfabric.provider",
-                        [](Config& c) -> auto& { return c.transport.libfabricProvider; },
-                        "libfabric provider, e.g. tcp;ofi_rxm or shm"));
-  t.push_back(intKey("transport.max_frame_bytes",
-                     [](Config& c) -> auto& { return c.transport.maxFrameBytes; }, 4096, 1ll << 32,
-                     "Largest frame accepted from a peer; larger ones are refused before allocation"));
-  t.push_back(doubleKey("transport.io_timeout", [](Config& c) -> auto& { return c.transport.ioTimeout; },
-                        0.1, 3600, "Deadline in seconds of any single network operation"));
+  t.push_back(enumKey(
+      "transport.backend", [](Config & c) -> auto& { return c.transport.backend; },
+      {"ucx", "libfabric", "tcp", "inproc"},
+      "How peers exchange data; `grapevine info --transports` lists what works here"));
+  t.push_back(boolKey(
+      "transport.busy_poll", [](Config & c) -> auto& { return c.transport.busyPoll; },
+      "Spin on the transport instead of sleeping on its event descriptor"));
+  t.push_back(stringKey(
+      "transport.ucx.tls", [](Config & c) -> auto& { return c.transport.ucxTls; },
+      "UCX transports (UCX_TLS), e.g. tcp or posix,sysv,cma,self; empty: UCX chooses"));
+  t.push_back(stringKey(
+      "transport.libfabric.provider",
+      [](Config & c) -> auto& { return c.transport.libfabricProvider; },
+      "libfabric provider, e.g. tcp;ofi_rxm or shm"));
+  t.push_back(intKey(
+      "transport.max_frame_bytes", [](Config & c) -> auto& { return c.transport.maxFrameBytes; },
+      4096, 1ll << 32,
+      "Largest frame accepted from a peer; larger ones are refused before allocation"));
+  t.push_back(doubleKey(
+      "transport.io_timeout", [](Config & c) -> auto& { return c.transport.ioTimeout; }, 0.1, 3600,
+      "Deadline in seconds of any single network operation"));
 
   // algorithm
-  t.push_back(enumKey("algorithm.name", [](Config& c) -> auto& { return c.algorithm.name; },
-                      {"dsgd", "choco", "deepsqueeze"},
-                      "Gossip algorithm: exact D-PSGD, CHOCO-SGD, or DeepSqueeze"));
-  t.push_back(doubleKey("algorithm.consensus_step",
-                        [](Config& c) -> auto& { return c.algorithm.consensusStep; }, 0.0, 1.0,
-                        "Consensus step size gamma of CHOCO and DeepSqueeze"));
-  t.push_back(boolKey("algorithm.overlap", [](Config& c) -> auto& { return c.algorithm.overlap; },
-                      "Compute the next gradient while the round's frames are in flight"));
-  t.push_back(intKey("algorithm.local_steps", [](Config& c) -> auto& { return c.algorithm.localSteps; },
-                     1, 1000, "Local optimizer steps per gossip round"));
-  t.push_back(intKey("algorithm.check_every", [](Config& c) -> auto& { return c.algorithm.checkEvery; },
-                     0, 1e9, "Rounds between replica-hash checks with neighbours (0: never)"));
-  t.push_back(doubleKey("algorithm.round_timeout",
-                        [](Config& c) -> auto& { return c.algorithm.roundTimeout; }, 0.001, 3600,
-                        "Seconds to wait for a neighbour's frames before treating it as suspect"));
+  t.push_back(enumKey(
+      "algorithm.name", [](Config & c) -> auto& { return c.algorithm.name; },
+      {"dsgd", "choco", "deepsqueeze"},
+      "Gossip algorithm: exact D-PSGD, CHOCO-SGD, or DeepSqueeze"));
+  t.push_back(doubleKey(
+      "algorithm.consensus_step", [](Config & c) -> auto& { return c.algorithm.consensusStep; },
+      0.0, 1.0, "Consensus step size gamma of CHOCO and DeepSqueeze"));
+  t.push_back(boolKey(
+      "algorithm.overlap", [](Config & c) -> auto& { return c.algorithm.overlap; },
+      "Compute the next gradient while the round's frames are in flight"));
+  t.push_back(intKey(
+      "algorithm.local_steps", [](Config & c) -> auto& { return c.algorithm.localSteps; }, 1, 1000,
+      "Local optimizer steps per gossip round"));
+  t.push_back(intKey(
+      "algorithm.check_every", [](Config & c) -> auto& { return c.algorithm.checkEvery; }, 0, 1e9,
+      "Rounds between replica-hash checks with neighbours (0: never)"));
+  t.push_back(doubleKey(
+      "algorithm.round_timeout", [](Config & c) -> auto& { return c.algorithm.roundTimeout; },
+      0.001, 3600, "Seconds to wait for a neighbour's frames before treating it as suspect"));
 
   // optimizer
-  t.push_back(doubleKey("optimizer.lr", [](Config& c) -> auto& { return c.optimizer.lr; }, 0.0, 1e3,
-                        "Learning rate (peak rate with a schedule)"));
-  t.push_back(doubleKey("optimizer.momentum", [](Config& c) -> auto& { return c.optimizer.momentum; },
-                        0.0, 0.999999, "Momentum coefficient beta (0: plain SGD)"));
-  t.push_back(boolKey("optimizer.nesterov", [](Config& c) -> auto& { return c.optimizer.nesterov; },
-                      "Nesterov form of momentum"));
-  t.push_back(enumKey("optimizer.momentum_kind",
-                      [](Config& c) -> auto& { return c.optimizer.momentumKind; },
-                      {"local", "quasi-global"},
-                      "local: momentum of the local gradient; quasi-global: of the model change across mixing"));
-  t.push_back(intKey("optimizer.batch_size", [](Config& c) -> auto& { return c.optimizer.batchSize; },
-                     1, 65536, "Minibatch size of each local step"));
-  t.push_back(enumKey("optimizer.schedule", [](Config& c) -> auto& { return c.optimizer.schedule; },
-                      {"constant", "cosine", "step"}, "Learning-rate schedule over rounds"));
-  t.push_back(intKey("optimizer.warmup_rounds",
-                     [](Config& c) -> auto& { return c.optimizer.warmupRounds; }, 0, 1e9,
-                     "Rounds of linear learning-rate warm-up"));
-  t.push_back(doubleKey("optimizer.weight_decay",
-                        [](Config& c) -> auto& { return c.optimizer.weightDecay; }, 0.0, 1.0,
-                        "L2 weight decay added to the gradient"));
-  t.push_back(intListKey("optimizer.step_milestones",
-                         [](Config& c) -> auto& { return c.optimizer.stepMilestones; }, 1, 1e9,
-                         "Rounds at which the step schedule multiplies the rate by step_gamma"));
-  t.push_back(doubleKey("optimizer.step_gamma", [](Config& c) -> auto& { return c.optimizer.stepGamma; },
-                        0.0, 1.0, "Factor of the step schedule"));
+  t.push_back(doubleKey(
+      "optimizer.lr", [](Config & c) -> auto& { return c.optimizer.lr; }, 0.0, 1e3,
+      "Learning rate (peak rate with a schedule)"));
+  t.push_back(doubleKey(
+      "optimizer.momentum", [](Config & c) -> auto& { return c.optimizer.momentum; }, 0.0, 0.999999,
+      "Momentum coefficient beta (0: plain SGD)"));
+  t.push_back(boolKey(
+      "optimizer.nesterov", [](Config & c) -> auto& { return c.optimizer.nesterov; },
+      "Nesterov form of momentum"));
+  t.push_back(enumKey(
+      "optimizer.momentum_kind", [](Config & c) -> auto& { return c.optimizer.momentumKind; },
+      {"local", "quasi-global"},
+      "local: momentum of the local gradient; quasi-global: of the model change across mixing"));
+  t.push_back(intKey(
+      "optimizer.batch_size", [](Config & c) -> auto& { return c.optimizer.batchSize; }, 1, 65536,
+      "Minibatch size of each local step"));
+  t.push_back(enumKey(
+      "optimizer.schedule", [](Config & c) -> auto& { return c.optimizer.schedule; },
+      {"constant", "cosine", "step"}, "Learning-rate schedule over rounds"));
+  t.push_back(intKey(
+      "optimizer.warmup_rounds", [](Config & c) -> auto& { return c.optimizer.warmupRounds; }, 0,
+      1e9, "Rounds of linear learning-rate warm-up"));
+  t.push_back(doubleKey(
+      "optimizer.weight_decay", [](Config & c) -> auto& { return c.optimizer.weightDecay; }, 0.0,
+      1.0, "L2 weight decay added to the gradient"));
+  t.push_back(intListKey(
+      "optimizer.step_milestones", [](Config & c) -> auto& { return c.optimizer.stepMilestones; },
+      1, 1e9, "Rounds at which the step schedule multiplies the rate by step_gamma"));
+  t.push_back(doubleKey(
+      "optimizer.step_gamma", [](Config & c) -> auto& { return c.optimizer.stepGamma; }, 0.0, 1.0,
+      "Factor of the step schedule"));
 
-  t.push_back(doubleKey("optimizer.min_lr", [](Config& c) -> auto& { return c.optimizer.minLr; }, 0.0,
-                        1e3, "Floor of the cosine schedule"));
+  t.push_back(doubleKey(
+      "optimizer.min_lr", [](Config & c) -> auto& { return c.optimizer.minLr; }, 0.0, 1e3,
+      "Floor of the cosine schedule"));
 
   // compression
-  t.push_back(enumKey("compression.method", [](Config& c) -> auto& { return c.compression.method; },
-                      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign",
-                       "low-rank"},
-                      "How each delta is compressed; see docs/compression.md"));
-  t.push_back(doubleKey("compression.ratio", [](Config& c) -> auto& { return c.compression.ratio; },
-                        1e-6, 1.0, "Fraction k/n of elements kept by top-k and rand-k"));
-  t.push_back(enumKey("compression.selector", [](Config& c) -> auto& { return c.compression.selector; },
-                      {"exact", "approx"},
-                      "top-k selection: exact, or approximate (sampled threshold, one pass)"));
-  t.push_back(boolKey("compression.unbiased", [](Config& c) -> auto& { return c.compression.unbiased; },
-                      "rand-k: scale kept values by n/k so the estimate is unbiased"));
-  t.push_back(intKey("compression.levels", [](Config& c) -> auto& { return c.compression.levels; }, 1,
-                     65535, "QSGD quantization levels s"));
-  t.push_back(intKey("compression.block_size",
-                     [](Config& c) -> auto& { return c.compression.blockSize; }, 64, 4096,
-                     "Elements per scale block of int8, int4 and sign"));
-  t.push_back(enumKey("compression.rounding", [](Config& c) -> auto& { return c.compression.rounding; },
-                      {"nearest", "stochastic"}, "Rounding of int8 and int4"));
-  t.push_back(intKey("compression.rank", [](Config& c) -> auto& { return c.compression.rank; }, 1, 1024,
-                     "Rank r of low-rank (PowerSGD) approximations"));
-  t.push_back(enumKey("compression.fallback", [](Config& c) -> auto& { return c.compression.fallback; },
-                      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign"},
-                      "low-rank: method for tensors that are not matrices"));
-  t.push_back(boolKey("compression.error_feedback",
-                      [](Config& c) -> auto& { return c.compression.errorFeedback; },
-                      "Keep the compression residual and add it to the next delta"));
-  t.push_back(enumKey("compression.lossless", [](Config& c) -> auto& { return c.compression.lossless; },
-                      {"none", "zstd", "exponent"},
-                      "Lossless stage after the method, used only where it pays for itself"));
-  t.push_back(intKey("compression.zstd_level",
-                     [](Config& c) -> auto& { return c.compression.zstdLevel; }, 1, 19,
-                     "zstd compression level"));
-  t.push_back(intKey("compression.dense_below",
-                     [](Config& c) -> auto& { return c.compression.denseBelow; }, 0, 1e12,
-                     "Tensors with fewer elements are sent uncompressed (biases)"));
-  t.push_back(intKey("compression.chunk_elements",
-                     [](Config& c) -> auto& { return c.compression.chunkElements; }, 1024, 1ll << 28,
-                     "Large tensors are cut into frames of at most this many elements"));
+  t.push_back(enumKey(
+      "compression.method", [](Config & c) -> auto& { return c.compression.method; },
+      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign", "low-rank"},
+      "How each delta is compressed; see docs/compression.md"));
+  t.push_back(doubleKey(
+      "compression.ratio", [](Config & c) -> auto& { return c.compression.ratio; }, 1e-6, 1.0,
+      "Fraction k/n of elements kept by top-k and rand-k"));
+  t.push_back(enumKey(
+      "compression.selector", [](Config & c) -> auto& { return c.compression.selector; },
+      {"exact", "approx"}, "top-k selection: exact, or approximate (sampled threshold, one pass)"));
+  t.push_back(boolKey(
+      "compression.unbiased", [](Config & c) -> auto& { return c.compression.unbiased; },
+      "rand-k: scale kept values by n/k so the estimate is unbiased"));
+  t.push_back(intKey(
+      "compression.levels", [](Config & c) -> auto& { return c.compression.levels; }, 1, 65535,
+      "QSGD quantization levels s"));
+  t.push_back(intKey(
+      "compression.block_size", [](Config & c) -> auto& { return c.compression.blockSize; }, 64,
+      4096, "Elements per scale block of int8, int4 and sign"));
+  t.push_back(enumKey(
+      "compression.rounding", [](Config & c) -> auto& { return c.compression.rounding; },
+      {"nearest", "stochastic"}, "Rounding of int8 and int4"));
+  t.push_back(intKey(
+      "compression.rank", [](Config & c) -> auto& { return c.compression.rank; }, 1, 1024,
+      "Rank r of low-rank (PowerSGD) approximations"));
+  t.push_back(enumKey(
+      "compression.fallback", [](Config & c) -> auto& { return c.compression.fallback; },
+      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign"},
+      "low-rank: method for tensors that are not matrices"));
+  t.push_back(boolKey(
+      "compression.error_feedback", [](Config & c) -> auto& { return c.compression.errorFeedback; },
+      "Keep the compression residual and add it to the next delta"));
+  t.push_back(enumKey(
+      "compression.lossless", [](Config & c) -> auto& { return c.compression.lossless; },
+      {"none", "zstd", "exponent"},
+      "Lossless stage after the method, used only where it pays for itself"));
+  t.push_back(intKey(
+      "compression.zstd_level", [](Config & c) -> auto& { return c.compression.zstdLevel; }, 1, 19,
+      "zstd compression level"));
+  t.push_back(intKey(
+      "compression.dense_below", [](Config & c) -> auto& { return c.compression.denseBelow; }, 0,
+      1e12, "Tensors with fewer elements are sent uncompressed (biases)"));
+  t.push_back(intKey(
+      "compression.chunk_elements", [](Config & c) -> auto& { return c.compression.chunkElements; },
+      1024, 1ll << 28, "Large tensors are cut into frames of at most this many elements"));
 
   // workload
-  t.push_back(enumKey("workload.name", [](Config& c) -> auto& { return c.workload.name; },
-                      {"fashion-mnist-softmax", "fashion-mnist-mlp", "fashion-mnist-cnn", "quadratic",
-                       "consensus"},
-                      "What each peer trains"));
-  t.push_back(intListKey("workload.hidden", [](Config& c) -> auto& { return c.workload.hidden; }, 1,
-                         65536, "Hidden layer sizes of the MLP"));
-  t.push_back(intListKey("workload.cnn_channels",
-                         [](Config& c) -> auto& { return c.workload.cnnChannels; }, 1, 1024,
-                         "Output channels of the CNN's two 5x5 convolutions"));
-  t.push_back(intKey("workload.cnn_hidden", [](Config& c) -> auto& { return c.workload.cnnHidden; }, 1,
-                     65536, "Width of the CNN's first dense layer"));
-  t.push_back(enumKey("workload.partition", [](Config& c) -> auto& { return c.workload.partition; },
-                      {"iid", "dirichlet"}, "How the training set is split across peers"));
-  t.push_back(doubleKey("workload.alpha", [](Config& c) -> auto& { return c.workload.alpha; }, 1e-4, 1e6,
-                        "Dirichlet concentration (smaller: more label skew)"));
-  t.push_back(stringKey("workload.data_dir", [](Config& c) -> auto& { return c.workload.dataDir; },
-                        "Fashion-MNIST folder (Debian package dataset-fashion-mnist)"));
-  t.push_back(stringKey("workload.data", [](Config& c) -> auto& { return c.workload.data; },
-                        "quadratic: JSON file {\"a\": [n numbers], \"b\": [n lists of d numbers]}"));
-  t.push_back(doubleKey("workload.noise", [](Config& c) -> auto& { return c.workload.noise; }, 0.0, 1e6,
-                        "quadratic: standard deviation of Gaussian gradient noise"));
-  t.push_back(intKey("workload.dim", [](Config& c) -> auto& { return c.workload.dim; }, 1, 1e9,
-                     "consensus: length of each peer's vector"));
-  t.push_back(intKey("workload.eval_every", [](Config& c) -> auto& { return c.workload.evalEvery; }, 0,
-                     1e9, "Rounds between test evaluations (0: only at the end)"));
-  t.push_back(intKey("workload.eval_samples",
-                     [](Config& c) -> auto& { return c.workload.evalSamples; }, 0, 1e9,
-                     "Test examples used by each evaluation (0: the whole test set)"));
+  t.push_back(enumKey(
+      "workload.name", [](Config & c) -> auto& { return c.workload.name; },
+      {"fashion-mnist-softmax", "fashion-mnist-mlp", "fashion-mnist-cnn", "quadratic", "consensus"},
+      "What each peer trains"));
+  t.push_back(intListKey(
+      "workload.hidden", [](Config & c) -> auto& { return c.workload.hidden; }, 1, 65536,
+      "Hidden layer sizes of the MLP"));
+  t.push_back(intListKey(
+      "workload.cnn_channels", [](Config & c) -> auto& { return c.workload.cnnChannels; }, 1, 1024,
+      "Output channels of the CNN's two 5x5 convolutions"));
+  t.push_back(intKey(
+      "workload.cnn_hidden", [](Config & c) -> auto& { return c.workload.cnnHidden; }, 1, 65536,
+      "Width of the CNN's first dense layer"));
+  t.push_back(enumKey(
+      "workload.partition", [](Config & c) -> auto& { return c.workload.partition; },
+      {"iid", "dirichlet"}, "How the training set is split across peers"));
+  t.push_back(doubleKey(
+      "workload.alpha", [](Config & c) -> auto& { return c.workload.alpha; }, 1e-4, 1e6,
+      "Dirichlet concentration (smaller: more label skew)"));
+  t.push_back(stringKey(
+      "workload.data_dir", [](Config & c) -> auto& { return c.workload.dataDir; },
+      "Fashion-MNIST folder (Debian package dataset-fashion-mnist)"));
+  t.push_back(stringKey(
+      "workload.data", [](Config & c) -> auto& { return c.workload.data; },
+      "quadratic: JSON file {\"a\": [n numbers], \"b\": [n lists of d numbers]}"));
+  t.push_back(doubleKey(
+      "workload.noise", [](Config & c) -> auto& { return c.workload.noise; }, 0.0, 1e6,
+      "quadratic: standard deviation of Gaussian gradient noise"));
+  t.push_back(intKey(
+      "workload.dim", [](Config & c) -> auto& { return c.workload.dim; }, 1, 1e9,
+      "consensus: length of each peer's vector"));
+  t.push_back(intKey(
+      "workload.eval_every", [](Config & c) -> auto& { return c.workload.evalEvery; }, 0, 1e9,
+      "Rounds between test evaluations (0: only at the end)"));
+  t.push_back(intKey(
+      "workload.eval_samples", [](Config & c) -> auto& { return c.workload.evalSamples; }, 0, 1e9,
+      "Test examples used by each evaluation (0: the whole test set)"));
 
   // output
-  t.push_back(stringKey("output.dir", [](Config& c) -> auto& { return c.output.dir; },
-                        "Folder for summary.json and per-peer records"));
-  t.push_back(intKey("output.log_every", [](Config& c) -> auto& { return c.output.logEvery; }, 1, 1e9,
-                     "Rounds between per-peer records"));
+  t.push_back(stringKey(
+      "output.dir", [](Config & c) -> auto& { return c.output.dir; },
+      "Folder for summary.json and per-peer records"));
+  t.push_back(intKey(
+      "output.log_every", [](Config & c) -> auto& { return c.output.logEvery; }, 1, 1e9,
+      "Rounds between per-peer records"));
 
   // network
-  t.push_back(enumKey("network.emulate", [](Config& c) -> auto& { return c.network.emulate; },
-                      {"none", "netns"}, "Emulate the links below between local peers (launch)"));
-  t.push_back(doubleKey("network.bandwidth_mbit",
-                        [](Config& c) -> auto& { return c.network.bandwidthMbit; }, 0.0, 1e6,
-                        "Link bandwidth in Mbit/s (0: unlimited)"));
-  t.push_back(doubleKey("network.latency_ms", [](Config& c) -> auto& { return c.network.latencyMs; },
-                        0.0, 1e5, "One-way link latency in ms"));
-  t.push_back(doubleKey("network.jitter_ms", [](Config& c) -> auto& { return c.network.jitterMs; }, 0.0,
-                        1e5, "Latency jitter in ms"));
-  t.push_back(doubleKey("network.loss_percent",
-                        [](Config& c) -> auto& { return c.network.lossPercent; }, 0.0, 100.0,
-                        "Packet loss in percent"));
-  t.push_back(doubleKey("network.compute_scale",
-                        [](Config& c) -> auto& { return c.network.computeScale; }, 1e-3, 1e3,
-                        "Multiplier of compute time (simulated heterogeneous peers)"));
-  t.push_back(doubleKey("network.compute_ms", [](Config& c) -> auto& { return c.network.computeMs; },
-                        0.0, 1e6, "Fixed compute time per step in ms for the simulator (0: measured)"));
+  t.push_back(enumKey(
+      "network.emulate", [](Config & c) -> auto& { return c.network.emulate; }, {"none", "netns"},
+      "Emulate the links below between local peers (launch)"));
+  t.push_back(doubleKey(
+      "network.bandwidth_mbit", [](Config & c) -> auto& { return c.network.bandwidthMbit; }, 0.0,
+      1e6, "Link bandwidth in Mbit/s (0: unlimited)"));
+  t.push_back(doubleKey(
+      "network.latency_ms", [](Config & c) -> auto& { return c.network.latencyMs; }, 0.0, 1e5,
+      "One-way link latency in ms"));
+  t.push_back(doubleKey(
+      "network.jitter_ms", [](Config & c) -> auto& { return c.network.jitterMs; }, 0.0, 1e5,
+      "Latency jitter in ms"));
+  t.push_back(doubleKey(
+      "network.loss_percent", [](Config & c) -> auto& { return c.network.lossPercent; }, 0.0, 100.0,
+      "Packet loss in percent"));
+  t.push_back(doubleKey(
+      "network.compute_scale", [](Config & c) -> auto& { return c.network.computeScale; }, 1e-3,
+      1e3, "Multiplier of compute time (simulated heterogeneous peers)"));
+  t.push_back(doubleKey(
+      "network.compute_ms", [](Config & c) -> auto& { return c.network.computeMs; }, 0.0, 1e6,
+      "Fixed compute time per step in ms for the simulator (0: measured)"));
   {
     KeyDef k;
     k.path = "network.peers";
     k.type = ValueType::kNetPeerList;
     k.optional = true;
-    k.doc = "Per-peer overrides: [{rank: R, bandwidth_mbit, latency_ms, jitter_ms, loss_percent, "
-            "compute_scale}, ...] (any subset); a link takes the slower end's values";
+    k.doc =
+        "Per-peer overrides: [{rank: R, bandwidth_mbit, latency_ms, jitter_ms, loss_percent, "
+        "compute_scale}, ...] (any subset); a link takes the slower end's values";
     k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
       if (!n.IsSequence()) return std::string("expected");
       std::vector<PeerNetwork> out;
@@ -549,7 +599,8 @@ std::vector<KeyDef> buildSchema() {
         if (!rank || *rank < 0 || *rank >= kMaxPeers) return std::string("expected");
         pn.rank = static_cast<int>(*rank);
         for (auto it = item.begin(); it != item.end(); ++it) {
-          const std::string key = it->first.as<std::string>();  // copy: the iterator yields a temporary
+          const std::string key =
+              it->first.as<std::string>();  // copy: the iterator yields a temporary
           const YAML::Node value = it->second;
           if (key == "rank") continue;
           if (key == "compute_scale") {
@@ -569,7 +620,8 @@ std::vector<KeyDef> buildSchema() {
       std::string s = "[";
       for (size_t i = 0; i < c.network.peers.size(); ++i) {
         const auto& pn = c.network.peers[i];
-        s += (i ? ", " : "") + std::string("{rank: ") + std::to_string(pn.rank) + showLinkOverride(pn.link);
+        s += (i ? ", " : "") + std::string("{rank: ") + std::to_string(pn.rank) +
+             showLinkOverride(pn.link);
         if (pn.computeScale) s += ", compute_scale: " + formatNumber(*pn.computeScale);
         s += "}";
       }
@@ -582,8 +634,9 @@ std::vector<KeyDef> buildSchema() {
     k.path = "network.edges";
     k.type = ValueType::kNetEdgeList;
     k.optional = true;
-    k.doc = "Per-link overrides (both directions; win over network.peers): [{between: [a, b], "
-            "bandwidth_mbit, latency_ms, jitter_ms, loss_percent}, ...]";
+    k.doc =
+        "Per-link overrides (both directions; win over network.peers): [{between: [a, b], "
+        "bandwidth_mbit, latency_ms, jitter_ms, loss_percent}, ...]";
     k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
       if (!n.IsSequence()) return std::string("expected");
       std::vector<EdgeNetwork> out;
@@ -628,16 +681,26 @@ std::vector<KeyDef> buildSchema() {
 
 std::string KeyDef::typeName() const {
   switch (type) {
-    case ValueType::kBool: return "bool";
-    case ValueType::kInt: return "int";
-    case ValueType::kDouble: return "number";
-    case ValueType::kString: return "string";
-    case ValueType::kEnum: return "enum";
-    case ValueType::kIntList: return "list of int";
-    case ValueType::kEdgeList: return "list of edges";
-    case ValueType::kPeerList: return "list of {host, port}";
-    case ValueType::kNetPeerList: return "list of {rank, link keys}";
-    case ValueType::kNetEdgeList: return "list of {between, link keys}";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kInt:
+      return "int";
+    case ValueType::kDouble:
+      return "number";
+    case ValueType::kString:
+      return "string";
+    case ValueType::kEnum:
+      return "enum";
+    case ValueType::kIntList:
+      return "list of int";
+    case ValueType::kEdgeList:
+      return "list of edges";
+    case ValueType::kPeerList:
+      return "list of {host, port}";
+    case ValueType::kNetPeerList:
+      return "list of {rank, link keys}";
+    case ValueType::kNetEdgeList:
+      return "list of {between, link keys}";
   }
   return "?";
 }
@@ -657,16 +720,21 @@ std::string KeyDef::rangeText() const {
       for (size_t i = 0; i < choices.size(); ++i) s += (i ? " | " : "") + choices[i];
       return s;
     }
-    default: return "";
+    default:
+      return "";
   }
 }
 
 std::string KeyDef::expected() const {
   switch (type) {
-    case ValueType::kBool: return "true or false";
-    case ValueType::kInt: return "an integer in " + rangeText();
-    case ValueType::kDouble: return "a number in " + rangeText();
-    case ValueType::kString: return "a string";
+    case ValueType::kBool:
+      return "true or false";
+    case ValueType::kInt:
+      return "an integer in " + rangeText();
+    case ValueType::kDouble:
+      return "a number in " + rangeText();
+    case ValueType::kString:
+      return "a string";
     case ValueType::kEnum: {
       std::string s = "one of ";
       for (size_t i = 0; i < choices.size(); ++i) s += (i ? ", " : "") + choices[i];
@@ -675,7 +743,8 @@ std::string KeyDef::expected() const {
     case ValueType::kIntList:
       return min >= 1 ? "a list of positive integers" : "a list of integers in " + rangeText();
     case ValueType::kEdgeList:
-      return "a list of edges [a, b], [a, b, weight] or {a, b, weight} with ranks >= 0 and weight in [0, 1]";
+      return "a list of edges [a, b], [a, b, weight] or {a, b, weight} with ranks >= 0 and weight "
+             "in [0, 1]";
     case ValueType::kPeerList:
       return "a non-empty list of {host: NAME, port: 1..65535}";
     case ValueType::kNetPeerList:
@@ -712,7 +781,8 @@ std::vector<std::string> sections() {
 std::string envName(std::string_view path) {
   std::string s = "GRAPEVINE_";
   for (char c : path) {
-    s += (c == '.' || c == '-') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    s += (c == '.' || c == '-') ? '_'
+                                : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   }
   return s;
 }

@@ -1,6 +1,6 @@
 // The one table of config keys. The loader, the validator, `grapevine config --explain` and
-// docs/config.md all read it: a key exists, has a type, a default, a range and a doc string here and
-// nowhere else.
+// docs/config.md all read it: a key exists, has a type, a default, a range and a doc string here
+// and nowhere else.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -17,13 +17,22 @@
 namespace grapevine::config {
 
 enum class ValueType {
-  kBool, kInt, kDouble, kString, kEnum, kIntList, kEdgeList, kPeerList, kNetPeerList, kNetEdgeList
+  kBool,
+  kInt,
+  kDouble,
+  kString,
+  kEnum,
+  kIntList,
+  kEdgeList,
+  kPeerList,
+  kNetPeerList,
+  kNetEdgeList
 };
 
 struct KeyDef {
   std::string path;  // "topology.kind"
   ValueType type = ValueType::kString;
-  std::string doc;   // one line
+  std::string doc;                                        // one line
   double min = -std::numeric_limits<double>::infinity();  // numbers, and items of int lists
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // kEnum

@@ -13,7 +13,10 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
  public:
   ModelMessageCodec(compress::ModelCodec codec, compress::ModelCodec dense, std::uint64_t seed,
                     std::size_t maxFrameBytes)
-      : codec_(std::move(codec)), dense_(std::move(dense)), seed_(seed), maxFrameBytes_(maxFrameBytes) {
+      : codec_(std::move(codec)),
+        dense_(std::move(dense)),
+        seed_(seed),
+        maxFrameBytes_(maxFrameBytes) {
     maxBytes_ = codec_.chunkCount() * (4 + codec_.maxFrameBytes());
     denseBytes_ = dense_.chunkCount() * 4;
     std::vector<float> zeros(dense_.elementCount(), 0.0f);
@@ -25,8 +28,8 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::size_t maxMessageBytes() const override { return maxBytes_; }
   std::size_t denseBytes() const override { return denseBytes_; }
 
-  Result<std::size_t> encode(std::span<const float> v, std::uint64_t round, std::span<std::uint8_t> out,
-                             std::span<float> decodedSelf) override {
+  Result<std::size_t> encode(std::span<const float> v, std::uint64_t round,
+                             std::span<std::uint8_t> out, std::span<float> decodedSelf) override {
     compress::EncodeContext ctx;
     ctx.round = round;
     ctx.seed = seed_;
@@ -59,14 +62,15 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
       if (message.size() - pos < 4) return dataLoss("truncated: frame length");
       std::uint32_t n = 0;
       std::memcpy(&n, message.data() + pos, 4);
-      if (n > message.size() - pos - 4 || n > maxFrameBytes_) return dataLoss("truncated: frame of " + std::to_string(n) + " bytes");
+      if (n > message.size() - pos - 4 || n > maxFrameBytes_)
+        return dataLoss("truncated: frame of " + std::to_string(n) + " bytes");
       auto info = codec_.checkFrame(message.subspan(pos + 4, n), acc, limits());
       if (!info.isOk()) return info.status();
       const compress::FrameHeader* header = &info->header;
       if (header->sender != static_cast<std::uint32_t>(sender) || header->round != round) {
         return dataLoss("mismatch: frame of sender " + std::to_string(header->sender) + " round " +
-                        std::to_string(header->round) + " in a message of sender " + std::to_string(sender) +
-                        " round " + std::to_string(round));
+                        std::to_string(header->round) + " in a message of sender " +
+                        std::to_string(sender) + " round " + std::to_string(round));
       }
       pos += 4 + n;
       ++frames;
@@ -92,7 +96,8 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     while (pos < message.size()) {
       std::uint32_t n = 0;
       std::memcpy(&n, message.data() + pos, 4);
-      GV_RETURN_IF_ERROR(codec_.decodeAccumulate(message.subspan(pos + 4, n), weight, acc, limits()).status());
+      GV_RETURN_IF_ERROR(
+          codec_.decodeAccumulate(message.subspan(pos + 4, n), weight, acc, limits()).status());
       pos += 4 + n;
     }
     return Status::ok();
@@ -117,11 +122,16 @@ Result<T> parseOr(Result<T> r, const std::string& key) {
 
 Result<compress::Options> compressOptions(const config::Config& c) {
   compress::Options o;
-  GV_ASSIGN_OR_RETURN(o.method, parseOr(compress::parseMethod(c.compression.method), "compression.method"));
-  GV_ASSIGN_OR_RETURN(o.fallback, parseOr(compress::parseMethod(c.compression.fallback), "compression.fallback"));
-  GV_ASSIGN_OR_RETURN(o.selector, parseOr(compress::parseSelector(c.compression.selector), "compression.selector"));
-  GV_ASSIGN_OR_RETURN(o.rounding, parseOr(compress::parseRounding(c.compression.rounding), "compression.rounding"));
-  GV_ASSIGN_OR_RETURN(o.lossless, parseOr(compress::parseLossless(c.compression.lossless), "compression.lossless"));
+  GV_ASSIGN_OR_RETURN(o.method,
+                      parseOr(compress::parseMethod(c.compression.method), "compression.method"));
+  GV_ASSIGN_OR_RETURN(
+      o.fallback, parseOr(compress::parseMethod(c.compression.fallback), "compression.fallback"));
+  GV_ASSIGN_OR_RETURN(
+      o.selector, parseOr(compress::parseSelector(c.compression.selector), "compression.selector"));
+  GV_ASSIGN_OR_RETURN(
+      o.rounding, parseOr(compress::parseRounding(c.compression.rounding), "compression.rounding"));
+  GV_ASSIGN_OR_RETURN(
+      o.lossless, parseOr(compress::parseLossless(c.compression.lossless), "compression.lossless"));
   o.ratio = c.compression.ratio;
   o.levels = static_cast<std::uint32_t>(c.compression.levels);
   o.rank = static_cast<std::uint32_t>(c.compression.rank);
@@ -150,12 +160,14 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
   GV_ASSIGN_OR_RETURN(auto o, compressOptions(c));
   // D-PSGD exchanges full models: always exact fp32 (the config validator refuses other methods).
   if (c.algorithm.name == "dsgd") o.method = compress::Method::kNone;
-  GV_ASSIGN_OR_RETURN(auto codec, compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
+  GV_ASSIGN_OR_RETURN(auto codec,
+                      compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
   compress::Options dense;
   dense.method = compress::Method::kNone;
   dense.chunk_elements = o.chunk_elements;
   dense.max_frame_bytes = o.max_frame_bytes;
-  GV_ASSIGN_OR_RETURN(auto denseCodec, compress::ModelCodec::create(tl, dense, static_cast<std::uint32_t>(rank)));
+  GV_ASSIGN_OR_RETURN(auto denseCodec,
+                      compress::ModelCodec::create(tl, dense, static_cast<std::uint32_t>(rank)));
   return std::unique_ptr<algorithms::MessageCodec>(new ModelMessageCodec(
       std::move(codec), std::move(denseCodec), c.run.seed, o.max_frame_bytes));
 }

@@ -35,7 +35,8 @@ struct InboxItem {
 // Everything one peer process shares between its loop thread and its training thread.
 class PeerProcess {
  public:
-  PeerProcess(const RunPlan& plan, const PeerRunOptions& options) : plan_(plan), options_(options) {}
+  PeerProcess(const RunPlan& plan, const PeerRunOptions& options)
+      : plan_(plan), options_(options) {}
 
   Status run();
 
@@ -56,7 +57,7 @@ class PeerProcess {
   transport::Loop loop_;
   std::unique_ptr<transport::Context> context_;
   std::shared_ptr<transport::Bootstrap> bootstrap_;
-  std::map<int, transport::Neighbour> neighbours_;           // loop thread after bootstrap
+  std::map<int, transport::Neighbour> neighbours_;                 // loop thread after bootstrap
   std::map<int, std::vector<std::vector<std::uint8_t>>> buffers_;  // per neighbour, fixed
   std::unique_ptr<PeerCore> core_;
 
@@ -199,7 +200,8 @@ Status PeerProcess::run() {
   for (const auto& [name, hash] : configParts(plan_)) bo.configParts.push_back({name, hash});
   bo.connectTimeoutSeconds = c.peers.connectTimeout;
   bo.heartbeatIntervalSeconds = c.peers.heartbeatInterval;
-  bo.missedHeartbeats = std::max(1, static_cast<int>(std::lround(c.peers.deadAfter / c.peers.heartbeatInterval)));
+  bo.missedHeartbeats =
+      std::max(1, static_cast<int>(std::lround(c.peers.deadAfter / c.peers.heartbeatInterval)));
   bo.onEvent = [this](const transport::ControlEvent& ev) {
     if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) return;
     push({InboxItem::kDead, ev.peer, -1, 0, ev.message});
@@ -231,17 +233,21 @@ Status PeerProcess::run() {
           }
           booted.set_value(Status::ok());
         });
-    if (!bs.isOk()) booted.set_value(bs.status());
-    else bootstrap_ = *bs;
+    if (!bs.isOk())
+      booted.set_value(bs.status());
+    else
+      bootstrap_ = *bs;
   });
   const auto bootStart = Clock::now();
   Status bootStatus = booted.get_future().get();
   if (!bootStatus.isOk()) {
-    loop_.post([this] { if (context_) context_->close(); });
+    loop_.post([this] {
+      if (context_) context_->close();
+    });
     return bootStatus;
   }
-  log::info("connected to ", core_->neighbours().size(), " neighbours over ", c.transport.backend, " in ",
-            std::chrono::duration<double>(Clock::now() - bootStart).count(), " s");
+  log::info("connected to ", core_->neighbours().size(), " neighbours over ", c.transport.backend,
+            " in ", std::chrono::duration<double>(Clock::now() - bootStart).count(), " s");
 
   // ---- rounds, on this (the training) thread ----
   const auto start = Clock::now();
@@ -254,7 +260,9 @@ Status PeerProcess::run() {
   // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
   // the neighbours' messages, and mixing them in.
   double stepSeconds = 0.0, waitSeconds = 0.0, mixSeconds = 0.0;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   for (; round < c.run.rounds; ++round) {
     if (options_.stop && options_.stop->load()) {
       stopped = true;
@@ -287,8 +295,9 @@ Status PeerProcess::run() {
         core_->precomputeGradient();  // no-op once done
       }
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(250)),
-                     [this] { return !inbox_.empty() || (options_.stop && options_.stop->load()); });
+      cv_.wait_until(
+          lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(250)),
+          [this] { return !inbox_.empty() || (options_.stop && options_.stop->load()); });
     }
     const auto mixStart = Clock::now();
     waitSeconds += std::chrono::duration<double>(mixStart - waitStart).count();
@@ -297,7 +306,8 @@ Status PeerProcess::run() {
     if (!suspects.empty()) {
       std::string s;
       for (int j : suspects) s += " " + std::to_string(j);
-      log::info("round ", round, ": suspect (no message within ", c.algorithm.roundTimeout, " s):", s);
+      log::info("round ", round, ": suspect (no message within ", c.algorithm.roundTimeout,
+                " s):", s);
     }
     const bool logNow = (round + 1) % c.output.logEvery == 0 || round + 1 == c.run.rounds;
     const bool evalNow = c.workload.evalEvery > 0 && ((round + 1) % c.workload.evalEvery == 0);
@@ -324,7 +334,8 @@ Status PeerProcess::run() {
 
   // Linger until every live neighbour has its last message from us (they send theirs in the same
   // round), so closing our connections does not cut their final round short.
-  const auto lingerEnd = Clock::now() + std::chrono::duration_cast<Clock::duration>(roundTimeout + deadAfter);
+  const auto lingerEnd =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(roundTimeout + deadAfter);
   while (finished && Clock::now() < lingerEnd) {
     drainInbox();
     bool all = true;
@@ -353,8 +364,8 @@ Status PeerProcess::run() {
     j["wall_seconds"] = seconds();
     f << j.dump(2) << "\n";
   }
-  log::info(stopped ? "stopped at round " : "finished ", stopped ? std::to_string(round) : "all rounds",
-            " in ", seconds(), " s");
+  log::info(stopped ? "stopped at round " : "finished ",
+            stopped ? std::to_string(round) : "all rounds", " in ", seconds(), " s");
   std::promise<void> closed;
   loop_.post([&] {
     for (auto& [j, n] : neighbours_) closeNeighbour(j);

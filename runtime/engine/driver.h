@@ -1,8 +1,9 @@
 // The process driver: one peer of a real run. Boots its neighbour connections over the configured
-// transport (coordinator-free: see runtime/transport/bootstrap.h), then runs rounds with two threads:
-// the engine loop thread owns the transports (sends, receives, heartbeats) and the training thread
-// (the caller's) computes, hands each round's messages to the loop, and waits for its neighbours' with
-// a deadline. Writes DIR/peer-<rank>.jsonl, DIR/peer-<rank>.final.json and DIR/model-<rank>.bin.
+// transport (coordinator-free: see runtime/transport/bootstrap.h), then runs rounds with two
+// threads: the engine loop thread owns the transports (sends, receives, heartbeats) and the
+// training thread (the caller's) computes, hands each round's messages to the loop, and waits for
+// its neighbours' with a deadline. Writes DIR/peer-<rank>.jsonl, DIR/peer-<rank>.final.json and
+// DIR/model-<rank>.bin.
 #pragma once
 
 #include <atomic>

@@ -18,9 +18,9 @@ T get(const std::uint8_t* p) {
 }
 }  // namespace
 
-// Layout (little-endian): 0 magic u32, 4 version u16, 6 flags u16, 8 sender u32, 12 incarnation u32,
-// 16 sequence u64, 24 round u64, 32 liveDegree u32, 36 messageBytes u32, 40 publicHash u64,
-// 48 snapshotBytes u32, 52 payloadCrc u32 (CRC32C of everything after the header), 56 reserved u32
+// Layout (little-endian): 0 magic u32, 4 version u16, 6 flags u16, 8 sender u32, 12 incarnation
+// u32, 16 sequence u64, 24 round u64, 32 liveDegree u32, 36 messageBytes u32, 40 publicHash u64, 48
+// snapshotBytes u32, 52 payloadCrc u32 (CRC32C of everything after the header), 56 reserved u32
 // (zero), 60 crc32c u32 of bytes [0, 60).
 void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out) {
   std::uint8_t* p = out.data();
@@ -43,7 +43,8 @@ void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out) {
 Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes, const char** reason) {
   if (bytes.size() < kEnvelopeBytes) {
     *reason = "truncated";
-    return dataLoss("message of " + std::to_string(bytes.size()) + " bytes is shorter than its envelope");
+    return dataLoss("message of " + std::to_string(bytes.size()) +
+                    " bytes is shorter than its envelope");
   }
   const std::uint8_t* p = bytes.data();
   if (get<std::uint32_t>(p) != kEnvelopeMagic) {
@@ -70,7 +71,8 @@ Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes, const char** 
   e.publicHash = get<std::uint64_t>(p + 40);
   e.snapshotBytes = get<std::uint32_t>(p + 48);
   e.payloadCrc = get<std::uint32_t>(p + 52);
-  if (static_cast<std::uint64_t>(e.messageBytes) + e.snapshotBytes + kEnvelopeBytes != bytes.size()) {
+  if (static_cast<std::uint64_t>(e.messageBytes) + e.snapshotBytes + kEnvelopeBytes !=
+      bytes.size()) {
     *reason = "truncated";
     return dataLoss("envelope sizes (" + std::to_string(e.messageBytes) + " + " +
                     std::to_string(e.snapshotBytes) + ") do not match the message of " +

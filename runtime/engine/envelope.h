@@ -1,7 +1,8 @@
-// The engine's per-edge message envelope: a fixed 64-byte header in front of the algorithm's message
-// (the compressed frames, each with its own header and CRC32C). The envelope carries what exactly-once
-// in-order delivery and liveness need: sender, incarnation, per-edge sequence number, round, the
-// sender's live degree (for agreed Metropolis weights), and replica hashes. docs/wire-format.md.
+// The engine's per-edge message envelope: a fixed 64-byte header in front of the algorithm's
+// message (the compressed frames, each with its own header and CRC32C). The envelope carries what
+// exactly-once in-order delivery and liveness need: sender, incarnation, per-edge sequence number,
+// round, the sender's live degree (for agreed Metropolis weights), and replica hashes.
+// docs/wire-format.md.
 #pragma once
 
 #include <cstddef>
@@ -40,7 +41,8 @@ std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload);
 
 // Writes the header into out[0, kEnvelopeBytes) with a CRC32C over the header.
 void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out);
-// Checks magic, version, header CRC, that the sizes fit `bytes`, and the payload CRC; the reason names the failure
+// Checks magic, version, header CRC, that the sizes fit `bytes`, and the payload CRC; the reason
+// names the failure
 // ("bad_magic", "version", "crc", "truncated") for the dropped-frame counters.
 Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes, const char** reason);
 

@@ -38,9 +38,7 @@ std::vector<int> PeerCore::liveOf(const std::vector<int>& peers) const {
   return out;
 }
 
-int PeerCore::liveDegree() const {
-  return static_cast<int>(neighbours_.size() - dead_.size());
-}
+int PeerCore::liveDegree() const { return static_cast<int>(neighbours_.size() - dead_.size()); }
 
 bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() == 0; }
 
@@ -103,8 +101,8 @@ Status PeerCore::beginRound(std::int64_t round) {
       e.sendSnapshot = false;
     }
     e.outBytes = kEnvelopeBytes + messageBytes_ + env.snapshotBytes;
-    env.payloadCrc = payloadChecksum(std::span<const std::uint8_t>(e.out).subspan(
-        kEnvelopeBytes, e.outBytes - kEnvelopeBytes));
+    env.payloadCrc = payloadChecksum(
+        std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, e.outBytes - kEnvelopeBytes));
     writeEnvelope(env, e.out);
     counters_.bytesSent += e.outBytes;
     counters_.bytesDenseEquivalent += kEnvelopeBytes + algorithm_->denseBytes();
@@ -208,8 +206,10 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     const auto snap = bytes.subspan(kEnvelopeBytes + env->messageBytes, env->snapshotBytes);
     std::vector<float> copy(snap.size() / sizeof(float));
     std::memcpy(copy.data(), snap.data(), copy.size() * sizeof(float));
-    if (algorithm_->resetReplica(j, copy).isOk()) ++counters_.resyncs;
-    else drop("bad_snapshot");
+    if (algorithm_->resetReplica(j, copy).isOk())
+      ++counters_.resyncs;
+    else
+      drop("bad_snapshot");
   }
   if (env->flags & kFlagHasHash) {
     ++counters_.replicaChecks;

@@ -1,7 +1,7 @@
 // One peer's round logic, with no I/O: local optimizer steps, the algorithm's message, per-edge
-// exactly-once in-order delivery, replica checks, suspect/dead handling and mixing. Drivers move the
-// bytes: the process driver over a real transport (driver.h), the in-process lockstep driver for
-// tests and simulation (lockstep.h). Both call the same methods in the same order:
+// exactly-once in-order delivery, replica checks, suspect/dead handling and mixing. Drivers move
+// the bytes: the process driver over a real transport (driver.h), the in-process lockstep driver
+// for tests and simulation (lockstep.h). Both call the same methods in the same order:
 //
 //   beginRound(t)                      local step(s) on x, then the message for round t
 //   outgoing(j) for j in sendTo()      the bytes to send to neighbour j
@@ -36,8 +36,8 @@ struct PeerCoreOptions {
   int rank = 0;
   std::uint32_t incarnation = 0;
   int localSteps = 1;
-  int checkEvery = 50;           // replica hash check period in rounds (0: never)
-  bool dynamicMetropolis = true; // recompute Metropolis weights from live degrees (static graphs)
+  int checkEvery = 50;            // replica hash check period in rounds (0: never)
+  bool dynamicMetropolis = true;  // recompute Metropolis weights from live degrees (static graphs)
   bool sendToAllNeighbours = false;  // CHOCO: every round to the union of neighbours
 };
 
@@ -47,7 +47,7 @@ struct PeerCounters {
   std::uint64_t bytesDenseEquivalent = 0;
   std::uint64_t messagesApplied = 0;
   std::uint64_t lateApplied = 0;
-  std::uint64_t suspectRounds = 0;   // (neighbour, round) pairs that missed the round
+  std::uint64_t suspectRounds = 0;  // (neighbour, round) pairs that missed the round
   std::uint64_t replicaChecks = 0;
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;
@@ -96,11 +96,11 @@ class PeerCore {
     std::uint32_t degreeAt = 0;  // the neighbour's live degree from its current-round envelope
     bool arrived = false;
     std::int64_t lastRound = -1;
-    bool resyncRequested = false;  // we asked it for a snapshot
-    bool sendSnapshot = false;     // it asked us for one
-    std::vector<std::uint8_t> out;              // envelope + message (+ snapshot), reused
-    std::size_t outBytes = 0;                   // of `out`, this round
-    std::deque<std::vector<std::uint8_t>> ahead;  // messages of future rounds, in order
+    bool resyncRequested = false;                  // we asked it for a snapshot
+    bool sendSnapshot = false;                     // it asked us for one
+    std::vector<std::uint8_t> out;                 // envelope + message (+ snapshot), reused
+    std::size_t outBytes = 0;                      // of `out`, this round
+    std::deque<std::vector<std::uint8_t>> ahead;   // messages of future rounds, in order
     std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
   };
 

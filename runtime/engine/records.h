@@ -1,7 +1,7 @@
-// Per-peer records, DIR/peer-<rank>.jsonl: one JSON object per line, every output.log_every rounds and
-// at each event (suspect, dead, isolated). Fields: round, time, loss, test_accuracy/test_loss (when
-// evaluated), bytes_sent, bytes_received, suspect, dead, dropped (by reason), lr. The last line has
-// "final": true and the peer's final evaluation.
+// Per-peer records, DIR/peer-<rank>.jsonl: one JSON object per line, every output.log_every rounds
+// and at each event (suspect, dead, isolated). Fields: round, time, loss, test_accuracy/test_loss
+// (when evaluated), bytes_sent, bytes_received, suspect, dead, dropped (by reason), lr. The last
+// line has "final": true and the peer's final evaluation.
 #pragma once
 
 #include <cstdio>

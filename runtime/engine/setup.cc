@@ -10,11 +10,13 @@ namespace grapevine::engine {
 
 train::WorkloadOptions workloadOptions(const config::Config& c) {
   train::WorkloadOptions o;
-  o.kind = train::parseWorkloadKind(c.workload.name).value_or(train::WorkloadKind::kFashionMnistMlp);
+  o.kind =
+      train::parseWorkloadKind(c.workload.name).value_or(train::WorkloadKind::kFashionMnistMlp);
   o.hidden = c.workload.hidden;
   o.cnnChannels = c.workload.cnnChannels;
   o.cnnHidden = c.workload.cnnHidden;
-  o.partition = train::parsePartitionKind(c.workload.partition).value_or(train::PartitionKind::kIid);
+  o.partition =
+      train::parsePartitionKind(c.workload.partition).value_or(train::PartitionKind::kIid);
   o.alpha = c.workload.alpha;
   o.batchSize = c.optimizer.batchSize;
   o.dataDir = c.workload.dataDir;
@@ -32,17 +34,20 @@ train::WorkloadOptions workloadOptions(const config::Config& c) {
 
 train::OptimizerOptions optimizerOptions(const config::Config& c) {
   train::OptimizerOptions o;
-  o.schedule.kind = train::parseLrScheduleKind(c.optimizer.schedule).value_or(train::LrScheduleKind::kConstant);
+  o.schedule.kind =
+      train::parseLrScheduleKind(c.optimizer.schedule).value_or(train::LrScheduleKind::kConstant);
   o.schedule.lr = c.optimizer.lr;
   o.schedule.warmupRounds = c.optimizer.warmupRounds;
   o.schedule.totalRounds = c.run.rounds;
-  o.schedule.milestones.assign(c.optimizer.stepMilestones.begin(), c.optimizer.stepMilestones.end());
+  o.schedule.milestones.assign(c.optimizer.stepMilestones.begin(),
+                               c.optimizer.stepMilestones.end());
   o.schedule.gamma = c.optimizer.stepGamma;
   o.schedule.minLr = c.optimizer.minLr;
   o.momentum = c.optimizer.momentum;
   o.nesterov = c.optimizer.nesterov;
   o.weightDecay = c.optimizer.weightDecay;
-  o.momentumKind = train::parseMomentumKind(c.optimizer.momentumKind).value_or(train::MomentumKind::kLocal);
+  o.momentumKind =
+      train::parseMomentumKind(c.optimizer.momentumKind).value_or(train::MomentumKind::kLocal);
   return o;
 }
 
@@ -57,7 +62,8 @@ Result<std::shared_ptr<RunPlan>> makeRunPlan(const config::Config& config) {
   return plan;
 }
 
-Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank, std::uint32_t incarnation) {
+Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
+                                           std::uint32_t incarnation) {
   const config::Config& c = plan.config;
   GV_ASSIGN_OR_RETURN(auto workload, train::makeWorkload(workloadOptions(c), rank, c.peers.count,
                                                          c.run.seed, plan.data));
@@ -74,9 +80,9 @@ Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank, std::u
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
   if (c.workload.name != "consensus") ao.initialPublicCopy = x;
-  GV_ASSIGN_OR_RETURN(auto algorithm, algorithms::makeAlgorithm(ao, x.size(),
-                                                                plan.schedule->allNeighbours(rank),
-                                                                std::move(codec)));
+  GV_ASSIGN_OR_RETURN(auto algorithm,
+                      algorithms::makeAlgorithm(ao, x.size(), plan.schedule->allNeighbours(rank),
+                                                std::move(codec)));
   PeerCoreOptions po;
   po.rank = rank;
   po.incarnation = incarnation;
@@ -99,7 +105,8 @@ std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& pl
   };
   std::vector<std::pair<std::string, std::uint64_t>> parts;
   for (const auto& [part, prefixes] : kParts) {
-    std::string text = part == "topology" ? "peers=" + std::to_string(plan.config.peers.count) + ";" : "";
+    std::string text =
+        part == "topology" ? "peers=" + std::to_string(plan.config.peers.count) + ";" : "";
     for (const auto& k : config::schema()) {
       for (const auto& p : prefixes) {
         if (k.path.rfind(p, 0) == 0) text += k.path + "=" + k.show(plan.config) + ";";

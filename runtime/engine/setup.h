@@ -36,7 +36,8 @@ Result<compress::Options> compressOptions(const config::Config& config);
 Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
     const config::Config& config, const std::vector<train::TensorInfo>& layout, int rank);
 
-Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank, std::uint32_t incarnation);
+Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
+                                           std::uint32_t incarnation);
 
 // Hashes of the run-defining parts of the config (topology, algorithm, compression, model shape):
 // peers compare them in the handshake and name the part that differs.

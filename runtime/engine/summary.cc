@@ -35,13 +35,21 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
     if (!std::isfinite(v)) return nullptr;
     return v;
   };
-  return {{"rank", r.rank}, {"finished", r.finished}, {"rounds", r.rounds},
-          {"test_accuracy", num(r.testAccuracy)}, {"test_loss", num(r.testLoss)},
-          {"train_loss", num(r.trainLoss)}, {"bytes_sent", r.bytesSent},
-          {"bytes_received", r.bytesReceived}, {"bytes_dense_equivalent", r.bytesDenseEquivalent},
-          {"suspect_rounds", r.suspectRounds}, {"dead_neighbours", r.deadNeighbours},
-          {"dropped_frames", r.droppedFrames}, {"replica_mismatches", r.replicaMismatches},
-          {"resyncs", r.resyncs}, {"model_size", r.modelSize}};
+  return {{"rank", r.rank},
+          {"finished", r.finished},
+          {"rounds", r.rounds},
+          {"test_accuracy", num(r.testAccuracy)},
+          {"test_loss", num(r.testLoss)},
+          {"train_loss", num(r.trainLoss)},
+          {"bytes_sent", r.bytesSent},
+          {"bytes_received", r.bytesReceived},
+          {"bytes_dense_equivalent", r.bytesDenseEquivalent},
+          {"suspect_rounds", r.suspectRounds},
+          {"dead_neighbours", r.deadNeighbours},
+          {"dropped_frames", r.droppedFrames},
+          {"replica_mismatches", r.replicaMismatches},
+          {"resyncs", r.resyncs},
+          {"model_size", r.modelSize}};
 }
 
 PeerResult peerResultFromJson(const nlohmann::json& j) {
@@ -99,11 +107,17 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     sent += p.bytesSent;
     received += p.bytesReceived;
     dense += p.bytesDenseEquivalent;
-    rows.push_back({{"rank", p.rank}, {"finished", p.finished}, {"rounds", p.rounds},
-                    {"test_accuracy", num(p.testAccuracy)}, {"test_loss", num(p.testLoss)},
-                    {"bytes_sent", p.bytesSent}, {"bytes_received", p.bytesReceived},
-                    {"suspect_rounds", p.suspectRounds}, {"dropped_frames", p.droppedFrames},
-                    {"replica_mismatches", p.replicaMismatches}, {"resyncs", p.resyncs}});
+    rows.push_back({{"rank", p.rank},
+                    {"finished", p.finished},
+                    {"rounds", p.rounds},
+                    {"test_accuracy", num(p.testAccuracy)},
+                    {"test_loss", num(p.testLoss)},
+                    {"bytes_sent", p.bytesSent},
+                    {"bytes_received", p.bytesReceived},
+                    {"suspect_rounds", p.suspectRounds},
+                    {"dropped_frames", p.droppedFrames},
+                    {"replica_mismatches", p.replicaMismatches},
+                    {"resyncs", p.resyncs}});
     if (!p.finished || p.model.empty()) continue;
     ++finished;
     done.push_back(&p);
@@ -175,9 +189,10 @@ std::string summaryTable(const nlohmann::json& s) {
   char line[256];
   std::snprintf(line, sizeof line, "%-28s %s\n", "run", s.value("name", "").c_str());
   out += line;
-  std::snprintf(line, sizeof line, "%-28s %d peers, %s, %s + %s over %s\n", "setup", s.value("peers", 0),
-                s.value("topology", "").c_str(), s.value("algorithm", "").c_str(),
-                s.value("compression", "").c_str(), s.value("transport", "").c_str());
+  std::snprintf(line, sizeof line, "%-28s %d peers, %s, %s + %s over %s\n", "setup",
+                s.value("peers", 0), s.value("topology", "").c_str(),
+                s.value("algorithm", "").c_str(), s.value("compression", "").c_str(),
+                s.value("transport", "").c_str());
   out += line;
   std::snprintf(line, sizeof line, "%-28s %lld in %.1f s\n", "rounds",
                 static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
@@ -195,7 +210,8 @@ std::string summaryTable(const nlohmann::json& s) {
     out += line;
   }
   if (s.contains("optimum_distance")) {
-    std::snprintf(line, sizeof line, "%-28s  %.3g\n", "distance to optimum", s["optimum_distance"].get<double>());
+    std::snprintf(line, sizeof line, "%-28s  %.3g\n", "distance to optimum",
+                  s["optimum_distance"].get<double>());
     out += line;
   }
   const auto sent = s.value("bytes_sent_total", std::uint64_t{0});
@@ -203,8 +219,8 @@ std::string summaryTable(const nlohmann::json& s) {
   std::snprintf(line, sizeof line, "%-28s  %s (dense fp32 would be %s: %.1fx less)\n", "bytes sent",
                 mb(sent).c_str(), mb(dense).c_str(), sent ? double(dense) / double(sent) : 0.0);
   out += line;
-  std::snprintf(line, sizeof line, "%-28s  %d of %d\n", "peers finished", s.value("peers_finished", 0),
-                s.value("peers", 0));
+  std::snprintf(line, sizeof line, "%-28s  %d of %d\n", "peers finished",
+                s.value("peers_finished", 0), s.value("peers", 0));
   out += line;
   return out;
 }
@@ -230,7 +246,8 @@ Result<std::vector<float>> readModel(const std::string& path, std::size_t expect
   in.read(reinterpret_cast<char*>(&n), 8);
   if (!in || std::memcmp(magic, "GVMODEL1", 8) != 0) return dataLoss(path + ": not a model file");
   if (n != expected) {
-    return dataLoss(path + ": has " + std::to_string(n) + " parameters, expected " + std::to_string(expected));
+    return dataLoss(path + ": has " + std::to_string(n) + " parameters, expected " +
+                    std::to_string(expected));
   }
   std::vector<float> x(n);
   in.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(n * sizeof(float)));

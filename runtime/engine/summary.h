@@ -13,9 +13,9 @@ namespace grapevine::engine {
 
 struct PeerResult {
   int rank = 0;
-  bool finished = false;         // ran all rounds
-  std::int64_t rounds = 0;       // rounds completed
-  double testAccuracy = 0.0;     // NaN without a notion of accuracy
+  bool finished = false;      // ran all rounds
+  std::int64_t rounds = 0;    // rounds completed
+  double testAccuracy = 0.0;  // NaN without a notion of accuracy
   double testLoss = 0.0;
   double trainLoss = 0.0;
   std::uint64_t bytesSent = 0;
@@ -27,7 +27,7 @@ struct PeerResult {
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;
   std::uint64_t modelSize = 0;
-  std::vector<float> model;      // final parameters (empty when the peer did not finish)
+  std::vector<float> model;  // final parameters (empty when the peer did not finish)
 };
 
 // DIR/peer-<rank>.final.json (everything but the model, which goes to DIR/model-<rank>.bin).
@@ -38,7 +38,8 @@ PeerResult collectResult(PeerCore& peer, bool finished);
 
 // Builds summary.json: rounds, wall_seconds, transport, test_accuracy_{mean,min,max},
 // averaged_model_accuracy, consensus_distance_final, bytes_sent_total, bytes_dense_equivalent,
-// plus per-peer rows, spectral gap, and for quadratic/consensus optimum_distance and consensus_error.
+// plus per-peer rows, spectral gap, and for quadratic/consensus optimum_distance and
+// consensus_error.
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
                            double wallSeconds, const std::string& transport);
 

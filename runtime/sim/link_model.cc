@@ -32,7 +32,8 @@ LinkParams LinkModel::params(int from, int to) const {
 }
 
 double LinkModel::uniform(int from, int to, std::int64_t round, std::uint64_t stream) const {
-  // Chained mixing of each coordinate: distinct (edge, round, stream) give independent-looking draws.
+  // Chained mixing of each coordinate: distinct (edge, round, stream) give independent-looking
+  // draws.
   std::uint64_t h = splitmix64(seed_ ^ 0x6772617065766e65ull);  // "grapevne"
   h = splitmix64(h ^ static_cast<std::uint32_t>(from));
   h = splitmix64(h ^ static_cast<std::uint32_t>(to));
@@ -56,7 +57,8 @@ double LinkModel::jitterSeconds(int from, int to, std::int64_t round) const {
 double LinkModel::delaySeconds(int from, int to, std::int64_t round, std::size_t bytes) const {
   const LinkParams p = params(from, to);
   double d = p.latencySeconds + jitterSeconds(from, to, round);
-  if (p.bandwidthBitsPerSecond > 0.0) d += static_cast<double>(bytes) * 8.0 / p.bandwidthBitsPerSecond;
+  if (p.bandwidthBitsPerSecond > 0.0)
+    d += static_cast<double>(bytes) * 8.0 / p.bandwidthBitsPerSecond;
   return d;
 }
 

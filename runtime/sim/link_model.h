@@ -1,7 +1,8 @@
-// The simulator's link model: each directed edge has a bandwidth, one-way latency, jitter and loss from
-// the `network:` section (defaults, then `network.peers` and `network.edges` overrides). Draws are a pure function of
-// (seed, from, to, round), never of a stream's position, so they do not depend on which thread asks
-// or in what order: the simulator stays bit-reproducible for a seed whatever its thread count.
+// The simulator's link model: each directed edge has a bandwidth, one-way latency, jitter and loss
+// from the `network:` section (defaults, then `network.peers` and `network.edges` overrides). Draws
+// are a pure function of (seed, from, to, round), never of a stream's position, so they do not
+// depend on which thread asks or in what order: the simulator stays bit-reproducible for a seed
+// whatever its thread count.
 #pragma once
 
 #include <cstddef>

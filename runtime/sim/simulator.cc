@@ -90,7 +90,9 @@ Result<nlohmann::json> evaluationPoint(const std::vector<std::unique_ptr<engine:
     dense += static_cast<double>(peers[i]->counters().bytesDenseEquivalent);
   }
   const double np = static_cast<double>(peers.size());
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  auto num = [](double v) {
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+  };
   nlohmann::json j;
   j["round"] = round + 1;  // rounds completed
   j["sim_time"] = simTime;
@@ -100,7 +102,8 @@ Result<nlohmann::json> evaluationPoint(const std::vector<std::unique_ptr<engine:
   j["train_loss"] = num(trainLoss / np);
   j["test_accuracy_mean"] = num(acc / np);
   j["test_loss_mean"] = num(testLoss / np);
-  j["consensus_distance"] = num(meanNorm > 0 ? dist / meanNorm : dist);  // (1/n) sum |x_i - xbar|^2 / |xbar|^2
+  j["consensus_distance"] =
+      num(meanNorm > 0 ? dist / meanNorm : dist);  // (1/n) sum |x_i - xbar|^2 / |xbar|^2
   const std::vector<float> meanF(mean.begin(), mean.end());
   const auto ev = peers.front()->workload().evaluateTest(meanF);
   j["averaged_model_accuracy"] = num(ev.accuracy);
@@ -141,8 +144,10 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
   std::vector<PeerState> states(count);
   pool.parallelFor(count, [&](std::size_t i) {
     auto p = engine::makePeer(plan, static_cast<int>(i), 0);
-    if (p.isOk()) peers[i] = std::move(*p);
-    else states[i].status = p.status();
+    if (p.isOk())
+      peers[i] = std::move(*p);
+    else
+      states[i].status = p.status();
   });
   GV_RETURN_IF_ERROR(firstError(states));
 
@@ -160,7 +165,9 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
   }
 
   const auto start = Clock::now();
-  auto wallSeconds = [&start] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto wallSeconds = [&start] {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
   constexpr std::size_t kFlushBytes = 1 << 16;
 
   for (std::int64_t t = 0; t < c.run.rounds; ++t) {
@@ -178,7 +185,8 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
     GV_RETURN_IF_ERROR(firstError(states));
     // Who sends to whom, in increasing sender rank (O(edges), serial: it fixes the delivery order).
     for (std::size_t j = 0; j < count; ++j) {
-      for (int i : peers[j]->sendTo()) states[static_cast<std::size_t>(i)].incoming.push_back(static_cast<int>(j));
+      for (int i : peers[j]->sendTo())
+        states[static_cast<std::size_t>(i)].incoming.push_back(static_cast<int>(j));
     }
     // 2. Delivery: a receiver mutates only itself; senders' outgoing buffers are only read.
     pool.parallelFor(count, [&](std::size_t i) {
@@ -298,8 +306,9 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       {"threads", result.threads},
       {"messages_lost", result.messagesLost},
       {"rounds_wall_seconds", result.roundsWallSeconds},
-      {"rounds_per_second",
-       result.roundsWallSeconds > 0 ? static_cast<double>(c.run.rounds) / result.roundsWallSeconds : 0.0},
+      {"rounds_per_second", result.roundsWallSeconds > 0
+                                ? static_cast<double>(c.run.rounds) / result.roundsWallSeconds
+                                : 0.0},
       {"compute", fixedCompute >= 0.0 ? "fixed" : "measured"},
       {"rss_before_peers_bytes", result.rssBeforePeers},
       {"rss_after_rounds_bytes", result.rssAfterRounds},

@@ -5,17 +5,20 @@
 //
 // A round t, all peers together:
 //   1. in parallel, each peer i: beginRound(t) (local steps + its message); its compute time c_i is
-//      network.compute_ms * local_steps when compute_ms > 0, else the thread CPU time of beginRound,
-//      times network.compute_scale. The message leaves at ready_i = clock_i + c_i.
-//   2. in parallel over receivers i: the messages of every sender j with i in sendTo(j) are handed to
-//      i in increasing j (the order runLockstep() uses, so the models are bit-identical to it), except
-//      lost ones (network.loss_percent, seeded per edge and round; never delivered later: the engine
-//      sees a sequence gap and resyncs, as after a real loss).
-//   3. in parallel, each peer: [precomputeGradient() when algorithm.overlap] and endRound(); its clock
+//      network.compute_ms * local_steps when compute_ms > 0, else the thread CPU time of
+//      beginRound, times network.compute_scale. The message leaves at ready_i = clock_i + c_i.
+//   2. in parallel over receivers i: the messages of every sender j with i in sendTo(j) are handed
+//   to
+//      i in increasing j (the order runLockstep() uses, so the models are bit-identical to it),
+//      except lost ones (network.loss_percent, seeded per edge and round; never delivered later:
+//      the engine sees a sequence gap and resyncs, as after a real loss).
+//   3. in parallel, each peer: [precomputeGradient() when algorithm.overlap] and endRound(); its
+//   clock
 //      becomes max(ready_i, max_j ready_j + delay_ji) where delay = latency + jitter draw +
-//      bytes * 8 / bandwidth, and at least ready_i + algorithm.round_timeout when a message was lost
-//      (a real peer waits out its deadline). For peers in step (equal clocks) this is the round time
-//      compute + max incoming delay; a slow neighbour delays its neighbours as it would on a network.
+//      bytes * 8 / bandwidth, and at least ready_i + algorithm.round_timeout when a message was
+//      lost (a real peer waits out its deadline). For peers in step (equal clocks) this is the
+//      round time compute + max incoming delay; a slow neighbour delays its neighbours as it would
+//      on a network.
 //
 // Determinism: models, counters and records (except wall-clock fields) are a function of the config
 // and run.seed only, whatever the thread count; so is the simulated time when compute_ms > 0.
@@ -49,13 +52,13 @@ struct SimResult {
   double roundsWallSeconds = 0.0;         // the rounds alone
   int threads = 0;
   std::uint64_t messagesLost = 0;
-  std::uint64_t rssBeforePeers = 0;       // bytes, after the shared data was loaded
-  std::uint64_t rssAfterRounds = 0;       // bytes, before the final results were collected
-  nlohmann::json summary;                 // engine::makeSummary + simulated_seconds and a "sim" block
+  std::uint64_t rssBeforePeers = 0;  // bytes, after the shared data was loaded
+  std::uint64_t rssAfterRounds = 0;  // bytes, before the final results were collected
+  nlohmann::json summary;            // engine::makeSummary + simulated_seconds and a "sim" block
 };
 
-// Runs plan.config.run.rounds rounds of plan.config.peers.count peers. Returns the first error of any
-// peer (by rank) from construction or beginRound, or an I/O error writing outDir.
+// Runs plan.config.run.rounds rounds of plan.config.peers.count peers. Returns the first error of
+// any peer (by rank) from construction or beginRound, or an I/O error writing outDir.
 Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& options);
 
 // Resident set size of this process in bytes (0 when /proc is not readable).

@@ -8,9 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/common/hash.h"
 #include "runtime/config/loader.h"
@@ -85,7 +84,8 @@ Result<SweepSpec> loadSweep(const std::string& path, std::vector<config::Diagnos
   if (!in) return notFound("cannot read sweep file " + path);
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (ss.str().size() > (std::size_t{1} << 20)) return invalidArgument(path + ": larger than 1 MiB");
+  if (ss.str().size() > (std::size_t{1} << 20))
+    return invalidArgument(path + ": larger than 1 MiB");
   return parseSweep(ss.str(), path, diagnostics);
 }
 
@@ -105,7 +105,8 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
     return invalidArgument(d.toString());
   }
   if (!root.IsMap()) {
-    p.error(root, "", "expected a mapping with base (or config) and sweep, found " + describe(root));
+    p.error(root, "",
+            "expected a mapping with base (or config) and sweep, found " + describe(root));
     return invalidArgument(path + ": not a sweep file");
   }
   SweepSpec spec;
@@ -115,8 +116,10 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
     const std::string key = it->first.Scalar();
     const YAML::Node value = it->second;
     if (key == "name") {
-      if (!value.IsScalar()) p.error(value, "name", "expected a string, found " + describe(value));
-      else spec.name = value.Scalar();
+      if (!value.IsScalar())
+        p.error(value, "name", "expected a string, found " + describe(value));
+      else
+        spec.name = value.Scalar();
     } else if (key == "base") {
       if (!value.IsScalar()) {
         p.error(value, "base", "expected a config file path, found " + describe(value));
@@ -124,11 +127,14 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
         fs::path b(value.Scalar());
         if (b.is_relative()) b = fs::path(path).parent_path() / b;
         spec.baseConfig = b.lexically_normal().string();
-        if (!fs::exists(spec.baseConfig)) p.error(value, "base", "no such file: " + spec.baseConfig);
+        if (!fs::exists(spec.baseConfig))
+          p.error(value, "base", "no such file: " + spec.baseConfig);
       }
     } else if (key == "config") {
-      if (!value.IsMap()) p.error(value, "config", "expected a config mapping, found " + describe(value));
-      else spec.inlineConfig = YAML::Dump(value) + "\n";
+      if (!value.IsMap())
+        p.error(value, "config", "expected a config mapping, found " + describe(value));
+      else
+        spec.inlineConfig = YAML::Dump(value) + "\n";
     } else if (key == "set") {
       if (!value.IsMap()) {
         p.error(value, "set", "expected a mapping of key: value, found " + describe(value));
@@ -137,8 +143,10 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
       for (auto s = value.begin(); s != value.end(); ++s) {
         const std::string k = s->first.Scalar();
         const YAML::Node v = s->second;
-        if (!isKnownKey(k)) p.error(s->first, "set." + k, unknownKeyMessage(k));
-        else spec.fixed.push_back(k + "=" + valueText(v));
+        if (!isKnownKey(k))
+          p.error(s->first, "set." + k, unknownKeyMessage(k));
+        else
+          spec.fixed.push_back(k + "=" + valueText(v));
       }
     } else if (key == "sweep") {
       if (!value.IsMap() || value.size() == 0) {
@@ -166,10 +174,14 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
                 continue;
               }
               // A dotted key is a full path (a value may set keys elsewhere, e.g.
-              // algorithm.consensus_step next to a compression method); else it is below the axis key.
-              const std::string full = sub.find('.') != std::string::npos ? sub : axis.key + "." + sub;
-              if (!isKnownKey(full)) p.error(m->first, where, full + ": " + unknownKeyMessage(full));
-              else av.sets.emplace_back(full, valueText(subValue));
+              // algorithm.consensus_step next to a compression method); else it is below the axis
+              // key.
+              const std::string full =
+                  sub.find('.') != std::string::npos ? sub : axis.key + "." + sub;
+              if (!isKnownKey(full))
+                p.error(m->first, where, full + ": " + unknownKeyMessage(full));
+              else
+                av.sets.emplace_back(full, valueText(subValue));
             }
             if (av.label.empty()) {
               for (const auto& [k, t] : av.sets) av.label += (av.label.empty() ? "" : " ") + t;
@@ -186,7 +198,8 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
         }
         std::map<std::string, int> seen;
         for (const auto& av : axis.values) {
-          if (++seen[av.label] == 2) p.error(values, where, "two values are both labelled \"" + av.label + "\"");
+          if (++seen[av.label] == 2)
+            p.error(values, where, "two values are both labelled \"" + av.label + "\"");
         }
         spec.axes.push_back(std::move(axis));
       }
@@ -218,8 +231,9 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
   double cells = 1;
   for (const auto& a : spec.axes) cells *= static_cast<double>(a.values.size());
   if (cells > kMaxCells) {
-    p.error(root["sweep"], "sweep", "expands to " + std::to_string(static_cast<long long>(cells)) +
-                                        " cells, more than " + std::to_string(kMaxCells));
+    p.error(root["sweep"], "sweep",
+            "expands to " + std::to_string(static_cast<long long>(cells)) + " cells, more than " +
+                std::to_string(kMaxCells));
   }
   if (p.failed) return invalidArgument(path + ": invalid sweep file");
   return spec;
@@ -270,7 +284,8 @@ Result<std::vector<EvalPoint>> readEvalPoints(const std::string& cellDir) {
     while (std::getline(in, line)) {
       if (line.empty()) continue;
       auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) return dataLoss(evals.string() + ": a line is not JSON");
+      if (j.is_discarded() || !j.is_object())
+        return dataLoss(evals.string() + ": a line is not JSON");
       EvalPoint p;
       p.round = static_cast<long long>(num(j, "round").value_or(0));
       p.simTime = num(j, "sim_time");
@@ -299,7 +314,8 @@ Result<std::vector<EvalPoint>> readEvalPoints(const std::string& cellDir) {
     std::string line;
     while (std::getline(in, line)) {
       auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("test_accuracy") || j.contains("final")) continue;
+      if (j.is_discarded() || !j.is_object() || !j.contains("test_accuracy") || j.contains("final"))
+        continue;
       Acc& a = byRound[static_cast<long long>(num(j, "round").value_or(-1)) + 1];
       ++a.n;
       a.wall = std::max(a.wall, num(j, "time").value_or(0));

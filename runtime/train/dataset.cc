@@ -6,9 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace grapevine::train {
 namespace {
@@ -105,8 +104,8 @@ Result<IdxArray> readIdx(const std::string& path) {
   const std::int64_t got = gzReadFully(file.get(), out.data.data(), total, &zerr);
   if (got < 0) return dataLoss("IDX file " + path + ": corrupt compressed data (" + zerr + ")");
   if (got != total) {
-    return dataLoss("IDX file " + path + ": truncated payload, " + std::to_string(got) +
-                    " of " + std::to_string(total) + " bytes");
+    return dataLoss("IDX file " + path + ": truncated payload, " + std::to_string(got) + " of " +
+                    std::to_string(total) + " bytes");
   }
   std::uint8_t extra;
   const std::int64_t more = gzReadFully(file.get(), &extra, 1, &zerr);
@@ -128,8 +127,8 @@ Result<ImageSet> loadImageSet(const std::string& imagesPath, const std::string& 
                     std::to_string(labels.dims.size()));
   }
   if (labels.dims[0] != images.dims[0]) {
-    return dataLoss("IDX files " + imagesPath + " and " + labelsPath + " disagree: " +
-                    std::to_string(images.dims[0]) + " images but " +
+    return dataLoss("IDX files " + imagesPath + " and " + labelsPath +
+                    " disagree: " + std::to_string(images.dims[0]) + " images but " +
                     std::to_string(labels.dims[0]) + " labels");
   }
   for (size_t i = 0; i < labels.data.size(); ++i) {
@@ -174,9 +173,8 @@ Result<FashionMnist> loadFashionMnist(const std::string& dir) {
     }
     GV_ASSIGN_OR_RETURN(*part.into, loadImageSet(images, labels, 10));
     if (part.into->count != part.count || part.into->rows != 28 || part.into->cols != 28) {
-      return dataLoss("Fashion-MNIST file " + images + ": expected " +
-                      std::to_string(part.count) + " x 28 x 28, found " +
-                      std::to_string(part.into->count) + " x " +
+      return dataLoss("Fashion-MNIST file " + images + ": expected " + std::to_string(part.count) +
+                      " x 28 x 28, found " + std::to_string(part.into->count) + " x " +
                       std::to_string(part.into->rows) + " x " + std::to_string(part.into->cols));
     }
   }
@@ -202,8 +200,8 @@ Result<QuadraticData> parseQuadraticData(const std::string& jsonText, const std:
   const auto& b = doc["b"];
   if (a.empty()) return invalidArgument(where + "\"a\" is empty (need one entry per peer)");
   if (a.size() != b.size()) {
-    return invalidArgument(where + "\"a\" has " + std::to_string(a.size()) + " entries but \"b\" has " +
-                           std::to_string(b.size()));
+    return invalidArgument(where + "\"a\" has " + std::to_string(a.size()) +
+                           " entries but \"b\" has " + std::to_string(b.size()));
   }
   QuadraticData out;
   double sumA2 = 0.0;
@@ -216,7 +214,8 @@ Result<QuadraticData> parseQuadraticData(const std::string& jsonText, const std:
   }
   for (size_t i = 0; i < b.size(); ++i) {
     if (!b[i].is_array() || b[i].empty()) {
-      return invalidArgument(where + "b[" + std::to_string(i) + "] must be a non-empty array of numbers");
+      return invalidArgument(where + "b[" + std::to_string(i) +
+                             "] must be a non-empty array of numbers");
     }
     if (i > 0 && b[i].size() != b[0].size()) {
       return invalidArgument(where + "b[" + std::to_string(i) + "] has " +
@@ -235,7 +234,8 @@ Result<QuadraticData> parseQuadraticData(const std::string& jsonText, const std:
     out.b.push_back(std::move(row));
   }
   if (!(sumA2 > 0.0)) {
-    return invalidArgument(where + "all a_i are zero, so the optimum sum(a_i b_i)/sum(a_i^2) is undefined");
+    return invalidArgument(where +
+                           "all a_i are zero, so the optimum sum(a_i b_i)/sum(a_i^2) is undefined");
   }
   out.dim = static_cast<std::int64_t>(out.b[0].size());
   return out;
@@ -255,7 +255,8 @@ Result<std::shared_ptr<const SharedData>> loadSharedData(const WorkloadOptions& 
   shared->kind = options.kind;
   if (options.isFashionMnist()) {
     GV_ASSIGN_OR_RETURN(shared->fashion, loadFashionMnist(options.dataDir));
-    // Standardise with the training set's pixel mean and deviation (a histogram is exact and cheap).
+    // Standardise with the training set's pixel mean and deviation (a histogram is exact and
+    // cheap).
     std::array<std::int64_t, 256> histogram{};
     for (std::uint8_t p : shared->fashion.train.pixels) ++histogram[p];
     double n = 0.0, sum = 0.0, sumSq = 0.0;

@@ -42,7 +42,8 @@ constexpr std::uint64_t kInitStream = 0x1a1f;
 
 void fillUniform(float* p, std::size_t n, double bound, std::uint64_t seed) {
   Rng rng(seed);
-  for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+  for (std::size_t i = 0; i < n; ++i)
+    p[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
 }
 
 // y[B, out] = x[B, in] W^T + b with W [out, in].
@@ -54,7 +55,8 @@ class Dense final : public Layer {
     offset_ = *offset;
     const std::size_t w = static_cast<std::size_t>(inSize_) * outSize_;
     layout.push_back({name_ + ".weight", {outSize_, inSize_}, *offset, w});
-    layout.push_back({name_ + ".bias", {outSize_}, *offset + w, static_cast<std::size_t>(outSize_)});
+    layout.push_back(
+        {name_ + ".bias", {outSize_}, *offset + w, static_cast<std::size_t>(outSize_)});
     *offset += w + outSize_;
   }
 
@@ -68,7 +70,8 @@ class Dense final : public Layer {
   void forward(const float* x, const float* in, float* out, int batch) override {
     const float* w = x + offset_;
     const float* b = w + static_cast<std::size_t>(inSize_) * outSize_;
-    for (int r = 0; r < batch; ++r) std::memcpy(out + std::size_t(r) * outSize_, b, sizeof(float) * outSize_);
+    for (int r = 0; r < batch; ++r)
+      std::memcpy(out + std::size_t(r) * outSize_, b, sizeof(float) * outSize_);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, outSize_, inSize_, 1.0f, in,
                 inSize_, w, inSize_, 1.0f, out, outSize_);
   }
@@ -127,8 +130,15 @@ class Conv final : public Layer {
   static constexpr int kChunk = 16;
 
   Conv(std::string name, int h, int w, int c, int k, int kernel)
-      : Layer(h * w * c, h * w * k), name_(std::move(name)), h_(h), w_(w), c_(c), k_(k),
-        kernel_(kernel), pad_(kernel / 2), patch_(kernel * kernel * c) {}
+      : Layer(h * w * c, h * w * k),
+        name_(std::move(name)),
+        h_(h),
+        w_(w),
+        c_(c),
+        k_(k),
+        kernel_(kernel),
+        pad_(kernel / 2),
+        patch_(kernel * kernel * c) {}
 
   void describe(std::vector<TensorInfo>& layout, std::size_t* offset) override {
     offset_ = *offset;
@@ -140,7 +150,8 @@ class Conv final : public Layer {
 
   void init(float* params, std::uint64_t seed, bool output) const override {
     const std::size_t wc = static_cast<std::size_t>(k_) * patch_;
-    fillUniform(params + offset_, wc, std::sqrt(6.0 / patch_), deriveSeed(seed, kInitStream, offset_));
+    fillUniform(params + offset_, wc, std::sqrt(6.0 / patch_),
+                deriveSeed(seed, kInitStream, offset_));
     std::fill_n(params + offset_ + wc, k_, 0.0f);
   }
 
@@ -416,7 +427,8 @@ double Network::forward(std::span<const float> x, const std::uint8_t* labels, in
     const double zmax = z[best];
     double sum = 0.0;
     for (int c = 0; c < classes_; ++c) sum += std::exp(double(z[c]) - zmax);
-    for (int c = 0; c < classes_; ++c) p[c] = static_cast<float>(std::exp(double(z[c]) - zmax) / sum);
+    for (int c = 0; c < classes_; ++c)
+      p[c] = static_cast<float>(std::exp(double(z[c]) - zmax) / sum);
     lossSum += std::log(sum) + zmax - z[labels[r]];
     if (best == labels[r]) ++right;
     labels_[r] = labels[r];

@@ -1,6 +1,6 @@
 // Small feed-forward networks with hand-written forward and backward passes over a flat parameter
-// vector: softmax regression, an MLP (dense + ReLU), and a small CNN (conv 5x5 same-padding + ReLU +
-// max-pool 2x2, twice, then dense + ReLU + dense). Matrix products go to BLAS (cblas_sgemm);
+// vector: softmax regression, an MLP (dense + ReLU), and a small CNN (conv 5x5 same-padding + ReLU
+// + max-pool 2x2, twice, then dense + ReLU + dense). Matrix products go to BLAS (cblas_sgemm);
 // convolutions are im2col + sgemm in NHWC layout, in chunks of samples to bound the im2col buffer.
 //
 // Memory contract: reserve(maxBatch) allocates and first-touches every activation, gradient and

@@ -21,9 +21,12 @@ std::optional<MomentumKind> parseMomentumKind(std::string_view name) {
 
 std::string_view lrScheduleKindName(LrScheduleKind kind) {
   switch (kind) {
-    case LrScheduleKind::kConstant: return "constant";
-    case LrScheduleKind::kCosine: return "cosine";
-    case LrScheduleKind::kStep: return "step";
+    case LrScheduleKind::kConstant:
+      return "constant";
+    case LrScheduleKind::kCosine:
+      return "cosine";
+    case LrScheduleKind::kStep:
+      return "step";
   }
   return "unknown";
 }
@@ -46,7 +49,8 @@ Status bad(const Parts&... parts) {
 
 Status LrSchedule::validate() const {
   // lr 0 is allowed: pure gossip (mass conservation, the consensus workload).
-  if (!(lr >= 0.0) || !std::isfinite(lr)) return bad("optimizer.lr must be a finite number >= 0, got ", lr);
+  if (!(lr >= 0.0) || !std::isfinite(lr))
+    return bad("optimizer.lr must be a finite number >= 0, got ", lr);
   if (warmupRounds < 0) return bad("optimizer.warmup_rounds must be >= 0, got ", warmupRounds);
   switch (kind) {
     case LrScheduleKind::kConstant:
@@ -61,7 +65,8 @@ Status LrSchedule::validate() const {
       }
       break;
     case LrScheduleKind::kStep:
-      if (!(gamma > 0.0) || !(gamma <= 1.0)) return bad("optimizer.gamma must be in (0, 1], got ", gamma);
+      if (!(gamma > 0.0) || !(gamma <= 1.0))
+        return bad("optimizer.gamma must be in (0, 1], got ", gamma);
       if (milestones.empty()) return bad("the step schedule needs optimizer.milestones (rounds)");
       for (std::size_t i = 0; i < milestones.size(); ++i) {
         if (milestones[i] < 0) return bad("optimizer.milestones[", i, "] must be >= 0");
@@ -92,8 +97,8 @@ double LrSchedule::at(std::int64_t round) const {
       return minLr + (lr - minLr) * 0.5 * (1.0 + std::cos(std::numbers::pi * t / span));
     }
     case LrScheduleKind::kStep: {
-      const auto passed = std::upper_bound(milestones.begin(), milestones.end(), round) -
-                          milestones.begin();
+      const auto passed =
+          std::upper_bound(milestones.begin(), milestones.end(), round) - milestones.begin();
       return lr * std::pow(gamma, static_cast<double>(passed));
     }
   }
@@ -161,8 +166,8 @@ void Optimizer::direction(std::span<const float> g, std::span<const float> x, st
   }
 }
 
-void Optimizer::afterMixing(std::span<const float> xBeforeStep,
-                            std::span<const float> xAfterMixing, double lr) {
+void Optimizer::afterMixing(std::span<const float> xBeforeStep, std::span<const float> xAfterMixing,
+                            double lr) {
   if (options_.momentumKind != MomentumKind::kQuasiGlobal || buffer_.empty() || !(lr > 0.0)) return;
   assert(xBeforeStep.size() == buffer_.size() && xAfterMixing.size() == buffer_.size());
   const float beta = static_cast<float>(options_.momentum);

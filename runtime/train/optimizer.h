@@ -1,6 +1,7 @@
-// Local optimizer of one peer: weight decay, (quasi-global) momentum, Nesterov, and the learning-rate
-// schedule. The algorithm (D-PSGD, CHOCO, ...) takes the step: x_half = x - lr(round) * u with the
-// direction u from direction(), then mixes; quasi-global momentum then needs afterMixing().
+// Local optimizer of one peer: weight decay, (quasi-global) momentum, Nesterov, and the
+// learning-rate schedule. The algorithm (D-PSGD, CHOCO, ...) takes the step: x_half = x - lr(round)
+// * u with the direction u from direction(), then mixes; quasi-global momentum then needs
+// afterMixing().
 //
 // Exact formulas (g = stochastic gradient, x = current model, beta = momentum, wd = weight decay):
 //   g' = g + wd * x                                   (coupled L2, as in PyTorch SGD)
@@ -9,7 +10,8 @@
 //   quasi-global: u = g' + beta * mhat    (heavy ball)    u = g' + beta * (beta * mhat + g')
 //                 (nesterov; Lin et al. 2021, QG-DSGDm-N), mhat untouched by direction();
 //                 afterMixing(x_before_step, x_after_mixing, lr):
-//                   d = (x_before_step - x_after_mixing) / lr;  mhat <- beta * mhat + (1 - beta) * d
+//                   d = (x_before_step - x_after_mixing) / lr;  mhat <- beta * mhat + (1 - beta) *
+//                   d
 //                 (lr == 0 leaves mhat unchanged: d is undefined). mhat starts at 0.
 // With beta == 0 both kinds reduce to u = g'.
 //
@@ -27,7 +29,7 @@
 
 namespace grapevine::train {
 
-enum class MomentumKind { kLocal, kQuasiGlobal };  // "local" | "quasi-global"
+enum class MomentumKind { kLocal, kQuasiGlobal };         // "local" | "quasi-global"
 enum class LrScheduleKind { kConstant, kCosine, kStep };  // "constant" | "cosine" | "step"
 
 std::string_view momentumKindName(MomentumKind kind);
@@ -43,12 +45,12 @@ std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name);
 //   step:      lr * gamma^(number of milestones <= round)  (milestones are absolute rounds)
 struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::kConstant;  // optimizer.schedule
-  double lr = 0.1;                     // optimizer.lr
-  std::int64_t warmupRounds = 0;       // optimizer.warmup_rounds
-  std::int64_t totalRounds = 0;        // cosine: the run's length (engine fills it from rounds)
-  double minLr = 0.0;                  // optimizer.min_lr (cosine floor)
+  double lr = 0.1;                                  // optimizer.lr
+  std::int64_t warmupRounds = 0;                    // optimizer.warmup_rounds
+  std::int64_t totalRounds = 0;          // cosine: the run's length (engine fills it from rounds)
+  double minLr = 0.0;                    // optimizer.min_lr (cosine floor)
   std::vector<std::int64_t> milestones;  // optimizer.milestones (step), ascending
-  double gamma = 0.1;                  // optimizer.gamma (step factor)
+  double gamma = 0.1;                    // optimizer.gamma (step factor)
 
   Status validate() const;
   // Pure function of round; round < 0 is treated as 0.
@@ -57,9 +59,9 @@ struct LrSchedule {
 
 struct OptimizerOptions {
   LrSchedule schedule;
-  double momentum = 0.0;                         // optimizer.momentum, beta in [0, 1)
-  bool nesterov = false;                         // optimizer.nesterov
-  double weightDecay = 0.0;                      // optimizer.weight_decay, >= 0
+  double momentum = 0.0;                             // optimizer.momentum, beta in [0, 1)
+  bool nesterov = false;                             // optimizer.nesterov
+  double weightDecay = 0.0;                          // optimizer.weight_decay, >= 0
   MomentumKind momentumKind = MomentumKind::kLocal;  // optimizer.momentum_kind
 
   Status validate() const;

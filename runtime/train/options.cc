@@ -146,8 +146,9 @@ Status WorkloadOptions::validate() const {
   }
   if (kind == WorkloadKind::kQuadratic) {
     if (data.empty()) {
-      return bad("workload.data must name the quadratic JSON file "
-                 "({\"a\": [n numbers], \"b\": [n lists of d numbers]})");
+      return bad(
+          "workload.data must name the quadratic JSON file "
+          "({\"a\": [n numbers], \"b\": [n lists of d numbers]})");
     }
   }
   if (!(noise >= 0.0 && std::isfinite(noise))) {

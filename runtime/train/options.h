@@ -1,6 +1,6 @@
-// What a config's `workload:` section asks for, as plain typed data. Each field names the config key
-// it mirrors (docs/workloads.md lists them with defaults). validate() returns kInvalidArgument with a
-// message that names the key ("workload.batch_size must be >= 1, got 0").
+// What a config's `workload:` section asks for, as plain typed data. Each field names the config
+// key it mirrors (docs/workloads.md lists them with defaults). validate() returns kInvalidArgument
+// with a message that names the key ("workload.batch_size must be >= 1, got 0").
 #pragma once
 
 #include <cstdint>
@@ -37,19 +37,19 @@ inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fash
 
 struct WorkloadOptions {
   WorkloadKind kind = WorkloadKind::kFashionMnistMlp;  // workload.name
-  std::vector<int> hidden = {128};          // workload.hidden: MLP hidden layer sizes (>= 0 layers)
-  std::vector<int> cnnChannels = {8, 16};   // workload.cnn_channels: the two conv layers' outputs
-  int cnnHidden = 64;                       // workload.cnn_hidden: the CNN's first dense layer
+  std::vector<int> hidden = {128};         // workload.hidden: MLP hidden layer sizes (>= 0 layers)
+  std::vector<int> cnnChannels = {8, 16};  // workload.cnn_channels: the two conv layers' outputs
+  int cnnHidden = 64;                      // workload.cnn_hidden: the CNN's first dense layer
   PartitionKind partition = PartitionKind::kIid;  // workload.partition
-  double alpha = 0.5;                       // workload.alpha (dirichlet concentration, > 0)
-  int batchSize = 64;                       // workload.batch_size
+  double alpha = 0.5;                             // workload.alpha (dirichlet concentration, > 0)
+  int batchSize = 64;                             // workload.batch_size
   std::string dataDir = kDefaultFashionMnistDir;  // workload.data_dir
-  std::string data;                         // workload.data: quadratic JSON path
-  double noise = 0.0;                       // workload.noise: quadratic gradient noise stddev
-  std::int64_t dim = 1000;                  // workload.dim: consensus vector length
-  std::int64_t evalTestSamples = 0;         // workload.eval_test_samples (0 = whole test set)
-  std::int64_t evalTrainSamples = 0;        // workload.eval_train_samples (0 = whole shard)
-  int threads = 1;                          // workload.threads: BLAS threads (process-wide)
+  std::string data;                               // workload.data: quadratic JSON path
+  double noise = 0.0;                             // workload.noise: quadratic gradient noise stddev
+  std::int64_t dim = 1000;                        // workload.dim: consensus vector length
+  std::int64_t evalTestSamples = 0;               // workload.eval_test_samples (0 = whole test set)
+  std::int64_t evalTrainSamples = 0;              // workload.eval_train_samples (0 = whole shard)
+  int threads = 1;                                // workload.threads: BLAS threads (process-wide)
 
   bool isFashionMnist() const;
   Status validate() const;

@@ -78,8 +78,8 @@ Result<Shards> dirichletPartition(std::span<const std::uint8_t> labels, int clas
         cumulative += proportions[p];
         const std::size_t end =
             p + 1 == peers ? m
-                           : std::min(m, static_cast<std::size_t>(
-                                             std::llround(cumulative / total * static_cast<double>(m))));
+                           : std::min(m, static_cast<std::size_t>(std::llround(
+                                             cumulative / total * static_cast<double>(m))));
         if (end > begin) {
           shards[p].insert(shards[p].end(), byClass[c].begin() + begin, byClass[c].begin() + end);
           begin = end;

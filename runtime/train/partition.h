@@ -16,11 +16,11 @@ using Shards = std::vector<std::vector<std::uint32_t>>;  // shard[p] = sample in
 // one (the first n mod peers shards get one extra). peers >= 1, n >= peers.
 Result<Shards> iidPartition(std::size_t n, int peers, std::uint64_t seed);
 
-// Dirichlet label skew (Hsu et al. 2019): for each class c, proportions p_c ~ Dir(alpha, ..., alpha)
-// over peers; the class's (shuffled) samples are cut by the cumulative proportions. Small alpha ->
-// each peer sees few classes; large alpha -> close to iid. A draw that leaves some shard empty is
-// redrawn (the RNG continues, so it stays deterministic); after 1000 failed draws the result is
-// kInvalidArgument naming alpha and peers.
+// Dirichlet label skew (Hsu et al. 2019): for each class c, proportions p_c ~ Dir(alpha, ...,
+// alpha) over peers; the class's (shuffled) samples are cut by the cumulative proportions. Small
+// alpha -> each peer sees few classes; large alpha -> close to iid. A draw that leaves some shard
+// empty is redrawn (the RNG continues, so it stays deterministic); after 1000 failed draws the
+// result is kInvalidArgument naming alpha and peers.
 Result<Shards> dirichletPartition(std::span<const std::uint8_t> labels, int classes, int peers,
                                   double alpha, std::uint64_t seed);
 

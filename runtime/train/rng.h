@@ -2,9 +2,9 @@
 //
 // Why not <random>: the standard distributions are implementation-defined, so the same seed could
 // give different shards or initial models under another standard library. Everything here is
-// specified bit for bit (xoshiro256** seeded through SplitMix64; Box-Muller normals; Marsaglia-Tsang
-// gammas), so every peer (and every platform) derives the same values from the same seed.
-// Not thread-safe: one Rng per thread/peer.
+// specified bit for bit (xoshiro256** seeded through SplitMix64; Box-Muller normals;
+// Marsaglia-Tsang gammas), so every peer (and every platform) derives the same values from the same
+// seed. Not thread-safe: one Rng per thread/peer.
 #pragma once
 
 #include <cmath>

@@ -44,15 +44,22 @@ class ClassifierWorkload final : public Workload {
   ClassifierWorkload(const WorkloadOptions& options, int rank, std::uint64_t seed,
                      std::shared_ptr<const SharedData> shared, Network network,
                      std::vector<std::uint32_t> shard)
-      : kind_(options.kind), rank_(rank), seed_(seed), batch_(options.batchSize),
-        shared_(std::move(shared)), network_(std::move(network)), shard_(std::move(shard)) {
+      : kind_(options.kind),
+        rank_(rank),
+        seed_(seed),
+        batch_(options.batchSize),
+        shared_(std::move(shared)),
+        network_(std::move(network)),
+        shard_(std::move(shard)) {
     network_.reserve(batch_);
     labels_.assign(batch_, 0);
     order_.resize(shard_.size());
     std::vector<std::uint32_t> all(shared_->fashion.test.count);
     std::iota(all.begin(), all.end(), 0u);
-    testEval_ = subsample(std::move(all), options.evalTestSamples, deriveSeed(seed, kEvalTestStream));
-    trainEval_ = subsample(shard_, options.evalTrainSamples, deriveSeed(seed, kEvalTrainStream, rank));
+    testEval_ =
+        subsample(std::move(all), options.evalTestSamples, deriveSeed(seed, kEvalTestStream));
+    trainEval_ =
+        subsample(shard_, options.evalTrainSamples, deriveSeed(seed, kEvalTrainStream, rank));
   }
 
   std::string_view name() const override { return workloadKindName(kind_); }
@@ -143,7 +150,10 @@ class QuadraticWorkload final : public Workload {
  public:
   QuadraticWorkload(const WorkloadOptions& options, int rank, std::uint64_t seed,
                     std::shared_ptr<const SharedData> shared)
-      : rank_(rank), seed_(seed), noise_(options.noise), shared_(std::move(shared)),
+      : rank_(rank),
+        seed_(seed),
+        noise_(options.noise),
+        shared_(std::move(shared)),
         layout_(vectorLayout(shared_->quadratic.dim)) {
     const QuadraticData& q = shared_->quadratic;
     // x* = sum_i a_i b_i / sum_i a_i^2, accumulated in double.
@@ -294,7 +304,8 @@ Result<std::unique_ptr<Workload>> makeWorkload(const WorkloadOptions& options, i
                                                std::uint64_t seed,
                                                std::shared_ptr<const SharedData> shared) {
   GV_RETURN_IF_ERROR(options.validate());
-  if (peers < 1) return invalidArgument("workload: peers must be >= 1, got " + std::to_string(peers));
+  if (peers < 1)
+    return invalidArgument("workload: peers must be >= 1, got " + std::to_string(peers));
   if (rank < 0 || rank >= peers) {
     return invalidArgument("workload: rank " + std::to_string(rank) + " is not in [0, " +
                            std::to_string(peers) + ")");

@@ -58,9 +58,10 @@ class Workload {
   virtual Eval evaluateTrain(std::span<const float> x) const = 0;
 
   // The minimiser of the global objective when it is known in closed form (quadratic: sum a_i b_i /
-  // sum a_i^2; consensus: the average of all peers' initial vectors), else empty. The engine reports
-  // optimum_distance = |mean_i x_i - optimum|^2. May compute lazily on first call (consensus:
-  // O(peers * dim)); assumes initParameters() is given the seed passed to makeWorkload().
+  // sum a_i^2; consensus: the average of all peers' initial vectors), else empty. The engine
+  // reports optimum_distance = |mean_i x_i - optimum|^2. May compute lazily on first call
+  // (consensus: O(peers * dim)); assumes initParameters() is given the seed passed to
+  // makeWorkload().
   virtual std::span<const float> optimum() const { return {}; }
 
   // Number of gradient() calls so far; setStep() repositions the minibatch stream (resume).

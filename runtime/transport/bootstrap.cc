@@ -26,8 +26,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kFrameHeaderBytes = 6;
 enum FrameType : std::uint16_t { kHello = 1, kReject = 2, kHeartbeat = 3, kUser = 4 };
 // Fixed prefix of every hello, the same in every protocol version so that a version mismatch can
-// still be attributed to a peer: magic u32 | version u16 | reserved u16 | sender u32 | receiver u32 |
-// incarnation u64.
+// still be attributed to a peer: magic u32 | version u16 | reserved u16 | sender u32 | receiver u32
+// | incarnation u64.
 constexpr std::size_t kHelloFixedBytes = 24;
 
 std::chrono::nanoseconds seconds(double s) {
@@ -96,7 +96,8 @@ std::vector<std::uint8_t> encodeHello(const Hello& h) {
   return p;
 }
 
-// Decodes a hello. A version other than ours is kFailedPrecondition (the fixed prefix is still read).
+// Decodes a hello. A version other than ours is kFailedPrecondition (the fixed prefix is still
+// read).
 Result<Hello> decodeHello(std::span<const std::uint8_t> p, Hello* prefix) {
   if (p.size() < kHelloFixedBytes || wire::getU32(p.data()) != kControlMagic) {
     return dataLoss("not a grapevine control connection (bad magic or short hello)");
@@ -108,9 +109,9 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p, Hello* prefix) {
   h.incarnation = wire::getU64(p.data() + 16);
   if (prefix) *prefix = h;
   if (h.version != kControlProtocolVersion) {
-    return failedPrecondition("control protocol version mismatch with peer " + std::to_string(h.sender) +
-                              ": ours " + std::to_string(kControlProtocolVersion) + ", theirs " +
-                              std::to_string(h.version));
+    return failedPrecondition(
+        "control protocol version mismatch with peer " + std::to_string(h.sender) + ": ours " +
+        std::to_string(kControlProtocolVersion) + ", theirs " + std::to_string(h.version));
   }
   std::size_t at = kHelloFixedBytes;
   auto need = [&](std::size_t n) { return at + n <= p.size(); };
@@ -177,8 +178,8 @@ Status compareHellos(const Hello& ours, const Hello& theirs) {
 
 class BootstrapImpl;
 
-// One control connection. Before the handshake completes it reports to its bootstrap; afterwards it is
-// a ControlChannel that heartbeats and carries control messages until closed.
+// One control connection. Before the handshake completes it reports to its bootstrap; afterwards it
+// is a ControlChannel that heartbeats and carries control messages until closed.
 class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
  public:
   using HandshakeDone = std::function<void(Link&, Status)>;
@@ -196,7 +197,7 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
         rng_(static_cast<std::uint64_t>(options_.rank) * 1000003u ^ options_.incarnation ^
              static_cast<std::uint64_t>(peer)) {}
 
-  // --- handshake (lower rank dials) ---------------------------------------------------------------
+  // --- handshake (lower rank dials) --------------------------------------------------------------
 
   void dial(tcp::endpoint endpoint, Clock::time_point deadline) {
     endpoint_ = endpoint;
@@ -227,14 +228,15 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
   bool ready() const { return ready_; }
   const Hello& theirs() const { return theirs_; }
 
-  // --- ControlChannel -----------------------------------------------------------------------------
+  // --- ControlChannel ----------------------------------------------------------------------------
 
   int peer() const override { return peer_; }
   std::uint64_t peerIncarnation() const override { return theirs_.incarnation; }
   double silentSeconds() const override { return secondsSince(lastHeard_); }
 
   Status send(std::uint16_t type, std::span<const std::uint8_t> payload) override {
-    if (closed_) return unavailable("control connection to peer " + std::to_string(peer_) + " is closed");
+    if (closed_)
+      return unavailable("control connection to peer " + std::to_string(peer_) + " is closed");
     if (payload.size() + 2 > options_.maxControlFrameBytes) {
       return resourceExhausted("control message of " + std::to_string(payload.size()) +
                                " bytes exceeds maxControlFrameBytes");
@@ -296,12 +298,14 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
       }
       // Capped exponential backoff with jitter, until the deadline.
       const double base = std::min(1.0, 0.02 * double(1u << std::min(self->attempts_, 6)));
-      const auto jittered = seconds(base * std::uniform_real_distribution<double>(0.5, 1.5)(self->rng_));
+      const auto jittered =
+          seconds(base * std::uniform_real_distribution<double>(0.5, 1.5)(self->rng_));
       const auto now = Clock::now();
       self->lastError_ = ec.message();
       if (now >= self->deadline_) return self->handshakeFailed(self->unreachable());
       // The last attempt is made at the deadline itself.
-      self->timer_.expires_after(std::min<std::chrono::nanoseconds>(jittered, self->deadline_ - now));
+      self->timer_.expires_after(
+          std::min<std::chrono::nanoseconds>(jittered, self->deadline_ - now));
       self->timer_.async_wait([self](boost::system::error_code tec) {
         if (!tec && !self->closed_) self->attemptConnect();
       });
@@ -337,30 +341,31 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
   }
 
   void readFrame() {
-    asio::async_read(socket_, asio::buffer(header_, kFrameHeaderBytes),
-                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                       if (self->closed_) return;
-                       if (ec) return self->lost(ec == asio::error::eof ? "closed by peer" : ec.message());
-                       const std::size_t len = wire::getU32(self->header_);
-                       const std::uint16_t type = wire::getU16(self->header_ + 4);
-                       if (len > self->options_.maxControlFrameBytes) {
-                         // Refused before allocating anything for it.
-                         const std::string why = "control frame of " + std::to_string(len) +
-                                                 " bytes from peer " + std::to_string(self->peer_) +
-                                                 " exceeds maxControlFrameBytes " +
-                                                 std::to_string(self->options_.maxControlFrameBytes);
-                         self->reject(why);
-                         return self->protocolError(resourceExhausted(why));
-                       }
-                       self->body_.resize(len);
-                       asio::async_read(self->socket_, asio::buffer(self->body_),
-                                        [self, type](boost::system::error_code ec2, std::size_t) {
-                                          if (self->closed_) return;
-                                          if (ec2) return self->lost(ec2.message());
-                                          self->onFrame(type, self->body_);
-                                          if (!self->closed_ && !self->closeAfterWrite_) self->readFrame();
-                                        });
-                     });
+    asio::async_read(
+        socket_, asio::buffer(header_, kFrameHeaderBytes),
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+          if (self->closed_) return;
+          if (ec) return self->lost(ec == asio::error::eof ? "closed by peer" : ec.message());
+          const std::size_t len = wire::getU32(self->header_);
+          const std::uint16_t type = wire::getU16(self->header_ + 4);
+          if (len > self->options_.maxControlFrameBytes) {
+            // Refused before allocating anything for it.
+            const std::string why = "control frame of " + std::to_string(len) +
+                                    " bytes from peer " + std::to_string(self->peer_) +
+                                    " exceeds maxControlFrameBytes " +
+                                    std::to_string(self->options_.maxControlFrameBytes);
+            self->reject(why);
+            return self->protocolError(resourceExhausted(why));
+          }
+          self->body_.resize(len);
+          asio::async_read(self->socket_, asio::buffer(self->body_),
+                           [self, type](boost::system::error_code ec2, std::size_t) {
+                             if (self->closed_) return;
+                             if (ec2) return self->lost(ec2.message());
+                             self->onFrame(type, self->body_);
+                             if (!self->closed_ && !self->closeAfterWrite_) self->readFrame();
+                           });
+        });
   }
 
   void onFrame(std::uint16_t type, std::span<const std::uint8_t> body) {
@@ -411,7 +416,8 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
         }
         break;
       case kReject:
-        lost("peer rejected: " + std::string(reinterpret_cast<const char*>(body.data()), body.size()));
+        lost("peer rejected: " +
+             std::string(reinterpret_cast<const char*>(body.data()), body.size()));
         break;
       default:
         break;  // unknown types are ignored: newer minor additions
@@ -420,8 +426,10 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
 
   // A broken handshake or a protocol violation.
   void protocolError(Status status) {
-    if (!ready_) handshakeFailed(status);
-    else lost(status.message());
+    if (!ready_)
+      handshakeFailed(status);
+    else
+      lost(status.message());
     if (!closeAfterWrite_) shutdown();
   }
 
@@ -464,7 +472,8 @@ class Link : public ControlChannel, public std::enable_shared_from_this<Link> {
 
   Loop& loop_;
   const int peer_;
-  std::shared_ptr<const BootstrapOptions> optionsHolder_;  // shared with the bootstrap and other links
+  std::shared_ptr<const BootstrapOptions>
+      optionsHolder_;  // shared with the bootstrap and other links
   const BootstrapOptions& options_;
   std::shared_ptr<const Hello> ours_;
   HandshakeDone onHandshake_;
@@ -502,13 +511,14 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   Status init() {
     const BootstrapOptions& o = *options_;
     if (o.rank < 0 || static_cast<std::size_t>(o.rank) >= o.peers.size()) {
-      return invalidArgument("rank " + std::to_string(o.rank) + " has no entry in the peers list (" +
-                             std::to_string(o.peers.size()) + " peers)");
+      return invalidArgument("rank " + std::to_string(o.rank) +
+                             " has no entry in the peers list (" + std::to_string(o.peers.size()) +
+                             " peers)");
     }
     for (int n : o.neighbours) {
       if (n < 0 || static_cast<std::size_t>(n) >= o.peers.size() || n == o.rank) {
-        return invalidArgument("neighbour " + std::to_string(n) + " of peer " + std::to_string(o.rank) +
-                               " is not a valid peer");
+        return invalidArgument("neighbour " + std::to_string(n) + " of peer " +
+                               std::to_string(o.rank) + " is not a valid peer");
       }
     }
     GV_ASSIGN_OR_RETURN(tcp::endpoint self, transport::tcp::parseEndpoint(o.peers[o.rank]));
@@ -517,7 +527,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(self, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return unavailable("bootstrap: cannot listen on " + o.peers[o.rank] + ": " + ec.message());
+    if (ec)
+      return unavailable("bootstrap: cannot listen on " + o.peers[o.rank] + ": " + ec.message());
 
     auto ours = std::make_shared<Hello>();
     ours->sender = o.rank;
@@ -530,11 +541,11 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     for (int n : o.neighbours) {
       auto hello = std::make_shared<Hello>(*ours);
       hello->receiver = n;
-      auto link = std::make_shared<Link>(
-          loop_, n, options_, hello,
-          [weak = weak_from_this()](Link& l, Status st) {
-            if (auto self = weak.lock()) self->onHandshake(l, std::move(st));
-          });
+      auto link = std::make_shared<Link>(loop_, n, options_, hello,
+                                         [weak = weak_from_this()](Link& l, Status st) {
+                                           if (auto self = weak.lock())
+                                             self->onHandshake(l, std::move(st));
+                                         });
       links_[n] = link;
     }
     startAccept();
@@ -571,11 +582,12 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
 
   void startAccept() {
     auto pending = std::make_shared<Pending>(loop_.io());
-    acceptor_.async_accept(pending->socket, [self = shared_from_this(), pending](boost::system::error_code ec) {
-      if (self->finished_) return;
-      if (!ec) self->readFirstFrame(pending);
-      self->startAccept();
-    });
+    acceptor_.async_accept(pending->socket,
+                           [self = shared_from_this(), pending](boost::system::error_code ec) {
+                             if (self->finished_) return;
+                             if (!ec) self->readFirstFrame(pending);
+                             self->startAccept();
+                           });
   }
 
   // The dialer's first frame must be its hello; it tells us which link the socket belongs to.
@@ -590,9 +602,10 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
                        if (ec || self->finished_) return;
                        const std::size_t len = wire::getU32(p->header);
                        if (len > self->options_->maxControlFrameBytes) {
-                         const std::string why = "control frame of " + std::to_string(len) +
-                                                 " bytes exceeds maxControlFrameBytes " +
-                                                 std::to_string(self->options_->maxControlFrameBytes);
+                         const std::string why =
+                             "control frame of " + std::to_string(len) +
+                             " bytes exceeds maxControlFrameBytes " +
+                             std::to_string(self->options_->maxControlFrameBytes);
                          log::warn("bootstrap: refused a connection: ", why);
                          return self->rejectPending(p, why);
                        }
@@ -615,7 +628,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     }
     auto it = links_.find(prefix.sender);
     if (it == links_.end() || prefix.sender > options_->rank || it->second->connected()) {
-      return rejectPending(p, "peer " + std::to_string(prefix.sender) + " is not an expected neighbour of peer " +
+      return rejectPending(p, "peer " + std::to_string(prefix.sender) +
+                                  " is not an expected neighbour of peer " +
                                   std::to_string(options_->rank));
     }
     // The link checks the hello itself (version, config) so both sides report the same mismatch.
@@ -623,16 +637,18 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   }
 
   void rejectPending(const std::shared_ptr<Pending>& p, const std::string& why) {
-    auto frame = std::make_shared<std::vector<std::uint8_t>>(
-        encodeFrame(kReject, std::span(reinterpret_cast<const std::uint8_t*>(why.data()), why.size())));
-    asio::async_write(p->socket, asio::buffer(*frame), [p, frame](boost::system::error_code, std::size_t) {
-      boost::system::error_code ignored;
-      p->socket.close(ignored);
-    });
+    auto frame = std::make_shared<std::vector<std::uint8_t>>(encodeFrame(
+        kReject, std::span(reinterpret_cast<const std::uint8_t*>(why.data()), why.size())));
+    asio::async_write(p->socket, asio::buffer(*frame),
+                      [p, frame](boost::system::error_code, std::size_t) {
+                        boost::system::error_code ignored;
+                        p->socket.close(ignored);
+                      });
     // A version mismatch from a real neighbour is a bootstrap failure here too.
     Hello prefix;
     auto h = decodeHello(p->body, &prefix);
-    if (!h.isOk() && h.status().code() == ErrorCode::kFailedPrecondition && links_.count(prefix.sender)) {
+    if (!h.isOk() && h.status().code() == ErrorCode::kFailedPrecondition &&
+        links_.count(prefix.sender)) {
       finish(h.status());
     }
   }
@@ -647,8 +663,9 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       auto& l = links_[n];
       auto conn = data_.connect(n, l->theirs().address);
       if (!conn.isOk()) {
-        return finish(Status(conn.status().code(), "data connection to neighbour " + std::to_string(n) +
-                                                        ": " + conn.status().message()));
+        return finish(Status(
+            conn.status().code(),
+            "data connection to neighbour " + std::to_string(n) + ": " + conn.status().message()));
       }
       out.push_back(Neighbour{n, l->theirs().incarnation, std::move(conn).value(), l});
     }
@@ -662,9 +679,9 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       if (l->ready()) continue;
       if (l->dialing()) return finish(l->unreachable());
       const std::string what = options_->rank < n ? " did not complete the handshake within "
-                                                 : " did not connect within ";
-      return finish(deadlineExceeded("neighbour " + std::to_string(n) + " (" + options_->peers[n] + ")" +
-                                     what + fmtSeconds(options_->connectTimeoutSeconds)));
+                                                  : " did not connect within ";
+      return finish(deadlineExceeded("neighbour " + std::to_string(n) + " (" + options_->peers[n] +
+                                     ")" + what + fmtSeconds(options_->connectTimeoutSeconds)));
     }
   }
 
@@ -697,8 +714,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
 
 }  // namespace
 
-Result<std::shared_ptr<Bootstrap>> Bootstrap::start(Loop& loop, BootstrapOptions options, Context& data,
-                                                    BootstrapCallback done) {
+Result<std::shared_ptr<Bootstrap>> Bootstrap::start(Loop& loop, BootstrapOptions options,
+                                                    Context& data, BootstrapCallback done) {
   auto b = std::make_shared<BootstrapImpl>(loop, std::move(options), data, std::move(done));
   GV_RETURN_IF_ERROR(b->init());
   return std::shared_ptr<Bootstrap>(b);

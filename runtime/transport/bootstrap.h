@@ -1,13 +1,14 @@
-// Coordinator-free bootstrap. Every peer knows every peer's control host:port (from the YAML file). Each
-// peer listens on its own address and talks only to its neighbours: the lower rank dials, the higher
-// accepts. Over that small TCP control connection the two peers exchange a handshake (magic, protocol
-// version, peer ids, incarnation, the hashes of the run-defining config parts, the data backend's name
-// and address blob), then heartbeats and small control messages for the rest of the run.
+// Coordinator-free bootstrap. Every peer knows every peer's control host:port (from the YAML file).
+// Each peer listens on its own address and talks only to its neighbours: the lower rank dials, the
+// higher accepts. Over that small TCP control connection the two peers exchange a handshake (magic,
+// protocol version, peer ids, incarnation, the hashes of the run-defining config parts, the data
+// backend's name and address blob), then heartbeats and small control messages for the rest of the
+// run.
 //
-// Failure contract: a version, backend or config mismatch fails the bootstrap on both sides as soon as
-// the hellos cross (well within a second), naming the differing part; an unreachable neighbour is retried
-// with capped exponential backoff and jitter until connectTimeout, then named in the error; a control
-// frame above maxControlFrameBytes is refused before anything is allocated for it.
+// Failure contract: a version, backend or config mismatch fails the bootstrap on both sides as soon
+// as the hellos cross (well within a second), naming the differing part; an unreachable neighbour
+// is retried with capped exponential backoff and jitter until connectTimeout, then named in the
+// error; a control frame above maxControlFrameBytes is refused before anything is allocated for it.
 //
 // Thread: everything runs on the Loop thread; start() must be called there, and every callback runs
 // there, exactly once for `done`, never inline.
@@ -37,24 +38,25 @@ struct ConfigPart {
 };
 
 enum class ControlEventKind {
-  kMissedHeartbeats,  // nothing heard for missedHeartbeats intervals: suspect
-  kHeartbeatsResumed, // heard again after kMissedHeartbeats
-  kClosed,            // the control connection closed or failed: the peer is gone
+  kMissedHeartbeats,   // nothing heard for missedHeartbeats intervals: suspect
+  kHeartbeatsResumed,  // heard again after kMissedHeartbeats
+  kClosed,             // the control connection closed or failed: the peer is gone
 };
 
 struct ControlEvent {
   int peer = -1;
   ControlEventKind kind = ControlEventKind::kClosed;
   double silentSeconds = 0;  // for kMissedHeartbeats: how long nothing was heard
-  std::string message;       // "peer 3 missed heartbeats for 1.5 s" / "control connection closed: ..."
+  std::string message;  // "peer 3 missed heartbeats for 1.5 s" / "control connection closed: ..."
 };
 
 struct BootstrapOptions {
   int rank = 0;
-  std::vector<std::string> peers;  // control host:port of every peer, indexed by rank ("host:0" for
-                                   // our own entry binds an ephemeral port; see Bootstrap::listenPort)
-  std::vector<int> neighbours;     // ranks we exchange data with (symmetric: they list us too)
-  std::uint64_t incarnation = 0;   // bumps each time this peer restarts
+  std::vector<std::string>
+      peers;                    // control host:port of every peer, indexed by rank ("host:0" for
+                                // our own entry binds an ephemeral port; see Bootstrap::listenPort)
+  std::vector<int> neighbours;  // ranks we exchange data with (symmetric: they list us too)
+  std::uint64_t incarnation = 0;  // bumps each time this peer restarts
   std::vector<ConfigPart> configParts;
   double connectTimeoutSeconds = 10.0;
   double heartbeatIntervalSeconds = 0.5;
@@ -62,7 +64,8 @@ struct BootstrapOptions {
   std::size_t maxControlFrameBytes = 64 * 1024;
   // After the bootstrap completed: liveness events and control messages from neighbours. Optional.
   std::function<void(const ControlEvent&)> onEvent;
-  std::function<void(int peer, std::uint16_t type, std::span<const std::uint8_t> payload)> onMessage;
+  std::function<void(int peer, std::uint16_t type, std::span<const std::uint8_t> payload)>
+      onMessage;
 };
 
 // The live control connection to one neighbour, after the handshake.
@@ -83,7 +86,7 @@ class ControlChannel {
 struct Neighbour {
   int peer = -1;
   std::uint64_t incarnation = 0;
-  std::shared_ptr<Connection> data;        // from the data Context, connected to the peer's address
+  std::shared_ptr<Connection> data;  // from the data Context, connected to the peer's address
   std::shared_ptr<ControlChannel> control;
 };
 
@@ -94,12 +97,12 @@ class Bootstrap {
   virtual ~Bootstrap() = default;
 
   // Listens on options.peers[options.rank] and handshakes with every neighbour; `data` provides the
-  // local address blob and, once all handshakes succeeded, one Connection per neighbour. `done` runs
-  // once: ok with one Neighbour per options.neighbours entry (same order), or the first error (which
-  // names the neighbour). `data` must outlive the bootstrap. Errors at start (bad address, port in use)
-  // are returned directly and `done` never runs.
-  static Result<std::shared_ptr<Bootstrap>> start(Loop& loop, BootstrapOptions options, Context& data,
-                                                  BootstrapCallback done);
+  // local address blob and, once all handshakes succeeded, one Connection per neighbour. `done`
+  // runs once: ok with one Neighbour per options.neighbours entry (same order), or the first error
+  // (which names the neighbour). `data` must outlive the bootstrap. Errors at start (bad address,
+  // port in use) are returned directly and `done` never runs.
+  static Result<std::shared_ptr<Bootstrap>> start(Loop& loop, BootstrapOptions options,
+                                                  Context& data, BootstrapCallback done);
 
   // The bound control port (useful when our own entry asked for port 0).
   virtual std::uint16_t listenPort() const = 0;

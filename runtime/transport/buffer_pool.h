@@ -1,5 +1,6 @@
 // Reusable message buffers. Fresh memory costs ≈3 ms per MB on first touch here, so every buffer a
-// transport needs for an unexpected message or a staging area comes from a pool and goes back to it.
+// transport needs for an unexpected message or a staging area comes from a pool and goes back to
+// it.
 #pragma once
 
 #include <cstddef>
@@ -27,15 +28,16 @@ class Buffer {
   std::size_t capacity_ = 0;
 };
 
-// A free list of buffers keyed by power-of-two size class. Thread-safe (one mutex; the inproc backend
-// acquires on the sender's thread and releases on the receiver's). Keeps at most `maxPooledBytes` idle.
+// A free list of buffers keyed by power-of-two size class. Thread-safe (one mutex; the inproc
+// backend acquires on the sender's thread and releases on the receiver's). Keeps at most
+// `maxPooledBytes` idle.
 class BufferPool {
  public:
   explicit BufferPool(std::size_t maxPooledBytes = std::size_t{512} << 20)
       : maxPooledBytes_(maxPooledBytes) {}
 
-  // A buffer with capacity() >= n (rounded up to a power of two, minimum 256 bytes). Never fails short
-  // of std::bad_alloc; callers bound n (maxMessageBytes) before asking.
+  // A buffer with capacity() >= n (rounded up to a power of two, minimum 256 bytes). Never fails
+  // short of std::bad_alloc; callers bound n (maxMessageBytes) before asking.
   Buffer acquire(std::size_t n);
   // Returns a buffer for reuse; dropped if the pool already holds maxPooledBytes.
   void release(Buffer buffer);

@@ -5,7 +5,8 @@
 
 namespace grapevine::transport {
 
-ConnectionCore::ConnectionCore(Loop& loop, int peer, BufferPool& pool, std::size_t maxUnexpectedBytes)
+ConnectionCore::ConnectionCore(Loop& loop, int peer, BufferPool& pool,
+                               std::size_t maxUnexpectedBytes)
     : loop_(loop), peer_(peer), pool_(pool), maxUnexpectedBytes_(maxUnexpectedBytes) {}
 
 void ConnectionCore::completeSend(SendCallback cb, Status status) {
@@ -45,7 +46,8 @@ void ConnectionCore::postRecv(Tag tag, std::span<std::uint8_t> buffer, RecvCallb
     it->second.pop_front();
     if (it->second.empty()) unexpected_.erase(it);
     unexpectedBytes_ -= u.size;
-    deliver(PostedRecv{buffer, std::move(cb)}, std::span<const std::uint8_t>(u.data.data(), u.size));
+    deliver(PostedRecv{buffer, std::move(cb)},
+            std::span<const std::uint8_t>(u.data.data(), u.size));
     pool_.release(std::move(u.data));
   } else {
     posted_[tag].push_back(PostedRecv{buffer, std::move(cb)});

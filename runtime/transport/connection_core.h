@@ -1,7 +1,7 @@
-// The part every Connection shares, composed into each backend (TensorPipe's "ConnectionImpl" idea):
-// the sticky first error, tag matching of posted receives against arriving messages, the bounded
-// buffer of unexpected messages, and completions that are posted to the loop (never inline) exactly
-// once. A backend keeps its own send queue and wire logic and calls into this.
+// The part every Connection shares, composed into each backend (TensorPipe's "ConnectionImpl"
+// idea): the sticky first error, tag matching of posted receives against arriving messages, the
+// bounded buffer of unexpected messages, and completions that are posted to the loop (never inline)
+// exactly once. A backend keeps its own send queue and wire logic and calls into this.
 //
 // Thread: every method is called on the owning Loop's thread.
 #pragma once
@@ -28,8 +28,9 @@ class ConnectionCore {
     RecvCallback cb;
   };
 
-  // `maxUnexpectedBytes` bounds the bytes of messages buffered while no receive is posted for them (one
-  // message is always accepted, however large, as long as the backend checked maxMessageBytes).
+  // `maxUnexpectedBytes` bounds the bytes of messages buffered while no receive is posted for them
+  // (one message is always accepted, however large, as long as the backend checked
+  // maxMessageBytes).
   ConnectionCore(Loop& loop, int peer, BufferPool& pool, std::size_t maxUnexpectedBytes);
   ConnectionCore(const ConnectionCore&) = delete;
   ConnectionCore& operator=(const ConnectionCore&) = delete;
@@ -46,9 +47,10 @@ class ConnectionCore {
 
   // For a backend's own loop handlers (a socket or completion-queue event: never inside the user's
   // send/recv/close call). Runs the callback now when no earlier completion of this connection is
-  // still queued, else queues it behind them, so completions keep their order. Saves one trip through
-  // the loop (and, with Asio, one non-blocking reactor poll) per message: latency. The backend must
-  // not hold references into its own state across the call: the callback may send, receive or close.
+  // still queued, else queues it behind them, so completions keep their order. Saves one trip
+  // through the loop (and, with Asio, one non-blocking reactor poll) per message: latency. The
+  // backend must not hold references into its own state across the call: the callback may send,
+  // receive or close.
   void completeSendFromHandler(SendCallback cb, Status status);
   void completeRecvFromHandler(RecvCallback cb, Status status, std::size_t bytes);
 
@@ -66,8 +68,9 @@ class ConnectionCore {
   void stash(Tag tag, Buffer data, std::size_t size);
   std::size_t unexpectedBytes() const { return unexpectedBytes_; }
 
-  // Called (on the loop thread, not inline in postRecv's caller's stack frame: it is posted) after a
-  // receive was posted, so a backend that paused reading on the budget or waited for a receive can go on.
+  // Called (on the loop thread, not inline in postRecv's caller's stack frame: it is posted) after
+  // a receive was posted, so a backend that paused reading on the budget or waited for a receive
+  // can go on.
   void setOnRecvPosted(std::function<void()> fn) { onRecvPosted_ = std::move(fn); }
 
   // Sets the sticky error (the first one wins) and completes every posted receive with it, dropping

@@ -2,8 +2,8 @@
 
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <unordered_map>
 #include <vector>
@@ -12,8 +12,8 @@ namespace grapevine::transport {
 
 namespace asio = boost::asio;
 
-// A timer owned by the loop. `cancelled` is atomic because cancel() may be called from any thread; the
-// steady_timer itself is only touched on the loop thread.
+// A timer owned by the loop. `cancelled` is atomic because cancel() may be called from any thread;
+// the steady_timer itself is only touched on the loop thread.
 struct Loop::TimerHandle {
   explicit TimerHandle(asio::io_context& io) : timer(io) {}
   asio::steady_timer timer;
@@ -53,7 +53,8 @@ Loop::~Loop() {
 
 void Loop::post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
 
-std::shared_ptr<Loop::TimerHandle> Loop::after(std::chrono::nanoseconds delay, std::function<void()> fn) {
+std::shared_ptr<Loop::TimerHandle> Loop::after(std::chrono::nanoseconds delay,
+                                               std::function<void()> fn) {
   auto handle = std::make_shared<TimerHandle>(io_);
   // Arm on the loop thread: asio timers are not safe to touch from two threads at once.
   asio::post(io_, [handle, delay, fn = std::move(fn)]() mutable {

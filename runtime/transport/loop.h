@@ -1,7 +1,8 @@
 // The engine loop: one thread that owns the transports and runs every transport callback. It is a
-// Boost.Asio io_context, so the TCP backend and the control connections run on it natively; backends with
-// their own event descriptor (UCX worker event fd, libfabric wait fd) register it with watchFd() and are
-// progressed when it becomes readable, so an idle loop sleeps instead of spinning.
+// Boost.Asio io_context, so the TCP backend and the control connections run on it natively;
+// backends with their own event descriptor (UCX worker event fd, libfabric wait fd) register it
+// with watchFd() and are progressed when it becomes readable, so an idle loop sleeps instead of
+// spinning.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -41,7 +42,8 @@ class Loop {
   // One busy-polling pass: runs the handlers that are ready (never blocks), then every poller.
   // Returns true if anything did work.
   bool pollOnce();
-  // Runs until `done()` is true or `timeout` passes; returns done(). For tests and blocking helpers.
+  // Runs until `done()` is true or `timeout` passes; returns done(). For tests and blocking
+  // helpers.
   bool runUntil(const std::function<bool()>& done, std::chrono::nanoseconds timeout);
   void stop();  // thread-safe
   bool onLoopThread() const;

@@ -1,9 +1,10 @@
-// Shared process plumbing for the bench references (runtime/transport/{ucx,ofi}/native_reference.*):
-// a native benchmark tool run as a server and a client process on loopback, the client's output
-// collected. The tool-specific parts (command lines, output format) stay with each backend.
+// Shared process plumbing for the bench references
+// (runtime/transport/{ucx,ofi}/native_reference.*): a native benchmark tool run as a server and a
+// client process on loopback, the client's output collected. The tool-specific parts (command
+// lines, output format) stay with each backend.
 //
-// Blocking: runs child processes to completion (bounded by the timeout); call it from the bench harness,
-// never from the engine loop.
+// Blocking: runs child processes to completion (bounded by the timeout); call it from the bench
+// harness, never from the engine loop.
 #pragma once
 
 #include <string>
@@ -14,7 +15,8 @@
 
 namespace grapevine::transport::native_tool {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read it back, release it); 0 if none.
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read it back, release it); 0 if
+// none.
 int freePort();
 
 struct ServerClientRun {
@@ -31,8 +33,8 @@ struct ServerClientRun {
 
 // Starts the server, then the client, retrying the client (up to 20 times, 100 ms apart) while the
 // server is still coming up. Both children are killed by the deadline. Returns the client's output.
-// Errors: kUnavailable when the server cannot be started or the tool is missing; kDeadlineExceeded past
-// the timeout.
+// Errors: kUnavailable when the server cannot be started or the tool is missing; kDeadlineExceeded
+// past the timeout.
 Result<std::string> runServerClient(const ServerClientRun& run);
 
 }  // namespace grapevine::transport::native_tool

@@ -1,6 +1,6 @@
-// The one place that knows which backends exist. Optional backends are separate CMake targets; CMake
-// defines GRAPEVINE_TRANSPORT_WITH_UCX / _OFI for this file only when their target is built, and
-// GRAPEVINE_TRANSPORT_{UCX,OFI}_WHY otherwise, naming why it is not built.
+// The one place that knows which backends exist. Optional backends are separate CMake targets;
+// CMake defines GRAPEVINE_TRANSPORT_WITH_UCX / _OFI for this file only when their target is built,
+// and GRAPEVINE_TRANSPORT_{UCX,OFI}_WHY otherwise, naming why it is not built.
 #include "runtime/transport/registry.h"
 
 #include <mutex>
@@ -20,12 +20,12 @@ void Registry::add(BackendEntry entry) { entries_.push_back(std::move(entry)); }
 
 void Registry::addNotBuilt(std::string name, std::string reason) {
   BackendInfo info{name, false, "not built (" + reason + ")"};
-  entries_.push_back(BackendEntry{
-      name,
-      [info](Loop&, const Options&) -> Result<std::unique_ptr<Context>> {
-        return unimplemented(info.name + ": " + info.reason);
-      },
-      [info] { return info; }});
+  entries_.push_back(
+      BackendEntry{name,
+                   [info](Loop&, const Options&) -> Result<std::unique_ptr<Context>> {
+                     return unimplemented(info.name + ": " + info.reason);
+                   },
+                   [info] { return info; }});
 }
 
 const BackendEntry* Registry::find(std::string_view name) const {
@@ -73,8 +73,10 @@ Result<std::unique_ptr<Context>> makeContext(Loop& loop, const Options& options)
   const BackendEntry* e = Registry::instance().find(options.backend);
   if (e == nullptr) {
     std::string known;
-    for (const BackendEntry& k : Registry::instance().entries()) known += (known.empty() ? "" : ", ") + k.name;
-    return invalidArgument("unknown transport backend '" + options.backend + "' (known: " + known + ")");
+    for (const BackendEntry& k : Registry::instance().entries())
+      known += (known.empty() ? "" : ", ") + k.name;
+    return invalidArgument("unknown transport backend '" + options.backend + "' (known: " + known +
+                           ")");
   }
   BackendInfo info = e->probe();
   if (!info.usable) return unimplemented(options.backend + ": " + info.reason);

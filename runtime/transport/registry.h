@@ -1,7 +1,7 @@
-// The backend registry: one table of {name, factory, availability probe}. backends() and makeContext()
-// (transport.h) read it. Built-in backends (inproc, tcp) and the optional ones (ucx, libfabric, each its
-// own CMake target) are added in exactly one place, registry.cc; a backend that is not built gets an
-// entry whose probe says why, so `grapevine info --transports` lists it too.
+// The backend registry: one table of {name, factory, availability probe}. backends() and
+// makeContext() (transport.h) read it. Built-in backends (inproc, tcp) and the optional ones (ucx,
+// libfabric, each its own CMake target) are added in exactly one place, registry.cc; a backend that
+// is not built gets an entry whose probe says why, so `grapevine info --transports` lists it too.
 #pragma once
 
 #include <functional>
@@ -18,8 +18,8 @@ struct BackendEntry {
   std::string name;
   // Creates a context on the loop thread. Only called after probe() said usable.
   std::function<Result<std::unique_ptr<Context>>(Loop&, const Options&)> factory;
-  // Whether the backend can run here, and if not why (BackendInfo::reason). Cheap enough to call from
-  // `grapevine info`; may be called from any thread.
+  // Whether the backend can run here, and if not why (BackendInfo::reason). Cheap enough to call
+  // from `grapevine info`; may be called from any thread.
   std::function<BackendInfo()> probe;
 };
 

@@ -25,8 +25,8 @@ Status checkUserTag(std::string_view backend, Tag tag) {
 
 Status checkMessageSize(std::size_t bytes, std::size_t maxBytes) {
   if (bytes > maxBytes) {
-    return resourceExhausted("message of " + std::to_string(bytes) + " bytes above maxMessageBytes " +
-                             std::to_string(maxBytes));
+    return resourceExhausted("message of " + std::to_string(bytes) +
+                             " bytes above maxMessageBytes " + std::to_string(maxBytes));
   }
   return Status::ok();
 }
@@ -70,15 +70,16 @@ Result<PeerAddress> parseAddress(const AddressFormat& format, int peer,
                                  std::span<const std::uint8_t> remote) {
   const std::string backend(format.backend);
   PeerAddress out;
-  if (remote.size() <= kAddressHeaderBytes) return invalidArgument(backend + ": address blob too short");
+  if (remote.size() <= kAddressHeaderBytes)
+    return invalidArgument(backend + ": address blob too short");
   std::memcpy(&out.header, remote.data(), kAddressHeaderBytes);
   if (out.header.magic != format.magic || out.header.version != format.version) {
     return invalidArgument(backend + ": not a grapevine " + std::string(format.kind) +
                            " address (bad magic or version)");
   }
   if (out.header.rank != static_cast<std::uint32_t>(peer)) {
-    return invalidArgument(backend + ": address belongs to rank " + std::to_string(out.header.rank) +
-                           ", not " + std::to_string(peer));
+    return invalidArgument(backend + ": address belongs to rank " +
+                           std::to_string(out.header.rank) + ", not " + std::to_string(peer));
   }
   out.backendAddress.assign(remote.begin() + kAddressHeaderBytes, remote.end());
   return out;
@@ -94,8 +95,7 @@ Status PeerProcessWatch::start(Loop& loop, std::string_view backend, int peer, p
   }
   loop_ = &loop;
   pidfd_ = fd;
-  std::string exited =
-      "peer " + std::to_string(peer) + " (pid " + std::to_string(pid) + ") exited";
+  std::string exited = "peer " + std::to_string(peer) + " (pid " + std::to_string(pid) + ") exited";
   loop.watchFd(pidfd_, [onExit = std::move(onExit), exited = std::move(exited)] {
     onExit(unavailable(exited));
   });

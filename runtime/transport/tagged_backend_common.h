@@ -1,7 +1,8 @@
-// What the tagged-message backends (runtime/transport/ucx, runtime/transport/ofi) share: the 64-bit tag
-// layout, the address-blob header and its validation, the argument checks of Context/Connection, the
-// goodbye protocol's constants, pidfd liveness of a same-host peer, and the loop-thread bookkeeping of
-// pending operations and ready callbacks. The libraries' own calls stay in the backends.
+// What the tagged-message backends (runtime/transport/ucx, runtime/transport/ofi) share: the 64-bit
+// tag layout, the address-blob header and its validation, the argument checks of
+// Context/Connection, the goodbye protocol's constants, pidfd liveness of a same-host peer, and the
+// loop-thread bookkeeping of pending operations and ready callbacks. The libraries' own calls stay
+// in the backends.
 //
 // Threading: everything here is used from the loop thread only (the backends' contract), except the
 // constants and pure functions.
@@ -26,22 +27,23 @@
 
 namespace grapevine::transport::tagged {
 
-// ---- Tag layout -------------------------------------------------------------------------------------
+// ---- Tag layout ---------------------------------------------------------------------------------
 //
 //   bit 63 ............ 40 | 39 ........................ 0
 //        sender rank (24)  |        user tag (40)
 //
-// The receiver of a connection to peer p matches (p << 40 | tag) with a full mask, so receives posted
-// for different peers never steal each other's messages even though matching is per worker/endpoint,
-// not per peer. Tag 2^40 - 1 is reserved (kControlTag); larger user tags are refused with
-// kInvalidArgument; ranks at or above 2^24 are refused when the context is created.
+// The receiver of a connection to peer p matches (p << 40 | tag) with a full mask, so receives
+// posted for different peers never steal each other's messages even though matching is per
+// worker/endpoint, not per peer. Tag 2^40 - 1 is reserved (kControlTag); larger user tags are
+// refused with kInvalidArgument; ranks at or above 2^24 are refused when the context is created.
 inline constexpr int kUserTagBits = 40;
 inline constexpr int kRankBits = 64 - kUserTagBits;
 inline constexpr std::uint64_t kMaxUserTag = (std::uint64_t{1} << kUserTagBits) - 1;
 inline constexpr std::uint64_t kMaxRank = (std::uint64_t{1} << kRankBits) - 1;
 inline constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
-// The highest user tag is the backend's own: a connection's "goodbye" message, which close() sends so
-// the peer fails its pending operations with kUnavailable at once. User tags are [0, kControlTag).
+// The highest user tag is the backend's own: a connection's "goodbye" message, which close() sends
+// so the peer fails its pending operations with kUnavailable at once. User tags are [0,
+// kControlTag).
 inline constexpr std::uint64_t kControlTag = kMaxUserTag;
 
 constexpr std::uint64_t wireTag(std::uint64_t senderRank, std::uint64_t userTag) {
@@ -52,7 +54,7 @@ constexpr std::uint64_t userTagOf(std::uint64_t wire) { return wire & kMaxUserTa
 
 static_assert(senderOf(wireTag(5, 77)) == 5 && userTagOf(wireTag(5, 77)) == 77);
 
-// ---- Goodbye protocol -------------------------------------------------------------------------------
+// ---- Goodbye protocol ---------------------------------------------------------------------------
 
 // The payload of the goodbye (kControlTag) message; the control receive buffer is this size.
 inline constexpr std::uint8_t kGoodbyeMessage[8] = {'g', 'o', 'o', 'd', 'b', 'y', 'e', 0};
@@ -60,7 +62,7 @@ inline constexpr std::size_t kControlBytes = sizeof kGoodbyeMessage;
 // How long close() waits for its goodbye to leave before it tears the link down anyway.
 inline constexpr auto kGoodbyeGrace = std::chrono::milliseconds(500);
 
-// ---- Argument checks (messages start with the backend's name, e.g. "ucx") ---------------------------
+// ---- Argument checks (messages start with the backend's name, e.g. "ucx") -----------------------
 
 // kInvalidArgument "<backend>: <what> <rank> outside [0, 2^24)" unless 0 <= rank <= kMaxRank.
 Status checkRank(std::string_view backend, std::string_view what, int rank);
@@ -72,7 +74,7 @@ Status checkMessageSize(std::size_t bytes, std::size_t maxBytes);
 // "message from peer P is larger than the posted receive buffer".
 Status truncatedMessage(int peer);
 
-// ---- Address blob -----------------------------------------------------------------------------------
+// ---- Address blob -------------------------------------------------------------------------------
 //
 // Host byte order (peers that exchange it share a host or an architecture):
 //   u32 magic | u32 version | u32 rank | u32 pid | u64 host key | backend address (non-empty)
@@ -105,16 +107,17 @@ std::vector<std::uint8_t> encodeAddress(const AddressFormat& format, int rank,
 struct PeerAddress {
   AddressHeader header;
   std::vector<std::uint8_t> backendAddress;  // an aligned copy of what follows the header
-  // The peer runs under this host key (same kernel and pid namespace): header.pid names its process.
+  // The peer runs under this host key (same kernel and pid namespace): header.pid names its
+  // process.
   bool sameHost() const;
 };
 
-// Validates `remote` as `peer`'s blob. kInvalidArgument when it is too short (no backend address), has
-// the wrong magic or version, or belongs to another rank.
+// Validates `remote` as `peer`'s blob. kInvalidArgument when it is too short (no backend address),
+// has the wrong magic or version, or belongs to another rank.
 Result<PeerAddress> parseAddress(const AddressFormat& format, int peer,
                                  std::span<const std::uint8_t> remote);
 
-// ---- Liveness of a same-host peer process -----------------------------------------------------------
+// ---- Liveness of a same-host peer process -------------------------------------------------------
 
 // Watches a peer process through a pidfd, which the kernel makes readable the moment it exits.
 // Loop thread only; the Loop must outlive the watch (or stop() must run first).
@@ -138,7 +141,7 @@ class PeerProcessWatch {
   int pidfd_ = -1;  // >= 0 while watching
 };
 
-// ---- Loop-thread bookkeeping ------------------------------------------------------------------------
+// ---- Loop-thread bookkeeping --------------------------------------------------------------------
 
 // A connection's pending operations: an intrusive doubly linked list through Op::prev / Op::next.
 template <class Op>
@@ -158,8 +161,8 @@ class PendingOps {
     if (head_ == op) head_ = op->next;
     op->prev = op->next = nullptr;
   }
-  // The pending ops for which `keep(op)` holds, newest first: a snapshot to walk while completing or
-  // cancelling them unlinks them.
+  // The pending ops for which `keep(op)` holds, newest first: a snapshot to walk while completing
+  // or cancelling them unlinks them.
   template <class Pred>
   std::vector<Op*> snapshot(Pred keep) const {
     std::vector<Op*> out;
@@ -198,7 +201,8 @@ class OpPool {
     op->reset();
     free_.push_back(op);
   }
-  // Marks `op` orphaned (it drops its connection) and keeps it until releaseOrphan()/releaseOrphans().
+  // Marks `op` orphaned (it drops its connection) and keeps it until
+  // releaseOrphan()/releaseOrphans().
   void adoptOrphan(Op* op) {
     op->orphaned = true;
     op->conn.reset();
@@ -219,8 +223,8 @@ class OpPool {
   std::vector<Op*> orphans_;
 };
 
-// Closures queued to run on the loop thread after a progress pass (so user callbacks never run inline
-// in send()/recv()/close() or inside the library's progress call).
+// Closures queued to run on the loop thread after a progress pass (so user callbacks never run
+// inline in send()/recv()/close() or inside the library's progress call).
 class ReadyQueue {
  public:
   void push(std::function<void()> fn) { ready_.push_back(std::move(fn)); }

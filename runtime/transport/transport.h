@@ -1,10 +1,12 @@
-// The transport contract: tagged, non-blocking point-to-point messages between peers, shaped like UCX
-// tag send/recv. Every backend (inproc, tcp, ucx, libfabric) implements Context and Connection; the
-// conformance suite in tests/transport/ is written once against this header and run on each backend.
+// The transport contract: tagged, non-blocking point-to-point messages between peers, shaped like
+// UCX tag send/recv. Every backend (inproc, tcp, ucx, libfabric) implements Context and Connection;
+// the conformance suite in tests/transport/ is written once against this header and run on each
+// backend.
 //
-// Thread model (TensorPipe-style): one Loop thread owns a Context and all its Connections. Every method
-// below must be called on the loop thread unless it says otherwise. Callbacks run on the loop thread,
-// exactly once, and never inline (never from inside the send()/recv()/close() call that registered them).
+// Thread model (TensorPipe-style): one Loop thread owns a Context and all its Connections. Every
+// method below must be called on the loop thread unless it says otherwise. Callbacks run on the
+// loop thread, exactly once, and never inline (never from inside the send()/recv()/close() call
+// that registered them).
 #pragma once
 
 #include <cstddef>
@@ -23,15 +25,17 @@ namespace grapevine::transport {
 class Loop;
 
 using Tag = std::uint64_t;
-// Send completion: ok, or the connection's error (kUnavailable: peer gone; kCancelled: closed locally).
+// Send completion: ok, or the connection's error (kUnavailable: peer gone; kCancelled: closed
+// locally).
 using SendCallback = std::function<void(Status)>;
-// Receive completion: ok with the number of bytes written into the posted buffer, or an error. A message
-// larger than the posted buffer completes with kResourceExhausted and its bytes are discarded.
+// Receive completion: ok with the number of bytes written into the posted buffer, or an error. A
+// message larger than the posted buffer completes with kResourceExhausted and its bytes are
+// discarded.
 using RecvCallback = std::function<void(Status, std::size_t bytes)>;
 
-// One link to one peer. Messages with the same tag are delivered in the order they were sent; receives
-// with the same tag are matched in the order they were posted. Posting a receive before or after the
-// matching send both work.
+// One link to one peer. Messages with the same tag are delivered in the order they were sent;
+// receives with the same tag are matched in the order they were posted. Posting a receive before or
+// after the matching send both work.
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -40,51 +44,53 @@ class Connection {
   // Non-blocking; `cb` runs exactly once.
   virtual void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) = 0;
 
-  // Posts a receive of one message with `tag` into `buffer` (its size is the capacity). `buffer` must stay
-  // valid until `cb` runs. Non-blocking; `cb` runs exactly once.
+  // Posts a receive of one message with `tag` into `buffer` (its size is the capacity). `buffer`
+  // must stay valid until `cb` runs. Non-blocking; `cb` runs exactly once.
   virtual void recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) = 0;
 
-  // Completes every pending operation with kCancelled; operations posted afterwards also complete with
-  // kCancelled. Idempotent. Does not block.
+  // Completes every pending operation with kCancelled; operations posted afterwards also complete
+  // with kCancelled. Idempotent. Does not block.
   virtual void close() = 0;
 
   // The peer's rank.
   virtual int peer() const = 0;
 
-  // The first error seen on this connection (it sticks), or ok. A failed peer makes every pending and
-  // later operation complete with kUnavailable.
+  // The first error seen on this connection (it sticks), or ok. A failed peer makes every pending
+  // and later operation complete with kUnavailable.
   virtual Status error() const = 0;
 };
 
 struct Options {
-  std::string backend = "ucx";       // "inproc" | "tcp" | "ucx" | "libfabric"
-  int rank = 0;                      // this peer's id
-  std::string host = "127.0.0.1";    // address to listen on / advertise (tcp)
-  std::uint16_t dataPort = 0;        // tcp data listener; 0 = ephemeral
-  bool busyPoll = false;             // spin in progress() instead of sleeping on the wait descriptor
-  std::string ucxTls;                // passed to UCX as UCX_TLS; empty = let UCX choose
+  std::string backend = "ucx";     // "inproc" | "tcp" | "ucx" | "libfabric"
+  int rank = 0;                    // this peer's id
+  std::string host = "127.0.0.1";  // address to listen on / advertise (tcp)
+  std::uint16_t dataPort = 0;      // tcp data listener; 0 = ephemeral
+  bool busyPoll = false;           // spin in progress() instead of sleeping on the wait descriptor
+  std::string ucxTls;              // passed to UCX as UCX_TLS; empty = let UCX choose
   std::string libfabricProvider = "tcp;ofi_rxm";
-  std::size_t maxMessageBytes = std::size_t{1} << 30;  // larger messages are refused before allocation
-  double ioTimeoutSeconds = 30.0;    // deadline for any single asynchronous network operation
+  std::size_t maxMessageBytes = std::size_t{1}
+                                << 30;  // larger messages are refused before allocation
+  double ioTimeoutSeconds = 30.0;       // deadline for any single asynchronous network operation
 };
 
-// A peer's transport endpoint. Creates connections to peers from their address blobs, which travel over
-// the control connection during bootstrap.
+// A peer's transport endpoint. Creates connections to peers from their address blobs, which travel
+// over the control connection during bootstrap.
 class Context {
  public:
   virtual ~Context() = default;
 
   virtual std::string_view backend() const = 0;
 
-  // The blob a peer needs to reach this context (UCX worker address, libfabric endpoint name, host:port).
+  // The blob a peer needs to reach this context (UCX worker address, libfabric endpoint name,
+  // host:port).
   virtual std::vector<std::uint8_t> localAddress() const = 0;
 
-  // A connection to `peer`, reachable at `remoteAddress` (that peer's localAddress()). Both ends call
-  // connect() for each other; it returns at once and operations may be posted immediately (they are
-  // queued until the link is up). Errors: kInvalidArgument for a malformed address, kUnavailable when the
-  // backend cannot reach it.
-  virtual Result<std::shared_ptr<Connection>> connect(int peer,
-                                                      std::span<const std::uint8_t> remoteAddress) = 0;
+  // A connection to `peer`, reachable at `remoteAddress` (that peer's localAddress()). Both ends
+  // call connect() for each other; it returns at once and operations may be posted immediately
+  // (they are queued until the link is up). Errors: kInvalidArgument for a malformed address,
+  // kUnavailable when the backend cannot reach it.
+  virtual Result<std::shared_ptr<Connection>> connect(
+      int peer, std::span<const std::uint8_t> remoteAddress) = 0;
 
   // Closes every connection (see Connection::close) and releases backend resources. Idempotent.
   virtual void close() = 0;

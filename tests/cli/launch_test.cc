@@ -1,11 +1,11 @@
 // End-to-end runs through the CLI, as a user starts them: `grapevine launch` on real processes over
-// UCX, and a peer killed mid-run. Slow (tens of seconds each); labelled `slow`, still run by tools/test.
-#include <catch2/catch.hpp>
-
+// UCX, and a peer killed mid-run. Slow (tens of seconds each); labelled `slow`, still run by
+// tools/test.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -38,7 +38,8 @@ nlohmann::json summary(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points of D-PSGD", "[slow]") {
+TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points of D-PSGD",
+          "[slow]") {
   // UCX is optional (GRAPEVINE_UCX=OFF, or not usable here): then this case is reported as skipped.
   FILE* info = popen((kBin + " info --transports").c_str(), "r");
   REQUIRE(info);
@@ -70,16 +71,19 @@ TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points 
   // top-1% sends a small fraction of what dense fp32 would: index + value per kept element.
   CHECK(c["bytes_sent_total"].get<double>() < 0.03 * c["bytes_dense_equivalent"].get<double>());
   CHECK(d["bytes_sent_total"].get<double>() >= d["bytes_dense_equivalent"].get<double>());
-  for (const char* key : {"wall_seconds", "test_accuracy_min", "test_accuracy_max", "consensus_distance_final"}) {
+  for (const char* key :
+       {"wall_seconds", "test_accuracy_min", "test_accuracy_max", "consensus_distance_final"}) {
     CHECK(c.contains(key));
   }
 }
 
-TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish with a summary", "[slow]") {
+TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish with a summary",
+          "[slow]") {
   const std::string out = scratch("kill");
-  const std::string cmd = kBin + " launch " + kConfig + " --out " + out +
-                          " --set run.rounds=1500 --set peers.base_port=31200 --set transport.backend=tcp"
-                          " --set algorithm.overlap=true --quiet";
+  const std::string cmd =
+      kBin + " launch " + kConfig + " --out " + out +
+      " --set run.rounds=1500 --set peers.base_port=31200 --set transport.backend=tcp"
+      " --set algorithm.overlap=true --quiet";
   const pid_t launcher = fork();
   if (launcher == 0) {
     execl("/bin/sh", "sh", "-c", (cmd + " > " + out + ".log 2>&1").c_str(), nullptr);
@@ -99,7 +103,8 @@ TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish 
     }
   };
   const auto start = std::chrono::steady_clock::now();
-  while (lastRound(jsonl3) < 100 && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+  while (lastRound(jsonl3) < 100 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   REQUIRE(lastRound(jsonl3) >= 100);
@@ -119,17 +124,20 @@ TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish 
       try {
         auto j = nlohmann::json::parse(line);
         if (j.contains("dead")) {
-          for (int d : j["dead"]) if (d == 3) return true;
+          for (int d : j["dead"])
+            if (d == 3) return true;
         }
       } catch (...) {
       }
     }
     return false;
   };
-  while (!(sawDead(2) && sawDead(4)) && std::chrono::steady_clock::now() - killedAt < std::chrono::seconds(10)) {
+  while (!(sawDead(2) && sawDead(4)) &&
+         std::chrono::steady_clock::now() - killedAt < std::chrono::seconds(10)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const double detect = std::chrono::duration<double>(std::chrono::steady_clock::now() - killedAt).count();
+  const double detect =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killedAt).count();
   CHECK(sawDead(2));
   CHECK(sawDead(4));
   CHECK(detect < 2.0);
@@ -148,10 +156,12 @@ TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish 
   CHECK(text.find("peer 3 was killed by signal") != std::string::npos);
 }
 
-TEST_CASE("SIGINT stops every peer within 2 s and still writes models, records and a summary", "[slow]") {
+TEST_CASE("SIGINT stops every peer within 2 s and still writes models, records and a summary",
+          "[slow]") {
   const std::string out = scratch("sigint");
-  const std::string cmd = kBin + " launch " + kConfig + " --out " + out +
-                          " --set run.rounds=100000 --set peers.base_port=31300 --set transport.backend=tcp --quiet";
+  const std::string cmd =
+      kBin + " launch " + kConfig + " --out " + out +
+      " --set run.rounds=100000 --set peers.base_port=31300 --set transport.backend=tcp --quiet";
   const pid_t launcher = fork();
   if (launcher == 0) {
     setpgid(0, 0);
@@ -168,7 +178,8 @@ TEST_CASE("SIGINT stops every peer within 2 s and still writes models, records a
   const auto sentAt = std::chrono::steady_clock::now();
   int status = 0;
   waitpid(launcher, &status, 0);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sentAt).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sentAt).count();
   // Peers abandon their round within 2 s; the launcher then evaluates the averaged model.
   CHECK(took < 5.0);
   CHECK(WIFEXITED(status));

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "runtime/common/status.h"
+
+#include <catch2/catch.hpp>
 
 using namespace grapevine;
 

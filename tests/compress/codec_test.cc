@@ -1,14 +1,14 @@
 // The wire codec: frames round-trip through ModelCodec; every kind of corruption is rejected with
 // the right typed error and leaves the accumulator untouched.
-#include <catch2/catch.hpp>
+#include "compress/codec.h"
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "compress/bytes.h"
-#include "compress/codec.h"
 #include "compress/wire.h"
 #include "tests/compress/test_util.h"
 
@@ -20,7 +20,9 @@ namespace {
 
 std::vector<TensorLayout> smallModel() {
   // A matrix, a bias (small: goes dense), a large vector that needs several chunks.
-  return {{"w1", {64, 48}, 0, 64 * 48}, {"b1", {48}, 64 * 48, 48}, {"w2", {10000}, 64 * 48 + 48, 10000}};
+  return {{"w1", {64, 48}, 0, 64 * 48},
+          {"b1", {48}, 64 * 48, 48},
+          {"w2", {10000}, 64 * 48 + 48, 10000}};
 }
 size_t modelSize() { return 64 * 48 + 48 + 10000; }
 
@@ -48,8 +50,8 @@ ModelCodec makeCodec(const Options& o, uint32_t sender = 3, std::vector<TensorOv
 
 // Recomputes the CRC after a deliberate edit, so the check under test is the one after the CRC.
 void reseal(Frame& f) {
-  const uint32_t crc = kernels::cpuOps().crc32c(
-      kernels::cpuOps().crc32c(0, f.data(), kCrcOffset), f.data() + kHeaderBytes, f.size() - kHeaderBytes);
+  const uint32_t crc = kernels::cpuOps().crc32c(kernels::cpuOps().crc32c(0, f.data(), kCrcOffset),
+                                                f.data() + kHeaderBytes, f.size() - kHeaderBytes);
   detail::store<uint32_t>(f.data() + kCrcOffset, crc);
 }
 
@@ -107,7 +109,7 @@ TEST_CASE("codec round trip: chunks, per-tensor methods, sequence numbers", "[co
   CHECK(codec.methodOf(0) == Method::kInt8);
   CHECK(codec.methodOf(1) == Method::kNone);  // 48 < dense_below
   CHECK(codec.methodOf(2) == Method::kTopK);
-  CHECK(codec.chunkCount() == 1 + 1 + 3);     // w2: 10000 / 4096 -> 3 chunks
+  CHECK(codec.chunkCount() == 1 + 1 + 3);  // w2: 10000 / 4096 -> 3 chunks
   auto x = gaussian(modelSize(), 1);
   EncodeSummary sum;
   auto frames = encodeAll(codec, x, {7, 99, 2, 1000}, &sum);
@@ -177,7 +179,8 @@ TEST_CASE("every method and lossless stage through the codec", "[codec]") {
         Options o2 = o;
         o2.lossless = Lossless::kNone;
         auto plain = makeCodec(o2);
-        for (const auto& f : encodeAll(plain, x, {1, 5, 0, 0})) REQUIRE(receiver.decodeAccumulate(f, 1.0f, b).isOk());
+        for (const auto& f : encodeAll(plain, x, {1, 5, 0, 0}))
+          REQUIRE(receiver.decodeAccumulate(f, 1.0f, b).isOk());
         CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
       }
       if (m.value == Method::kNone && l == Lossless::kExponent) {
@@ -201,11 +204,12 @@ TEST_CASE("no per-round allocation growth: frames reuse one buffer", "[codec]") 
   auto x = gaussian(modelSize(), 3);
   const uint8_t* first = nullptr;
   for (int round = 0; round < 3; ++round) {
-    auto r = codec.encode(x, {static_cast<uint64_t>(round), 1, 0, 0}, [&](std::span<const uint8_t> f) {
-      if (!first) first = f.data();
-      CHECK((f.data() == first || f.size() > 0));
-      return Status::ok();
-    });
+    auto r =
+        codec.encode(x, {static_cast<uint64_t>(round), 1, 0, 0}, [&](std::span<const uint8_t> f) {
+          if (!first) first = f.data();
+          CHECK((f.data() == first || f.size() > 0));
+          return Status::ok();
+        });
     REQUIRE(r.isOk());
   }
   // A sink error stops encoding and is returned.
@@ -325,7 +329,8 @@ TEST_CASE("method-level invariants are checked behind a valid CRC", "[codec][cor
     auto codec = makeCodec(o);
     auto frames = encodeAll(codec, x, {});
     for (auto& f : frames) {
-      if (parseFrame(f)->tensor_id == tensor) return std::pair<ModelCodec, Frame>(std::move(codec), f);
+      if (parseFrame(f)->tensor_id == tensor)
+        return std::pair<ModelCodec, Frame>(std::move(codec), f);
     }
     FAIL("no frame");
     return std::pair<ModelCodec, Frame>(std::move(codec), frames[0]);
@@ -479,8 +484,9 @@ TEST_CASE("same seed and round reproduce the same frames; another round differs"
 TEST_CASE("checkFrame agrees with decodeAccumulate on every method and never touches acc",
           "[codec][corrupt]") {
   const auto x = gaussian(modelSize(), 11);
-  const Method methods[] = {Method::kNone, Method::kFp16, Method::kBf16, Method::kInt8, Method::kInt4,
-                            Method::kSign, Method::kTopK, Method::kRandK, Method::kQsgd, Method::kLowRank};
+  const Method methods[] = {Method::kNone, Method::kFp16,   Method::kBf16, Method::kInt8,
+                            Method::kInt4, Method::kSign,   Method::kTopK, Method::kRandK,
+                            Method::kQsgd, Method::kLowRank};
   std::uint64_t rng = 12345;
   auto next = [&] {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;

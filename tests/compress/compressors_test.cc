@@ -1,8 +1,7 @@
 // Every method: round trip, stated contraction delta checked empirically, unbiasedness checked
 // statistically where claimed, error feedback, the lossless stage.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -42,8 +41,10 @@ std::vector<Case> lossyCases() {
       o = {};
       o.rounding = r;
       o.block_size = b;
-      cs.push_back({r == Rounding::kNearest ? "int8 nearest" : "int8 stochastic", Method::kInt8, o});
-      cs.push_back({r == Rounding::kNearest ? "int4 nearest" : "int4 stochastic", Method::kInt4, o});
+      cs.push_back(
+          {r == Rounding::kNearest ? "int8 nearest" : "int8 stochastic", Method::kInt8, o});
+      cs.push_back(
+          {r == Rounding::kNearest ? "int4 nearest" : "int4 stochastic", Method::kInt4, o});
     }
   }
   for (size_t b : {64, 256}) {
@@ -110,7 +111,8 @@ TEST_CASE("none is exact; dense methods round-trip within their precision", "[co
     CHECK((n == 0 || std::memcmp(x.data(), y.data(), n * 4) == 0));
     auto h = make(Method::kFp16);
     y = roundTrip(*h, x, 0);
-    for (size_t i = 0; i < n; ++i) REQUIRE(std::fabs(y[i] - x[i]) <= std::fabs(x[i]) * 0x1.0p-11f + 0x1.0p-25f);
+    for (size_t i = 0; i < n; ++i)
+      REQUIRE(std::fabs(y[i] - x[i]) <= std::fabs(x[i]) * 0x1.0p-11f + 0x1.0p-25f);
     auto b = make(Method::kBf16);
     y = roundTrip(*b, x, 0);
     for (size_t i = 0; i < n; ++i) REQUIRE(std::fabs(y[i] - x[i]) <= std::fabs(x[i]) * 0x1.0p-8f);
@@ -274,7 +276,8 @@ TEST_CASE("int4 nearest contract: at most half a step per element", "[compress]"
   auto y = roundTrip(*c, x, 0);
   for (size_t b = 0; b * 128 < x.size(); ++b) {
     float m = 0;
-    for (size_t i = b * 128; i < std::min(x.size(), b * 128 + 128); ++i) m = std::max(m, std::fabs(x[i]));
+    for (size_t i = b * 128; i < std::min(x.size(), b * 128 + 128); ++i)
+      m = std::max(m, std::fabs(x[i]));
     for (size_t i = b * 128; i < std::min(x.size(), b * 128 + 128); ++i) {
       REQUIRE(std::fabs(y[i] - x[i]) <= m / 7 * 0.5001f);
     }
@@ -315,7 +318,8 @@ TEST_CASE("decode accumulates with a weight and is exact for weight 1", "[compre
     // weight w: within rounding of base + w C(x); and the reference table decodes identically.
     acc = base;
     REQUIRE(c->decodeAccumulate(out.first(*nb), 0.25f, acc).isOk());
-    for (size_t i = 0; i < x.size(); ++i) REQUIRE(acc[i] == Approx(base[i] + 0.25f * cx[i]).margin(1e-5));
+    for (size_t i = 0; i < x.size(); ++i)
+      REQUIRE(acc[i] == Approx(base[i] + 0.25f * cx[i]).margin(1e-5));
     auto accRef = base;
     REQUIRE(decodePayload(m, out.first(*nb), 0.25f, accRef, kernels::referenceOps()).isOk());
     CHECK(std::memcmp(acc.data(), accRef.data(), acc.size() * 4) == 0);
@@ -352,7 +356,8 @@ TEST_CASE("error feedback: residual identity and vanishing average error", "[com
   }
 }
 
-TEST_CASE("error feedback decode equals the inner decode; reset clears the residual", "[compress][ef]") {
+TEST_CASE("error feedback decode equals the inner decode; reset clears the residual",
+          "[compress][ef]") {
   Options o;
   o.ratio = 0.01;
   auto x = gaussian(2000, 12);
@@ -367,7 +372,8 @@ TEST_CASE("error feedback decode equals the inner decode; reset clears the resid
   CHECK(std::memcmp(a3.data(), b.data(), a3.size() * 4) == 0);
 }
 
-TEST_CASE("low-rank: exact for low-rank matrices after warm-up, a projection otherwise", "[compress][lowrank]") {
+TEST_CASE("low-rank: exact for low-rank matrices after warm-up, a projection otherwise",
+          "[compress][lowrank]") {
   const size_t rows = 60, cols = 40, r = 3;
   // M = A B^T with A rows x r, B cols x r.
   auto a = gaussian(rows * r, 1), b = gaussian(cols * r, 2);
@@ -440,7 +446,8 @@ TEST_CASE("lossless stages are exact and used only when they pay", "[compress][l
   // Corrupt input is rejected, never over-written.
   e = coder.compress(Lossless::kExponent, 3, raw, region, out);
   out[20] ^= 0xFF;
-  Status st = coder.decompress(Lossless::kExponent, {out.data(), *e}, back = std::vector<uint8_t>(raw.size()));
+  Status st = coder.decompress(Lossless::kExponent, {out.data(), *e},
+                               back = std::vector<uint8_t>(raw.size()));
   (void)st;  // may or may not be detected by zstd itself; the frame CRC catches it first
   std::vector<uint8_t> tooSmall(raw.size() - 1);
   CHECK_FALSE(coder.decompress(Lossless::kExponent, {out.data(), *e}, tooSmall).isOk());

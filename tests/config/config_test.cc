@@ -1,7 +1,6 @@
 // The config loader: every shipped config validates, every bad file gets compiler-style diagnostics
 // naming file:line:col and the key, and no input crashes or hangs it.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -34,9 +33,11 @@ bool contains(const std::string& hay, const std::string& needle) {
 
 TEST_CASE("every shipped config in configs/ loads and validates") {
   int count = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(std::string(GRAPEVINE_SOURCE_DIR) + "/configs")) {
+  for (const auto& entry :
+       fs::recursive_directory_iterator(std::string(GRAPEVINE_SOURCE_DIR) + "/configs")) {
     if (entry.path().extension() != ".yaml") continue;
-    if (entry.path().parent_path().filename() == "sweeps") continue;  // sweep files, not run configs
+    if (entry.path().parent_path().filename() == "sweeps")
+      continue;  // sweep files, not run configs
     INFO(entry.path().string());
     LoadResult r = loadFile(entry.path().string(), noEnv());
     INFO(allDiagnostics(r));
@@ -64,7 +65,9 @@ TEST_CASE("bad value: file:line:col, key path, expected and found") {
   LoadResult r = loadInvalid("bad_dims.yaml");
   CHECK_FALSE(r.ok());
   const std::string d = allDiagnostics(r);
-  CHECK(contains(d, "bad_dims.yaml:5:9: error: topology.dims: expected a list of positive integers, found \"4x4\""));
+  CHECK(contains(d,
+                 "bad_dims.yaml:5:9: error: topology.dims: expected a list of positive integers, "
+                 "found \"4x4\""));
 }
 
 TEST_CASE("unknown keys and sections suggest the closest name") {
@@ -111,8 +114,8 @@ TEST_CASE("torus sizes must multiply to the peer count") {
 
 TEST_CASE("a torus without dims takes the squarest factorisation") {
   auto dims = [](int n) {
-    auto r = loadString("peers: { count: " + std::to_string(n) + " }\ntopology: { kind: torus }\n", "t.yaml",
-                        noEnv());
+    auto r = loadString("peers: { count: " + std::to_string(n) + " }\ntopology: { kind: torus }\n",
+                        "t.yaml", noEnv());
     return r.ok() ? r.config.topology.dims : std::vector<int>{};
   };
   CHECK(dims(16) == std::vector<int>{4, 4});
@@ -127,9 +130,11 @@ TEST_CASE("a torus without dims takes the squarest factorisation") {
 }
 
 TEST_CASE("network overrides: per peer and per link, validated") {
-  const std::string base = "peers: { count: 4 }\ntopology: { kind: ring }\nnetwork:\n  bandwidth_mbit: 100\n";
-  auto ok = loadString(base + "  peers: [{rank: 3, bandwidth_mbit: 10, compute_scale: 2}]\n"
-                              "  edges: [{between: [0, 1], latency_ms: 50, loss_percent: 1}]\n",
+  const std::string base =
+      "peers: { count: 4 }\ntopology: { kind: ring }\nnetwork:\n  bandwidth_mbit: 100\n";
+  auto ok = loadString(base +
+                           "  peers: [{rank: 3, bandwidth_mbit: 10, compute_scale: 2}]\n"
+                           "  edges: [{between: [0, 1], latency_ms: 50, loss_percent: 1}]\n",
                        "net.yaml", noEnv());
   REQUIRE(ok.ok());
   CHECK(ok.config.network.peers.size() == 1);
@@ -143,23 +148,29 @@ TEST_CASE("network overrides: per peer and per link, validated") {
   REQUIRE(k);
   CHECK(k->show(ok.config) == "[{rank: 3, bandwidth_mbit: 10, compute_scale: 2}]");
 
-  auto unknown = loadString(base + "  peers: [{rank: 1, bandwith_mbit: 10}]\n", "net.yaml", noEnv());
+  auto unknown =
+      loadString(base + "  peers: [{rank: 1, bandwith_mbit: 10}]\n", "net.yaml", noEnv());
   CHECK_FALSE(unknown.ok());
-  CHECK(contains(allDiagnostics(unknown), "net.yaml:5:10: error: network.peers: expected a list of {rank: R, ...}"));
-  auto range = loadString(base + "  edges: [{between: [0, 2], loss_percent: 150}]\n", "net.yaml", noEnv());
+  CHECK(contains(allDiagnostics(unknown),
+                 "net.yaml:5:10: error: network.peers: expected a list of {rank: R, ...}"));
+  auto range =
+      loadString(base + "  edges: [{between: [0, 2], loss_percent: 150}]\n", "net.yaml", noEnv());
   CHECK_FALSE(range.ok());
   CHECK(contains(allDiagnostics(range), "network.edges: expected"));
-  auto self = loadString(base + "  edges: [{between: [2, 2], latency_ms: 5}]\n", "net.yaml", noEnv());
+  auto self =
+      loadString(base + "  edges: [{between: [2, 2], latency_ms: 5}]\n", "net.yaml", noEnv());
   CHECK_FALSE(self.ok());
   auto rank = loadString(base + "  peers: [{rank: 9, latency_ms: 5}]\n", "net.yaml", noEnv());
   CHECK_FALSE(rank.ok());
   CHECK(contains(allDiagnostics(rank), "network.peers: rank 9 is not a peer (peers.count is 4)"));
-  auto edge = loadString(base + "  edges: [{between: [0, 7], latency_ms: 5}]\n", "net.yaml", noEnv());
+  auto edge =
+      loadString(base + "  edges: [{between: [0, 7], latency_ms: 5}]\n", "net.yaml", noEnv());
   CHECK(contains(allDiagnostics(edge), "network.edges: [0, 7] names a peer >= peers.count (4)"));
 }
 
 TEST_CASE("tabs, syntax errors, empty files and cross-key rules") {
-  CHECK(contains(allDiagnostics(loadInvalid("tabs.yaml")), "tabs.yaml:2:1: error: tab character in indentation"));
+  CHECK(contains(allDiagnostics(loadInvalid("tabs.yaml")),
+                 "tabs.yaml:2:1: error: tab character in indentation"));
   CHECK(contains(allDiagnostics(loadInvalid("syntax.yaml")), "error: YAML syntax:"));
   CHECK(contains(allDiagnostics(loadInvalid("empty.yaml")), "the file is empty"));
   CHECK(contains(allDiagnostics(loadInvalid("dsgd_compressed.yaml")),
@@ -211,7 +222,8 @@ TEST_CASE("hostile input: deep nesting, huge files, binary garbage never crash")
 }
 
 TEST_CASE("precedence: defaults < YAML < environment < --set") {
-  const std::string yaml = "peers: { count: 16 }\ntopology: { kind: ring }\noptimizer: { lr: 0.2 }\n";
+  const std::string yaml =
+      "peers: { count: 16 }\ntopology: { kind: ring }\noptimizer: { lr: 0.2 }\n";
   std::map<std::string, std::string> env = {{"GRAPEVINE_TOPOLOGY_KIND", "torus"},
                                             {"GRAPEVINE_TOPOLOGY_DIMS", "[4, 4]"},
                                             {"GRAPEVINE_OPTIMIZER_LR", "0.3"}};
@@ -251,7 +263,8 @@ TEST_CASE("the schema table is complete and agrees with the config defaults") {
     CHECK_FALSE(k.apply(c, n).has_value());
     CHECK(k.show(c) == k.show(defaults));
   }
-  // docs/config.md documents every key (it is generated from this table: grapevine config --explain --markdown).
+  // docs/config.md documents every key (it is generated from this table: grapevine config --explain
+  // --markdown).
   std::ifstream in(std::string(GRAPEVINE_SOURCE_DIR) + "/docs/config.md");
   std::stringstream ss;
   ss << in.rdbuf();

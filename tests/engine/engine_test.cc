@@ -1,22 +1,21 @@
 // The engine's round logic in one process (lockstep driver, the same bytes a real run sends):
-// oracles for exact gossip, linear convergence of CHOCO, mass conservation, the constant-step limits
-// of CHOCO and D-PSGD (with both momentum kinds) against direct linear solves, determinism, and
-// robustness against corrupted, duplicated and lost messages.
-#include <catch2/catch.hpp>
-
+// oracles for exact gossip, linear convergence of CHOCO, mass conservation, the constant-step
+// limits of CHOCO and D-PSGD (with both momentum kinds) against direct linear solves, determinism,
+// and robustness against corrupted, duplicated and lost messages.
 #include <Eigen/Dense>
-#include <nlohmann/json.hpp>
-#include <cstring>
+#include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
+#include "compress/wire.h"
+#include "kernels/ops.h"
 #include "runtime/config/loader.h"
 #include "runtime/engine/envelope.h"
 #include "runtime/engine/lockstep.h"
-#include "compress/wire.h"
-#include "kernels/ops.h"
 #include "runtime/engine/setup.h"
 
 using namespace grapevine;
@@ -82,7 +81,8 @@ double consensusDistance(const Eigen::MatrixXd& X) {
 std::string writeQuadratic(int n, int d, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> N(0, 1);
-  std::string path = std::string(GRAPEVINE_BINARY_DIR) + "/quadratic_" + std::to_string(n) + ".json";
+  std::string path =
+      std::string(GRAPEVINE_BINARY_DIR) + "/quadratic_" + std::to_string(n) + ".json";
   std::ofstream out(path);
   out << "{\"a\": [";
   for (int i = 0; i < n; ++i) out << (i ? ", " : "") << 0.5 + 0.1 * i;
@@ -130,7 +130,8 @@ workload: { name: consensus, dim: 32 }
   CHECK((Y.rowwise() - mean).cwiseAbs().maxCoeff() < 1e-5);
 }
 
-TEST_CASE("CHOCO with top-1% on a ring of 16 converges linearly to the exact average, conserving mass") {
+TEST_CASE(
+    "CHOCO with top-1% on a ring of 16 converges linearly to the exact average, conserving mass") {
   const auto c = loadYaml(R"(
 peers: { count: 16 }
 topology: { kind: ring }
@@ -167,7 +168,8 @@ workload: { name: consensus, dim: 1000 }
   INFO("d0 " << d0 << " then" << trace);
   CHECK(dist[5] < 1e-6 * d0);
   // (until fp32 rounding is reached, around 1e-9 of the start)
-  for (size_t k = 1; k < dist.size() && dist[k - 1] > 1e-9 * d0; ++k) CHECK(dist[k] < 0.5 * dist[k - 1]);
+  for (size_t k = 1; k < dist.size() && dist[k - 1] > 1e-9 * d0; ++k)
+    CHECK(dist[k] < 0.5 * dist[k - 1]);
 }
 
 namespace {
@@ -210,17 +212,24 @@ TEST_CASE("constant-step limits on the quadratic match the linear solves") {
       {"choco", "top-k", "quasi-global", 0.5, false, 20000},
   };
   for (const auto& cs : cases) {
-    DYNAMIC_SECTION(cs.algorithm << " + " << cs.compression << ", " << cs.momentumKind << " momentum "
-                                 << cs.momentum << (cs.nesterov ? " nesterov" : "")) {
+    DYNAMIC_SECTION(cs.algorithm << " + " << cs.compression << ", " << cs.momentumKind
+                                 << " momentum " << cs.momentum
+                                 << (cs.nesterov ? " nesterov" : "")) {
       const double eta = 0.1, gamma = 0.5;
-      const auto c = loadYaml("peers: { count: 8 }\ntopology: { kind: random-regular, degree: 3 }\n"
-                              "algorithm: { name: " + cs.algorithm + ", consensus_step: 0.5 }\n"
-                              "optimizer: { lr: 0.1, momentum: " + std::to_string(cs.momentum) +
-                              ", nesterov: " + (cs.nesterov ? "true" : "false") +
-                              ", momentum_kind: " + cs.momentumKind + " }\n"
-                              "compression: { method: " + cs.compression +
-                              ", ratio: 0.5, selector: exact, dense_below: 0 }\n"
-                              "workload: { name: quadratic, data: \"" + data + "\" }\n");
+      const auto c = loadYaml(
+          "peers: { count: 8 }\ntopology: { kind: random-regular, degree: 3 }\n"
+          "algorithm: { name: " +
+          cs.algorithm +
+          ", consensus_step: 0.5 }\n"
+          "optimizer: { lr: 0.1, momentum: " +
+          std::to_string(cs.momentum) + ", nesterov: " + (cs.nesterov ? "true" : "false") +
+          ", momentum_kind: " + cs.momentumKind +
+          " }\n"
+          "compression: { method: " +
+          cs.compression +
+          ", ratio: 0.5, selector: exact, dense_below: 0 }\n"
+          "workload: { name: quadratic, data: \"" +
+          data + "\" }\n");
       Run run = makeRun(c);
       REQUIRE(engine::runLockstep(run.peers, 0, cs.rounds).isOk());
       const Eigen::MatrixXd W = mixingMatrix(*run.plan->schedule, 0);
@@ -232,10 +241,12 @@ TEST_CASE("constant-step limits on the quadratic match the linear solves") {
         a(i) = j["a"][i].get<double>();
         for (int k = 0; k < d; ++k) B(i, k) = j["b"][i][k].get<double>();
       }
-      // Local momentum's limit is plain SGD's at eta / (1 - beta). Quasi-global momentum vanishes at
-      // a fixed point (d = 0): u = g, or u = g + beta * g in its Nesterov form (u = g + beta(beta mhat + g)).
-      const double effEta = cs.momentumKind == "local" ? eta / (1.0 - cs.momentum)
-                                                       : eta * (cs.nesterov ? 1.0 + cs.momentum : 1.0);
+      // Local momentum's limit is plain SGD's at eta / (1 - beta). Quasi-global momentum vanishes
+      // at a fixed point (d = 0): u = g, or u = g + beta * g in its Nesterov form (u = g +
+      // beta(beta mhat + g)).
+      const double effEta = cs.momentumKind == "local"
+                                ? eta / (1.0 - cs.momentum)
+                                : eta * (cs.nesterov ? 1.0 + cs.momentum : 1.0);
       const Eigen::MatrixXd expect = quadraticLimit(cs.algorithm, W, a, B, effEta, gamma);
       const Eigen::MatrixXd got = models(run);
       const double rel = (got - expect).norm() / expect.norm();
@@ -317,7 +328,8 @@ workload: { name: consensus, dim: 256 }
   }
 }
 
-TEST_CASE("a lost message desynchronises a replica; the hash check detects it and a resync repairs it") {
+TEST_CASE(
+    "a lost message desynchronises a replica; the hash check detects it and a resync repairs it") {
   const auto c = loadYaml(R"(
 peers: { count: 4 }
 topology: { kind: ring }
@@ -328,7 +340,9 @@ workload: { name: consensus, dim: 200 }
 )");
   Run run = makeRun(c);
   engine::LockstepHooks hooks;
-  hooks.deliver = [](int from, int to, std::int64_t round) { return !(from == 1 && to == 0 && round == 2); };
+  hooks.deliver = [](int from, int to, std::int64_t round) {
+    return !(from == 1 && to == 0 && round == 2);
+  };
   REQUIRE(engine::runLockstep(run.peers, 0, 40, hooks).isOk());
   const auto& cnt = run.peers[0]->counters();
   CHECK(cnt.dropped.at("gap") == 1);
@@ -356,11 +370,13 @@ workload: { name: consensus, dim: 512 }
   const Eigen::MatrixXd X = models(run);
   INFO("distance " << consensusDistance(X0) << " -> " << consensusDistance(X));
   CHECK(consensusDistance(X) < 1e-3 * consensusDistance(X0));
-  // Error compensation keeps the average: sum_i (x_i - x_half_i) = gamma sum_ij w_ij (c_j - c_i) = 0.
+  // Error compensation keeps the average: sum_i (x_i - x_half_i) = gamma sum_ij w_ij (c_j - c_i) =
+  // 0.
   CHECK((X.colwise().mean() - X0.colwise().mean()).cwiseAbs().maxCoeff() < 1e-4);
 }
 
-TEST_CASE("a suspect neighbour's round is skipped and its late CHOCO delta still applied in order") {
+TEST_CASE(
+    "a suspect neighbour's round is skipped and its late CHOCO delta still applied in order") {
   const auto c = loadYaml(R"(
 peers: { count: 4 }
 topology: { kind: ring }
@@ -411,7 +427,8 @@ TEST_CASE("a multi-frame message with a bad last frame adds nothing; a good one 
     INFO(method);
     const auto c = loadYaml(std::string(R"(
 peers: { count: 2 }
-compression: { method: )") + method + R"(, ratio: 0.05, dense_below: 0, chunk_elements: 1024 }
+compression: { method: )") + method +
+                            R"(, ratio: 0.05, dense_below: 0, chunk_elements: 1024 }
 workload: { name: consensus, dim: 4096 }
 )");
     const std::vector<train::TensorInfo> layout = {{"x", {4096}, 0, 4096}};
@@ -455,8 +472,8 @@ workload: { name: consensus, dim: 4096 }
       std::memcpy(f + compress::kHeaderBytes + 4, &count, 4);
     }
     const auto& ops = kernels::cpuOps();
-    const std::uint32_t crc = ops.crc32c(ops.crc32c(0, f, compress::kCrcOffset), f + compress::kHeaderBytes,
-                                         flen - compress::kHeaderBytes);
+    const std::uint32_t crc = ops.crc32c(ops.crc32c(0, f, compress::kCrcOffset),
+                                         f + compress::kHeaderBytes, flen - compress::kHeaderBytes);
     std::memcpy(f + compress::kCrcOffset, &crc, 4);
     std::vector<float> acc2(4096, 0.25f);
     const Status s = (*receiver)->decodeAccumulate(bad, 0, 1, 0.5f, acc2);

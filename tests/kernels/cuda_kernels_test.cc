@@ -2,10 +2,10 @@
 // device buffers. Wire-relevant outputs must match bit for bit (ops.h, cuda_ops.h); sumSquares and
 // dot within rounding. Without a CUDA device the binary prints "skipped: no CUDA device (...)" and
 // exits 77, which ctest reports as skipped.
-#include <catch2/catch.hpp>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,7 +46,9 @@ void cudaOk(cudaError_t e) {
 template <typename T>
 class DeviceVector {
  public:
-  explicit DeviceVector(size_t n) : n_(n) { cudaOk(cudaMalloc(&p_, std::max<size_t>(1, n) * sizeof(T))); }
+  explicit DeviceVector(size_t n) : n_(n) {
+    cudaOk(cudaMalloc(&p_, std::max<size_t>(1, n) * sizeof(T)));
+  }
   explicit DeviceVector(const std::vector<T>& h) : DeviceVector(h.size()) {
     if (n_ > 0) cudaOk(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
@@ -86,7 +88,8 @@ TEST_CASE("cuda table: device present, name", "[cuda]") {
 TEST_CASE("cuda reductions match the reference", "[cuda]") {
   requireDevice();
   for (size_t n : kSizes) {
-    auto x = gaussian(n, 1 + static_cast<uint32_t>(n)), y = gaussian(n, 2 + static_cast<uint32_t>(n));
+    auto x = gaussian(n, 1 + static_cast<uint32_t>(n)),
+         y = gaussian(n, 2 + static_cast<uint32_t>(n));
     DeviceVector<float> dx(x), dy(y);
     INFO("n=" << n);
     CHECK(floatBits(gpu().maxAbs(dx.get(), n)) == floatBits(ref().maxAbs(x.data(), n)));
@@ -139,9 +142,22 @@ TEST_CASE("cuda half and bfloat16 conversions match bit for bit", "[cuda]") {
   requireDevice();
   for (size_t n : kSizes) {
     auto x = gaussian(n, 5, 3.0f);
-    const float special[] = {1e6f, -1e6f, 65504.0f, 65520.0f, 6e-8f, 3e-8f, -2.98e-8f, 1e-5f,
-                             0.0f, -0.0f, 1.0f + 0x1.0p-11f, 3.4e38f, -3.39e38f, 1e-40f,
-                             std::numeric_limits<float>::infinity(), std::nanf("")};
+    const float special[] = {1e6f,
+                             -1e6f,
+                             65504.0f,
+                             65520.0f,
+                             6e-8f,
+                             3e-8f,
+                             -2.98e-8f,
+                             1e-5f,
+                             0.0f,
+                             -0.0f,
+                             1.0f + 0x1.0p-11f,
+                             3.4e38f,
+                             -3.39e38f,
+                             1e-40f,
+                             std::numeric_limits<float>::infinity(),
+                             std::nanf("")};
     for (size_t i = 0; i < n && i < std::size(special); ++i) x[i * 7 % n] = special[i];
     std::vector<uint16_t> h1(n), b1(n);
     ref().toHalf(x.data(), n, h1.data());
@@ -154,8 +170,10 @@ TEST_CASE("cuda half and bfloat16 conversions match bit for bit", "[cuda]") {
     REQUIRE(dh.toHost() == h1);
     REQUIRE(db.toHost() == b1);
     // Accumulate finite codes only (NaN payloads from arithmetic are not part of the contract).
-    for (auto& v : h1) if ((v & 0x7C00u) == 0x7C00u) v = 0x3555;
-    for (auto& v : b1) if ((v & 0x7F80u) == 0x7F80u) v = 0x3F99;
+    for (auto& v : h1)
+      if ((v & 0x7C00u) == 0x7C00u) v = 0x3555;
+    for (auto& v : b1)
+      if ((v & 0x7F80u) == 0x7F80u) v = 0x3F99;
     DeviceVector<uint16_t> fh(h1), fb(b1);
     auto acc = gaussian(n, 6);
     DeviceVector<float> dacc(acc);
@@ -176,8 +194,9 @@ TEST_CASE("cuda block quantization matches bit for bit", "[cuda]") {
         for (size_t n : kSizes) {
           auto x = gaussian(n, 7 + static_cast<uint32_t>(n + block));
           if (n > 70) std::fill(x.begin() + 64, x.begin() + 70, 0.0f);
-          if (n >= 4097) std::fill(x.begin() + 128, x.begin() + 192, 0.0f);  // an all-zero block (64)
-          if (n >= 4097) x[4096] = std::numeric_limits<float>::infinity();   // a non-finite block
+          if (n >= 4097)
+            std::fill(x.begin() + 128, x.begin() + 192, 0.0f);  // an all-zero block (64)
+          if (n >= 4097) x[4096] = std::numeric_limits<float>::infinity();  // a non-finite block
           const size_t nb = (n + block - 1) / block;
           const size_t codeBytes = bits == 8 ? n : (n + 1) / 2;
           std::vector<uint8_t> c1(codeBytes);
@@ -187,13 +206,15 @@ TEST_CASE("cuda block quantization matches bit for bit", "[cuda]") {
           DeviceVector<uint8_t> dc(std::vector<uint8_t>(codeBytes, 0xAB));  // poisoned
           DeviceVector<float> ds(nb);
           gpu().quantizeBlocks(dx.get(), n, block, bits, rounding, 42, dc.get(), ds.get());
-          INFO("bits=" << bits << " rounding=" << int(rounding) << " block=" << block << " n=" << n);
+          INFO("bits=" << bits << " rounding=" << int(rounding) << " block=" << block
+                       << " n=" << n);
           REQUIRE(dc.toHost() == c1);
           REQUIRE(sameBits(ds.toHost(), s1));
           // Decode finite blocks only: the inf block's scale is inf, and inf * 0 is a NaN whose
           // payload is not part of the contract.
           auto s1Finite = s1;
-          for (auto& s : s1Finite) if (!std::isfinite(s)) s = 0.5f;
+          for (auto& s : s1Finite)
+            if (!std::isfinite(s)) s = 0.5f;
           DeviceVector<float> dsf(s1Finite);
           auto a1 = gaussian(n, 8);
           DeviceVector<float> da(a1);
@@ -284,7 +305,10 @@ TEST_CASE("cuda top-k: adversarial inputs", "[cuda]") {
   special[101] = 1e-42f;
   for (const auto* x : {&same, &sorted, &zeros, &special}) {
     for (size_t k : {size_t{1}, size_t{2}, size_t{5000}, n - 1}) {
-      INFO("input " << (x == &same ? "same" : x == &sorted ? "sorted" : x == &zeros ? "zeros" : "special")
+      INFO("input " << (x == &same     ? "same"
+                        : x == &sorted ? "sorted"
+                        : x == &zeros  ? "zeros"
+                                       : "special")
                     << " k=" << k);
       checkTopk(*x, k, Selector::kExact);
     }

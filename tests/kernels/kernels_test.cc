@@ -1,8 +1,7 @@
 // The vectorised CPU table against the reference table (the oracle) on seeded inputs of awkward
 // sizes. Wire-relevant outputs must match bit for bit (ops.h); reductions within rounding.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -71,8 +70,9 @@ TEST_CASE("half and bfloat16 conversions match bit for bit", "[kernels]") {
   for (size_t n : kSizes) {
     auto x = gaussian(n, 5, 3.0f);
     // Awkward values: overflow, subnormal halves, exact ties, zeros of both signs.
-    const float special[] = {1e6f, -1e6f, 65504.0f, 65520.0f, 6e-8f, 3e-8f, -2.98e-8f, 1e-5f,
-                             0.0f, -0.0f, 1.0f + 0x1.0p-11f, 3.4e38f, -3.39e38f, 1e-40f};
+    const float special[] = {
+        1e6f,  -1e6f, 65504.0f, 65520.0f,          6e-8f,   3e-8f,     -2.98e-8f,
+        1e-5f, 0.0f,  -0.0f,    1.0f + 0x1.0p-11f, 3.4e38f, -3.39e38f, 1e-40f};
     for (size_t i = 0; i < n && i < std::size(special); ++i) x[i * 7 % n] = special[i];
     std::vector<uint16_t> h1(n), h2(n), b1(n), b2(n);
     ref().toHalf(x.data(), n, h1.data());
@@ -97,7 +97,7 @@ TEST_CASE("half conversion is round-to-nearest-even with saturation", "[kernels]
   CHECK(floatToHalf(1.0f) == 0x3C00);
   CHECK(floatToHalf(-2.0f) == 0xC000);
   CHECK(floatToHalf(65504.0f) == 0x7BFF);
-  CHECK(floatToHalf(1e9f) == 0x7BFF);  // saturates instead of inf
+  CHECK(floatToHalf(1e9f) == 0x7BFF);               // saturates instead of inf
   CHECK(floatToHalf(1.0f + 0x1.0p-11f) == 0x3C00);  // tie -> even
   CHECK(floatToHalf(1.0f + 0x1.8p-11f) == 0x3C01);
   CHECK(floatToHalf(0x1.0p-24f) == 0x0001);  // smallest subnormal
@@ -106,8 +106,8 @@ TEST_CASE("half conversion is round-to-nearest-even with saturation", "[kernels]
     REQUIRE(floatToHalf(halfToFloat(static_cast<uint16_t>(h))) == h);
   }
   CHECK(floatToBf16(1.0f) == 0x3F80);
-  CHECK(floatToBf16(1.0f + 0x1.0p-8f) == 0x3F80);  // tie -> even
-  CHECK(floatToBf16(1.0f + 0x1.8p-8f) == 0x3F81);  // 0.75 ulp -> up
+  CHECK(floatToBf16(1.0f + 0x1.0p-8f) == 0x3F80);              // tie -> even
+  CHECK(floatToBf16(1.0f + 0x1.8p-8f) == 0x3F81);              // 0.75 ulp -> up
   CHECK(std::isfinite(bf16ToFloat(floatToBf16(3.4028e38f))));  // saturates
 }
 
@@ -177,7 +177,8 @@ TEST_CASE("top-k exact matches the reference; approx is a top set within slack",
       // Ties: repeat a few magnitudes so the tie rule matters.
       for (size_t i = 0; i + 10 < n; i += 97) x[i] = (i % 2 ? 2.0f : -2.0f);
       std::vector<uint8_t> ws1(ref().topkWorkspaceBytes(n, k)), ws2(vec().topkWorkspaceBytes(n, k));
-      std::vector<uint32_t> i1(std::min(n, k) + 1), i2(topkMaxCount(n, k, Selector::kApprox, 0.05) + 1);
+      std::vector<uint32_t> i1(std::min(n, k) + 1),
+          i2(topkMaxCount(n, k, Selector::kApprox, 0.05) + 1);
       INFO("n=" << n << " k=" << k);
       auto s1 = ref().topkSelect(x.data(), n, k, Selector::kExact, 0, 1, ws1.data(), i1.data());
       auto s2 = vec().topkSelect(x.data(), n, k, Selector::kExact, 0, 1, ws2.data(), i2.data());
@@ -187,7 +188,8 @@ TEST_CASE("top-k exact matches the reference; approx is a top set within slack",
 
       auto s3 = vec().topkSelect(x.data(), n, k, Selector::kApprox, 0.05, 7, ws2.data(), i2.data());
       REQUIRE(s3.count <= topkMaxCount(n, k, Selector::kApprox, 0.05));
-      REQUIRE(static_cast<double>(s3.count) >= std::floor(0.95 * static_cast<double>(std::min(n, k))));
+      REQUIRE(static_cast<double>(s3.count) >=
+              std::floor(0.95 * static_cast<double>(std::min(n, k))));
       REQUIRE(std::is_sorted(i2.begin(), i2.begin() + s3.count));
       REQUIRE(std::adjacent_find(i2.begin(), i2.begin() + s3.count) == i2.begin() + s3.count);
       // Top set: min selected magnitude >= max unselected magnitude.

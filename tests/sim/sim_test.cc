@@ -1,9 +1,8 @@
 // The simulator: the worker pool, the link model's draws, a round's simulated time against the
 // formula, bit-identical models whatever the thread count (and identical to runLockstep), losses
 // that the engine repairs, the files `grapevine sim` writes, 64 consensus peers, and the CLI.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +49,8 @@ sim::SimResult simulate(const engine::RunPlan& plan, int threads, const std::str
 }
 
 std::string tempDir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("grapevine-sim-test-" + std::to_string(::getpid()) + "-" + name);
+  auto d = std::filesystem::temp_directory_path() /
+           ("grapevine-sim-test-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(d);
   return d.string();
 }
@@ -121,7 +121,7 @@ network: { bandwidth_mbit: 100, latency_ms: 5, compute_ms: 10 }
   auto plan = makePlan(c);
   auto r = simulate(*plan, 2);
   const auto bytes = r.peers[0].bytesSent;  // one message to the one neighbour
-  REQUIRE(bytes > 4000);                     // 1000 floats + envelope
+  REQUIRE(bytes > 4000);                    // 1000 floats + envelope
   const double expected = 0.010 + 0.005 + static_cast<double>(bytes) * 8.0 / 100e6;
   CHECK(r.clock[0] == Approx(expected).epsilon(1e-12));
   CHECK(r.clock[1] == Approx(expected).epsilon(1e-12));
@@ -133,13 +133,15 @@ network: { bandwidth_mbit: 100, latency_ms: 5, compute_ms: 10 }
   c5.run.rounds = 5;
   c5.network.computeScale = 3.0;
   auto r5 = simulate(*makePlan(c5), 1);
-  const double perRound = 0.030 + 0.005 + static_cast<double>(r5.peers[0].bytesSent / 5) * 8.0 / 100e6;
+  const double perRound =
+      0.030 + 0.005 + static_cast<double>(r5.peers[0].bytesSent / 5) * 8.0 / 100e6;
   CHECK(r5.peers[0].bytesSent == 5 * bytes);
   CHECK(r5.simulatedSeconds == Approx(5 * perRound).epsilon(1e-12));
 }
 
 TEST_CASE("per-peer and per-edge network overrides set each link's time") {
-  // A path 0 - 1 - 2; peer 2 is slow (10 Mbit/s, 40 ms, half-speed compute); the 0-1 link is overridden.
+  // A path 0 - 1 - 2; peer 2 is slow (10 Mbit/s, 40 ms, half-speed compute); the 0-1 link is
+  // overridden.
   const auto c = loadYaml(R"(
 run: { seed: 3, rounds: 1 }
 peers: { count: 3 }
@@ -166,8 +168,10 @@ network:
   CHECK(c.network.computeScaleOf(0) == 1);
 
   auto r = simulate(*makePlan(c), 2);
-  const double b = static_cast<double>(r.peers[0].bytesSent);  // one message, same size on every link
-  // Peer 0 waits for 1 over the fast link; peer 1 for the slow peer 2 (its compute is 20 ms); peer 2 for 1.
+  const double b =
+      static_cast<double>(r.peers[0].bytesSent);  // one message, same size on every link
+  // Peer 0 waits for 1 over the fast link; peer 1 for the slow peer 2 (its compute is 20 ms); peer
+  // 2 for 1.
   CHECK(r.clock[0] == Approx(0.010 + 0.001 + b * 8 / 100e6).epsilon(1e-12));
   CHECK(r.clock[1] == Approx(0.020 + 0.040 + b * 8 / 10e6).epsilon(1e-12));
   CHECK(r.clock[2] == Approx(std::max(0.020, 0.010 + 0.040 + b * 8 / 10e6)).epsilon(1e-12));
@@ -187,8 +191,8 @@ network: { latency_ms: 1, compute_ms: 2, loss_percent: 20 }
   auto r = simulate(*makePlan(c), 2);
   REQUIRE(r.messagesLost > 0);
   REQUIRE(r.messagesLost < 40);
-  // Rounds are 3 ms apart when in step; a loss makes the receiver wait for its deadline (2 + 500 ms),
-  // and the other peer, whose message arrives at 3 ms, waits for nothing.
+  // Rounds are 3 ms apart when in step; a loss makes the receiver wait for its deadline (2 + 500
+  // ms), and the other peer, whose message arrives at 3 ms, waits for nothing.
   CHECK(r.simulatedSeconds >= 40 * 0.003 + 0.5 - 1e-9);
   CHECK(r.simulatedSeconds <= 40 * 0.003 + static_cast<double>(r.messagesLost) * 0.5 + 1e-9);
   std::uint64_t suspect = 0;
@@ -226,7 +230,8 @@ network: { bandwidth_mbit: 1000, latency_ms: 2, jitter_ms: 1, compute_ms: 1 }
       REQUIRE(sameBits(r1.peers[i].model, r3.peers[i].model));
       const std::vector<float> lock(peers[i]->model().begin(), peers[i]->model().end());
       REQUIRE(sameBits(r1.peers[i].model, lock));
-      CHECK(r1.clock[i] == r2.clock[i]);  // compute_ms fixed: the virtual clock is deterministic too
+      CHECK(r1.clock[i] ==
+            r2.clock[i]);  // compute_ms fixed: the virtual clock is deterministic too
       CHECK(r1.clock[i] == r3.clock[i]);
     }
     auto strip = [](nlohmann::json s) {
@@ -297,7 +302,8 @@ network: { bandwidth_mbit: 10, latency_ms: 1, compute_ms: 3 }
     }
     CHECK(lines.back()["final"] == true);
     CHECK(lines.back()["sim_time"].get<double>() == r.clock[i]);
-    auto m = engine::readModel(dir + "/model-" + std::to_string(i) + ".bin", r.peers[i].model.size());
+    auto m =
+        engine::readModel(dir + "/model-" + std::to_string(i) + ".bin", r.peers[i].model.size());
     REQUIRE(m.isOk());
     CHECK(sameBits(*m, r.peers[i].model));
     CHECK(std::filesystem::exists(dir + "/peer-" + std::to_string(i) + ".final.json"));
@@ -342,8 +348,8 @@ TEST_CASE("grapevine sim CLI writes summary.json and honours --peers") {
          "algorithm: { name: choco }\ncompression: { method: top-k, ratio: 0.5 }\n"
          "workload: { name: consensus, dim: 32 }\nnetwork: { latency_ms: 1, compute_ms: 1 }\n";
   }
-  const std::string cmd = bin + " sim " + dir + "/c.yaml --peers 6 --threads 2 --quiet --out " + dir +
-                          "/out > " + dir + "/log 2>&1";
+  const std::string cmd = bin + " sim " + dir + "/c.yaml --peers 6 --threads 2 --quiet --out " +
+                          dir + "/out > " + dir + "/log 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   std::ifstream sf(dir + "/out/summary.json");
   REQUIRE(sf);

@@ -1,17 +1,16 @@
 // Sweeps: the file format (every error at file:line with the key), the expansion into cells (every
 // combination, stable ids that change when the cell's definition changes), and the CLI end to end:
 // results.csv / cells.csv contents, resuming (finished cells kept, edited cells re-run), plots.
-#include <catch2/catch.hpp>
+#include "runtime/sweep/sweep.h"
 
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
-
-#include "runtime/sweep/sweep.h"
 
 using namespace grapevine;
 namespace fs = std::filesystem;
@@ -25,9 +24,13 @@ std::string readAll(const fs::path& p) {
   return ss.str();
 }
 
-std::string diagText(const std::vector<config::Diagnostic>& d) { return config::formatDiagnostics(d); }
+std::string diagText(const std::vector<config::Diagnostic>& d) {
+  return config::formatDiagnostics(d);
+}
 
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
 
 int run(const std::string& cmd) {
   const int rc = std::system(cmd.c_str());
@@ -79,9 +82,10 @@ TEST_CASE("a sweep file expands into every combination, last axis fastest") {
                                                        "compression.method=int8",
                                                        "compression.block_size=64", "run.seed=2"});
   // A dotted key inside a mapping value is a full config path.
-  auto dotted = sweep::parseSweep("config: { peers: { count: 4 } }\nsweep:\n  compression:\n"
-                                  "    - { method: sign, algorithm.consensus_step: 0.1 }\n",
-                                  "d.yaml", nullptr);
+  auto dotted = sweep::parseSweep(
+      "config: { peers: { count: 4 } }\nsweep:\n  compression:\n"
+      "    - { method: sign, algorithm.consensus_step: 0.1 }\n",
+      "d.yaml", nullptr);
   REQUIRE(dotted.isOk());
   CHECK(dotted->axes[0].values[0].sets ==
         std::vector<std::pair<std::string, std::string>>{{"compression.method", "sign"},
@@ -103,20 +107,26 @@ TEST_CASE("bad sweep files: file:line:col, the key, what was expected") {
     CHECK_FALSE(r.isOk());
     return diagText(d);
   };
-  CHECK(contains(errors("base: nope.yaml\nsweep: { run.seed: [1] }\n"), "s.yaml:1:7: error: base: no such file"));
-  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { topology.knd: [ring] }\n"),
-                 "s.yaml:2:10: error: sweep.topology.knd: not a config key (did you mean topology.kind?)"));
+  CHECK(contains(errors("base: nope.yaml\nsweep: { run.seed: [1] }\n"),
+                 "s.yaml:1:7: error: base: no such file"));
+  CHECK(contains(
+      errors("config: { peers: { count: 4 } }\nsweep: { topology.knd: [ring] }\n"),
+      "s.yaml:2:10: error: sweep.topology.knd: not a config key (did you mean topology.kind?)"));
   CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: 3 }\n"),
                  "sweep.run.seed: expected a non-empty list of values, found \"3\""));
-  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep:\n  compression:\n    - { metod: none }\n"),
-                 "s.yaml:4:9: error: sweep.compression: compression.metod: not a config key (did you mean compression.method?)"));
+  CHECK(contains(
+      errors("config: { peers: { count: 4 } }\nsweep:\n  compression:\n    - { metod: none }\n"),
+      "s.yaml:4:9: error: sweep.compression: compression.metod: not a config key (did you mean "
+      "compression.method?)"));
   CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: [1, 1] }\n"),
                  "two values are both labelled \"1\""));
-  CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: [1] }\ntarget_accuracy: 3\n"),
-                 "s.yaml:3:18: error: target_accuracy: expected a number in (0, 1], found \"3\""));
+  CHECK(contains(
+      errors("config: { peers: { count: 4 } }\nsweep: { run.seed: [1] }\ntarget_accuracy: 3\n"),
+      "s.yaml:3:18: error: target_accuracy: expected a number in (0, 1], found \"3\""));
   CHECK(contains(errors("config: { peers: { count: 4 } }\nsweep: { run.seed: [1] }\nmode: fast\n"),
                  "mode: expected sim or launch"));
-  CHECK(contains(errors("config: { peers: { count: 4 } }\nswep: { run.seed: [1] }\n"), "swep: unknown key"));
+  CHECK(contains(errors("config: { peers: { count: 4 } }\nswep: { run.seed: [1] }\n"),
+                 "swep: unknown key"));
   CHECK(contains(errors("sweep: { run.seed: [1] }\n"), "base: required"));
   CHECK(contains(errors("[1, 2"), "s.yaml:1:"));
   CHECK(contains(errors("- a\n- b\n"), "expected a mapping"));
@@ -130,8 +140,8 @@ TEST_CASE("grapevine sweep runs every cell, tabulates, resumes, and plots") {
   std::ofstream(file) << kSweep << "target_accuracy: 0.5\n";
   const std::string bin = GRAPEVINE_BIN;
   const std::string out = (dir / "out").string();
-  const std::string cmd = bin + " sweep " + file.string() + " --out " + out + " --jobs 2 --quiet > " +
-                          (dir / "stdout.txt").string() + " 2>&1";
+  const std::string cmd = bin + " sweep " + file.string() + " --out " + out +
+                          " --jobs 2 --quiet > " + (dir / "stdout.txt").string() + " 2>&1";
   REQUIRE(run(cmd) == 0);
   const std::string first = readAll(dir / "stdout.txt");
   CHECK(contains(first, "8 cells ran, 0 kept, 0 failed"));
@@ -140,7 +150,8 @@ TEST_CASE("grapevine sweep runs every cell, tabulates, resumes, and plots") {
   const auto results = lines(readAll(fs::path(out) / "results.csv"));
   REQUIRE(results.size() == 1 + 8 * 3);
   CHECK(results[0] ==
-        "cell,topology.kind,compression,run.seed,round,sim_time_s,wall_time_s,bytes_sent_per_peer,train_loss,"
+        "cell,topology.kind,compression,run.seed,round,sim_time_s,wall_time_s,bytes_sent_per_peer,"
+        "train_loss,"
         "test_accuracy,averaged_model_accuracy,consensus_distance,spectral_gap");
   CHECK(contains(results[1], ",ring,dense,1,10,"));
   CHECK(contains(results[3], ",ring,dense,1,30,"));
@@ -161,7 +172,9 @@ TEST_CASE("grapevine sweep runs every cell, tabulates, resumes, and plots") {
   const auto cells = lines(readAll(fs::path(out) / "cells.csv"));
   REQUIRE(cells.size() == 9);
   CHECK(contains(cells[0], "status,rounds,sim_time_s"));
-  CHECK(contains(cells[0], "rounds_to_target,sim_time_to_target_s,wall_time_to_target_s,bytes_to_target_per_peer"));
+  CHECK(contains(
+      cells[0],
+      "rounds_to_target,sim_time_to_target_s,wall_time_to_target_s,bytes_to_target_per_peer"));
   for (std::size_t i = 1; i < cells.size(); ++i) CHECK(contains(cells[i], ",done,30,"));
   // int8 sends fewer bytes than dense on the same graph.
   auto bytesOf = [&](std::size_t row) {
@@ -174,7 +187,8 @@ TEST_CASE("grapevine sweep runs every cell, tabulates, resumes, and plots") {
   };
   CHECK(bytesOf(3) < bytesOf(1) / 2);
 
-  // Resume: everything is kept; an edited cell definition (another seed list) runs only the new cells.
+  // Resume: everything is kept; an edited cell definition (another seed list) runs only the new
+  // cells.
   REQUIRE(run(cmd) == 0);
   CHECK(contains(readAll(dir / "stdout.txt"), "0 cells ran, 8 kept, 0 failed"));
   fs::remove_all(fs::path(out) / "cells" / cells[2].substr(0, cells[2].find(',')));
@@ -186,8 +200,9 @@ TEST_CASE("grapevine sweep runs every cell, tabulates, resumes, and plots") {
   std::ofstream(dir / "bad.yaml") << R"(config: { peers: { count: 6 }, topology: { kind: torus } }
 sweep: { peers.count: [6, 7] }
 )";
-  const std::string bad = bin + " sweep " + (dir / "bad.yaml").string() + " --out " + (dir / "bad").string() +
-                          " --quiet > " + (dir / "bad.txt").string() + " 2>&1";
+  const std::string bad = bin + " sweep " + (dir / "bad.yaml").string() + " --out " +
+                          (dir / "bad").string() + " --quiet > " + (dir / "bad.txt").string() +
+                          " 2>&1";
   CHECK(run(bad) == 2);
   CHECK(contains(readAll(dir / "bad.txt"), "peers.count 7 has no a x b factorisation"));
   CHECK(contains(readAll(dir / "bad.txt"), "1 of 2 cells are invalid; nothing ran"));
@@ -200,7 +215,8 @@ sweep: { peers.count: [6, 7] }
     return;
   }
   REQUIRE(run(plot) == 0);
-  for (const char* png : {"consensus_vs_rounds.png", "consensus_vs_bytes.png", "consensus_vs_time.png"}) {
+  for (const char* png :
+       {"consensus_vs_rounds.png", "consensus_vs_bytes.png", "consensus_vs_time.png"}) {
     const std::string bytes = readAll(fs::path(out) / "plots" / png);
     REQUIRE(bytes.size() > 1000);
     CHECK(bytes.substr(1, 3) == "PNG");

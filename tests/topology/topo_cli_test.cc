@@ -1,8 +1,7 @@
 // `grapevine topo` end to end: runs the built binary and checks its output and exit codes.
-#include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -88,12 +87,15 @@ TEST_CASE("grapevine topo --json prints one object with the documented fields") 
   CHECK(op["symmetric"] == false);
   CHECK(op["sends_per_round"] == 1);
 
-  const auto t = jsonOf(grapevine("topo --kind torus --peers 8 --dims 2,4 --weights uniform --json"));
+  const auto t =
+      jsonOf(grapevine("topo --kind torus --peers 8 --dims 2,4 --weights uniform --json"));
   CHECK(t["degree_max"] == 3);
   CHECK(t["weights"] == "uniform");
 
-  const auto rr1 = jsonOf(grapevine("topo --kind random-regular --peers 20 --degree 3 --seed 4 --json"));
-  const auto rr2 = jsonOf(grapevine("topo --kind random-regular --peers 20 --degree 3 --seed 4 --json"));
+  const auto rr1 =
+      jsonOf(grapevine("topo --kind random-regular --peers 20 --degree 3 --seed 4 --json"));
+  const auto rr2 =
+      jsonOf(grapevine("topo --kind random-regular --peers 20 --degree 3 --seed 4 --json"));
   CHECK(rr1 == rr2);
   CHECK(rr1["seed"] == 4);
   CHECK(rr1["degree_min"] == 3);
@@ -134,7 +136,8 @@ topology:
   const auto over = jsonOf(grapevine("topo " + torus + " --kind complete --json"));
   CHECK(over["edges"] == 120);
 
-  const std::string rr = writeConfig("rr", "run: {seed: 9}\npeers: {count: 12}\ntopology: {kind: random-regular, degree: 3}\n");
+  const std::string rr = writeConfig(
+      "rr", "run: {seed: 9}\npeers: {count: 12}\ntopology: {kind: random-regular, degree: 3}\n");
   const auto fromRun = jsonOf(grapevine("topo " + rr + " --json"));
   CHECK(fromRun["seed"] == 9);  // topology.seed defaults to run.seed
   CHECK(fromRun["degree_max"] == 3);
@@ -151,8 +154,10 @@ topology:
   CHECK(e["lambda2"].get<double>() == Approx(0.25).margin(1e-12));
 
   requireBadInput("topo " + writeConfig("badkind", "peers: {count: 4}\ntopology: {kind: tree}\n"),
-                  "topology.kind: expected one of ring, torus, random-regular, erdos-renyi, exponential, one-peer-exponential, complete, edges, found \"tree\"");
-  requireBadInput("topo " + writeConfig("nopeers", "topology: {kind: ring}\n"), "peers.count: required");
+                  "topology.kind: expected one of ring, torus, random-regular, erdos-renyi, "
+                  "exponential, one-peer-exponential, complete, edges, found \"tree\"");
+  requireBadInput("topo " + writeConfig("nopeers", "topology: {kind: ring}\n"),
+                  "peers.count: required");
   requireBadInput("topo " + writeConfig("broken", "peers: [1, 2\n"), "broken.yaml");
   requireBadInput("topo " + kScratch + "_does_not_exist.yaml", "does_not_exist");
 }
@@ -165,16 +170,19 @@ TEST_CASE("grapevine topo rejects bad flags with exit code 2 and a clear message
                   "unknown kind 'tree'; expected one of: ring, torus, random-regular, erdos-renyi, "
                   "exponential, one-peer-exponential, complete, edges");
   requireBadInput("topo --kind ring --peers 8 --weights best", "unknown weights 'best'");
-  requireBadInput("topo --kind torus --peers 8 --dims 3,3", "torus: dims 3x3 give 9 peers but peers is 8");
+  requireBadInput("topo --kind torus --peers 8 --dims 3,3",
+                  "torus: dims 3x3 give 9 peers but peers is 8");
   requireBadInput("topo --kind torus --peers 8 --dims 4,a", "--dims expects R,C or R,C,D");
   requireBadInput("topo --kind ring --peers 8 --dims 2,4", "--dims only applies to --kind torus");
-  requireBadInput("topo --kind ring --peers 8 --degree 3", "--degree only applies to --kind random-regular");
+  requireBadInput("topo --kind ring --peers 8 --degree 3",
+                  "--degree only applies to --kind random-regular");
   requireBadInput("topo --kind random-regular --peers 8", "--kind random-regular needs --degree");
   requireBadInput("topo --kind random-regular --peers 7 --degree 3", "peers * degree must be even");
   requireBadInput("topo --kind erdos-renyi --peers 16 --probability 0.01",
                   "erdos-renyi: graph with p=0.01 on 16 peers is disconnected after 100 tries with "
                   "seed 1; raise probability");
-  requireBadInput("topo --kind ring --peers 8 --weights explicit", "weights 'explicit' need kind 'edges'");
+  requireBadInput("topo --kind ring --peers 8 --weights explicit",
+                  "weights 'explicit' need kind 'edges'");
   requireBadInput("topo --kind ring --peers 8 --json --dot", "excludes");
   requireBadInput("topo --kind ring", "give a CONFIG file or both --kind and --peers");
   requireBadInput("topo --kind ring --peers 8 --frobnicate", "--frobnicate");

@@ -1,6 +1,7 @@
 // Topology library: generators, weights, checks, schedules and spectral analysis.
-#include <catch2/catch.hpp>
+#include "topology/topology.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -10,7 +11,6 @@
 #include <vector>
 
 #include "topology/random.h"
-#include "topology/topology.h"
 
 using namespace grapevine;
 using namespace grapevine::topology;
@@ -147,7 +147,8 @@ TEST_CASE("torus degrees, including size-2 dims that must not double an edge") {
 TEST_CASE("exponential graph: i <-> i +- 2^k, degree as counted by hand") {
   // n = 16: +-1, +-2, +-4 and 8 (= -8)  -> 7.  n = 8: +-1, +-2, 4 -> 5.
   // n = 12: 1, 11, 2, 10, 4, 8 (8 = -4, 4 = -8) -> 6.  n = 6: 1, 5, 2, 4 -> 4.  n = 3: 1, 2 -> 2.
-  for (auto [n, degree] : std::vector<std::pair<int, int>>{{16, 7}, {8, 5}, {12, 6}, {6, 4}, {3, 2}, {2, 1}}) {
+  for (auto [n, degree] :
+       std::vector<std::pair<int, int>>{{16, 7}, {8, 5}, {12, 6}, {6, 4}, {3, 2}, {2, 1}}) {
     const Graph g = must(exponential(n));
     requireSimple(g);
     INFO("n = " << n);
@@ -301,8 +302,10 @@ TEST_CASE("random generators are deterministic for a seed, on every platform") {
   for (int i = 0; i < 6; ++i) CHECK(detail::uniformBelow(r2, 10) == draws[static_cast<size_t>(i)]);
 
   for (std::uint64_t seed : {1ull, 2ull, 99ull}) {
-    CHECK(fingerprint(must(randomRegular(64, 4, seed))) == fingerprint(must(randomRegular(64, 4, seed))));
-    CHECK(fingerprint(must(erdosRenyi(40, 0.2, seed))) == fingerprint(must(erdosRenyi(40, 0.2, seed))));
+    CHECK(fingerprint(must(randomRegular(64, 4, seed))) ==
+          fingerprint(must(randomRegular(64, 4, seed))));
+    CHECK(fingerprint(must(erdosRenyi(40, 0.2, seed))) ==
+          fingerprint(must(erdosRenyi(40, 0.2, seed))));
   }
   CHECK(fingerprint(must(randomRegular(64, 4, 1))) != fingerprint(must(randomRegular(64, 4, 2))));
   CHECK(fingerprint(must(erdosRenyi(40, 0.2, 1))) != fingerprint(must(erdosRenyi(40, 0.2, 2))));
@@ -332,7 +335,8 @@ TEST_CASE("power iteration agrees with the exact spectrum") {
   // A ring: a double eigenvalue and a small gap, the slow case.
   const Graph rg = must(ring(64));
   const Weights wg = metropolis(rg);
-  const SpectralEstimate ringPower = secondLargestModulus(rg.n, {&wg}, SpectralMethod::kPowerIteration);
+  const SpectralEstimate ringPower =
+      secondLargestModulus(rg.n, {&wg}, SpectralMethod::kPowerIteration);
   CHECK(ringPower.converged);
   CHECK(ringPower.value == Approx((1.0 + 2.0 * std::cos(2.0 * kPi / 64)) / 3.0).margin(1e-6));
 
@@ -396,7 +400,8 @@ TEST_CASE("explicit, uniform and live-edge weights") {
   // Metropolis over live edges: a ring of 6 where peer 0 declares its edge to 1 dead.
   const Graph r6 = must(ring(6));
   std::vector<std::vector<bool>> live(6);
-  for (int i = 0; i < 6; ++i) live[static_cast<size_t>(i)].assign(r6.adj[static_cast<size_t>(i)].size(), true);
+  for (int i = 0; i < 6; ++i)
+    live[static_cast<size_t>(i)].assign(r6.adj[static_cast<size_t>(i)].size(), true);
   live[0][0] = false;  // r6.adj[0] = {1, 5}
   const Weights w = metropolisOver(r6, live);
   CHECK(w.rows[0] == std::vector<std::pair<int, double>>{{5, 1.0 / 3.0}});
@@ -469,7 +474,8 @@ TEST_CASE("readable errors") {
   e.edges = {{0, 1, {}}, {2, 3, {}}};
   CHECK(errorOf(e).find("edges: the graph on 4 peers is disconnected") == 0);
   e.edges = {{0, 1, 0.5}, {1, 2, {}}, {2, 3, {}}};
-  CHECK(errorOf(e).find("edges: the edge list has per-edge weights but weights is 'metropolis'") == 0);
+  CHECK(errorOf(e).find("edges: the edge list has per-edge weights but weights is 'metropolis'") ==
+        0);
   e.weights = WeightsKind::kExplicit;
   e.edges = {{0, 1, 0.7}, {1, 2, 0.6}, {2, 3, {}}};
   CHECK(errorOf(e).find("explicit weights: the weights on peer 1's edges sum to 1.3") == 0);

@@ -1,14 +1,14 @@
-#include <catch2/catch.hpp>
+#include "runtime/train/dataset.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
-#include "runtime/train/dataset.h"
 #include "tests/train/test_util.h"
 
 using namespace grapevine;
 using namespace grapevine::train;
-using grapevine::train::testing::TempDir;
 using grapevine::train::testing::idxBytes;
+using grapevine::train::testing::TempDir;
 using grapevine::train::testing::writeBytes;
 using grapevine::train::testing::writeGzip;
 
@@ -90,7 +90,8 @@ TEST_CASE("readIdx rejects missing and corrupt files with named errors", "[train
     for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::uint8_t>(i * 37 % 251);
     writeGzip(dir.file("ok.gz"), idxBytes({4096}, big));
     std::ifstream in(dir.file("ok.gz"), std::ios::binary);
-    std::vector<std::uint8_t> gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::uint8_t> gz((std::istreambuf_iterator<char>(in)),
+                                 std::istreambuf_iterator<char>());
     REQUIRE(gz.size() > 40);
     for (size_t i = 20; i < 30; ++i) gz[i] ^= 0xA5;  // damage the deflate stream
     writeBytes(dir.file("broken.gz"), gz);
@@ -136,9 +137,11 @@ TEST_CASE("loadFashionMnist names the package when the data is missing", "[train
   CHECK_THAT(noFiles.status().message(), Catch::Contains("dataset-fashion-mnist"));
 
   // Right names, wrong sizes: a size check, not a crash.
-  writeGzip(dir.file("train-images-idx3-ubyte.gz"), idxBytes({2, 28, 28}, std::vector<std::uint8_t>(2 * 784)));
+  writeGzip(dir.file("train-images-idx3-ubyte.gz"),
+            idxBytes({2, 28, 28}, std::vector<std::uint8_t>(2 * 784)));
   writeGzip(dir.file("train-labels-idx1-ubyte.gz"), idxBytes({2}, {1, 2}));
-  writeGzip(dir.file("t10k-images-idx3-ubyte.gz"), idxBytes({1, 28, 28}, std::vector<std::uint8_t>(784)));
+  writeGzip(dir.file("t10k-images-idx3-ubyte.gz"),
+            idxBytes({1, 28, 28}, std::vector<std::uint8_t>(784)));
   writeGzip(dir.file("t10k-labels-idx1-ubyte.gz"), idxBytes({1}, {3}));
   auto small = loadFashionMnist(dir.path());
   REQUIRE_FALSE(small.isOk());

@@ -1,10 +1,10 @@
-#include <catch2/catch.hpp>
+#include "runtime/train/network.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "runtime/train/network.h"
 #include "runtime/train/rng.h"
 
 using namespace grapevine::train;
@@ -55,8 +55,8 @@ void checkGradient(Network& net, int batch, std::uint64_t seed, double h = 1e-3)
     const double down = lossAt(net, b, x, batch);
     x[i] = saved;
     // The float perturbation actually applied, not the nominal one.
-    const double applied = (double(saved + static_cast<float>(step)) -
-                            double(saved - static_cast<float>(step)));
+    const double applied =
+        (double(saved + static_cast<float>(step)) - double(saved - static_cast<float>(step)));
     return (up - down) / applied;
   };
   auto agrees = [](double numeric, double analytic) {

@@ -1,9 +1,8 @@
-#include <catch2/catch.hpp>
+#include "runtime/train/optimizer.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
-
-#include "runtime/train/optimizer.h"
 
 using namespace grapevine;
 using namespace grapevine::train;
@@ -36,7 +35,7 @@ TEST_CASE("local heavy-ball momentum", "[train][optimizer]") {
   Optimizer opt(make(0.5, false, MomentumKind::kLocal), 2);
   std::vector<float> u(2);
   opt.direction(kG0, kX0, u, 0);
-  checkVec(u, {1.2f, -1.6f});  // m = g'
+  checkVec(u, {1.2f, -1.6f});       // m = g'
   opt.afterMixing(kX0, kX1, 0.25);  // no-op for local momentum
   opt.direction(kG1, kX1, u, 1);
   checkVec(u, {1.1f, -0.7f});  // m = 0.5 m + g'
@@ -49,7 +48,8 @@ TEST_CASE("local Nesterov momentum", "[train][optimizer]") {
   checkVec(u, {1.8f, -2.4f});  // g' + 0.5 * [1.2, -1.6]
   opt.direction(kG1, kX1, u, 1);
   checkVec(u, {1.05f, -0.25f});  // g' + 0.5 * [1.1, -0.7]
-  checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()), {1.1f, -0.7f});
+  checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()),
+           {1.1f, -0.7f});
 }
 
 TEST_CASE("quasi-global momentum follows the mixed model's displacement", "[train][optimizer]") {
@@ -131,11 +131,13 @@ TEST_CASE("learning-rate schedules", "[train][lr]") {
   CHECK(step.at(19) == Approx(0.1));
   CHECK(step.at(20) == Approx(0.01));
 
-  Optimizer opt([&] {
-    OptimizerOptions o;
-    o.schedule = step;
-    return o;
-  }(), 1);
+  Optimizer opt(
+      [&] {
+        OptimizerOptions o;
+        o.schedule = step;
+        return o;
+      }(),
+      1);
   CHECK(opt.lr(15) == Approx(0.1));
 }
 

@@ -1,10 +1,10 @@
-#include <catch2/catch.hpp>
+#include "runtime/train/partition.h"
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <set>
 
-#include "runtime/train/partition.h"
 #include "runtime/train/rng.h"
 
 using namespace grapevine;
@@ -75,7 +75,7 @@ TEST_CASE("dirichlet partition: skew falls as alpha grows", "[train][partition]"
     INFO("alpha " << alpha << " skew " << skew);
     CHECK(skew < previous);
     previous = skew;
-    if (alpha == 0.05) CHECK(skew > 0.6);   // each peer sees a few classes
+    if (alpha == 0.05) CHECK(skew > 0.6);    // each peer sees a few classes
     if (alpha == 500.0) CHECK(skew < 0.06);  // close to iid
   }
 }

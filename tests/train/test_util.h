@@ -20,8 +20,9 @@ class TempDir {
  public:
   TempDir() {
     static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            ("grapevine_train_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ =
+        std::filesystem::temp_directory_path() /
+        ("grapevine_train_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     std::filesystem::create_directories(path_);
   }
   ~TempDir() {
@@ -37,7 +38,8 @@ class TempDir {
 
 inline void writeBytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 inline void writeGzip(const std::string& path, const std::vector<std::uint8_t>& bytes) {

@@ -23,7 +23,8 @@ std::vector<int> parseList(const std::string& s) {
   size_t pos = 0;
   while (pos <= s.size()) {
     const size_t comma = s.find(',', pos);
-    const std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string item =
+        s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     if (!item.empty()) out.push_back(std::stoi(item));
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -49,20 +50,34 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--model") model = next();
-    else if (a == "--hidden") w.hidden = parseList(next());
-    else if (a == "--channels") w.cnnChannels = parseList(next());
-    else if (a == "--cnn-hidden") w.cnnHidden = std::stoi(next());
-    else if (a == "--lr") o.schedule.lr = std::stod(next());
-    else if (a == "--momentum") o.momentum = std::stod(next());
-    else if (a == "--nesterov") o.nesterov = true;
-    else if (a == "--wd") o.weightDecay = std::stod(next());
-    else if (a == "--batch") w.batchSize = std::stoi(next());
-    else if (a == "--steps") steps = std::stol(next());
-    else if (a == "--eval-every") evalEvery = std::stol(next());
-    else if (a == "--target") target = std::stod(next());
-    else if (a == "--seed") seed = std::stoull(next());
-    else if (a == "--time-only") timeOnly = true;
+    if (a == "--model")
+      model = next();
+    else if (a == "--hidden")
+      w.hidden = parseList(next());
+    else if (a == "--channels")
+      w.cnnChannels = parseList(next());
+    else if (a == "--cnn-hidden")
+      w.cnnHidden = std::stoi(next());
+    else if (a == "--lr")
+      o.schedule.lr = std::stod(next());
+    else if (a == "--momentum")
+      o.momentum = std::stod(next());
+    else if (a == "--nesterov")
+      o.nesterov = true;
+    else if (a == "--wd")
+      o.weightDecay = std::stod(next());
+    else if (a == "--batch")
+      w.batchSize = std::stoi(next());
+    else if (a == "--steps")
+      steps = std::stol(next());
+    else if (a == "--eval-every")
+      evalEvery = std::stol(next());
+    else if (a == "--target")
+      target = std::stod(next());
+    else if (a == "--seed")
+      seed = std::stoull(next());
+    else if (a == "--time-only")
+      timeOnly = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -95,8 +110,9 @@ int main(int argc, char** argv) {
         const double perStep = secondsSince(t0) / reps;
         const auto t1 = Clock::now();
         const auto eval = (*wl)->evaluateTest(x);
-        std::printf("%-8s batch %2d params %8zu  step %.3f ms  (test eval 10k: %.0f ms, acc %.3f)\n", m,
-                    batch, x.size(), perStep * 1e3, secondsSince(t1) * 1e3, eval.accuracy);
+        std::printf(
+            "%-8s batch %2d params %8zu  step %.3f ms  (test eval 10k: %.0f ms, acc %.3f)\n", m,
+            batch, x.size(), perStep * 1e3, secondsSince(t1) * 1e3, eval.accuracy);
       }
     }
     return 0;
@@ -132,9 +148,10 @@ int main(int argc, char** argv) {
     trainSeconds += secondsSince(t0);
     if (s % evalEvery == 0 || s == steps) {
       const auto e = work.evaluateTest(x);
-      std::printf("step %6ld  epoch %.2f  test loss %.4f  acc %.4f  train time %.1f s (%.3f ms/step)\n", s,
-                  double(s) * w.batchSize / 60000.0, e.loss, e.accuracy, trainSeconds,
-                  trainSeconds / s * 1e3);
+      std::printf(
+          "step %6ld  epoch %.2f  test loss %.4f  acc %.4f  train time %.1f s (%.3f ms/step)\n", s,
+          double(s) * w.batchSize / 60000.0, e.loss, e.accuracy, trainSeconds,
+          trainSeconds / s * 1e3);
       if (e.accuracy >= target && reached < 0) {
         reached = s;
         std::printf("reached %.2f at step %ld (%.1f s of training)\n", target, s, trainSeconds);

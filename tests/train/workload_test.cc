@@ -1,5 +1,6 @@
-#include <catch2/catch.hpp>
+#include "runtime/train/workload.h"
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -8,7 +9,6 @@
 #include <vector>
 
 #include "runtime/train/optimizer.h"
-#include "runtime/train/workload.h"
 #include "tests/train/test_util.h"
 
 using namespace grapevine;
@@ -108,8 +108,8 @@ TEST_CASE("classifier workloads: layout, init, deterministic minibatches", "[tra
 }
 
 TEST_CASE("minibatches visit the whole shard once per epoch", "[train][workload]") {
-  // A single-peer MLP sees the same per-epoch multiset regardless of order: summing the gradients of
-  // one epoch at a fixed x equals the full-shard gradient (batch 50 divides the 60000/4 shard).
+  // A single-peer MLP sees the same per-epoch multiset regardless of order: summing the gradients
+  // of one epoch at a fixed x equals the full-shard gradient (batch 50 divides the 60000/4 shard).
   auto shared = fashionData();
   REQUIRE(shared);
   WorkloadOptions o = classifier(WorkloadKind::kFashionMnistSoftmax, 50);
@@ -184,7 +184,8 @@ TEST_CASE("softmax regression reaches > 75% test accuracy in 300 steps", "[train
     const float lr = static_cast<float>(opt.lr(s));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] -= lr * u[i];
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto test = w->evaluateTest(x);
   const auto train = w->evaluateTrain(x);
   std::printf("softmax: 300 steps in %.2f s, test acc %.4f loss %.4f, train acc %.4f\n", seconds,

@@ -1,6 +1,6 @@
-// Bootstrap behaviour that does not depend on the data backend (tcp data here): version mismatch and
-// oversized frames from a raw client, unreachable neighbours with backoff, heartbeats against a real
-// process that is stopped (SIGSTOP), resumed and killed.
+// Bootstrap behaviour that does not depend on the data backend (tcp data here): version mismatch
+// and oversized frames from a raw client, unreachable neighbours with backoff, heartbeats against a
+// real process that is stopped (SIGSTOP), resumed and killed.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -153,7 +153,8 @@ TEST_CASE("bootstrap: an unreachable neighbour is retried with backoff, then nam
   b.connectTimeoutSeconds = 0.6;
   std::optional<Result<std::vector<Neighbour>>> result;
   const auto t0 = Clock::now();
-  auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+  auto boot = Bootstrap::start(
+      loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
   REQUIRE(boot.isOk());
   REQUIRE(loop.runUntil([&] { return result.has_value(); }, std::chrono::seconds(3)));
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -178,7 +179,8 @@ TEST_CASE("bootstrap: a neighbour that never dials is named after connect_timeou
   b.neighbours = {0};
   b.connectTimeoutSeconds = 0.3;
   std::optional<Result<std::vector<Neighbour>>> result;
-  auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+  auto boot = Bootstrap::start(
+      loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
   REQUIRE(boot.isOk());
   REQUIRE(loop.runUntil([&] { return result.has_value(); }, std::chrono::seconds(3)));
   REQUIRE(!result->isOk());
@@ -206,7 +208,8 @@ TEST_CASE("bootstrap: heartbeats report a stopped peer, its recovery, and its de
     b.neighbours = {0};
     b.heartbeatIntervalSeconds = 0.05;
     std::optional<Result<std::vector<Neighbour>>> result;
-    auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+    auto boot = Bootstrap::start(
+        loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
     if (!boot.isOk()) ::_exit(4);
     const std::uint16_t port = (*boot)->listenPort();
     if (::write(toParent[1], &port, 2) != 2) ::_exit(5);
@@ -230,7 +233,8 @@ TEST_CASE("bootstrap: heartbeats report a stopped peer, its recovery, and its de
   std::vector<ControlEvent> events;
   b.onEvent = [&](const ControlEvent& e) { events.push_back(e); };
   std::optional<Result<std::vector<Neighbour>>> result;
-  auto boot = Bootstrap::start(loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+  auto boot = Bootstrap::start(
+      loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
   REQUIRE(boot.isOk());
   REQUIRE(loop.runUntil([&] { return result.has_value(); }, std::chrono::seconds(5)));
   REQUIRE(result->isOk());

@@ -1,5 +1,6 @@
-// Runs several bootstraps in one process on one Loop, each with its own data Context. Ranks are started
-// from the highest down, so each dialer knows the (ephemeral) control ports of the higher ranks it dials.
+// Runs several bootstraps in one process on one Loop, each with its own data Context. Ranks are
+// started from the highest down, so each dialer knows the (ephemeral) control ports of the higher
+// ranks it dials.
 #pragma once
 
 #include <optional>
@@ -16,7 +17,8 @@ struct Cluster {
   std::vector<std::shared_ptr<Bootstrap>> boots;
   std::vector<std::optional<Result<std::vector<Neighbour>>>> results;
   std::vector<std::pair<int, ControlEvent>> events;  // (observer rank, event)
-  std::vector<std::tuple<int, int, std::uint16_t, std::vector<std::uint8_t>>> messages;  // (at, from, type, bytes)
+  std::vector<std::tuple<int, int, std::uint16_t, std::vector<std::uint8_t>>>
+      messages;  // (at, from, type, bytes)
 
   // neighbours[r] lists r's neighbours; parts[r] its config parts.
   Cluster(const Options& dataOptions, const std::vector<std::vector<int>>& neighbours,
@@ -42,10 +44,11 @@ struct Cluster {
       b.onMessage = [this, r](int from, std::uint16_t type, std::span<const std::uint8_t> bytes) {
         messages.emplace_back(r, from, type, std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
       };
-      auto boot = Bootstrap::start(loop, b, *data[r], [this, r](Result<std::vector<Neighbour>> res) {
-        REQUIRE(!results[r].has_value());  // exactly once
-        results[r].emplace(std::move(res));
-      });
+      auto boot =
+          Bootstrap::start(loop, b, *data[r], [this, r](Result<std::vector<Neighbour>> res) {
+            REQUIRE(!results[r].has_value());  // exactly once
+            results[r].emplace(std::move(res));
+          });
       REQUIRE(boot.isOk());
       boots[r] = *boot;
       peers[r] = "127.0.0.1:" + std::to_string(boots[r]->listenPort());

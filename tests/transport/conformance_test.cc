@@ -1,13 +1,13 @@
-// The transport conformance suite: written once, run against every backend (one ctest entry per backend,
-// GRAPEVINE_TEST_BACKEND names it; see tests/transport/CMakeLists.txt). Every case also checks that each
-// callback ran exactly once and never inline.
-#include <algorithm>
+// The transport conformance suite: written once, run against every backend (one ctest entry per
+// backend, GRAPEVINE_TEST_BACKEND names it; see tests/transport/CMakeLists.txt). Every case also
+// checks that each callback ran exactly once and never inline.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -72,7 +72,8 @@ TEST_CASE("message sizes 0 B to 64 MiB arrive intact, both directions", "[confor
   std::vector<std::vector<std::uint8_t>> out, back, in, inBack;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     out.push_back(pattern(sizes[i], static_cast<std::uint32_t>(i)));
-    back.push_back(pattern(sizes[i] < (1 << 20) ? sizes[i] : 0, static_cast<std::uint32_t>(100 + i)));
+    back.push_back(
+        pattern(sizes[i] < (1 << 20) ? sizes[i] : 0, static_cast<std::uint32_t>(100 + i)));
     in.emplace_back(sizes[i] + 1, 0xEE);  // one spare byte: the count must be exact
     inBack.emplace_back(back.back().size() + 1, 0xEE);
   }
@@ -93,7 +94,8 @@ TEST_CASE("message sizes 0 B to 64 MiB arrive intact, both directions", "[confor
     REQUIRE(probe.at(static_cast<int>(20 + i)).status.isOk());
     REQUIRE(probe.at(static_cast<int>(10 + i)).status.isOk());
     CHECK(probe.at(static_cast<int>(10 + i)).bytes == sizes[i]);
-    CHECK(std::equal(out[i].begin(), out[i].end(), in[i].begin()));  // memcmp(nullptr, ..., 0) is UB
+    CHECK(
+        std::equal(out[i].begin(), out[i].end(), in[i].begin()));  // memcmp(nullptr, ..., 0) is UB
     CHECK(in[i][sizes[i]] == 0xEE);  // nothing written past the message
     REQUIRE(probe.at(static_cast<int>(40 + i)).status.isOk());
     CHECK(probe.at(static_cast<int>(40 + i)).bytes == back[i].size());
@@ -162,7 +164,8 @@ TEST_CASE("many operations in flight at once", "[conformance]") {
   checkProbe(probe);
 }
 
-TEST_CASE("a receive posted before or after its send both work, also after a delay", "[conformance]") {
+TEST_CASE("a receive posted before or after its send both work, also after a delay",
+          "[conformance]") {
   Pair p;
   std::vector<std::uint8_t> a = pattern(100, 1), b = pattern(100, 2), ra(100), rb(100);
   Probe probe;
@@ -238,8 +241,8 @@ TEST_CASE("close() completes pending operations with cancelled; the peer sees un
   p.c01->send(3, big, probe.send(3));  // may or may not have left: ok or cancelled, exactly once
   p.c10->recv(4, r3, probe.recv(4));   // the peer's pending receive
   p.c01->close();
-  p.c01->close();  // idempotent
-  p.c01->send(5, s, probe.send(5));    // after close
+  p.c01->close();                    // idempotent
+  p.c01->send(5, s, probe.send(5));  // after close
   p.c01->recv(6, r1, probe.recv(6));
   probe.inApi = false;
   const auto t0 = Clock::now();
@@ -277,8 +280,8 @@ TEST_CASE("a peer process killed with SIGKILL: pending operations fail with unav
           "[conformance]") {
   const Options base = testOptions();
   if (base.backend == "inproc") {
-    // inproc peers share one process by definition; the closest thing (peer context gone) is covered
-    // by the close tests above. Say so instead of passing silently.
+    // inproc peers share one process by definition; the closest thing (peer context gone) is
+    // covered by the close tests above. Say so instead of passing silently.
     WARN("inproc: a peer in another process does not apply; covered by the close/context tests");
     return;
   }
@@ -298,7 +301,8 @@ TEST_CASE("a peer process killed with SIGKILL: pending operations fail with unav
     if (!ctx.isOk()) ::_exit(3);
     const auto mine = (*ctx)->localAddress();
     const std::uint32_t n = static_cast<std::uint32_t>(mine.size());
-    if (::write(toParent[1], &n, 4) != 4 || ::write(toParent[1], mine.data(), n) != ssize_t(n)) ::_exit(4);
+    if (::write(toParent[1], &n, 4) != 4 || ::write(toParent[1], mine.data(), n) != ssize_t(n))
+      ::_exit(4);
     std::uint32_t m = 0;
     if (::read(toChild[0], &m, 4) != 4) ::_exit(5);
     std::vector<std::uint8_t> theirs(m);
@@ -374,10 +378,10 @@ TEST_CASE("an idle loop sleeps instead of spinning", "[conformance]") {
   REQUIRE(p.runUntil([&] { return probe.allFired(); }));
 }
 
-// ---- bootstrap over this backend ------------------------------------------------------------------
+// ---- bootstrap over this backend ----------------------------------------------------------------
 
-
-TEST_CASE("bootstrap: a ring of three peers handshakes and connects the data backend", "[conformance]") {
+TEST_CASE("bootstrap: a ring of three peers handshakes and connects the data backend",
+          "[conformance]") {
   Cluster c(testOptions(), {{1, 2}, {0, 2}, {0, 1}},
             {standardParts(), standardParts(), standardParts()});
   REQUIRE(c.run(10.0));
@@ -456,7 +460,8 @@ TEST_CASE("streaming with a window of sends and receives in flight", "[conforman
   const std::size_t sizes[] = {13, 64 << 10, 100 << 10, 1 << 20};
   for (std::size_t size : sizes) {
     INFO("size " << size);
-    const int count = static_cast<int>(std::clamp<std::size_t>((std::size_t{32} << 20) / size, 16, 20000));
+    const int count =
+        static_cast<int>(std::clamp<std::size_t>((std::size_t{32} << 20) / size, 16, 20000));
     constexpr int kWindow = 4;
     std::vector<std::uint8_t> out = pattern(size, 77);
     std::vector<std::vector<std::uint8_t>> in(kWindow, std::vector<std::uint8_t>(size));
@@ -489,9 +494,9 @@ TEST_CASE("streaming with a window of sends and receives in flight", "[conforman
 }
 
 TEST_CASE("receives posted at random moments while large messages are arriving", "[conformance]") {
-  // Regression: a receive posted while an unexpected message was still arriving used to wait forever
-  // behind it (tcp). The sender runs on its own loop thread so bodies arrive in pieces, and receives
-  // are posted after random small delays, so every interleaving is likely.
+  // Regression: a receive posted while an unexpected message was still arriving used to wait
+  // forever behind it (tcp). The sender runs on its own loop thread so bodies arrive in pieces, and
+  // receives are posted after random small delays, so every interleaving is likely.
   const Options base = testOptions();
   Loop sendLoop, recvLoop;
   Options o = base;
@@ -523,7 +528,9 @@ TEST_CASE("receives posted at random moments while large messages are arriving",
     }
   };
   pump();
-  std::thread sender([&] { sendLoop.runUntil([&] { return completed.load() == kCount; }, std::chrono::seconds(20)); });
+  std::thread sender([&] {
+    sendLoop.runUntil([&] { return completed.load() == kCount; }, std::chrono::seconds(20));
+  });
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int> delayUs(0, 300);
   int got = 0, errors = 0, mismatches = 0;

@@ -1,5 +1,7 @@
-// The engine Loop: posted work runs later on the loop thread, timers fire and cancel, watched fds wake
-// it, stop() is thread-safe, and an idle run() sleeps.
+// The engine Loop: posted work runs later on the loop thread, timers fire and cancel, watched fds
+// wake it, stop() is thread-safe, and an idle run() sleeps.
+#include "runtime/transport/loop.h"
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,7 +11,6 @@
 #include <thread>
 
 #include "runtime/transport/buffer_pool.h"
-#include "runtime/transport/loop.h"
 
 using namespace grapevine::transport;
 using namespace std::chrono_literals;

@@ -1,12 +1,15 @@
-// Two-process tests of the native backends (ucx, libfabric) through the transport contract, against the
-// backend factories directly (no registry): a forked child is the second peer, addresses travel over a
-// socketpair. The shared conformance suite runs the same backends through makeContext(); this file
-// keeps the backend-specific checks (tag isolation between peers, truncation, rank bits, SIGKILL).
+// Two-process tests of the native backends (ucx, libfabric) through the transport contract, against
+// the backend factories directly (no registry): a forked child is the second peer, addresses travel
+// over a socketpair. The shared conformance suite runs the same backends through makeContext();
+// this file keeps the backend-specific checks (tag isolation between peers, truncation, rank bits,
+// SIGKILL).
 //
 // Environment (set by ctest, see tests/transport/CMakeLists.txt):
 //   GRAPEVINE_TEST_BACKEND   ucx | libfabric
 //   GRAPEVINE_TEST_UCX_TLS   passed as Options::ucxTls (e.g. "tcp", "posix,sysv,cma,self")
 //   GRAPEVINE_TEST_OFI_PROV  passed as Options::libfabricProvider (default "tcp;ofi_rxm")
+#include "tests/transport/native_backends.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -25,7 +28,6 @@
 
 #include "runtime/transport/loop.h"
 #include "runtime/transport/transport.h"
-#include "tests/transport/native_backends.h"
 
 namespace gt = grapevine::transport;
 using grapevine::ErrorCode;
@@ -148,8 +150,8 @@ int waitChild(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// Waits for one byte from the other process (a "step done" signal), pumping the loop meanwhile so the
-// backend keeps progressing (the other side may be waiting on us).
+// Waits for one byte from the other process (a "step done" signal), pumping the loop meanwhile so
+// the backend keeps progressing (the other side may be waiting on us).
 bool awaitSignal(Side& side, int fd, std::chrono::milliseconds timeout) {
   bool got = false;
   side.loop.runUntil(
@@ -213,7 +215,8 @@ TEST_CASE("native backend: echo of every size, content intact") {
     std::size_t n = 0;
     const auto t0 = std::chrono::steady_clock::now();
     // Receive posted before the send.
-    side.conn->recv(i, in, [&](Status x, std::size_t bytes) { recvSt = x, n = bytes, ++recvCalls; });
+    side.conn->recv(i, in,
+                    [&](Status x, std::size_t bytes) { recvSt = x, n = bytes, ++recvCalls; });
     side.conn->send(i, std::span<const std::uint8_t>(out.data(), size),
                     [&](Status x) { sendSt = x, ++sendCalls; });
     REQUIRE(sendCalls == 0);  // never inline
@@ -241,9 +244,15 @@ TEST_CASE("native backend: order per tag, many in flight, receive posted after s
     int done = 0, bad = 0;
     for (int i = 0; i < kCount; ++i) {
       s.conn->recv(3, std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(&a[i]), 4),
-                   [&, i](Status x, std::size_t n) { bad += !x.isOk() || n != 4 || a[i] != std::uint32_t(i); ++done; });
+                   [&, i](Status x, std::size_t n) {
+                     bad += !x.isOk() || n != 4 || a[i] != std::uint32_t(i);
+                     ++done;
+                   });
       s.conn->recv(4, std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(&b[i]), 4),
-                   [&, i](Status x, std::size_t n) { bad += !x.isOk() || n != 4 || b[i] != std::uint32_t(1000 + i); ++done; });
+                   [&, i](Status x, std::size_t n) {
+                     bad += !x.isOk() || n != 4 || b[i] != std::uint32_t(1000 + i);
+                     ++done;
+                   });
     }
     if (!s.loop.runUntil([&] { return done == 2 * kCount; }, 10s)) return 21;
     signalOther(fd);
@@ -259,9 +268,15 @@ TEST_CASE("native backend: order per tag, many in flight, receive posted after s
     b[i] = 1000 + i;
     // Interleave two tags; each must arrive in its own send order.
     side.conn->send(3, std::span<const std::uint8_t>(reinterpret_cast<std::uint8_t*>(&a[i]), 4),
-                    [&, i](Status x) { bad += !x.isOk(); ++calls[i]; });
+                    [&, i](Status x) {
+                      bad += !x.isOk();
+                      ++calls[i];
+                    });
     side.conn->send(4, std::span<const std::uint8_t>(reinterpret_cast<std::uint8_t*>(&b[i]), 4),
-                    [&, i](Status x) { bad += !x.isOk(); ++calls[kCount + i]; });
+                    [&, i](Status x) {
+                      bad += !x.isOk();
+                      ++calls[kCount + i];
+                    });
   }
   REQUIRE(side.loop.runUntil(
       [&] { return std::all_of(calls.begin(), calls.end(), [](int c) { return c >= 1; }); }, 10s));
@@ -323,10 +338,11 @@ TEST_CASE("native backend: close with pending operations cancels each exactly on
   side.loop.runUntil([] { return false; }, 100ms);  // let them reach the wire
   REQUIRE(recvCalls == 0);
   side.conn->close();
-  side.conn->close();  // idempotent
+  side.conn->close();       // idempotent
   REQUIRE(recvCalls == 0);  // not inline
   side.conn->recv(1, in, [&](Status x, std::size_t) { lateSt = x, ++lateCalls; });
-  REQUIRE(side.loop.runUntil([&] { return recvCalls == 1 && sendCalls == 1 && lateCalls == 1; }, 5s));
+  REQUIRE(
+      side.loop.runUntil([&] { return recvCalls == 1 && sendCalls == 1 && lateCalls == 1; }, 5s));
   side.loop.runUntil([] { return false; }, 50ms);
   CHECK(recvCalls == 1);
   CHECK(sendCalls == 1);

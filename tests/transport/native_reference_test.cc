@@ -1,10 +1,11 @@
 // The bench references: parsing the native tools' output (fixed samples, as the Debian 12 versions
 // print it), and one short live run of each tool on loopback when it is installed.
+#include "runtime/transport/ofi/native_reference.h"
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 
-#include "runtime/transport/ofi/native_reference.h"
 #include "runtime/transport/ucx/native_reference.h"
 
 using namespace grapevine;
@@ -12,7 +13,8 @@ using namespace grapevine::transport;
 
 namespace {
 
-const char* kPerftestLatency = R"(+--------------+--------------+------------------------------+---------------------+-----------------------+
+const char* kPerftestLatency =
+    R"(+--------------+--------------+------------------------------+---------------------+-----------------------+
 |              |              |       overhead (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |
 +--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
 |    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
@@ -21,12 +23,14 @@ const char* kPerftestLatency = R"(+--------------+--------------+---------------
 Final:                  2000      9.969   660.475  1468.440        0.01       0.01        1514         681
 )";
 
-const char* kPerftestBandwidth = R"(|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
+const char* kPerftestBandwidth =
+    R"(|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
 +--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
 Final:                    50      3.885 18950.319 18950.319      211.08     211.08          53          53
 )";
 
-const char* kPingpong = R"(bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec
+const char* kPingpong =
+    R"(bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec
 4m      20      =20      160m        6.02s     27.87  150499.45       0.00
 )";
 
@@ -76,6 +80,7 @@ TEST_CASE("live: ucx_perftest and fi_pingpong on loopback give positive numbers"
   REQUIRE(pp.isOk());
   CHECK(pp->latencyUs > 0);
   CHECK(pp->bytesPerSecond > 0);
-  std::printf("ucx_perftest tcp: tag_lat 8 B %.1f us, tag_bw 1 MiB %.3f GB/s; fi_pingpong 4 KiB %.1f us\n",
-              lat->latencyUs, bw->bytesPerSecond / 1e9, pp->latencyUs);
+  std::printf(
+      "ucx_perftest tcp: tag_lat 8 B %.1f us, tag_bw 1 MiB %.3f GB/s; fi_pingpong 4 KiB %.1f us\n",
+      lat->latencyUs, bw->bytesPerSecond / 1e9, pp->latencyUs);
 }

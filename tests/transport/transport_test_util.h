@@ -1,6 +1,6 @@
-// Helpers for the transport tests: which backend the binary runs against (GRAPEVINE_TEST_BACKEND, set per
-// ctest entry), a callback probe that fails on a missing, duplicated or inline callback, and a pair of
-// connected contexts on one Loop.
+// Helpers for the transport tests: which backend the binary runs against (GRAPEVINE_TEST_BACKEND,
+// set per ctest entry), a callback probe that fails on a missing, duplicated or inline callback,
+// and a pair of connected contexts on one Loop.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -16,9 +16,10 @@
 
 namespace grapevine::transport::testing {
 
-// GRAPEVINE_TEST_BACKEND names the backend; GRAPEVINE_TEST_TRANSPORT_OPTIONS holds extra settings as
-// whitespace-separated "key=value" pairs (ucxTls, libfabricProvider, busyPoll). Exits 77 ("skipped: ...") when the backend
-// is not built or not usable here, so ctest reports it as skipped, never as passed.
+// GRAPEVINE_TEST_BACKEND names the backend; GRAPEVINE_TEST_TRANSPORT_OPTIONS holds extra settings
+// as whitespace-separated "key=value" pairs (ucxTls, libfabricProvider, busyPoll). Exits 77
+// ("skipped: ...") when the backend is not built or not usable here, so ctest reports it as
+// skipped, never as passed.
 inline Options baseOptions() {
   Options o;
   const char* b = std::getenv("GRAPEVINE_TEST_BACKEND");
@@ -34,9 +35,12 @@ inline Options baseOptions() {
       const auto eq = kv.find('=');
       if (eq != std::string::npos) {
         const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-        if (k == "ucxTls") o.ucxTls = v;
-        else if (k == "libfabricProvider") o.libfabricProvider = v;
-        else if (k == "busyPoll") o.busyPoll = (v == "1" || v == "true");
+        if (k == "ucxTls")
+          o.ucxTls = v;
+        else if (k == "libfabricProvider")
+          o.libfabricProvider = v;
+        else if (k == "busyPoll")
+          o.busyPoll = (v == "1" || v == "true");
         else {
           std::cerr << "unknown GRAPEVINE_TEST_TRANSPORT_OPTIONS key '" << k << "'\n";
           std::exit(2);
@@ -65,8 +69,8 @@ inline const Options& testOptions() {
   return options;
 }
 
-// Records completions by id. Fails the test when a callback runs twice or inline (while `inApi` is set
-// by the caller around a transport call); allFired() checks none is missing.
+// Records completions by id. Fails the test when a callback runs twice or inline (while `inApi` is
+// set by the caller around a transport call); allFired() checks none is missing.
 class Probe {
  public:
   struct Completion {
@@ -154,10 +158,22 @@ struct Pair {
     static const std::uint8_t ping[1] = {42};
     std::uint8_t in0[1] = {0}, in1[1] = {0};
     int done = 0;
-    c01->send(kWarmUpTag, ping, [&](Status s) { REQUIRE(s.isOk()); ++done; });
-    c10->send(kWarmUpTag, ping, [&](Status s) { REQUIRE(s.isOk()); ++done; });
-    c01->recv(kWarmUpTag, in0, [&](Status s, std::size_t) { REQUIRE(s.isOk()); ++done; });
-    c10->recv(kWarmUpTag, in1, [&](Status s, std::size_t) { REQUIRE(s.isOk()); ++done; });
+    c01->send(kWarmUpTag, ping, [&](Status s) {
+      REQUIRE(s.isOk());
+      ++done;
+    });
+    c10->send(kWarmUpTag, ping, [&](Status s) {
+      REQUIRE(s.isOk());
+      ++done;
+    });
+    c01->recv(kWarmUpTag, in0, [&](Status s, std::size_t) {
+      REQUIRE(s.isOk());
+      ++done;
+    });
+    c10->recv(kWarmUpTag, in1, [&](Status s, std::size_t) {
+      REQUIRE(s.isOk());
+      ++done;
+    });
     REQUIRE(runUntil([&] { return done == 4; }));
     REQUIRE((in0[0] == 42 && in1[0] == 42));
   }

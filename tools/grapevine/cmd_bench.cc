@@ -13,13 +13,12 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "compress/compressor.h"
 #include "compress/lossless.h"
@@ -163,9 +162,11 @@ int runBenchCompress(const BenchFlags& f) {
   std::ostringstream table;
   table << std::left << std::setw(22) << "method" << std::right << std::setw(10) << "enc GB/s"
         << std::setw(10) << "dec GB/s" << std::setw(10) << "bits/el" << std::setw(12) << "rel err"
-        << std::setw(11) << "enc/mcpy" << std::setw(11) << "dec/mcpy" << "  notes\n";
+        << std::setw(11) << "enc/mcpy" << std::setw(11) << "dec/mcpy"
+        << "  notes\n";
   for (const Variant& v : variants()) {
-    if (!f.methods.empty() && ("," + f.methods + ",").find("," + v.name + ",") == std::string::npos) continue;
+    if (!f.methods.empty() && ("," + f.methods + ",").find("," + v.name + ",") == std::string::npos)
+      continue;
     std::vector<std::unique_ptr<compress::Compressor>> cs;
     std::vector<std::vector<uint64_t>> bufs;
     std::vector<size_t> bytes(T, 0);
@@ -183,11 +184,14 @@ int runBenchCompress(const BenchFlags& f) {
       cs.push_back(std::move(c).value());
       bufs.emplace_back(cs.back()->maxEncodedBytes(cnt) / 8 + 1, 0);
       if (v.options.lossless != compress::Lossless::kNone) {
-        packed[t].assign(compress::LosslessCoder::maxCompressedBytes(bufs[t].size() * 8) / 8 + 1, 0);
+        packed[t].assign(compress::LosslessCoder::maxCompressedBytes(bufs[t].size() * 8) / 8 + 1,
+                         0);
         unpacked[t].assign(bufs[t].size(), 0);
       }
     }
-    auto buf = [&](int t) { return std::span<uint8_t>(reinterpret_cast<uint8_t*>(bufs[t].data()), bufs[t].size() * 8); };
+    auto buf = [&](int t) {
+      return std::span<uint8_t>(reinterpret_cast<uint8_t*>(bufs[t].data()), bufs[t].size() * 8);
+    };
     bool failed = false;
     auto encodeAll = [&](uint64_t key) {
       return timed(T, [&](int t) {
@@ -201,8 +205,9 @@ int runBenchCompress(const BenchFlags& f) {
         packedBytes[t] = 0;
         if (v.options.lossless != compress::Lossless::kNone) {
           auto raw = buf(t).first(bytes[t]);
-          auto p = coders[t].compress(v.options.lossless, v.options.zstd_level, raw, cs[t]->floatRegion(raw),
-                                      {reinterpret_cast<uint8_t*>(packed[t].data()), packed[t].size() * 8});
+          auto p = coders[t].compress(
+              v.options.lossless, v.options.zstd_level, raw, cs[t]->floatRegion(raw),
+              {reinterpret_cast<uint8_t*>(packed[t].data()), packed[t].size() * 8});
           packedBytes[t] = p.isOk() ? *p : 0;
         }
       });
@@ -213,14 +218,18 @@ int runBenchCompress(const BenchFlags& f) {
         std::span<const uint8_t> payload = buf(t).first(bytes[t]);
         if (packedBytes[t] > 0) {  // undo the lossless stage first: part of decoding
           std::span<uint8_t> raw(reinterpret_cast<uint8_t*>(unpacked[t].data()), bytes[t]);
-          if (!coders[t].decompress(v.options.lossless,
-                                    {reinterpret_cast<const uint8_t*>(packed[t].data()), packedBytes[t]}, raw).isOk()) {
+          if (!coders[t]
+                   .decompress(v.options.lossless,
+                               {reinterpret_cast<const uint8_t*>(packed[t].data()), packedBytes[t]},
+                               raw)
+                   .isOk()) {
             failed = true;
             return;
           }
           payload = raw;
         }
-        if (!cs[t]->decodeAccumulate(payload, w, {acc.data() + s.offset, s.count}).isOk()) failed = true;
+        if (!cs[t]->decodeAccumulate(payload, w, {acc.data() + s.offset, s.count}).isOk())
+          failed = true;
       });
     };
     encodeAll(f.seed);  // warm-up: sizes scratch (top-k workspace, PowerSGD state)
@@ -244,14 +253,15 @@ int runBenchCompress(const BenchFlags& f) {
       wire += packedBytes[t] > 0 ? packedBytes[t] : bytes[t];
       countErr = std::max(countErr, std::fabs(cs[t]->lastStats().countError));
     }
-    nlohmann::json j = {{"method", v.name},
-                        {"encode_gbps", gb / encSec},
-                        {"decode_gbps", gb / decSec},
-                        {"memcpy_gbps", memcpyGbps},
-                        {"bits_per_element", 8.0 * static_cast<double>(wire) / static_cast<double>(n)},
-                        {"rel_error", std::sqrt(err2 / norm2)},
-                        {"elements", n},
-                        {"threads", T}};
+    nlohmann::json j = {
+        {"method", v.name},
+        {"encode_gbps", gb / encSec},
+        {"decode_gbps", gb / decSec},
+        {"memcpy_gbps", memcpyGbps},
+        {"bits_per_element", 8.0 * static_cast<double>(wire) / static_cast<double>(n)},
+        {"rel_error", std::sqrt(err2 / norm2)},
+        {"elements", n},
+        {"threads", T}};
     std::string notes;
     if (v.method == Method::kTopK) {
       j["nth_element_gbps"] = nthGbps;
@@ -259,16 +269,17 @@ int runBenchCompress(const BenchFlags& f) {
       j["count_error"] = countErr;
       std::ostringstream ns;
       ns << std::fixed << std::setprecision(1) << (gb / encSec) / nthGbps << "x nth_element ("
-         << std::setprecision(2) << nthGbps << " GB/s), count err " << std::setprecision(4) << countErr;
+         << std::setprecision(2) << nthGbps << " GB/s), count err " << std::setprecision(4)
+         << countErr;
       notes = ns.str();
     }
     out.push_back(j);
-    table << std::left << std::setw(22) << v.name << std::right << std::fixed << std::setprecision(2)
-          << std::setw(10) << gb / encSec << std::setw(10) << gb / decSec << std::setw(10)
-          << 8.0 * static_cast<double>(wire) / static_cast<double>(n) << std::setw(12)
-          << std::setprecision(6) << std::sqrt(err2 / norm2) << std::setprecision(2) << std::setw(11)
-          << (gb / encSec) / memcpyGbps << std::setw(11) << (gb / decSec) / memcpyGbps << "  " << notes
-          << "\n";
+    table << std::left << std::setw(22) << v.name << std::right << std::fixed
+          << std::setprecision(2) << std::setw(10) << gb / encSec << std::setw(10) << gb / decSec
+          << std::setw(10) << 8.0 * static_cast<double>(wire) / static_cast<double>(n)
+          << std::setw(12) << std::setprecision(6) << std::sqrt(err2 / norm2)
+          << std::setprecision(2) << std::setw(11) << (gb / encSec) / memcpyGbps << std::setw(11)
+          << (gb / decSec) / memcpyGbps << "  " << notes << "\n";
   }
   if (f.json) {
     std::cout << out.dump(2) << "\n";
@@ -292,7 +303,8 @@ Command registerBench(CLI::App& root) {
   app->add_flag("--json", flags->json, "print a JSON list instead of a table");
   app->add_option("--threads", flags->threads, "threads (the buffer is split between them)")
       ->check(CLI::Range(1, 256));
-  app->add_option("--reps", flags->reps, "repetitions; the best is reported")->check(CLI::Range(1, 1000));
+  app->add_option("--reps", flags->reps, "repetitions; the best is reported")
+      ->check(CLI::Range(1, 1000));
   app->add_option("--methods", flags->methods, "comma-separated subset, e.g. int8,top-k-approx");
   app->add_option("--seed", flags->seed, "input and key seed");
   return {app, [flags] { return runBenchCompress(*flags); }};

@@ -1,8 +1,8 @@
-// `grapevine bench transport [--backend NAME] [--json]`: ping-pong latency (8 B) and one-way streaming
-// bandwidth (64 KiB, 4 MiB, 64 MiB; several messages in flight) through the Grapevine transport between
-// two processes on loopback, and, in the same run with the same sizes and counts, the backend's native
-// reference (for tcp: a plain blocking-socket loop). References are one table (references() below):
-// a backend adds its own (ucx_perftest, fi_pingpong) as one row.
+// `grapevine bench transport [--backend NAME] [--json]`: ping-pong latency (8 B) and one-way
+// streaming bandwidth (64 KiB, 4 MiB, 64 MiB; several messages in flight) through the Grapevine
+// transport between two processes on loopback, and, in the same run with the same sizes and counts,
+// the backend's native reference (for tcp: a plain blocking-socket loop). References are one table
+// (references() below): a backend adds its own (ucx_perftest, fi_pingpong) as one row.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -53,14 +53,17 @@ struct Plan {
 };
 
 struct Numbers {
-  double latUs = 0;                // half round trip, 8 B: median over the timed ping-pongs
-  std::vector<double> gbps;        // per plan.sizes entry
+  double latUs = 0;          // half round trip, 8 B: median over the timed ping-pongs
+  std::vector<double> gbps;  // per plan.sizes entry
 };
 
-double elapsed(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double elapsed(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
-// Median half round trip in microseconds. The median (like ucx_perftest's "typical" latency) keeps a
-// scheduler tick that lands on one ping-pong, on this shared 2-core machine, from moving the result.
+// Median half round trip in microseconds. The median (like ucx_perftest's "typical" latency) keeps
+// a scheduler tick that lands on one ping-pong, on this shared 2-core machine, from moving the
+// result.
 double medianHalfRttUs(std::vector<double>& roundTripsSeconds) {
   if (roundTripsSeconds.empty()) return 0;
   auto mid = roundTripsSeconds.begin() + static_cast<std::ptrdiff_t>(roundTripsSeconds.size() / 2);
@@ -68,7 +71,7 @@ double medianHalfRttUs(std::vector<double>& roundTripsSeconds) {
   return *mid / 2 * 1e6;
 }
 
-// ---- pipes between the two processes (address exchange, start signals) ----------------------------
+// ---- pipes between the two processes (address exchange, start signals) --------------------------
 
 bool writeAll(int fd, const void* p, std::size_t n) {
   const auto* b = static_cast<const std::uint8_t*>(p);
@@ -137,7 +140,7 @@ Result<T> runPair(bool sameProcess, const std::function<int(int, int)>& server,
   return r;
 }
 
-// ---- Grapevine transport -------------------------------------------------------------------------
+// ---- Grapevine transport ------------------------------------------------------------------------
 
 constexpr transport::Tag kPing = 1, kPong = 2, kAck = 3, kStreamBase = 100;
 
@@ -303,7 +306,7 @@ Result<Numbers> grapevineClient(const Plan& plan, int rfd, int wfd) {
   return n;
 }
 
-// ---- reference: plain blocking sockets (tcp) ------------------------------------------------------
+// ---- reference: plain blocking sockets (tcp) ----------------------------------------------------
 
 int tcpSocket() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -352,7 +355,8 @@ Result<Numbers> tcpReferenceClient(const Plan& plan, int rfd, int wfd) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return unavailable("connect failed");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    return unavailable("connect failed");
   Numbers n;
   std::uint8_t b[8] = {1};
   std::vector<double> rtts;
@@ -383,22 +387,25 @@ Result<Numbers> tcpReferenceClient(const Plan& plan, int rfd, int wfd) {
 }
 
 #if GRAPEVINE_BENCH_NATIVE_REFERENCES
-// ---- references: the native tools (runtime/transport/{ucx,ofi}/native_reference.h) -----------------
-// UCX: Grapevine's endpoints need peer-failure handling, which on UCX 1.13 leaves tcp as the loopback
-// transport, so ucx_perftest runs over tcp too (like for like).
+// ---- references: the native tools (runtime/transport/{ucx,ofi}/native_reference.h) --------------
+// UCX: Grapevine's endpoints need peer-failure handling, which on UCX 1.13 leaves tcp as the
+// loopback transport, so ucx_perftest runs over tcp too (like for like).
 Result<Numbers> ucxReference(const Plan& plan) {
   Numbers n;
-  GV_ASSIGN_OR_RETURN(auto lat, transport::ucx::runPerftest(transport::ucx::PerftestKind::kTagLatency,
-                                                            8, "tcp", plan.pingPongs));
+  GV_ASSIGN_OR_RETURN(
+      auto lat, transport::ucx::runPerftest(transport::ucx::PerftestKind::kTagLatency, 8, "tcp",
+                                            plan.pingPongs));
   n.latUs = lat.latencyUs;
   for (std::size_t size : plan.sizes) {
-    GV_ASSIGN_OR_RETURN(auto bw, transport::ucx::runPerftest(transport::ucx::PerftestKind::kTagBandwidth,
-                                                             size, "tcp", plan.messages(size)));
+    GV_ASSIGN_OR_RETURN(
+        auto bw, transport::ucx::runPerftest(transport::ucx::PerftestKind::kTagBandwidth, size,
+                                             "tcp", plan.messages(size)));
     n.gbps.push_back(bw.bytesPerSecond * 8 / 1e9);
   }
   return n;
 }
-// libfabric: fi_pingpong is a ping-pong, so its bandwidth is round-trip bound (no messages in flight).
+// libfabric: fi_pingpong is a ping-pong, so its bandwidth is round-trip bound (no messages in
+// flight).
 Result<Numbers> libfabricReference(const Plan& plan) {
   Numbers n;
   GV_ASSIGN_OR_RETURN(auto lat, transport::ofi::runPingpong(8, "tcp;ofi_rxm", plan.pingPongs));
@@ -412,7 +419,7 @@ Result<Numbers> libfabricReference(const Plan& plan) {
 }
 #endif
 
-// ---- the reference table: one row per backend ------------------------------------------------------
+// ---- the reference table: one row per backend ---------------------------------------------------
 
 struct Reference {
   std::string backend;
@@ -422,15 +429,15 @@ struct Reference {
 
 std::vector<Reference> references() {
   return {
-      {"tcp", "blocking sockets",
-       [](const Plan& plan) {
-         return runPair<Numbers>(
-             false, [&](int r, int w) { return tcpReferenceServer(plan, r, w); },
-             [&](int r, int w) { return tcpReferenceClient(plan, r, w); });
-       }},
+    {"tcp", "blocking sockets",
+     [](const Plan& plan) {
+       return runPair<Numbers>(
+           false, [&](int r, int w) { return tcpReferenceServer(plan, r, w); },
+           [&](int r, int w) { return tcpReferenceClient(plan, r, w); });
+     }},
 #if GRAPEVINE_BENCH_NATIVE_REFERENCES
-      {"ucx", "ucx_perftest tag_lat/tag_bw (UCX_TLS=tcp)", ucxReference},
-      {"libfabric", "fi_pingpong -e rdm -m tagged (tcp;ofi_rxm)", libfabricReference},
+        {"ucx", "ucx_perftest tag_lat/tag_bw (UCX_TLS=tcp)", ucxReference},
+        {"libfabric", "fi_pingpong -e rdm -m tagged (tcp;ofi_rxm)", libfabricReference},
 #endif
   };
 }
@@ -439,94 +446,104 @@ std::vector<Reference> references() {
 
 Command registerBenchTransport(CLI::App& root) {
   auto* app = benchApp(root)->add_subcommand(
-      "transport", "Latency and bandwidth of a transport between two processes, against its native reference");
+      "transport",
+      "Latency and bandwidth of a transport between two processes, against its native reference");
   auto backend = std::make_shared<std::string>("tcp");
   auto json = std::make_shared<bool>(false);
   auto busyPoll = std::make_shared<bool>(false);
   auto quick = std::make_shared<bool>(false);
   app->add_option("--backend", *backend, "inproc | tcp | ucx | libfabric")->capture_default_str();
   app->add_flag("--json", *json, "Print one JSON list: one object per (backend, size)");
-  app->add_flag("--busy-poll", *busyPoll, "Spin instead of sleeping between messages (transport.busy_poll)");
+  app->add_flag("--busy-poll", *busyPoll,
+                "Spin instead of sleeping between messages (transport.busy_poll)");
   app->add_flag("--quick", *quick, "Fewer iterations (for tests)");
-  return Command{app, [=] {
-    Plan plan;
-    plan.backend = *backend;
-    plan.busyPoll = *busyPoll;
-    if (*quick) {
-      plan.pingPongs = 200;
-      plan.warmupPingPongs = 20;
-      plan.reps = 1;
-      plan.sizes = {64 << 10, 4 << 20};
-    }
-    bool known = false;
-    for (const auto& b : transport::backends()) {
-      if (b.name != plan.backend) continue;
-      known = true;
-      if (!b.usable) {
-        std::cerr << "bench transport: " << b.name << " is not usable here: " << b.reason << "\n";
-        return kExitFailure;
-      }
-    }
-    if (!known) {
-      std::cerr << "bench transport: unknown backend '" << plan.backend << "'\n";
-      return kExitBadInput;
-    }
-    auto ours = runPair<Numbers>(
-        plan.backend == "inproc", [&](int r, int w) { return grapevineServer(plan, r, w); },
-        [&](int r, int w) { return grapevineClient(plan, r, w); });
-    if (!ours.isOk()) {
-      std::cerr << "bench transport: " << ours.status().toString() << "\n";
-      return kExitFailure;
-    }
-    std::optional<Numbers> ref;
-    std::string refName = "none";
-    for (const Reference& r : references()) {
-      if (r.backend != plan.backend) continue;
-      auto res = r.run(plan);
-      if (!res.isOk()) {
-        std::cerr << "bench transport: reference " << r.name << " failed: " << res.status().toString() << "\n";
-        return kExitFailure;
-      }
-      ref = std::move(res).value();
-      refName = r.name;
-    }
-    nlohmann::json rows = nlohmann::json::array();
-    auto orNull = [](bool has, double v) { return has ? nlohmann::json(v) : nlohmann::json(nullptr); };
-    rows.push_back({{"backend", plan.backend},
-                    {"bytes", 8},
-                    {"grapevine_gbps", nullptr},
-                    {"reference_gbps", nullptr},
-                    {"grapevine_lat_us", ours->latUs},
-                    {"reference_lat_us", orNull(ref.has_value(), ref ? ref->latUs : 0)},
-                    {"reference", refName}});
-    for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-      rows.push_back({{"backend", plan.backend},
-                      {"bytes", plan.sizes[i]},
-                      {"grapevine_gbps", ours->gbps[i]},
-                      {"reference_gbps", orNull(ref.has_value(), ref ? ref->gbps[i] : 0)},
-                      {"grapevine_lat_us", nullptr},
-                      {"reference_lat_us", nullptr},
-                      {"in_flight", plan.window},
-                      {"messages", plan.messages(plan.sizes[i])},
-                      {"reference", refName}});
-    }
-    if (*json) {
-      std::cout << rows.dump(2) << "\n";
-      return kExitOk;
-    }
-    std::cout << "backend " << plan.backend << ", reference: " << refName << "\n";
-    std::cout << std::fixed << std::setprecision(2);
-    std::cout << "  latency 8 B      grapevine " << ours->latUs << " us";
-    if (ref) std::cout << "   reference " << ref->latUs << " us   ratio " << ours->latUs / ref->latUs;
-    std::cout << "\n";
-    for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-      std::cout << "  bandwidth " << std::setw(8) << plan.sizes[i] << " B  grapevine " << ours->gbps[i]
-                << " Gb/s";
-      if (ref) std::cout << "   reference " << ref->gbps[i] << " Gb/s   ratio " << ours->gbps[i] / ref->gbps[i];
-      std::cout << "\n";
-    }
-    return kExitOk;
-  }};
+  return Command{
+      app, [=] {
+        Plan plan;
+        plan.backend = *backend;
+        plan.busyPoll = *busyPoll;
+        if (*quick) {
+          plan.pingPongs = 200;
+          plan.warmupPingPongs = 20;
+          plan.reps = 1;
+          plan.sizes = {64 << 10, 4 << 20};
+        }
+        bool known = false;
+        for (const auto& b : transport::backends()) {
+          if (b.name != plan.backend) continue;
+          known = true;
+          if (!b.usable) {
+            std::cerr << "bench transport: " << b.name << " is not usable here: " << b.reason
+                      << "\n";
+            return kExitFailure;
+          }
+        }
+        if (!known) {
+          std::cerr << "bench transport: unknown backend '" << plan.backend << "'\n";
+          return kExitBadInput;
+        }
+        auto ours = runPair<Numbers>(
+            plan.backend == "inproc", [&](int r, int w) { return grapevineServer(plan, r, w); },
+            [&](int r, int w) { return grapevineClient(plan, r, w); });
+        if (!ours.isOk()) {
+          std::cerr << "bench transport: " << ours.status().toString() << "\n";
+          return kExitFailure;
+        }
+        std::optional<Numbers> ref;
+        std::string refName = "none";
+        for (const Reference& r : references()) {
+          if (r.backend != plan.backend) continue;
+          auto res = r.run(plan);
+          if (!res.isOk()) {
+            std::cerr << "bench transport: reference " << r.name
+                      << " failed: " << res.status().toString() << "\n";
+            return kExitFailure;
+          }
+          ref = std::move(res).value();
+          refName = r.name;
+        }
+        nlohmann::json rows = nlohmann::json::array();
+        auto orNull = [](bool has, double v) {
+          return has ? nlohmann::json(v) : nlohmann::json(nullptr);
+        };
+        rows.push_back({{"backend", plan.backend},
+                        {"bytes", 8},
+                        {"grapevine_gbps", nullptr},
+                        {"reference_gbps", nullptr},
+                        {"grapevine_lat_us", ours->latUs},
+                        {"reference_lat_us", orNull(ref.has_value(), ref ? ref->latUs : 0)},
+                        {"reference", refName}});
+        for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+          rows.push_back({{"backend", plan.backend},
+                          {"bytes", plan.sizes[i]},
+                          {"grapevine_gbps", ours->gbps[i]},
+                          {"reference_gbps", orNull(ref.has_value(), ref ? ref->gbps[i] : 0)},
+                          {"grapevine_lat_us", nullptr},
+                          {"reference_lat_us", nullptr},
+                          {"in_flight", plan.window},
+                          {"messages", plan.messages(plan.sizes[i])},
+                          {"reference", refName}});
+        }
+        if (*json) {
+          std::cout << rows.dump(2) << "\n";
+          return kExitOk;
+        }
+        std::cout << "backend " << plan.backend << ", reference: " << refName << "\n";
+        std::cout << std::fixed << std::setprecision(2);
+        std::cout << "  latency 8 B      grapevine " << ours->latUs << " us";
+        if (ref)
+          std::cout << "   reference " << ref->latUs << " us   ratio " << ours->latUs / ref->latUs;
+        std::cout << "\n";
+        for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+          std::cout << "  bandwidth " << std::setw(8) << plan.sizes[i] << " B  grapevine "
+                    << ours->gbps[i] << " Gb/s";
+          if (ref)
+            std::cout << "   reference " << ref->gbps[i] << " Gb/s   ratio "
+                      << ours->gbps[i] / ref->gbps[i];
+          std::cout << "\n";
+        }
+        return kExitOk;
+      }};
 }
 
 }  // namespace grapevine::cli

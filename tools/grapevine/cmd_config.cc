@@ -32,7 +32,10 @@ void explainText(std::ostream& os) {
       section = s;
     }
     os << "  " << std::left << std::setw(30) << k.path << " " << std::setw(12) << k.typeName()
-       << " default " << (k.required ? "(required)" : k.optional ? "(unset)" : defaultText(k));
+       << " default "
+       << (k.required   ? "(required)"
+           : k.optional ? "(unset)"
+                        : defaultText(k));
     const std::string range = k.rangeText();
     if (!range.empty()) os << "  range " << range;
     os << "\n      " << k.doc << "\n";
@@ -45,17 +48,22 @@ void explainMarkdown(std::ostream& os) {
   os << "| key | type | default | range | meaning | environment |\n|---|---|---|---|---|---|\n";
   for (const auto& k : config::schema()) {
     std::string range = k.rangeText();
-    for (size_t p = 0; (p = range.find('|', p)) != std::string::npos; p += 2) range.replace(p, 1, "\\|");
+    for (size_t p = 0; (p = range.find('|', p)) != std::string::npos; p += 2)
+      range.replace(p, 1, "\\|");
     os << "| `" << k.path << "` | " << k.typeName() << " | "
-       << (k.required ? "(required)" : k.optional ? "(unset)" : "`" + defaultText(k) + "`") << " | " << range << " | " << k.doc
-       << " | `" << config::envName(k.path) << "` |\n";
+       << (k.required   ? "(required)"
+           : k.optional ? "(unset)"
+                        : "`" + defaultText(k) + "`")
+       << " | " << range << " | " << k.doc << " | `" << config::envName(k.path) << "` |\n";
   }
 }
 
 int runConfig(const ConfigArgs& a) {
   if (a.explain) {
-    if (a.markdown) explainMarkdown(std::cout);
-    else explainText(std::cout);
+    if (a.markdown)
+      explainMarkdown(std::cout);
+    else
+      explainText(std::cout);
     return kExitOk;
   }
   if (a.path.empty()) {
@@ -77,7 +85,8 @@ Command registerConfig(CLI::App& root) {
   app->add_flag("--explain", args->explain, "List every key: type, default, range, meaning");
   app->add_flag("--markdown", args->markdown, "With --explain: a Markdown table (docs/config.md)");
   app->add_option("config", args->path, "YAML config file whose effective values to print");
-  app->add_option("--set", args->overrides, "Override a key: --set topology.kind=torus (repeatable)");
+  app->add_option("--set", args->overrides,
+                  "Override a key: --set topology.kind=torus (repeatable)");
   return {app, [args] { return runConfig(*args); }};
 }
 

@@ -1,13 +1,14 @@
 // `grapevine launch CONFIG [--out DIR]`: starts every peer whose host is local as a child process
-// (`grapevine peer CONFIG --rank R`), shows one live progress line, forwards SIGINT/SIGTERM, reports a
-// peer that dies with its exit status and last log lines, and at the end prints a table and writes
-// DIR/summary.json. With --emulate (or `network.emulate: netns`) every peer runs in its own network
-// namespace behind the link emulator (runtime/netemu), listening on its namespace's address.
+// (`grapevine peer CONFIG --rank R`), shows one live progress line, forwards SIGINT/SIGTERM,
+// reports a peer that dies with its exit status and last log lines, and at the end prints a table
+// and writes DIR/summary.json. With --emulate (or `network.emulate: netns`) every peer runs in its
+// own network namespace behind the link emulator (runtime/netemu), listening on its namespace's
+// address.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -57,7 +58,8 @@ std::set<std::string> localAddresses() {
         inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
         out.insert(buf);
       } else if (i->ifa_addr->sa_family == AF_INET6) {
-        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf, sizeof buf);
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, buf,
+                  sizeof buf);
         out.insert(buf);
       }
     }
@@ -77,7 +79,7 @@ struct Child {
   int status = 0;
   std::string jsonl, log;
   std::streamoff offset = 0;
-  nlohmann::json last;  // last record
+  nlohmann::json last;    // last record
   double accuracy = NAN;  // latest test accuracy seen in any record
 };
 
@@ -87,7 +89,8 @@ std::string tail(const std::string& path, int lines) {
   std::string line;
   while (std::getline(in, line)) all.push_back(line);
   std::string out;
-  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size(); ++i) {
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0; i < all.size();
+       ++i) {
     out += "    " + all[i] + "\n";
   }
   return out;
@@ -126,7 +129,8 @@ struct LinkTotals {
 
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
   return "stopped";
 }
 
@@ -150,8 +154,9 @@ int runLaunch(const LaunchArgs& a) {
     children.push_back(std::move(ch));
   }
   if (children.empty()) {
-    std::cerr << "grapevine launch: no peer of " << a.path
-              << " has a local host; start peers with `grapevine peer CONFIG --rank R` on their hosts\n";
+    std::cerr
+        << "grapevine launch: no peer of " << a.path
+        << " has a local host; start peers with `grapevine peer CONFIG --rank R` on their hosts\n";
     return kExitBadInput;
   }
   // Emulated network: created before any peer starts, destroyed (emulator stopped, namespaces
@@ -183,15 +188,18 @@ int runLaunch(const LaunchArgs& a) {
     peerOverrides.push_back("peers.list=" + list + "]");
     const auto& n = c.network;
     char bandwidth[64] = "unlimited";
-    if (n.bandwidthMbit > 0) std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
+    if (n.bandwidthMbit > 0)
+      std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
     std::cout << "grapevine launch: emulated network " << network->namespaceName(0) << ".."
-              << network->namespaceName(c.peers.count - 1) << " (" << network->address(0) << "...), links "
-              << bandwidth << ", " << n.latencyMs << " ms +- " << n.jitterMs << " ms, loss " << n.lossPercent
-              << "%" << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
+              << network->namespaceName(c.peers.count - 1) << " (" << network->address(0)
+              << "...), links " << bandwidth << ", " << n.latencyMs << " ms +- " << n.jitterMs
+              << " ms, loss " << n.lossPercent << "%"
+              << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
   }
-  std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count << " peers on this host, "
-            << c.topology.kind << ", " << c.algorithm.name << " + " << c.compression.method << " over "
-            << c.transport.backend << ", " << c.run.rounds << " rounds; output in " << out << "/\n"
+  std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count
+            << " peers on this host, " << c.topology.kind << ", " << c.algorithm.name << " + "
+            << c.compression.method << " over " << c.transport.backend << ", " << c.run.rounds
+            << " rounds; output in " << out << "/\n"
             << std::flush;
 
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -205,7 +213,8 @@ int runLaunch(const LaunchArgs& a) {
     ch.log = out + "/peer-" + std::to_string(ch.rank) + ".log";
     std::filesystem::remove(ch.jsonl, ec);
     std::filesystem::remove(out + "/peer-" + std::to_string(ch.rank) + ".final.json", ec);
-    std::vector<std::string> argv = {self, "peer", a.path, "--rank", std::to_string(ch.rank), "--out", out};
+    std::vector<std::string> argv = {self,    "peer", a.path, "--rank", std::to_string(ch.rank),
+                                     "--out", out};
     if (network) {
       auto prefix = network->execPrefix(ch.rank);
       argv.insert(argv.begin(), prefix.begin(), prefix.end());
@@ -257,14 +266,16 @@ int runLaunch(const LaunchArgs& a) {
           ++failed;
           if (tty) std::cout << "\n";
           std::cout << "grapevine launch: peer " << ch.rank << " " << describeStatus(status)
-                    << "; last lines of " << ch.log << ":\n" << tail(ch.log, 8) << std::flush;
+                    << "; last lines of " << ch.log << ":\n"
+                    << tail(ch.log, 8) << std::flush;
         }
       } else {
         ++running;
       }
     }
     if (g_signal && !forwarded) {
-      std::cout << "\ngrapevine launch: " << strsignal(g_signal) << ": stopping " << running << " peers\n"
+      std::cout << "\ngrapevine launch: " << strsignal(g_signal) << ": stopping " << running
+                << " peers\n"
                 << std::flush;
       for (auto& ch : children) {
         if (ch.running) kill(ch.pid, SIGINT);
@@ -306,13 +317,18 @@ int runLaunch(const LaunchArgs& a) {
         const double rate = elapsed > 0 ? done / elapsed : 0;
         const double eta = rate > 0 ? (c.run.rounds - done) / rate : 0;
         char acc[64] = "acc n/a";
-        if (std::isfinite(accMin)) std::snprintf(acc, sizeof acc, "acc %.1f-%.1f%%", 100 * accMin, 100 * accMax);
-        std::snprintf(line, sizeof line, "round %lld/%lld  loss %.4f  %s  sent %.1f MB  %.1f rounds/s  ETA %.0f s",
-                      minRound + 1, static_cast<long long>(c.run.rounds), lossSum / n, acc, mbSent, rate, eta);
+        if (std::isfinite(accMin))
+          std::snprintf(acc, sizeof acc, "acc %.1f-%.1f%%", 100 * accMin, 100 * accMax);
+        std::snprintf(line, sizeof line,
+                      "round %lld/%lld  loss %.4f  %s  sent %.1f MB  %.1f rounds/s  ETA %.0f s",
+                      minRound + 1, static_cast<long long>(c.run.rounds), lossSum / n, acc, mbSent,
+                      rate, eta);
       }
       progress = line;
-      if (tty) std::cout << "\r" << progress << "   " << std::flush;
-      else if (running > 0) std::cout << progress << "\n" << std::flush;
+      if (tty)
+        std::cout << "\r" << progress << "   " << std::flush;
+      else if (running > 0)
+        std::cout << progress << "\n" << std::flush;
     }
     if (running == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -328,8 +344,11 @@ int runLaunch(const LaunchArgs& a) {
         if (auto s = network->stats(i, j); s.isOk()) t.add(*s);
       }
     }
-    emulated = {{"mode", "netns"}, {"packets", t.packets}, {"bytes", t.bytes},
-                {"dropped_loss", t.droppedLoss}, {"dropped_queue", t.droppedQueue},
+    emulated = {{"mode", "netns"},
+                {"packets", t.packets},
+                {"bytes", t.bytes},
+                {"dropped_loss", t.droppedLoss},
+                {"dropped_queue", t.droppedQueue},
                 {"dropped_write", t.droppedWrite}};
     network.reset();  // peers are gone: stop the emulator, delete the namespaces now
   }
@@ -351,8 +370,10 @@ int runLaunch(const LaunchArgs& a) {
         r = engine::peerResultFromJson(nlohmann::json::parse(in));
         auto m = engine::readModel(out + "/model-" + std::to_string(ch.rank) + ".bin",
                                    static_cast<std::size_t>(r.modelSize));
-        if (m.isOk()) r.model = std::move(*m);
-        else r.finished = false;
+        if (m.isOk())
+          r.model = std::move(*m);
+        else
+          r.finished = false;
       } catch (const nlohmann::json::exception&) {
         r.finished = false;
       }
@@ -376,15 +397,18 @@ int runLaunch(const LaunchArgs& a) {
 
 Command registerLaunch(CLI::App& root) {
   auto args = std::make_shared<LaunchArgs>();
-  CLI::App* app = root.add_subcommand("launch", "Start every local peer of a config and follow the run");
+  CLI::App* app =
+      root.add_subcommand("launch", "Start every local peer of a config and follow the run");
   app->add_option("config", args->path, "YAML config file")->required();
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
   app->add_option("--set", args->overrides, "Override a key for every peer (repeatable)");
   app->add_flag("--quiet", args->quiet, "No live progress line");
-  app->add_flag("--emulate", args->emulate,
-                "Run every peer in its own network namespace behind the link emulator (rate, latency, "
-                "jitter, loss from the network: section; needs root); same as network.emulate: netns");
-  app->add_option("--emulate-mtu", args->mtu, "MTU of the emulated interfaces")->check(CLI::Range(576, 65535));
+  app->add_flag(
+      "--emulate", args->emulate,
+      "Run every peer in its own network namespace behind the link emulator (rate, latency, "
+      "jitter, loss from the network: section; needs root); same as network.emulate: netns");
+  app->add_option("--emulate-mtu", args->mtu, "MTU of the emulated interfaces")
+      ->check(CLI::Range(576, 65535));
   return {app, [args] { return runLaunch(*args); }};
 }
 

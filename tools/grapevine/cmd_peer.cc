@@ -1,6 +1,7 @@
 // `grapevine peer CONFIG --rank R`: one peer of a run (one per machine, or started by srun/mpirun).
-// Without --rank the rank comes from SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK: those variables
-// are the launcher's contract with us, not configuration, so they are read here and nowhere else.
+// Without --rank the rank comes from SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK: those
+// variables are the launcher's contract with us, not configuration, so they are read here and
+// nowhere else.
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -40,13 +41,14 @@ int runPeer(const PeerArgs& a) {
   if (!loadConfig(a.path, a.overrides, &c)) return kExitBadInput;
   int rank = a.rank >= 0 ? a.rank : rankFromEnvironment();
   if (rank < 0) {
-    std::cerr << "grapevine peer: no rank: pass --rank R, or run under srun (SLURM_PROCID) or mpirun "
-                 "(OMPI_COMM_WORLD_RANK, PMIX_RANK)\n";
+    std::cerr
+        << "grapevine peer: no rank: pass --rank R, or run under srun (SLURM_PROCID) or mpirun "
+           "(OMPI_COMM_WORLD_RANK, PMIX_RANK)\n";
     return kExitBadInput;
   }
   if (rank >= c.peers.count) {
-    std::cerr << "grapevine peer: rank " << rank << " is out of range: the config has " << c.peers.count
-              << " peers (ranks 0-" << c.peers.count - 1 << ")\n";
+    std::cerr << "grapevine peer: rank " << rank << " is out of range: the config has "
+              << c.peers.count << " peers (ranks 0-" << c.peers.count - 1 << ")\n";
     return kExitBadInput;
   }
   log::Level level;
@@ -77,13 +79,17 @@ int runPeer(const PeerArgs& a) {
 
 Command registerPeer(CLI::App& root) {
   auto args = std::make_shared<PeerArgs>();
-  CLI::App* app = root.add_subcommand("peer", "Run one peer of a config (multi-machine runs, srun, mpirun)");
+  CLI::App* app =
+      root.add_subcommand("peer", "Run one peer of a config (multi-machine runs, srun, mpirun)");
   app->add_option("config", args->path, "YAML config file")->required();
-  app->add_option("--rank", args->rank, "This peer's rank (default: SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK)")
+  app->add_option("--rank", args->rank,
+                  "This peer's rank (default: SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
-  app->add_option("--incarnation", args->incarnation, "Restart count of this peer (a rejoining peer)");
-  app->add_option("--set", args->overrides, "Override a key: --set transport.backend=tcp (repeatable)");
+  app->add_option("--incarnation", args->incarnation,
+                  "Restart count of this peer (a rejoining peer)");
+  app->add_option("--set", args->overrides,
+                  "Override a key: --set transport.backend=tcp (repeatable)");
   return {app, [args] { return runPeer(*args); }};
 }
 

@@ -12,10 +12,9 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "tools/grapevine/command.h"
 
@@ -70,7 +69,8 @@ std::string gq(const std::string& s) {
   std::string q = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') q += '\\';
-    if (c == '_' || c == '^' || c == '{' || c == '}' || c == '@' || c == '&' || c == '~') q += "\\\\";
+    if (c == '_' || c == '^' || c == '{' || c == '}' || c == '@' || c == '&' || c == '~')
+      q += "\\\\";
     q += c;
   }
   return q + "\"";
@@ -105,12 +105,14 @@ int runPlot(const PlotArgs& a) {
   std::ifstream meta(dir / "sweep.json");
   std::ifstream csv(dir / "results.csv");
   if (!meta || !csv) {
-    std::cerr << "grapevine plot: " << a.dir << " has no sweep.json and results.csv (run grapevine sweep first)\n";
+    std::cerr << "grapevine plot: " << a.dir
+              << " has no sweep.json and results.csv (run grapevine sweep first)\n";
     return kExitBadInput;
   }
   auto m = nlohmann::json::parse(meta, nullptr, false);
   if (!m.is_object() || !m.contains("axes")) {
-    std::cerr << "grapevine plot: " << (dir / "sweep.json").string() << " is not a sweep description\n";
+    std::cerr << "grapevine plot: " << (dir / "sweep.json").string()
+              << " is not a sweep description\n";
     return kExitBadInput;
   }
   std::vector<std::string> axes;
@@ -120,7 +122,9 @@ int runPlot(const PlotArgs& a) {
   for (const auto& k : axes) {
     if (!isSeed(k)) grouping.push_back(k);
   }
-  auto known = [&](const std::string& k) { return std::find(axes.begin(), axes.end(), k) != axes.end(); };
+  auto known = [&](const std::string& k) {
+    return std::find(axes.begin(), axes.end(), k) != axes.end();
+  };
   for (const std::string* k : {&a.color, &a.panel}) {
     if (!k->empty() && !known(*k)) {
       std::cerr << "grapevine plot: " << *k << " is not a swept key (swept: ";
@@ -149,15 +153,19 @@ int runPlot(const PlotArgs& a) {
     return -1;
   };
   const int cRound = col("round"), cSim = col("sim_time_s"), cWall = col("wall_time_s"),
-            cBytes = col("bytes_sent_per_peer"), cAcc = col("test_accuracy"), cCons = col("consensus_distance");
+            cBytes = col("bytes_sent_per_peer"), cAcc = col("test_accuracy"),
+            cCons = col("consensus_distance");
   if (cRound < 0 || cBytes < 0 || cAcc < 0 || cCons < 0) {
-    std::cerr << "grapevine plot: " << (dir / "results.csv").string() << " lacks the expected columns\n";
+    std::cerr << "grapevine plot: " << (dir / "results.csv").string()
+              << " lacks the expected columns\n";
     return kExitBadInput;
   }
   std::map<std::string, Line> lines;  // by group key, in label order
   std::vector<std::string> order;
   bool anySim = false, anyAcc = false, anyCons = false;
-  auto number = [](const std::string& s) { return s.empty() ? NAN : std::strtod(s.c_str(), nullptr); };
+  auto number = [](const std::string& s) {
+    return s.empty() ? NAN : std::strtod(s.c_str(), nullptr);
+  };
   while (std::getline(csv, line)) {
     if (line.empty()) continue;
     const auto f = splitCsvLine(line);
@@ -166,9 +174,12 @@ int runPlot(const PlotArgs& a) {
     for (const auto& k : grouping) {
       const std::string& v = f[static_cast<std::size_t>(col(k))];
       key += v + "\x1f";
-      if (k == colorKey) color = v;
-      else if (k == panelKey) panel = v;
-      else rest += (rest.empty() ? "" : ", ") + v;
+      if (k == colorKey)
+        color = v;
+      else if (k == panelKey)
+        panel = v;
+      else
+        rest += (rest.empty() ? "" : ", ") + v;
     }
     auto [it, fresh] = lines.try_emplace(key);
     Line& l = it->second;
@@ -193,7 +204,8 @@ int runPlot(const PlotArgs& a) {
     p.cons.add(cons > 0 ? cons : NAN);
   }
   if (lines.empty()) {
-    std::cerr << "grapevine plot: " << (dir / "results.csv").string() << " has no rows (no finished cells)\n";
+    std::cerr << "grapevine plot: " << (dir / "results.csv").string()
+              << " has no rows (no finished cells)\n";
     return kExitFailure;
   }
 
@@ -213,9 +225,9 @@ int runPlot(const PlotArgs& a) {
     d << "# round bytes_MiB time_s acc_mean acc_min acc_max cons_mean cons_min cons_max\n";
     for (const auto& [round, p] : l.byRound) {
       auto v = [](double x) { return std::isfinite(x) ? x : NAN; };
-      d << round << " " << v(p.bytes.mean()) << " " << v(p.time.mean()) << " " << v(p.acc.mean()) << " "
-        << v(p.acc.lo) << " " << v(p.acc.hi) << " " << v(p.cons.mean()) << " " << v(p.cons.lo) << " "
-        << v(p.cons.hi) << "\n";
+      d << round << " " << v(p.bytes.mean()) << " " << v(p.time.mean()) << " " << v(p.acc.mean())
+        << " " << v(p.acc.lo) << " " << v(p.acc.hi) << " " << v(p.cons.mean()) << " "
+        << v(p.cons.lo) << " " << v(p.cons.hi) << "\n";
     }
   }
 
@@ -239,8 +251,11 @@ int runPlot(const PlotArgs& a) {
   const std::vector<Y> ys = {
       {"accuracy", 4, 5, 6, "test accuracy (mean over peers)", false, anyAcc},
       {"consensus", 7, 8, 9, "consensus distance (mean |x_i - mean|^2 / |mean|^2)", true, anyCons}};
-  const int cols = panels.size() <= 1 ? 1 : panels.size() <= 4 ? static_cast<int>(panels.size()) : 3;
-  const int rows = static_cast<int>((panels.size() + static_cast<std::size_t>(cols) - 1) / static_cast<std::size_t>(cols));
+  const int cols = panels.size() <= 1   ? 1
+                   : panels.size() <= 4 ? static_cast<int>(panels.size())
+                                        : 3;
+  const int rows = static_cast<int>((panels.size() + static_cast<std::size_t>(cols) - 1) /
+                                    static_cast<std::size_t>(cols));
   std::ostringstream gp;
   std::vector<std::string> made;
   for (const auto& y : ys) {
@@ -259,28 +274,36 @@ int runPlot(const PlotArgs& a) {
          << "set style fill transparent solid 0.15 noborder\n";
       gp << "set xlabel " << gq(x.label) << "\nset ylabel " << gq(y.label) << "\n";
       gp << (x.log ? "set logscale x\n" : "unset logscale x\n");
-      gp << (y.log ? "set logscale y\nset format y '10^{%L}'\n" : "unset logscale y\nset format y '%g'\n");
+      gp << (y.log ? "set logscale y\nset format y '10^{%L}'\n"
+                   : "unset logscale y\nset format y '%g'\n");
       for (const auto& panel : panels) {
         gp << "set title " << gq(panelKey.empty() ? "" : panelKey + " = " + panel) << "\n";
         std::vector<std::string> parts;
         for (std::size_t i = 0; i < order.size(); ++i) {
           const Line& l = lines[order[i]];
           if (l.panel != panel) continue;
-          // Twelve distinct colours (gnuplot's default cycle repeats after eight); dashes after that.
-          static const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
-                                           "#e377c2", "#17becf", "#7f7f7f", "#bcbd22", "#000000", "#aec7e8"};
-          const auto idx = static_cast<std::size_t>(std::find(colors.begin(), colors.end(), l.color) - colors.begin());
-          const std::string ci = std::string("rgb '") + kPalette[idx % 12] + "' dt " + std::to_string(idx / 12 + 1);
-          const std::string file = gpath((plots / "data" / ("line" + std::to_string(i) + ".dat")).string());
+          // Twelve distinct colours (gnuplot's default cycle repeats after eight); dashes after
+          // that.
+          static const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                           "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                                           "#7f7f7f", "#bcbd22", "#000000", "#aec7e8"};
+          const auto idx = static_cast<std::size_t>(
+              std::find(colors.begin(), colors.end(), l.color) - colors.begin());
+          const std::string ci =
+              std::string("rgb '") + kPalette[idx % 12] + "' dt " + std::to_string(idx / 12 + 1);
+          const std::string file =
+              gpath((plots / "data" / ("line" + std::to_string(i) + ".dat")).string());
           std::string title = l.color + (l.rest.empty() ? "" : " (" + l.rest + ")");
           if (title.empty()) title = "all";
           if (l.seeds > 1) {
-            parts.push_back(file + " using " + std::to_string(x.column) + ":" + std::to_string(y.lo) + ":" +
-                            std::to_string(y.hi) + " with filledcurves lc " + ci.substr(0, ci.find(" dt")) + " notitle");
+            parts.push_back(file + " using " + std::to_string(x.column) + ":" +
+                            std::to_string(y.lo) + ":" + std::to_string(y.hi) +
+                            " with filledcurves lc " + ci.substr(0, ci.find(" dt")) + " notitle");
             title += " (" + std::to_string(l.seeds) + " seeds)";
           }
-          parts.push_back(file + " using " + std::to_string(x.column) + ":" + std::to_string(y.mean) +
-                          " with linespoints pt 7 ps 0.4 lw 2 lc " + ci + " title " + gq(title));
+          parts.push_back(file + " using " + std::to_string(x.column) + ":" +
+                          std::to_string(y.mean) + " with linespoints pt 7 ps 0.4 lw 2 lc " + ci +
+                          " title " + gq(title));
         }
         gp << "plot ";
         for (std::size_t k = 0; k < parts.size(); ++k) gp << (k ? ", \\\n     " : "") << parts[k];
@@ -297,15 +320,17 @@ int runPlot(const PlotArgs& a) {
   const std::string cmd = "gnuplot " + script.string() + " 2>" + (plots / "gnuplot.log").string();
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
-    std::cerr << "grapevine plot: gnuplot failed (is gnuplot-nox installed? tools/install-deps); see "
-              << (plots / "gnuplot.log").string() << " and " << script.string() << "\n";
+    std::cerr
+        << "grapevine plot: gnuplot failed (is gnuplot-nox installed? tools/install-deps); see "
+        << (plots / "gnuplot.log").string() << " and " << script.string() << "\n";
     return kExitFailure;
   }
   std::cout << "grapevine plot: " << lines.size() << " lines";
   if (!colorKey.empty()) std::cout << ", colour: " << colorKey;
   if (!panelKey.empty()) std::cout << ", panels: " << panelKey;
   std::cout << "\n";
-  if (!anyAcc) std::cout << "  (no accuracy in results: the workload has none; consensus plots only)\n";
+  if (!anyAcc)
+    std::cout << "  (no accuracy in results: the workload has none; consensus plots only)\n";
   for (const auto& p : made) std::cout << "  " << p << "\n";
   return kExitOk;
 }
@@ -317,7 +342,8 @@ Command registerPlot(CLI::App& root) {
   CLI::App* app = root.add_subcommand("plot", "PNG plots of a sweep's results (gnuplot)");
   app->add_option("dir", args->dir, "Output folder of grapevine sweep")->required();
   app->add_option("--color", args->color, "Swept key that colours the lines (default: the first)");
-  app->add_option("--panel", args->panel, "Swept key with one panel per value (default: the second)");
+  app->add_option("--panel", args->panel,
+                  "Swept key with one panel per value (default: the second)");
   return {app, [args] { return runPlot(*args); }};
 }
 

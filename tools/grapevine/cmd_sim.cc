@@ -1,5 +1,5 @@
-// `grapevine sim CONFIG [--peers N] [--out DIR] [--threads T] [--set k=v]`: every peer of a config in
-// this process on a worker pool, with a link model on a virtual clock (runtime/sim/simulator.h).
+// `grapevine sim CONFIG [--peers N] [--out DIR] [--threads T] [--set k=v]`: every peer of a config
+// in this process on a worker pool, with a link model on a virtual clock (runtime/sim/simulator.h).
 // Writes what `grapevine launch` writes (DIR/summary.json with simulated_seconds, peer-<rank>.jsonl
 // with sim_time, model-<rank>.bin, peer-<rank>.final.json) and prints the same table.
 #include <unistd.h>
@@ -46,16 +46,16 @@ int runSim(const SimArgs& a) {
   char bandwidth[64] = "unlimited", compute[64] = "measured", links[256];
   if (n.bandwidthMbit > 0) std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
   if (n.computeMs > 0) std::snprintf(compute, sizeof compute, "%g ms/step", n.computeMs);
-  std::snprintf(links, sizeof links, "links %s, %g ms (+0-%g ms), loss %g%%; compute %s x%g", bandwidth,
-                n.latencyMs, n.jitterMs, n.lossPercent, compute, n.computeScale);
+  std::snprintf(links, sizeof links, "links %s, %g ms (+0-%g ms), loss %g%%; compute %s x%g",
+                bandwidth, n.latencyMs, n.jitterMs, n.lossPercent, compute, n.computeScale);
   std::string linkOverrides;
   if (!n.uniform()) {
-    linkOverrides = " (overrides: " + std::to_string(n.peers.size()) + " peers, " + std::to_string(n.edges.size()) +
-                " links)";
+    linkOverrides = " (overrides: " + std::to_string(n.peers.size()) + " peers, " +
+                    std::to_string(n.edges.size()) + " links)";
   }
   std::cout << "grapevine sim: " << c.peers.count << " peers, " << c.topology.kind << ", "
-            << c.algorithm.name << " + " << c.compression.method << ", " << c.run.rounds << " rounds; "
-            << links << linkOverrides << "; output in " << out << "/\n"
+            << c.algorithm.name << " + " << c.compression.method << ", " << c.run.rounds
+            << " rounds; " << links << linkOverrides << "; output in " << out << "/\n"
             << std::flush;
 
   sim::SimOptions o;
@@ -71,11 +71,14 @@ int runSim(const SimArgs& a) {
     lastPrint = now;
     const double wall = std::chrono::duration<double>(now - start).count();
     char line[200];
-    std::snprintf(line, sizeof line, "round %lld/%lld  simulated %.2f s  wall %.1f s  %.1f rounds/s",
-                  static_cast<long long>(round + 1), static_cast<long long>(c.run.rounds), simSeconds,
-                  wall, wall > 0 ? static_cast<double>(round + 1) / wall : 0.0);
-    if (tty) std::cout << "\r" << line << "   " << std::flush;
-    else std::cout << line << "\n" << std::flush;
+    std::snprintf(line, sizeof line,
+                  "round %lld/%lld  simulated %.2f s  wall %.1f s  %.1f rounds/s",
+                  static_cast<long long>(round + 1), static_cast<long long>(c.run.rounds),
+                  simSeconds, wall, wall > 0 ? static_cast<double>(round + 1) / wall : 0.0);
+    if (tty)
+      std::cout << "\r" << line << "   " << std::flush;
+    else
+      std::cout << line << "\n" << std::flush;
   };
   auto r = sim::runSimulation(**plan, o);
   if (tty) std::cout << "\n";
@@ -85,12 +88,13 @@ int runSim(const SimArgs& a) {
   }
   const auto& s = r->summary;
   char line[256];
-  std::snprintf(line, sizeof line,
-                "%-28s %.3f s (wall %.1f s, %d threads, %.1f rounds/s)\n%-28s %llu\n%-28s %.1f KiB\n",
-                "simulated time", r->simulatedSeconds, r->wallSeconds, r->threads,
-                s["sim"]["rounds_per_second"].get<double>(), "messages lost",
-                static_cast<unsigned long long>(r->messagesLost), "memory per simulated peer",
-                s["sim"]["rss_per_peer_bytes"].get<double>() / 1024.0);
+  std::snprintf(
+      line, sizeof line,
+      "%-28s %.3f s (wall %.1f s, %d threads, %.1f rounds/s)\n%-28s %llu\n%-28s %.1f KiB\n",
+      "simulated time", r->simulatedSeconds, r->wallSeconds, r->threads,
+      s["sim"]["rounds_per_second"].get<double>(), "messages lost",
+      static_cast<unsigned long long>(r->messagesLost), "memory per simulated peer",
+      s["sim"]["rss_per_peer_bytes"].get<double>() / 1024.0);
   std::cout << "\n" << engine::summaryTable(s) << line << "summary: " << out << "/summary.json\n";
   return kExitOk;
 }
@@ -106,9 +110,11 @@ Command registerSim(CLI::App& root) {
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
   app->add_option("--threads", args->threads, "Worker threads (default: one per core)")
       ->check(CLI::Range(1, 1024));
-  app->add_option("--set", args->overrides, "Override a key: --set network.latency_ms=5 (repeatable)");
+  app->add_option("--set", args->overrides,
+                  "Override a key: --set network.latency_ms=5 (repeatable)");
   app->add_flag("--quiet", args->quiet, "No live progress line");
-  app->add_flag("--no-models", args->noModels, "Do not write model-<rank>.bin and peer-<rank>.final.json");
+  app->add_flag("--no-models", args->noModels,
+                "Do not write model-<rank>.bin and peer-<rank>.final.json");
   return {app, [args] { return runSim(*args); }};
 }
 

@@ -1,11 +1,11 @@
-// `grapevine sweep SWEEP.yaml [--out DIR] [--mode sim|launch] [--jobs J]`: runs every cell of a sweep
-// (runtime/sweep/sweep.h) as its own `grapevine sim` (or `launch`) process, keeps finished cells
-// (resumable: a cell whose DIR/cells/<id>/done.json exists is skipped; the id hashes everything that
-// defines the cell), and writes DIR/results.csv (one row per cell and evaluation point) and
-// DIR/cells.csv (one row per cell).
+// `grapevine sweep SWEEP.yaml [--out DIR] [--mode sim|launch] [--jobs J]`: runs every cell of a
+// sweep (runtime/sweep/sweep.h) as its own `grapevine sim` (or `launch`) process, keeps finished
+// cells (resumable: a cell whose DIR/cells/<id>/done.json exists is skipped; the id hashes
+// everything that defines the cell), and writes DIR/results.csv (one row per cell and evaluation
+// point) and DIR/cells.csv (one row per cell).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,10 +15,9 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "runtime/config/loader.h"
 #include "runtime/sweep/sweep.h"
@@ -69,9 +68,12 @@ std::string selfExe() {
 
 std::string duration(double s) {
   char b[32];
-  if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
-  else if (s < 3600) std::snprintf(b, sizeof b, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else std::snprintf(b, sizeof b, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+  if (s < 60)
+    std::snprintf(b, sizeof b, "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(b, sizeof b, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else
+    std::snprintf(b, sizeof b, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
   return b;
 }
 
@@ -137,7 +139,8 @@ int runSweep(const SweepArgs& a) {
     if (!r.ok()) {
       std::string labels;
       for (const auto& l : cells[i].labels) labels += (labels.empty() ? "" : ", ") + l;
-      std::cerr << "grapevine sweep: cell " << cells[i].id << " (" << labels << ") is not a valid config:\n"
+      std::cerr << "grapevine sweep: cell " << cells[i].id << " (" << labels
+                << ") is not a valid config:\n"
                 << config::formatDiagnostics(r.diagnostics);
       ++invalid;
       continue;
@@ -145,7 +148,8 @@ int runSweep(const SweepArgs& a) {
     cellConfigs[i] = config::toYaml(r.config);
   }
   if (invalid) {
-    std::cerr << "grapevine sweep: " << invalid << " of " << cells.size() << " cells are invalid; nothing ran\n";
+    std::cerr << "grapevine sweep: " << invalid << " of " << cells.size()
+              << " cells are invalid; nothing ran\n";
     return kExitBadInput;
   }
 
@@ -155,7 +159,8 @@ int runSweep(const SweepArgs& a) {
   meta["sweep_file"] = fs::absolute(a.path).string();
   meta["base_config"] = basePath;
   meta["mode"] = spec.mode;
-  meta["target_accuracy"] = spec.targetAccuracy ? nlohmann::json(*spec.targetAccuracy) : nlohmann::json(nullptr);
+  meta["target_accuracy"] =
+      spec.targetAccuracy ? nlohmann::json(*spec.targetAccuracy) : nlohmann::json(nullptr);
   for (const auto& ax : spec.axes) {
     nlohmann::json j;
     j["key"] = ax.key;
@@ -179,7 +184,8 @@ int runSweep(const SweepArgs& a) {
     return kExitOk;
   }
 
-  const int jobs = spec.mode == "launch" ? 1 : std::max(1, a.jobs);  // launched peers use fixed ports
+  const int jobs =
+      spec.mode == "launch" ? 1 : std::max(1, a.jobs);  // launched peers use fixed ports
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = a.threads > 0 ? a.threads : std::max(1, static_cast<int>(cores) / jobs);
   const std::string exe = selfExe();
@@ -187,10 +193,13 @@ int runSweep(const SweepArgs& a) {
   std::vector<std::size_t> todo;
   int kept = 0;
   for (std::size_t i = 0; i < cells.size(); ++i) {
-    if (fs::exists(fs::path(out) / "cells" / cells[i].id / "done.json")) ++kept;
-    else todo.push_back(i);
+    if (fs::exists(fs::path(out) / "cells" / cells[i].id / "done.json"))
+      ++kept;
+    else
+      todo.push_back(i);
   }
-  struct sigaction sa{}, oldInt{}, oldTerm{};
+  struct sigaction sa {
+  }, oldInt{}, oldTerm{};
   sa.sa_handler = onSignal;
   sigaction(SIGINT, &sa, &oldInt);
   sigaction(SIGTERM, &sa, &oldTerm);
@@ -214,12 +223,16 @@ int runSweep(const SweepArgs& a) {
       eta = duration(left);
     }
     char line[256];
-    std::snprintf(line, sizeof line, "[%s%s] %zu/%zu cells (%d kept, %zu failed, %zu running)  %s elapsed, eta %s",
+    std::snprintf(line, sizeof line,
+                  "[%s%s] %zu/%zu cells (%d kept, %zu failed, %zu running)  %s elapsed, eta %s",
                   std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                  std::string(static_cast<std::size_t>(width - filled), '.').c_str(), done, cells.size(),
-                  kept, failed.size(), running.size(), duration(elapsed).c_str(), eta.c_str());
-    if (tty) std::cout << "\r" << line << "   " << std::flush;
-    else std::cout << line << "\n" << std::flush;
+                  std::string(static_cast<std::size_t>(width - filled), '.').c_str(), done,
+                  cells.size(), kept, failed.size(), running.size(), duration(elapsed).c_str(),
+                  eta.c_str());
+    if (tty)
+      std::cout << "\r" << line << "   " << std::flush;
+    else
+      std::cout << line << "\n" << std::flush;
   };
   progress();
   while ((next < todo.size() && !gInterrupted) || !running.empty()) {
@@ -281,22 +294,26 @@ int runSweep(const SweepArgs& a) {
   results << "cell," << axisHeader
           << "round,sim_time_s,wall_time_s,bytes_sent_per_peer,train_loss,test_accuracy,"
              "averaged_model_accuracy,consensus_distance,spectral_gap\n";
-  cellsCsv << "cell," << axisHeader
-           << "status,rounds,sim_time_s,wall_time_s,bytes_sent_per_peer,test_accuracy,averaged_model_accuracy,"
-              "consensus_distance,spectral_gap,target_accuracy,rounds_to_target,sim_time_to_target_s,"
-              "wall_time_to_target_s,bytes_to_target_per_peer\n";
+  cellsCsv
+      << "cell," << axisHeader
+      << "status,rounds,sim_time_s,wall_time_s,bytes_sent_per_peer,test_accuracy,averaged_model_"
+         "accuracy,"
+         "consensus_distance,spectral_gap,target_accuracy,rounds_to_target,sim_time_to_target_s,"
+         "wall_time_to_target_s,bytes_to_target_per_peer\n";
   int tabulated = 0;
   for (const auto& c : cells) {
     const fs::path dir = fs::path(out) / "cells" / c.id;
     std::string labels;
     for (const auto& l : c.labels) labels += sweep::csvField(l) + ",";
     if (!fs::exists(dir / "done.json")) {
-      cellsCsv << c.id << "," << labels << (gInterrupted ? "interrupted" : "failed") << ",,,,,,,,,,,,,\n";
+      cellsCsv << c.id << "," << labels << (gInterrupted ? "interrupted" : "failed")
+               << ",,,,,,,,,,,,,\n";
       continue;
     }
     std::optional<double> gap;
     auto summary = nlohmann::json::parse(readFile((dir / "summary.json").string()), nullptr, false);
-    if (summary.is_object() && summary.contains("spectral_gap") && summary["spectral_gap"].is_number()) {
+    if (summary.is_object() && summary.contains("spectral_gap") &&
+        summary["spectral_gap"].is_number()) {
       gap = summary["spectral_gap"].get<double>();
     }
     auto points = sweep::readEvalPoints(dir.string());
@@ -309,20 +326,23 @@ int runSweep(const SweepArgs& a) {
       results << c.id << "," << labels << p.round << "," << sweep::csvNumber(p.simTime) << ","
               << sweep::csvNumber(p.wallTime) << "," << sweep::csvNumber(p.bytesSentPerPeer) << ","
               << sweep::csvNumber(p.trainLoss) << "," << sweep::csvNumber(p.testAccuracy) << ","
-              << sweep::csvNumber(p.averagedAccuracy) << "," << sweep::csvNumber(p.consensusDistance) << ","
-              << sweep::csvNumber(gap) << "\n";
+              << sweep::csvNumber(p.averagedAccuracy) << ","
+              << sweep::csvNumber(p.consensusDistance) << "," << sweep::csvNumber(gap) << "\n";
     }
     const sweep::EvalPoint last = points->empty() ? sweep::EvalPoint{} : points->back();
-    cellsCsv << c.id << "," << labels << "done," << last.round << "," << sweep::csvNumber(last.simTime) << ","
-             << sweep::csvNumber(last.wallTime) << "," << sweep::csvNumber(last.bytesSentPerPeer) << ","
-             << sweep::csvNumber(last.testAccuracy) << "," << sweep::csvNumber(last.averagedAccuracy) << ","
+    cellsCsv << c.id << "," << labels << "done," << last.round << ","
+             << sweep::csvNumber(last.simTime) << "," << sweep::csvNumber(last.wallTime) << ","
+             << sweep::csvNumber(last.bytesSentPerPeer) << ","
+             << sweep::csvNumber(last.testAccuracy) << ","
+             << sweep::csvNumber(last.averagedAccuracy) << ","
              << sweep::csvNumber(last.consensusDistance) << "," << sweep::csvNumber(gap) << ","
              << sweep::csvNumber(spec.targetAccuracy) << ",";
     std::optional<sweep::EvalPoint> hit;
     if (spec.targetAccuracy) hit = sweep::firstReaching(*points, *spec.targetAccuracy);
     if (hit) {
-      cellsCsv << hit->round << "," << sweep::csvNumber(hit->simTime) << "," << sweep::csvNumber(hit->wallTime)
-               << "," << sweep::csvNumber(hit->bytesSentPerPeer) << "\n";
+      cellsCsv << hit->round << "," << sweep::csvNumber(hit->simTime) << ","
+               << sweep::csvNumber(hit->wallTime) << "," << sweep::csvNumber(hit->bytesSentPerPeer)
+               << "\n";
     } else {
       cellsCsv << ",,,\n";
     }
@@ -331,8 +351,8 @@ int runSweep(const SweepArgs& a) {
   writeFile((fs::path(out) / "cells.csv").string(), cellsCsv.str());
 
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  std::cout << "grapevine sweep: " << finished - failed.size() << " cells ran, " << kept << " kept, "
-            << failed.size() << " failed, in " << duration(elapsed) << "\n"
+  std::cout << "grapevine sweep: " << finished - failed.size() << " cells ran, " << kept
+            << " kept, " << failed.size() << " failed, in " << duration(elapsed) << "\n"
             << "  " << out << "/results.csv  (" << tabulated << " cells, one row per evaluation)\n"
             << "  " << out << "/cells.csv\n"
             << "  plots: grapevine plot " << out << "\n";
@@ -349,13 +369,17 @@ int runSweep(const SweepArgs& a) {
 Command registerSweep(CLI::App& root) {
   auto args = std::make_shared<SweepArgs>();
   CLI::App* app = root.add_subcommand(
-      "sweep", "Run every combination of a sweep file's values (resumable) and tabulate the results");
+      "sweep",
+      "Run every combination of a sweep file's values (resumable) and tabulate the results");
   app->add_option("sweep", args->path, "Sweep YAML file (see docs/ablations.md)")->required();
   app->add_option("--out", args->out, "Output folder (default: runs/sweeps/<name>)");
-  app->add_option("--mode", args->mode, "sim (one process per cell, simulated links) or launch (real peers)")
+  app->add_option("--mode", args->mode,
+                  "sim (one process per cell, simulated links) or launch (real peers)")
       ->check(CLI::IsMember({"sim", "launch"}));
-  app->add_option("--jobs", args->jobs, "Cells run at once (sim mode; default 1)")->check(CLI::Range(1, 256));
-  app->add_option("--threads", args->threads, "Worker threads per simulated cell (default: cores / jobs)")
+  app->add_option("--jobs", args->jobs, "Cells run at once (sim mode; default 1)")
+      ->check(CLI::Range(1, 256));
+  app->add_option("--threads", args->threads,
+                  "Worker threads per simulated cell (default: cores / jobs)")
       ->check(CLI::Range(1, 1024));
   app->add_flag("--dry-run", args->dryRun, "List the cells and their overrides; run nothing");
   app->add_flag("--quiet", args->quiet, "No progress bar");

@@ -91,7 +91,8 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
   if (given("--kind")) {
     auto k = topology::parseKind(o.kind);
     if (!k) {
-      return badInput("unknown kind '" + o.kind + "'; expected one of: " + joinNames(topology::kindNames()));
+      return badInput("unknown kind '" + o.kind +
+                      "'; expected one of: " + joinNames(topology::kindNames()));
     }
     spec.kind = *k;
   }
@@ -104,15 +105,16 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
   if (given("--weights")) {
     auto w = topology::parseWeights(o.weights);
     if (!w) {
-      return badInput("unknown weights '" + o.weights + "'; expected one of: " +
-                      joinNames(topology::weightsNames()));
+      return badInput("unknown weights '" + o.weights +
+                      "'; expected one of: " + joinNames(topology::weightsNames()));
     }
     spec.weights = *w;
   }
   const std::string kind(topology::kindName(spec.kind));
   // A flag that the kind ignores is almost always a typo in --kind: say so instead of ignoring it.
   if (given("--dims")) {
-    if (spec.kind != topology::Kind::kTorus) return badInput("--dims only applies to --kind torus, not " + kind);
+    if (spec.kind != topology::Kind::kTorus)
+      return badInput("--dims only applies to --kind torus, not " + kind);
     spec.dims = parseDims(o.dims);
     if (spec.dims.size() != 2 && spec.dims.size() != 3) {
       return badInput("--dims expects R,C or R,C,D (e.g. --dims 4,4), got '" + o.dims + "'");
@@ -171,18 +173,22 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
 Command registerTopo(CLI::App& root) {
   auto opts = std::make_shared<TopoOptions>();
   CLI::App* app = root.add_subcommand(
-      "topo", "Build a topology and print its analysis: degrees, diameter, spectral gap, cost per round");
+      "topo",
+      "Build a topology and print its analysis: degrees, diameter, spectral gap, cost per round");
   app->add_option("config", opts->config, "YAML config; its topology: and peers: sections are read")
       ->check(CLI::ExistingFile);
-  app->add_option("--kind", opts->kind, "ring | torus | random-regular | erdos-renyi | exponential | "
-                                        "one-peer-exponential | complete | edges");
+  app->add_option("--kind", opts->kind,
+                  "ring | torus | random-regular | erdos-renyi | exponential | "
+                  "one-peer-exponential | complete | edges");
   app->add_option("--peers", opts->peers, "number of peers");
   app->add_option("--dims", opts->dims, "torus sizes R,C or R,C,D (product = peers)");
   app->add_option("--degree", opts->degree, "random-regular: degree of every peer");
   app->add_option("--probability", opts->probability, "erdos-renyi: edge probability");
   app->add_option("--seed", opts->seed, "random kinds: seed (the same seed gives the same graph)");
-  app->add_option("--weights", opts->weights, "metropolis | uniform (explicit: from a CONFIG edge list)");
-  auto* json = app->add_flag("--json", opts->json, "print one JSON object (fields in docs/topologies.md)");
+  app->add_option("--weights", opts->weights,
+                  "metropolis | uniform (explicit: from a CONFIG edge list)");
+  auto* json =
+      app->add_flag("--json", opts->json, "print one JSON object (fields in docs/topologies.md)");
   auto* dot = app->add_flag("--dot", opts->dot, "print the round's graph and weights for Graphviz");
   json->excludes(dot);
   app->add_option("--round", opts->round, "with --dot: which round to draw (time-varying kinds)");

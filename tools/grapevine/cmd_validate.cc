@@ -1,4 +1,5 @@
-// `grapevine validate CONFIG`: load and check a config; print a one-screen summary, or every problem.
+// `grapevine validate CONFIG`: load and check a config; print a one-screen summary, or every
+// problem.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -46,8 +47,10 @@ void printSummary(const config::Config& c, std::ostream& os) {
     os << "\n";
   }
   os << "  transport    " << c.transport.backend;
-  if (c.transport.backend == "ucx" && !c.transport.ucxTls.empty()) os << " (UCX_TLS=" << c.transport.ucxTls << ")";
-  if (c.transport.backend == "libfabric") os << " (provider " << c.transport.libfabricProvider << ")";
+  if (c.transport.backend == "ucx" && !c.transport.ucxTls.empty())
+    os << " (UCX_TLS=" << c.transport.ucxTls << ")";
+  if (c.transport.backend == "libfabric")
+    os << " (provider " << c.transport.libfabricProvider << ")";
   os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
   os << "  algorithm    " << c.algorithm.name;
   if (c.algorithm.name != "dsgd") os << ", consensus step " << fmt(c.algorithm.consensusStep);
@@ -55,15 +58,15 @@ void printSummary(const config::Config& c, std::ostream& os) {
      << (c.algorithm.overlap ? ", overlapped" : "") << "\n";
   os << "  optimizer    lr " << fmt(c.optimizer.lr) << " (" << c.optimizer.schedule;
   if (c.optimizer.warmupRounds) os << ", " << c.optimizer.warmupRounds << " warm-up rounds";
-  os << "), momentum " << fmt(c.optimizer.momentum)
-     << (c.optimizer.nesterov ? " nesterov" : "") << " (" << c.optimizer.momentumKind << "), batch "
-     << c.optimizer.batchSize << "\n";
+  os << "), momentum " << fmt(c.optimizer.momentum) << (c.optimizer.nesterov ? " nesterov" : "")
+     << " (" << c.optimizer.momentumKind << "), batch " << c.optimizer.batchSize << "\n";
   os << "  compression  " << c.compression.method;
   if (c.compression.method == "top-k" || c.compression.method == "rand-k") {
     os << " ratio " << fmt(c.compression.ratio);
   }
   if (c.compression.method == "top-k") os << " (" << c.compression.selector << ")";
-  if (c.compression.method == "int8" || c.compression.method == "int4" || c.compression.method == "sign") {
+  if (c.compression.method == "int8" || c.compression.method == "int4" ||
+      c.compression.method == "sign") {
     os << " block " << c.compression.blockSize;
   }
   if (c.compression.method == "qsgd") os << " s=" << c.compression.levels;
@@ -73,7 +76,8 @@ void printSummary(const config::Config& c, std::ostream& os) {
   os << "  workload     " << c.workload.name;
   if (c.workload.name == "fashion-mnist-mlp") {
     os << " hidden [";
-    for (size_t i = 0; i < c.workload.hidden.size(); ++i) os << (i ? ", " : "") << c.workload.hidden[i];
+    for (size_t i = 0; i < c.workload.hidden.size(); ++i)
+      os << (i ? ", " : "") << c.workload.hidden[i];
     os << "]";
   }
   if (c.workload.name.rfind("fashion-mnist", 0) == 0) {
@@ -104,9 +108,11 @@ int runValidate(const ValidateArgs& args) {
 
 Command registerValidate(CLI::App& root) {
   auto args = std::make_shared<ValidateArgs>();
-  CLI::App* app = root.add_subcommand("validate", "Load and check a config; print a summary or every problem");
+  CLI::App* app =
+      root.add_subcommand("validate", "Load and check a config; print a summary or every problem");
   app->add_option("config", args->path, "YAML config file")->required();
-  app->add_option("--set", args->overrides, "Override a key: --set topology.kind=torus (repeatable)");
+  app->add_option("--set", args->overrides,
+                  "Override a key: --set topology.kind=torus (repeatable)");
   return {app, [args] { return runValidate(*args); }};
 }
 

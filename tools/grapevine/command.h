@@ -1,5 +1,5 @@
-// Subcommands of the `grapevine` CLI. Each lives in its own cmd_<name>.cc and registers itself on the
-// root CLI::App; main() runs the one the user named and returns its exit code.
+// Subcommands of the `grapevine` CLI. Each lives in its own cmd_<name>.cc and registers itself on
+// the root CLI::App; main() runs the one the user named and returns its exit code.
 //
 // Exit codes: 0 success, 1 runtime failure, 2 bad input (config, flags, files).
 #pragma once

@@ -11,18 +11,10 @@ int main(int argc, char** argv) {
   root.set_version_flag("--version", "grapevine 0.1.0");
 
   std::vector<Command> commands = {
-      registerTopo(root),
-      registerValidate(root),
-      registerConfig(root),
-      registerPeer(root),
-      registerLaunch(root),
-      registerInfo(root),
-      registerBenchTransport(root),
-      registerBench(root),
-      registerSim(root),
-      registerSweep(root),
-      registerPlot(root),
-      registerEmulate(root),
+      registerTopo(root),           registerValidate(root), registerConfig(root),
+      registerPeer(root),           registerLaunch(root),   registerInfo(root),
+      registerBenchTransport(root), registerBench(root),    registerSim(root),
+      registerSweep(root),          registerPlot(root),     registerEmulate(root),
   };
 
   try {

@@ -26,8 +26,9 @@ struct Message {
   std::size_t size;
 };
 
-// One direction of one link: written by one connection, read by its peer. Everything in it is guarded
-// by `mu`; the reader is woken by posting drain() to its loop (at most one drain queued at a time).
+// One direction of one link: written by one connection, read by its peer. Everything in it is
+// guarded by `mu`; the reader is woken by posting drain() to its loop (at most one drain queued at
+// a time).
 struct Pipe {
   std::mutex mu;
   std::deque<Message> queue;
@@ -36,8 +37,8 @@ struct Pipe {
   std::weak_ptr<InprocConnection> reader;
   Loop* readerLoop = nullptr;
   bool drainScheduled = false;
-  // Buffers go from the writer's thread to the reader's and back here: after the first few messages of
-  // a size, no send allocates.
+  // Buffers go from the writer's thread to the reader's and back here: after the first few messages
+  // of a size, no send allocates.
   BufferPool pool{std::size_t{256} << 20};
 };
 
@@ -45,7 +46,8 @@ struct Pipe {
 class Fabric {
  public:
   static Fabric& instance() {
-    static Fabric* fabric = new Fabric();  // never destroyed: contexts may outlive static destruction order
+    static Fabric* fabric =
+        new Fabric();  // never destroyed: contexts may outlive static destruction order
     return *fabric;
   }
   std::uint64_t addContext() {
@@ -114,9 +116,9 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
     if (core_.failed()) return core_.completeSend(std::move(cb), core_.error());
     if (bytes.size() > maxMessageBytes_) {
       return core_.completeSend(
-          std::move(cb), resourceExhausted("message of " + std::to_string(bytes.size()) +
-                                           " bytes exceeds maxMessageBytes " +
-                                           std::to_string(maxMessageBytes_)));
+          std::move(cb),
+          resourceExhausted("message of " + std::to_string(bytes.size()) +
+                            " bytes exceeds maxMessageBytes " + std::to_string(maxMessageBytes_)));
     }
     Buffer data = out_->pool.acquire(bytes.size());
     if (!bytes.empty()) std::memcpy(data.data(), bytes.data(), bytes.size());
@@ -146,7 +148,8 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
   int peer() const override { return core_.peer(); }
   Status error() const override { return core_.error(); }
 
-  // On the loop thread: moves every queued inbound message to a posted receive or the unexpected buffer.
+  // On the loop thread: moves every queued inbound message to a posted receive or the unexpected
+  // buffer.
   void drain() {
     std::deque<Message> batch;
     bool writerClosed = false;
@@ -168,7 +171,8 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
         core_.stash(m.tag, std::move(m.data), m.size);
       }
     }
-    if (writerClosed) fail(unavailable("peer " + std::to_string(core_.peer()) + " closed the connection"));
+    if (writerClosed)
+      fail(unavailable("peer " + std::to_string(core_.peer()) + " closed the connection"));
   }
 
  private:
@@ -225,13 +229,15 @@ class InprocContext : public Context {
     return {a.begin(), a.end()};
   }
 
-  Result<std::shared_ptr<Connection>> connect(int peer,
-                                              std::span<const std::uint8_t> remoteAddress) override {
+  Result<std::shared_ptr<Connection>> connect(
+      int peer, std::span<const std::uint8_t> remoteAddress) override {
     if (closed_) return cancelled("inproc context is closed");
-    const std::string_view a(reinterpret_cast<const char*>(remoteAddress.data()), remoteAddress.size());
+    const std::string_view a(reinterpret_cast<const char*>(remoteAddress.data()),
+                             remoteAddress.size());
     std::uint64_t slot = 0;
     if (!a.starts_with(kAddressPrefix) ||
-        std::from_chars(a.data() + kAddressPrefix.size(), a.data() + a.size(), slot).ec != std::errc() ||
+        std::from_chars(a.data() + kAddressPrefix.size(), a.data() + a.size(), slot).ec !=
+            std::errc() ||
         slot == 0) {
       return invalidArgument("malformed inproc address '" + std::string(a) + "'");
     }
@@ -244,7 +250,8 @@ class InprocContext : public Context {
     }
     auto out = Fabric::instance().pipe(slot_, slot, /*writerSide=*/true);
     auto in = Fabric::instance().pipe(slot, slot_, /*writerSide=*/false);
-    auto conn = std::make_shared<InprocConnection>(loop_, peer, options_, std::move(out), std::move(in));
+    auto conn =
+        std::make_shared<InprocConnection>(loop_, peer, options_, std::move(out), std::move(in));
     conn->start();
     conns_[peer] = conn;
     return std::shared_ptr<Connection>(conn);
@@ -278,7 +285,8 @@ Result<std::unique_ptr<Context>> makeInprocContext(Loop& loop, const Options& op
 
 namespace grapevine::transport {
 void registerInproc(Registry& registry) {
-  registry.add(BackendEntry{
-      "inproc", inproc::makeInprocContext, [] { return BackendInfo{"inproc", true, ""}; }});
+  registry.add(BackendEntry{"inproc", inproc::makeInprocContext, [] {
+                              return BackendInfo{"inproc", true, ""};
+                            }});
 }
 }  // namespace grapevine::transport

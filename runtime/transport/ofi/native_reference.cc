@@ -9,10 +9,12 @@ namespace grapevine::transport::ofi {
 
 Result<PingpongResult> parsePingpongOutput(std::string_view output) {
   const std::size_t header = output.rfind("usec/xfer");
-  if (header == std::string_view::npos) return dataLoss("fi_pingpong: no result header in its output");
+  if (header == std::string_view::npos)
+    return dataLoss("fi_pingpong: no result header in its output");
   const std::size_t start = output.find('\n', header);
   if (start == std::string_view::npos) return dataLoss("fi_pingpong: no result row");
-  std::istringstream row(std::string(output.substr(start + 1, output.find('\n', start + 1) - start - 1)));
+  std::istringstream row(
+      std::string(output.substr(start + 1, output.find('\n', start + 1) - start - 1)));
   std::string bytes, sent, ack, total, time;
   double mbPerSec = 0, usecPerXfer = 0;
   if (!(row >> bytes >> sent >> ack >> total >> time >> mbPerSec >> usecPerXfer)) {
@@ -28,8 +30,16 @@ Result<PingpongResult> runPingpong(std::size_t bytes, const std::string& provide
                                    double timeoutSeconds) {
   const int port = native_tool::freePort();
   if (port == 0) return unavailable("fi_pingpong: no free port");
-  const std::vector<std::string> common = {"fi_pingpong", "-p", provider, "-e", "rdm", "-m",
-                                           "tagged", "-S", std::to_string(bytes), "-I",
+  const std::vector<std::string> common = {"fi_pingpong",
+                                           "-p",
+                                           provider,
+                                           "-e",
+                                           "rdm",
+                                           "-m",
+                                           "tagged",
+                                           "-S",
+                                           std::to_string(bytes),
+                                           "-I",
                                            std::to_string(iterations)};
   native_tool::ServerClientRun run;
   run.tool = "fi_pingpong";

@@ -1,6 +1,7 @@
-// Native reference for `grapevine bench transport --backend libfabric`: fabtests' fi_pingpong (Debian
-// package libfabric-bin) with an RDM endpoint in tagged mode, run as a server and a client process on
-// loopback, its result row parsed. Same run, same machine, same sizes as the Grapevine numbers.
+// Native reference for `grapevine bench transport --backend libfabric`: fabtests' fi_pingpong
+// (Debian package libfabric-bin) with an RDM endpoint in tagged mode, run as a server and a client
+// process on loopback, its result row parsed. Same run, same machine, same sizes as the Grapevine
+// numbers.
 //
 // fi_pingpong busy-polls. Blocking: runs two child processes to completion (bounded by
 // `timeoutSeconds`); call it from the bench harness, never from the engine loop.

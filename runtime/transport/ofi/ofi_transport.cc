@@ -1,14 +1,16 @@
 // libfabric backend: Context and Connection over one RDM endpoint with tagged messages.
 //
 // Object graph and lifetimes (all on the loop thread), as in the UCX backend:
-//   OfiContext --shared_ptr--> Engine <--shared_ptr-- OfiConnection <--shared_ptr-- Op (while pending)
-// The Engine owns the fabric, domain, address vector, completion queue and endpoint plus the queue of
-// ready user callbacks; it outlives the Context while a connection or posted task refers to it.
+//   OfiContext --shared_ptr--> Engine <--shared_ptr-- OfiConnection <--shared_ptr-- Op (while
+//   pending)
+// The Engine owns the fabric, domain, address vector, completion queue and endpoint plus the queue
+// of ready user callbacks; it outlives the Context while a connection or posted task refers to it.
 //
 // Progress: the providers we use (tcp;ofi_rxm, shm) have manual data progress, i.e. data moves only
-// inside fi_cq_read. The loop watches the CQ's wait fd; before going back to sleep we ask fi_trywait
-// whether sleeping is safe, and progress again if not. A 200 ms tick keeps connection management
-// going while a peer is silent. User callbacks run after fi_cq_read returns, never inline.
+// inside fi_cq_read. The loop watches the CQ's wait fd; before going back to sleep we ask
+// fi_trywait whether sleeping is safe, and progress again if not. A 200 ms tick keeps connection
+// management going while a peer is silent. User callbacks run after fi_cq_read returns, never
+// inline.
 //
 // Completions: every operation passes its Op (which starts with the provider's fi_context2) as the
 // completion context; errors come back through fi_cq_readerr with the same context.
@@ -21,8 +23,8 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -37,28 +39,29 @@
 namespace grapevine::transport::ofi {
 namespace {
 
-// Tag layout shared with the UCX backend (tagged_backend_common.h): sender rank in the high 24 bits,
-// user tag in the low 40. Receives match the full 64 bits, so a receive posted for peer p only takes
-// p's messages although the endpoint (and its matching) is shared by all peers. kControlTag carries the
-// "goodbye": close() sends it so the peer fails its pending operations with kUnavailable at once
-// instead of waiting for a send to fail.
+// Tag layout shared with the UCX backend (tagged_backend_common.h): sender rank in the high 24
+// bits, user tag in the low 40. Receives match the full 64 bits, so a receive posted for peer p
+// only takes p's messages although the endpoint (and its matching) is shared by all peers.
+// kControlTag carries the "goodbye": close() sends it so the peer fails its pending operations with
+// kUnavailable at once instead of waiting for a send to fail.
 using tagged::kControlTag;
 using tagged::kGoodbyeGrace;
 using tagged::wireTag;
 constexpr auto kGoodbyeFlush = std::chrono::milliseconds(50);
 
 // Address blob: tagged::AddressHeader, then the endpoint name.
-constexpr tagged::AddressFormat kAddressFormat{0x464f5647 /* "GVOF" */, 1, "libfabric", "libfabric"};
+constexpr tagged::AddressFormat kAddressFormat{0x464f5647 /* "GVOF" */, 1, "libfabric",
+                                               "libfabric"};
 
 constexpr auto kTickInterval = std::chrono::milliseconds(200);
 constexpr int kMaxRoundsPerWake = 32;
 constexpr std::size_t kCqBatch = 16;
 
 // ofi_rxm over tcp lets the tcp provider receive straight into the posted buffer ("dynamic receive
-// buffers"); a message larger than that buffer then breaks the whole connection to the sender instead
-// of failing one receive. Turn it off (rxm then truncates in its own bounce-buffer copy, and the link
-// survives) unless the user set it. Must run before the first fi_getinfo() in the process, which reads
-// provider parameters once.
+// buffers"); a message larger than that buffer then breaks the whole connection to the sender
+// instead of failing one receive. Turn it off (rxm then truncates in its own bounce-buffer copy,
+// and the link survives) unless the user set it. Must run before the first fi_getinfo() in the
+// process, which reads provider parameters once.
 void configureProviderDefaults() {
   static const bool once = [] {
     ::setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", /*overwrite=*/0);
@@ -211,7 +214,7 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   tagged::PendingOps<Op> pending_;
 };
 
-// ---- Engine -----------------------------------------------------------------------------------------
+// ---- Engine -------------------------------------------------------------------------------------
 
 Status Engine::init() {
   configureProviderDefaults();
@@ -228,8 +231,8 @@ Status Engine::init() {
   hints->fabric_attr->prov_name = strdup(options_.libfabricProvider.c_str());
   const bool isTcp = options_.libfabricProvider.find("tcp") != std::string::npos;
   const char* node = isTcp && !options_.host.empty() ? options_.host.c_str() : nullptr;
-  int rc = fi_getinfo(FI_VERSION(1, 11), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints,
-                      &info_);
+  int rc =
+      fi_getinfo(FI_VERSION(1, 11), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints, &info_);
   fi_freeinfo(hints);
   if (rc != 0 || info_ == nullptr) {
     info_ = nullptr;
@@ -255,7 +258,8 @@ Status Engine::init() {
 
   if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0) return fail("fi_endpoint", rc);
   if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) return fail("fi_ep_bind(av)", rc);
-  if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0) return fail("fi_ep_bind(cq)", rc);
+  if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0)
+    return fail("fi_ep_bind(cq)", rc);
   if ((rc = fi_enable(ep_)) != 0) return fail("fi_enable", rc);
 
   std::vector<std::uint8_t> name(256);
@@ -439,7 +443,7 @@ void Engine::destroyFabric() {
 
 Engine::~Engine() { destroyFabric(); }  // ops_ then deletes every op
 
-// ---- OfiConnection ----------------------------------------------------------------------------------
+// ---- OfiConnection ------------------------------------------------------------------------------
 
 OfiConnection::~OfiConnection() { stopWatchingPeer(); }
 
@@ -457,8 +461,9 @@ Status OfiConnection::statusFor(int err, const std::string& detail) {
   if (err == 0) return Status::ok();
   if (err == FI_ETRUNC) {
     // tcp;ofi_rxm (1.17) drops its connection to the sender when a message is truncated, losing
-    // whatever followed on it. Per-edge exactly-once delivery cannot be kept past that point, so the
-    // receive reports the truncation and the connection fails (the engine resynchronises the edge).
+    // whatever followed on it. Per-edge exactly-once delivery cannot be kept past that point, so
+    // the receive reports the truncation and the connection fails (the engine resynchronises the
+    // edge).
     return tagged::truncatedMessage(peer_);
   }
   if (!error_.isOk()) return error_;
@@ -556,9 +561,9 @@ void OfiConnection::finishTeardown() {
     engine_->adoptOrphan(goodbye_);
     goodbye_ = nullptr;
   }
-  // Sends cannot be cancelled on an RDM endpoint. Removing the peer from the address vector makes the
-  // provider drop its connection to the peer, after which it no longer reads our send buffers; then
-  // the sends complete here, and a late completion for them is ignored (orphaned op).
+  // Sends cannot be cancelled on an RDM endpoint. Removing the peer from the address vector makes
+  // the provider drop its connection to the peer, after which it no longer reads our send buffers;
+  // then the sends complete here, and a late completion for them is ignored (orphaned op).
   fi_addr_t a = addr_;
   (void)fi_av_remove(engine_->av(), &a, 1, 0);
   std::vector<Op*> sends = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kSend; });
@@ -651,7 +656,7 @@ void OfiConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
   engine_->schedule();
 }
 
-// ---- OfiContext -------------------------------------------------------------------------------------
+// ---- OfiContext ---------------------------------------------------------------------------------
 
 class OfiContext : public Context {
  public:
@@ -668,8 +673,7 @@ class OfiContext : public Context {
     GV_ASSIGN_OR_RETURN(const tagged::PeerAddress address,
                         tagged::parseAddress(kAddressFormat, peer, remote));
     fi_addr_t addr = FI_ADDR_UNSPEC;
-    const int n =
-        fi_av_insert(engine_->av(), address.backendAddress.data(), 1, &addr, 0, nullptr);
+    const int n = fi_av_insert(engine_->av(), address.backendAddress.data(), 1, &addr, 0, nullptr);
     if (n != 1) {
       return invalidArgument("libfabric: fi_av_insert rejected the address of peer " +
                              std::to_string(peer));

@@ -15,9 +15,10 @@
 
 namespace grapevine::transport::tcp {
 
-// TCP_NODELAY (frames are small and latency-bound), keepalive probing after a third of the timeout, and
-// TCP_USER_TIMEOUT so unacknowledged data fails the socket after `timeoutSeconds` instead of the kernel
-// default of ~15 minutes. Best effort: a failing setsockopt is not fatal (the deadlines still hold).
+// TCP_NODELAY (frames are small and latency-bound), keepalive probing after a third of the timeout,
+// and TCP_USER_TIMEOUT so unacknowledged data fails the socket after `timeoutSeconds` instead of
+// the kernel default of ~15 minutes. Best effort: a failing setsockopt is not fatal (the deadlines
+// still hold).
 inline void configureSocket(boost::asio::ip::tcp::socket& socket, double timeoutSeconds) {
   boost::system::error_code ec;
   socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
@@ -41,7 +42,8 @@ inline Result<boost::asio::ip::tcp::endpoint> parseEndpoint(std::string_view tex
     return invalidArgument("address '" + std::string(text) + "' is not host:port");
   }
   std::string host(text.substr(0, colon));
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   if (host == "localhost") host = "127.0.0.1";
   unsigned port = 0;
   const std::string_view portText = text.substr(colon + 1);

@@ -45,7 +45,8 @@ void encodeHello(std::uint8_t* p, int rank) {
 
 // The sender's rank, or an error naming what is wrong with the hello.
 Result<int> decodeHello(const std::uint8_t* p) {
-  if (wire::getU32(p) != kHelloMagic) return dataLoss("not a grapevine tcp data connection (bad magic)");
+  if (wire::getU32(p) != kHelloMagic)
+    return dataLoss("not a grapevine tcp data connection (bad magic)");
   if (const auto v = wire::getU16(p + 4); v != kWireVersion) {
     return failedPrecondition("tcp wire version " + std::to_string(v) + ", expected " +
                               std::to_string(kWireVersion));
@@ -54,7 +55,8 @@ Result<int> decodeHello(const std::uint8_t* p) {
 }
 
 std::chrono::nanoseconds toDuration(double seconds) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(seconds));
 }
 
 class TcpConnection : public Connection, public std::enable_shared_from_this<TcpConnection> {
@@ -84,18 +86,19 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     state_ = State::kConnecting;
     phaseSince_ = Clock::now();
     startWatchdog();
-    socket_.async_connect(endpoint, [self = shared_from_this(), endpoint](boost::system::error_code ec) {
-      if (self->core_.failed()) return;
-      if (ec) {
-        return self->fail(unavailable("cannot connect to peer " + std::to_string(self->peer()) +
-                                      " at " + formatEndpoint(endpoint) + ": " + ec.message()));
-      }
-      configureSocket(self->socket_, self->timeoutSeconds_);
-      self->state_ = State::kHello;
-      self->phaseSince_ = Clock::now();
-      self->readHello();
-      self->startWrite();
-    });
+    socket_.async_connect(
+        endpoint, [self = shared_from_this(), endpoint](boost::system::error_code ec) {
+          if (self->core_.failed()) return;
+          if (ec) {
+            return self->fail(unavailable("cannot connect to peer " + std::to_string(self->peer()) +
+                                          " at " + formatEndpoint(endpoint) + ": " + ec.message()));
+          }
+          configureSocket(self->socket_, self->timeoutSeconds_);
+          self->state_ = State::kHello;
+          self->phaseSince_ = Clock::now();
+          self->readHello();
+          self->startWrite();
+        });
   }
 
   // Higher rank, before the dialer's socket arrived: wait for the context to hand it over.
@@ -121,9 +124,9 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     if (core_.failed()) return core_.completeSend(std::move(cb), core_.error());
     if (bytes.size() > maxMessageBytes_) {
       return core_.completeSend(
-          std::move(cb), resourceExhausted("message of " + std::to_string(bytes.size()) +
-                                           " bytes exceeds maxMessageBytes " +
-                                           std::to_string(maxMessageBytes_)));
+          std::move(cb),
+          resourceExhausted("message of " + std::to_string(bytes.size()) +
+                            " bytes exceeds maxMessageBytes " + std::to_string(maxMessageBytes_)));
     }
     SendOp& op = sends_.emplace_back();
     op.bytes = bytes;
@@ -151,7 +154,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     SendCallback cb;
   };
 
-  // ---- failure -------------------------------------------------------------------------------------
+  // ---- failure ----------------------------------------------------------------------------------
 
   // First error sticks; every pending operation completes with it, exactly once.
   void fail(Status status) {
@@ -176,19 +179,20 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   void onSocketError(const boost::system::error_code& ec, const char* what) {
     if (core_.failed()) return;
     const std::string p = std::to_string(peer());
-    if (ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::broken_pipe) {
+    if (ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == asio::error::broken_pipe) {
       fail(unavailable("peer " + p + " closed the connection (" + ec.message() + ")"));
     } else {
       fail(unavailable(std::string(what) + " peer " + p + " failed: " + ec.message()));
     }
   }
 
-  // ---- deadlines -----------------------------------------------------------------------------------
+  // ---- deadlines --------------------------------------------------------------------------------
 
   // One periodic timer per connection checks every deadline (cheaper than a timer per operation).
   void startWatchdog() {
-    const auto period = std::clamp<std::chrono::nanoseconds>(timeout_ / 4, std::chrono::milliseconds(20),
-                                                             std::chrono::seconds(1));
+    const auto period = std::clamp<std::chrono::nanoseconds>(
+        timeout_ / 4, std::chrono::milliseconds(20), std::chrono::seconds(1));
     watchdog_.expires_after(period);
     watchdog_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
@@ -218,21 +222,22 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
 
   bool midFrame() const { return inBody_ || stagingEnd_ > stagingBegin_; }
 
-  // ---- hello ---------------------------------------------------------------------------------------
+  // ---- hello ------------------------------------------------------------------------------------
 
   void readHello() {
-    asio::async_read(socket_, asio::buffer(helloIn_, kHelloBytes),
-                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                       if (self->core_.failed()) return;
-                       if (ec) return self->onSocketError(ec, "reading the hello of");
-                       auto rank = decodeHello(self->helloIn_);
-                       if (!rank.isOk()) return self->fail(unavailable(rank.status().message()));
-                       if (*rank != self->peer()) {
-                         return self->fail(unavailable("expected peer " + std::to_string(self->peer()) +
-                                                       ", the listener is peer " + std::to_string(*rank)));
-                       }
-                       self->becomeUp();
-                     });
+    asio::async_read(
+        socket_, asio::buffer(helloIn_, kHelloBytes),
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+          if (self->core_.failed()) return;
+          if (ec) return self->onSocketError(ec, "reading the hello of");
+          auto rank = decodeHello(self->helloIn_);
+          if (!rank.isOk()) return self->fail(unavailable(rank.status().message()));
+          if (*rank != self->peer()) {
+            return self->fail(unavailable("expected peer " + std::to_string(self->peer()) +
+                                          ", the listener is peer " + std::to_string(*rank)));
+          }
+          self->becomeUp();
+        });
   }
 
   void becomeUp() {
@@ -246,7 +251,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     readFrames();
   }
 
-  // ---- writing -------------------------------------------------------------------------------------
+  // ---- writing ----------------------------------------------------------------------------------
 
   void startWrite() {
     if (writing_ || core_.failed()) return;
@@ -276,28 +281,30 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   void writeSome() {
     // Pass at most 64 buffers per call (IOV_MAX is far above that).
     const std::size_t end = std::min(gather_.size(), gatherIndex_ + 64);
-    std::vector<asio::const_buffer> slice(gather_.begin() + static_cast<std::ptrdiff_t>(gatherIndex_),
-                                          gather_.begin() + static_cast<std::ptrdiff_t>(end));
-    socket_.async_write_some(slice, [self = shared_from_this()](boost::system::error_code ec,
-                                                                 std::size_t n) {
-      if (self->core_.failed()) return;
-      if (ec) return self->onSocketError(ec, "writing to");
-      self->writeProgress_ = Clock::now();
-      self->consumeGather(n);
-      if (self->gatherIndex_ < self->gather_.size()) return self->writeSome();
-      // Take the finished frames off the queue and start the next write before any callback runs:
-      // a callback may send (queues behind) or close (completes what is still queued).
-      std::vector<SendCallback> done;
-      done.reserve(self->inFlightFrames_);
-      for (std::size_t i = 0; i < self->inFlightFrames_; ++i) {
-        done.push_back(std::move(self->sends_.front().cb));
-        self->sends_.pop_front();
-      }
-      self->inFlightFrames_ = 0;
-      self->writing_ = false;
-      self->startWrite();
-      for (SendCallback& cb : done) self->core_.completeSendFromHandler(std::move(cb), Status::ok());
-    });
+    std::vector<asio::const_buffer> slice(
+        gather_.begin() + static_cast<std::ptrdiff_t>(gatherIndex_),
+        gather_.begin() + static_cast<std::ptrdiff_t>(end));
+    socket_.async_write_some(
+        slice, [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+          if (self->core_.failed()) return;
+          if (ec) return self->onSocketError(ec, "writing to");
+          self->writeProgress_ = Clock::now();
+          self->consumeGather(n);
+          if (self->gatherIndex_ < self->gather_.size()) return self->writeSome();
+          // Take the finished frames off the queue and start the next write before any callback
+          // runs: a callback may send (queues behind) or close (completes what is still queued).
+          std::vector<SendCallback> done;
+          done.reserve(self->inFlightFrames_);
+          for (std::size_t i = 0; i < self->inFlightFrames_; ++i) {
+            done.push_back(std::move(self->sends_.front().cb));
+            self->sends_.pop_front();
+          }
+          self->inFlightFrames_ = 0;
+          self->writing_ = false;
+          self->startWrite();
+          for (SendCallback& cb : done)
+            self->core_.completeSendFromHandler(std::move(cb), Status::ok());
+        });
   }
 
   void consumeGather(std::size_t n) {
@@ -314,7 +321,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     while (gatherIndex_ < gather_.size() && gather_[gatherIndex_].size() == 0) ++gatherIndex_;
   }
 
-  // ---- reading -------------------------------------------------------------------------------------
+  // ---- reading ----------------------------------------------------------------------------------
 
   void onRecvPosted() {
     if (paused_ && !reading_ && !core_.failed()) {
@@ -359,7 +366,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
       // The staging buffer is drained and the body is not complete.
       stagingBegin_ = stagingEnd_ = 0;
       const std::size_t remaining = frameSize_ - frameReceived_;
-      if (frameTarget_ != Target::kDiscard && remaining >= kDirectReadBytes) return readBodyDirect();
+      if (frameTarget_ != Target::kDiscard && remaining >= kDirectReadBytes)
+        return readBodyDirect();
       return readIntoStaging();
     }
   }
@@ -392,8 +400,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     inBody_ = false;
     switch (frameTarget_) {
       case Target::kPosted: {
-        // Runs from a socket handler; the callback may receive, send or close, so the frame state is
-        // cleared first.
+        // Runs from a socket handler; the callback may receive, send or close, so the frame state
+        // is cleared first.
         RecvCallback cb = std::move(frameRecv_->cb);
         frameRecv_.reset();
         core_.completeRecvFromHandler(std::move(cb), Status::ok(), frameSize_);
@@ -410,7 +418,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
         // A receive may have been posted while this body was arriving: hand it over now, or it
         // would wait behind a message that is already here.
         if (auto r = core_.takeRecv(frameTag_)) {
-          core_.deliver(std::move(*r), std::span<const std::uint8_t>(frameBuffer_.data(), frameSize_));
+          core_.deliver(std::move(*r),
+                        std::span<const std::uint8_t>(frameBuffer_.data(), frameSize_));
           pool_.release(std::move(frameBuffer_));
         } else {
           core_.stash(frameTag_, std::move(frameBuffer_), frameSize_);
@@ -434,37 +443,40 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
       // The last read emptied the socket: wait until it is readable, then read without blocking
       // (async_read_some would first try a read that fails with EAGAIN: one wasted system call per
       // message, which shows in small-message latency).
-      socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-        if (self->core_.failed()) {
-          self->reading_ = false;
-          return;
-        }
-        if (ec) {
-          self->reading_ = false;
-          return self->onSocketError(ec, "waiting to read from");
-        }
-        const std::size_t room = self->stagingWant();
-        const std::size_t n =
-            self->socket_.read_some(asio::buffer(self->staging_.data() + self->stagingEnd_, room), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) {
-          self->reading_ = false;
-          return self->readIntoStaging();  // spurious wake-up
-        }
-        self->onStagingRead(ec, n, room);
-      });
+      socket_.async_wait(tcp::socket::wait_read,
+                         [self = shared_from_this()](boost::system::error_code ec) {
+                           if (self->core_.failed()) {
+                             self->reading_ = false;
+                             return;
+                           }
+                           if (ec) {
+                             self->reading_ = false;
+                             return self->onSocketError(ec, "waiting to read from");
+                           }
+                           const std::size_t room = self->stagingWant();
+                           const std::size_t n = self->socket_.read_some(
+                               asio::buffer(self->staging_.data() + self->stagingEnd_, room), ec);
+                           if (ec == asio::error::would_block || ec == asio::error::try_again) {
+                             self->reading_ = false;
+                             return self->readIntoStaging();  // spurious wake-up
+                           }
+                           self->onStagingRead(ec, n, room);
+                         });
       return;
     }
     const std::size_t room = want;
-    socket_.async_read_some(asio::buffer(staging_.data() + stagingEnd_, want),
-                            [self = shared_from_this(), room](boost::system::error_code ec, std::size_t n) {
-                              self->onStagingRead(ec, n, room);
-                            });
+    socket_.async_read_some(
+        asio::buffer(staging_.data() + stagingEnd_, want),
+        [self = shared_from_this(), room](boost::system::error_code ec, std::size_t n) {
+          self->onStagingRead(ec, n, room);
+        });
   }
 
   std::size_t stagingWant() const {
     std::size_t want = staging_.capacity() - stagingEnd_;
     // Don't read past a discarded frame.
-    if (inBody_ && frameTarget_ == Target::kDiscard) want = std::min(want, frameSize_ - frameReceived_);
+    if (inBody_ && frameTarget_ == Target::kDiscard)
+      want = std::min(want, frameSize_ - frameReceived_);
     return want;
   }
 
@@ -551,7 +563,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
 // The listener and the table of connections, shared with the accept handlers so that a context
 // destroyed while an accept is pending leaves them a valid (closed) object.
 struct Listener : std::enable_shared_from_this<Listener> {
-  Listener(Loop& loop, const Options& options) : loop(loop), options(options), acceptor(loop.io()) {}
+  Listener(Loop& loop, const Options& options)
+      : loop(loop), options(options), acceptor(loop.io()) {}
 
   struct PendingSocket {
     tcp::socket socket;
@@ -562,11 +575,12 @@ struct Listener : std::enable_shared_from_this<Listener> {
 
   void startAccept() {
     auto pending = std::make_shared<PendingSocket>(loop.io());
-    acceptor.async_accept(pending->socket, [self = shared_from_this(), pending](boost::system::error_code ec) {
-      if (self->closed) return;
-      if (!ec) self->readHello(pending);
-      self->startAccept();
-    });
+    acceptor.async_accept(pending->socket,
+                          [self = shared_from_this(), pending](boost::system::error_code ec) {
+                            if (self->closed) return;
+                            if (!ec) self->readHello(pending);
+                            self->startAccept();
+                          });
   }
 
   // Reads the dialer's hello under a deadline, then hands the socket to its connection (or parks it
@@ -579,21 +593,22 @@ struct Listener : std::enable_shared_from_this<Listener> {
         pending->socket.close(ignored);
       }
     });
-    asio::async_read(pending->socket, asio::buffer(pending->hello, kHelloBytes),
-                     [self = shared_from_this(), pending](boost::system::error_code ec, std::size_t) {
-                       pending->deadline.cancel();
-                       if (self->closed || ec) return;
-                       auto rank = decodeHello(pending->hello);
-                       if (!rank.isOk() || *rank == self->options.rank) return;  // not for us: drop it
-                       auto it = self->connections.find(*rank);
-                       if (it != self->connections.end()) {
-                         if (auto conn = it->second.lock(); conn && conn->awaitingAccept()) {
-                           conn->adopt(std::move(pending->socket));
-                           return;
-                         }
-                       }
-                       self->parked.insert_or_assign(*rank, std::move(pending->socket));
-                     });
+    asio::async_read(
+        pending->socket, asio::buffer(pending->hello, kHelloBytes),
+        [self = shared_from_this(), pending](boost::system::error_code ec, std::size_t) {
+          pending->deadline.cancel();
+          if (self->closed || ec) return;
+          auto rank = decodeHello(pending->hello);
+          if (!rank.isOk() || *rank == self->options.rank) return;  // not for us: drop it
+          auto it = self->connections.find(*rank);
+          if (it != self->connections.end()) {
+            if (auto conn = it->second.lock(); conn && conn->awaitingAccept()) {
+              conn->adopt(std::move(pending->socket));
+              return;
+            }
+          }
+          self->parked.insert_or_assign(*rank, std::move(pending->socket));
+        });
   }
 
   void close() {
@@ -630,11 +645,12 @@ class TcpContext : public Context {
     return {a.begin(), a.end()};
   }
 
-  Result<std::shared_ptr<Connection>> connect(int peer,
-                                              std::span<const std::uint8_t> remoteAddress) override {
+  Result<std::shared_ptr<Connection>> connect(
+      int peer, std::span<const std::uint8_t> remoteAddress) override {
     Listener& l = *listener_;
     if (l.closed) return cancelled("tcp context is closed");
-    if (peer == l.options.rank) return invalidArgument("cannot connect to self (rank " + std::to_string(peer) + ")");
+    if (peer == l.options.rank)
+      return invalidArgument("cannot connect to self (rank " + std::to_string(peer) + ")");
     GV_ASSIGN_OR_RETURN(
         tcp::endpoint endpoint,
         parseEndpoint(std::string_view(reinterpret_cast<const char*>(remoteAddress.data()),
@@ -667,7 +683,8 @@ class TcpContext : public Context {
 Result<std::unique_ptr<Context>> makeTcpContext(Loop& loop, const Options& options) {
   auto listener = std::make_shared<Listener>(loop, options);
   boost::system::error_code ec;
-  const auto address = asio::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host, ec);
+  const auto address =
+      asio::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host, ec);
   if (ec) return invalidArgument("tcp host '" + options.host + "' is not a numeric IP address");
   const tcp::endpoint endpoint(address, options.dataPort);
   listener->acceptor.open(endpoint.protocol(), ec);
@@ -685,6 +702,8 @@ Result<std::unique_ptr<Context>> makeTcpContext(Loop& loop, const Options& optio
 
 namespace grapevine::transport {
 void registerTcp(Registry& registry) {
-  registry.add(BackendEntry{"tcp", tcp::makeTcpContext, [] { return BackendInfo{"tcp", true, ""}; }});
+  registry.add(BackendEntry{"tcp", tcp::makeTcpContext, [] {
+                              return BackendInfo{"tcp", true, ""};
+                            }});
 }
 }  // namespace grapevine::transport

@@ -3,18 +3,20 @@
 // Wire format (little-endian): each side first sends a 16-byte hello
 //   u32 magic "GVTD" | u16 version | u16 reserved | u32 sender rank | u32 reserved
 // then frames: u64 tag | u64 length | length bytes. The lower rank dials the higher rank's data
-// listener; the higher rank accepts and identifies the dialer by its hello. Both sides check the hello.
+// listener; the higher rank accepts and identifies the dialer by its hello. Both sides check the
+// hello.
 //
 // Receive path: a 256 KiB pooled staging buffer takes small frames in one read; the body of a large
 // frame is read straight into the posted receive buffer (or into a pooled buffer when no receive is
-// posted yet). Unexpected messages are buffered up to Options::maxMessageBytes in total; past that the
-// connection stops reading (TCP flow control pushes back on the sender) until a receive is posted.
-// A frame longer than maxMessageBytes fails the connection before anything is allocated for it.
+// posted yet). Unexpected messages are buffered up to Options::maxMessageBytes in total; past that
+// the connection stops reading (TCP flow control pushes back on the sender) until a receive is
+// posted. A frame longer than maxMessageBytes fails the connection before anything is allocated for
+// it.
 //
 // Deadlines: connecting, the hello, a write that makes no progress, and a frame whose bytes stop
-// arriving midway all fail the connection with kUnavailable after Options::ioTimeoutSeconds. An idle
-// connection (between frames) has no deadline of its own: keepalive, TCP_USER_TIMEOUT and the control
-// connection's heartbeats cover it.
+// arriving midway all fail the connection with kUnavailable after Options::ioTimeoutSeconds. An
+// idle connection (between frames) has no deadline of its own: keepalive, TCP_USER_TIMEOUT and the
+// control connection's heartbeats cover it.
 #pragma once
 
 #include <memory>

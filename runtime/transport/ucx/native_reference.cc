@@ -33,9 +33,16 @@ Result<PerftestResult> runPerftest(PerftestKind kind, std::size_t bytes, const s
   native_tool::ServerClientRun run;
   run.tool = "ucx_perftest";
   run.installHint = "ucx-utils";
-  run.server = {"ucx_perftest", "-t", test, "-s", std::to_string(bytes),
-                "-n", std::to_string(iterations), "-w",
-                std::to_string(std::max(1, iterations / 10)), "-p",
+  run.server = {"ucx_perftest",
+                "-t",
+                test,
+                "-s",
+                std::to_string(bytes),
+                "-n",
+                std::to_string(iterations),
+                "-w",
+                std::to_string(std::max(1, iterations / 10)),
+                "-p",
                 std::to_string(port)};
   run.client = run.server;
   run.client.insert(run.client.begin() + 1, "127.0.0.1");

@@ -1,21 +1,23 @@
 // UCX backend: Context and Connection over UCP tagged messages.
 //
 // Why tagged messages and not active messages: the transport contract *is* tag send/recv with
-// receives posted into caller-owned buffers, which UCP tag matching implements directly (eager for small
-// messages, rendezvous zero-copy into the posted buffer for large ones). Active messages would land in
-// UCX-owned buffers and need our own matching queue plus a copy or a second rendezvous step.
+// receives posted into caller-owned buffers, which UCP tag matching implements directly (eager for
+// small messages, rendezvous zero-copy into the posted buffer for large ones). Active messages
+// would land in UCX-owned buffers and need our own matching queue plus a copy or a second
+// rendezvous step.
 //
 // Object graph and lifetimes (all on the loop thread):
-//   UcxContext --shared_ptr--> Engine <--shared_ptr-- UcxConnection <--shared_ptr-- Op (while pending)
-// The Engine owns the UCP context/worker and the queue of ready callbacks; it outlives the Context as
-// long as a connection or a posted task refers to it, so every callback can still be delivered after
-// Context::close(). A pending Op keeps its connection alive, so dropping a Connection with operations in
-// flight is safe; Context::close() cancels them all.
+//   UcxContext --shared_ptr--> Engine <--shared_ptr-- UcxConnection <--shared_ptr-- Op (while
+//   pending)
+// The Engine owns the UCP context/worker and the queue of ready callbacks; it outlives the Context
+// as long as a connection or a posted task refers to it, so every callback can still be delivered
+// after Context::close(). A pending Op keeps its connection alive, so dropping a Connection with
+// operations in flight is safe; Context::close() cancels them all.
 //
-// Callback discipline: UCX completion callbacks (which run inside ucp_worker_progress) never call user
-// code; they push a closure onto Engine::ready_, which runs after progress returns, from a posted task,
-// the event-fd handler or the busy poller. So user callbacks never run inline in send()/recv()/close()
-// and user code never re-enters ucp_worker_progress.
+// Callback discipline: UCX completion callbacks (which run inside ucp_worker_progress) never call
+// user code; they push a closure onto Engine::ready_, which runs after progress returns, from a
+// posted task, the event-fd handler or the busy poller. So user callbacks never run inline in
+// send()/recv()/close() and user code never re-enters ucp_worker_progress.
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -36,15 +38,18 @@ namespace {
 
 // Address blob (tagged::AddressHeader, then the UCX worker address). The pid and host key let a
 // same-host peer watch this process's liveness (see connect()).
-constexpr tagged::AddressFormat kAddressFormat{0x58555647 /* "GVUX" little-endian */, 2, "ucx", "UCX"};
+constexpr tagged::AddressFormat kAddressFormat{0x58555647 /* "GVUX" little-endian */, 2, "ucx",
+                                               "UCX"};
 
-// Keepalive: UCX probes idle endpoints at this interval, and we run a progress pass at kTickInterval so
-// that keepalive (which only advances inside ucp_worker_progress) runs even while the loop sleeps.
-// Together they bound how long a dead peer with only receives pending goes unnoticed (< 2 s).
+// Keepalive: UCX probes idle endpoints at this interval, and we run a progress pass at
+// kTickInterval so that keepalive (which only advances inside ucp_worker_progress) runs even while
+// the loop sleeps. Together they bound how long a dead peer with only receives pending goes
+// unnoticed (< 2 s).
 constexpr const char* kKeepaliveInterval = "300ms";
 constexpr auto kTickInterval = std::chrono::milliseconds(200);
 
-// A bounded number of progress/callback rounds per wakeup so a busy peer cannot starve other loop work.
+// A bounded number of progress/callback rounds per wakeup so a busy peer cannot starve other loop
+// work.
 constexpr int kMaxRoundsPerWake = 32;
 // How long close() waits for its goodbye to leave before it force-closes the endpoint anyway.
 using tagged::kGoodbyeGrace;
@@ -65,8 +70,8 @@ struct Op {
   SendCallback sendCb;
   RecvCallback recvCb;
   void* request = nullptr;
-  // UCX may run the completion callback before ucp_tag_{send,recv}_nbx returns; while `submitting`, the
-  // callback only records the result here and the submitter finishes the op.
+  // UCX may run the completion callback before ucp_tag_{send,recv}_nbx returns; while `submitting`,
+  // the callback only records the result here and the submitter finishes the op.
   bool submitting = false;
   bool finishedInline = false;
   // Its callback already ran (the connection gave up on it) but UCX still owns the request; the UCX
@@ -150,7 +155,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
  public:
-  UcxConnection(std::shared_ptr<Engine> engine, int peer) : engine_(std::move(engine)), peer_(peer) {}
+  UcxConnection(std::shared_ptr<Engine> engine, int peer)
+      : engine_(std::move(engine)), peer_(peer) {}
   ~UcxConnection() override;
 
   Status createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode);
@@ -170,8 +176,9 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   void closeForShutdown() { close(); }
   // Force-closes the endpoint now (without waiting for the goodbye).
   void teardownNow() { finishTeardown(); }
-  // Called by the engine right before the worker is destroyed: completes (with error_) every operation
-  // UCX has not finished, since the worker's destruction releases their requests without callbacks.
+  // Called by the engine right before the worker is destroyed: completes (with error_) every
+  // operation UCX has not finished, since the worker's destruction releases their requests without
+  // callbacks.
   void abandonPending();
 
  private:
@@ -180,9 +187,9 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
                          void* userData);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t st);
 
-  // Sets the sticky error (first one wins), cancels posted receives, and then, after telling the peer
-  // (sayGoodbye) or at once, force-closes the endpoint (which completes its pending sends). Pending
-  // callbacks complete with error_, each exactly once.
+  // Sets the sticky error (first one wins), cancels posted receives, and then, after telling the
+  // peer (sayGoodbye) or at once, force-closes the endpoint (which completes its pending sends).
+  // Pending callbacks complete with error_, each exactly once.
   void fail(Status st, bool sayGoodbye = false);
   void finishTeardown();
   void onControl(Op::Kind kind, ucs_status_t st);
@@ -212,7 +219,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   tagged::PendingOps<Op> pending_;
 };
 
-// ---- Engine -----------------------------------------------------------------------------------------
+// ---- Engine -------------------------------------------------------------------------------------
 
 Engine* engineOf(Op* op) { return op->engine; }
 
@@ -292,7 +299,8 @@ void Engine::sweepClosing() {
 }
 
 void Engine::progressAll() {
-  auto keepAlive = shared_from_this();  // a callback may close the context and drop the last reference
+  auto keepAlive =
+      shared_from_this();  // a callback may close the context and drop the last reference
   for (int round = 0; round < kMaxRoundsPerWake; ++round) {
     if (worker_ != nullptr) {
       while (ucp_worker_progress(worker_) != 0) {
@@ -364,7 +372,7 @@ void Engine::destroyUcx() {
 
 Engine::~Engine() { destroyUcx(); }  // ops_ then deletes every op
 
-// ---- UcxConnection ----------------------------------------------------------------------------------
+// ---- UcxConnection ------------------------------------------------------------------------------
 
 UcxConnection::~UcxConnection() {
   closeEndpoint();
@@ -466,8 +474,8 @@ void UcxConnection::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t st) {
 }
 
 void UcxConnection::noteFailure(Status st) {
-  // May run inside ucp_worker_progress (a completion or the endpoint error handler): record the error
-  // now so every completion from here on reports it, and cancel/close after progress returns.
+  // May run inside ucp_worker_progress (a completion or the endpoint error handler): record the
+  // error now so every completion from here on reports it, and cancel/close after progress returns.
   if (error_.isOk()) error_ = std::move(st);
   engine_->defer([keep = shared_from_this()] { keep->fail(keep->error_); });
 }
@@ -477,14 +485,14 @@ void UcxConnection::start() {
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxConnection::onRecvDone;
   param.user_data = op;
   op->submitting = true;
-  void* req = ucp_tag_recv_nbx(engine_->worker(), controlIn_, sizeof controlIn_,
-                               wireTag(static_cast<std::uint64_t>(peer_), kControlTag), kFullMask,
-                               &param);
+  void* req =
+      ucp_tag_recv_nbx(engine_->worker(), controlIn_, sizeof controlIn_,
+                       wireTag(static_cast<std::uint64_t>(peer_), kControlTag), kFullMask, &param);
   op->submitting = false;
   if (UCS_PTR_IS_ERR(req) || op->finishedInline) {
     engine_->releaseOp(op);  // cannot happen for a fresh worker receive; then no goodbye detection
@@ -508,9 +516,9 @@ void UcxConnection::fail(Status st, bool sayGoodbye) {
   if (error_.isOk()) error_ = std::move(st);
   stopWatchingPeer();
   if (!engine_->open()) return;
-  // Posted receives match on the worker, not the endpoint: cancel this peer's explicitly. Cancelling
-  // calls onRecvDone synchronously (it only queues the user callback), which unlinks the op, so walk
-  // a snapshot.
+  // Posted receives match on the worker, not the endpoint: cancel this peer's explicitly.
+  // Cancelling calls onRecvDone synchronously (it only queues the user callback), which unlinks the
+  // op, so walk a snapshot.
   std::vector<Op*> recvs = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kRecv; });
   if (controlRecv_ != nullptr) recvs.push_back(controlRecv_);
   for (Op* op : recvs) {
@@ -521,14 +529,14 @@ void UcxConnection::fail(Status st, bool sayGoodbye) {
     op->kind = Op::Kind::kGoodbye;
     op->conn = shared_from_this();
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.send = &UcxConnection::onSendDone;
     param.user_data = op;
     op->submitting = true;
-    void* req = ucp_tag_send_nbx(ep_, tagged::kGoodbyeMessage, sizeof tagged::kGoodbyeMessage,
-                                 wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag),
-                                 &param);
+    void* req =
+        ucp_tag_send_nbx(ep_, tagged::kGoodbyeMessage, sizeof tagged::kGoodbyeMessage,
+                         wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag), &param);
     op->submitting = false;
     if (UCS_PTR_IS_PTR(req) && !op->finishedInline) {
       op->request = req;
@@ -558,8 +566,9 @@ void UcxConnection::finishTeardown() {
     engine_->adoptOrphan(goodbye_);
     goodbye_ = nullptr;
   }
-  // Without UCX error handling (the same-host shared-memory case) a forced close leaves a rendezvous
-  // send that the peer never matched in flight. Complete it now and leave the request to UCX.
+  // Without UCX error handling (the same-host shared-memory case) a forced close leaves a
+  // rendezvous send that the peer never matched in flight. Complete it now and leave the request to
+  // UCX.
   std::vector<Op*> stuck = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kSend; });
   for (Op* op : stuck) {
     unlink(op);
@@ -627,8 +636,8 @@ void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
   op->conn = shared_from_this();
   op->sendCb = std::move(cb);
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.send = &UcxConnection::onSendDone;
   param.user_data = op;
   op->submitting = true;
@@ -657,8 +666,8 @@ void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
   op->conn = shared_from_this();
   op->recvCb = std::move(cb);
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxConnection::onRecvDone;
   param.user_data = op;
   op->submitting = true;
@@ -672,7 +681,7 @@ void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
   engine_->schedule();
 }
 
-// ---- UcxContext -------------------------------------------------------------------------------------
+// ---- UcxContext ---------------------------------------------------------------------------------
 
 class UcxContext : public Context {
  public:
@@ -692,14 +701,15 @@ class UcxContext : public Context {
     const tagged::AddressHeader& header = address.header;
     const auto* ucxAddress = reinterpret_cast<const ucp_address_t*>(address.backendAddress.data());
     auto conn = std::make_shared<UcxConnection>(engine_, peer);
-    // Prefer UCX's own peer-failure handling. UCX 1.13's shared-memory transports (posix, sysv) have
-    // none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer on this
-    // host we then use an endpoint without UCX error handling and learn of the peer's death from a
-    // pidfd, which the kernel makes readable the moment that process exits.
+    // Prefer UCX's own peer-failure handling. UCX 1.13's shared-memory transports (posix, sysv)
+    // have none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer
+    // on this host we then use an endpoint without UCX error handling and learn of the peer's death
+    // from a pidfd, which the kernel makes readable the moment that process exits.
     const bool sameHost = address.sameHost();
     if (sameHost && header.pid != static_cast<std::uint32_t>(::getpid())) {
-      // A peer process on this host: its exit is seen at once (the kernel makes the pidfd readable),
-      // whatever the transport; UCX's own detection (keepalive, socket errors) backs it up.
+      // A peer process on this host: its exit is seen at once (the kernel makes the pidfd
+      // readable), whatever the transport; UCX's own detection (keepalive, socket errors) backs it
+      // up.
       GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(header.pid)));
     }
     Status st = conn->createEndpoint(ucxAddress, UCP_ERR_HANDLING_MODE_PEER);
