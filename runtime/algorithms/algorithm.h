@@ -24,7 +24,8 @@
 namespace grapevine::algorithms {
 
 // What an algorithm needs from compression: encode a vector into one message, decode-and-accumulate
-// a message. Implemented over compress::ModelCodec (codec_adapter.h).
+// a message. Implemented over compress::ModelCodec in runtime/engine/codec_adapter.cc, which
+// makeMessageCodec (runtime/engine/setup.h) returns; the algorithms never see the compressor.
 class MessageCodec {
  public:
   virtual ~MessageCodec() = default;
@@ -40,8 +41,10 @@ class MessageCodec {
   virtual std::size_t denseBytes() const = 0;
 };
 
+// The weights of the neighbours whose message arrived this round. The peer's own weight is implied
+// as 1 - (sum of these), so a suspect's weight goes to the peer's own copy: D-PSGD computes it,
+// CHOCO and DeepSqueeze mix differences to their own copy, in which it cancels.
 struct MixWeights {
-  double self = 1.0;
   std::vector<std::pair<int, double>> neighbours;  // (j, w_ij) of this round
 };
 

@@ -1,16 +1,16 @@
 #include "runtime/engine/driver.h"
 
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "runtime/common/log.h"
+#include "runtime/engine/process_options.h"
 #include "runtime/engine/records.h"
 #include "runtime/engine/summary.h"
 #include "runtime/transport/bootstrap.h"
@@ -37,16 +37,59 @@ class PeerProcess {
  public:
   PeerProcess(const RunPlan& plan, const PeerRunOptions& options)
       : plan_(plan), options_(options) {}
+  // Every exit path of run() ends here: an early error return shuts the transports down too.
+  ~PeerProcess() { shutdown(); }
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
 
+  // Training thread (the caller's). Blocks until the run is over.
   Status run();
 
  private:
+  // Where the rounds ended.
+  struct RoundsOutcome {
+    std::int64_t rounds = 0;  // rounds completed
+    bool stopped = false;     // options.stop was raised before the last round
+    bool finished = false;    // ran every round
+  };
+
+  // ---- training thread: the steps of run() ----
+  Status openOutput();
+  // Starts the loop thread, then creates the data Context and runs the bootstrap on it; blocks
+  // until every neighbour is connected or the bootstrap failed.
+  Status boot();
+  Result<RoundsOutcome> runRounds();
+  // Lingers (when the rounds finished) until every live neighbour has our last message, then
+  // waits briefly for the last sends.
+  void linger(bool finished);
+  // The final evaluation, record, model and DIR/peer-<rank>.final.json.
+  Status finish(const RoundsOutcome& outcome);
+  // Closes every neighbour and the data Context on the loop thread and waits for that to have
+  // run, then stops and joins the loop thread and releases the transport objects. Blocking;
+  // idempotent; a no-op before boot() started the loop thread.
+  void shutdown();
+
+  // ---- training thread: one round ----
+  bool stopRequested() const { return options_.stop && options_.stop->load(); }
+  double seconds() const;  // since the rounds started
+  // Waits for the previous round's sends, takes the local step and hands the messages to the loop.
+  Status startRound(std::int64_t round);
+  // Applies neighbour messages until the round is complete, stopped, or past its deadline.
+  void awaitNeighbours();
+  // Mixes what arrived; returns (and logs) the neighbours whose message is missing.
+  std::vector<int> mixRound(std::int64_t round);
+  // Writes the round's record when it is due (see RoundReport).
+  Status report(std::int64_t round, const std::vector<int>& suspects);
+
   // ---- loop thread ----
+  // Hands an item to the training thread (thread-safe; the loop thread's callbacks call it).
+  void push(InboxItem item);
   void postRecv(int j, int buffer);
   void sendRound(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends);
   void closeNeighbour(int j);
+  // Bootstrap completion: keeps the connections and posts the first receives.
+  void onConnected(std::vector<transport::Neighbour> neighbours);
   // ---- training thread ----
-  void push(InboxItem item);
   // Applies everything in the inbox; returns false if nothing was there.
   bool drainInbox();
   bool waitSends(Clock::time_point deadline);
@@ -54,7 +97,11 @@ class PeerProcess {
 
   const RunPlan& plan_;
   PeerRunOptions options_;
+  std::string outDir_;
+  RecordWriter records_;
+  // Declared before the transport objects so that it outlives them (see shutdown()).
   transport::Loop loop_;
+  std::thread loopThread_;
   std::unique_ptr<transport::Context> context_;
   std::shared_ptr<transport::Bootstrap> bootstrap_;
   std::map<int, transport::Neighbour> neighbours_;                 // loop thread after bootstrap
@@ -66,8 +113,22 @@ class PeerProcess {
   std::deque<InboxItem> inbox_;  // guarded by mu_
   int pendingSends_ = 0;         // guarded by mu_
   std::vector<int> deadThisRound_;
-  std::map<int, bool> finished_;  // neighbours that completed their last round
+
+  // Training thread, from runRounds() on.
+  Clock::time_point roundsStart_;
+  double evalSeconds_ = 0.0;  // cumulative time spent in evaluateTest
+  // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
+  // the neighbours' messages, and mixing them in.
+  double stepSeconds_ = 0.0, waitSeconds_ = 0.0, mixSeconds_ = 0.0;
 };
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+Clock::duration toDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
 
 void PeerProcess::push(InboxItem item) {
   {
@@ -127,7 +188,6 @@ void PeerProcess::markDead(int j, const std::string& why) {
   core_->markDead(j);
   loop_.post([this, j] { closeNeighbour(j); });
   if (finished) {
-    finished_[j] = true;
     log::debug("neighbour ", j, " finished its rounds");
     return;
   }
@@ -161,52 +221,38 @@ bool PeerProcess::waitSends(Clock::time_point deadline) {
 }
 
 Status PeerProcess::run() {
-  const config::Config& c = plan_.config;
-  const int rank = options_.rank;
-  const std::string outDir = options_.outDir.empty() ? c.output.dir : options_.outDir;
+  GV_RETURN_IF_ERROR(openOutput());
+  GV_ASSIGN_OR_RETURN(core_, makePeer(plan_, options_.rank, options_.incarnation));
+  // From boot() on the loop thread runs: a return before the shutdown() below reaches it through
+  // ~PeerProcess.
+  GV_RETURN_IF_ERROR(boot());
+  GV_ASSIGN_OR_RETURN(const RoundsOutcome outcome, runRounds());
+  linger(outcome.finished);
+  GV_RETURN_IF_ERROR(finish(outcome));
+  shutdown();
+  return Status::ok();
+}
+
+Status PeerProcess::openOutput() {
+  outDir_ = options_.outDir.empty() ? plan_.config.output.dir : options_.outDir;
   std::error_code ec;
-  std::filesystem::create_directories(outDir, ec);
-  RecordWriter records;
-  GV_RETURN_IF_ERROR(records.open(outDir + "/peer-" + std::to_string(rank) + ".jsonl"));
+  std::filesystem::create_directories(outDir_, ec);
+  if (ec) return unavailable("cannot create " + outDir_ + ": " + ec.message());
+  return records_.open(outDir_ + "/peer-" + std::to_string(options_.rank) + ".jsonl");
+}
 
-  GV_ASSIGN_OR_RETURN(core_, makePeer(plan_, rank, options_.incarnation));
-  std::thread loopThread([this, busy = c.transport.busyPoll] { loop_.run(busy); });
-  struct Joiner {
-    transport::Loop& loop;
-    std::thread& t;
-    ~Joiner() {
-      loop.stop();
-      if (t.joinable()) t.join();
-    }
-  } joiner{loop_, loopThread};
-
-  // ---- bootstrap, on the loop thread ----
-  transport::Options to;
-  to.backend = c.transport.backend;
-  to.rank = rank;
-  const auto addrs = c.peers.addresses();
-  to.host = addrs[rank].host;
-  to.busyPoll = c.transport.busyPoll;
-  to.ucxTls = c.transport.ucxTls;
-  to.libfabricProvider = c.transport.libfabricProvider;
-  to.maxMessageBytes = std::max<std::size_t>(core_->maxWireBytes(), 4096);
-  to.ioTimeoutSeconds = c.transport.ioTimeout;
-
-  transport::BootstrapOptions bo;
-  bo.rank = rank;
-  for (const auto& a : addrs) bo.peers.push_back(a.host + ":" + std::to_string(a.port));
-  bo.neighbours = core_->neighbours();
-  bo.incarnation = options_.incarnation;
-  for (const auto& [name, hash] : configParts(plan_)) bo.configParts.push_back({name, hash});
-  bo.connectTimeoutSeconds = c.peers.connectTimeout;
-  bo.heartbeatIntervalSeconds = c.peers.heartbeatInterval;
-  bo.missedHeartbeats =
-      std::max(1, static_cast<int>(std::lround(c.peers.deadAfter / c.peers.heartbeatInterval)));
+Status PeerProcess::boot() {
+  const config::Config& c = plan_.config;
+  loopThread_ = std::thread([this, busy = c.transport.busyPoll] { loop_.run(busy); });
+  const transport::Options to = transportOptions(c, options_.rank, *core_);
+  transport::BootstrapOptions bo =
+      bootstrapOptions(plan_, options_.rank, options_.incarnation, *core_);
   bo.onEvent = [this](const transport::ControlEvent& ev) {
     if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) return;
     push({InboxItem::kDead, ev.peer, -1, 0, ev.message});
   };
 
+  // `booted` is set exactly once: by a failed start, or by the bootstrap's completion.
   std::promise<Status> booted;
   loop_.post([&] {
     auto ctx = transport::makeContext(loop_, to);
@@ -215,127 +261,135 @@ Status PeerProcess::run() {
       return;
     }
     context_ = std::move(*ctx);
-    auto bs = transport::Bootstrap::start(
-        loop_, bo, *context_, [this, &booted](Result<std::vector<transport::Neighbour>> r) {
-          if (!r.isOk()) {
-            booted.set_value(r.status());
-            return;
-          }
-          for (auto& n : *r) {
-            const int j = n.peer;
-            neighbours_[j] = std::move(n);
-            auto& bufs = buffers_[j];
-            bufs.resize(kRecvBuffersPerNeighbour);
-            for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) {
-              bufs[b].resize(core_->maxWireBytes());
-              postRecv(j, b);
-            }
-          }
-          booted.set_value(Status::ok());
-        });
+    auto bs =
+        transport::Bootstrap::start(loop_, std::move(bo), *context_,
+                                    [this, &booted](Result<std::vector<transport::Neighbour>> r) {
+                                      if (r.isOk()) onConnected(std::move(*r));
+                                      booted.set_value(r.status());
+                                    });
     if (!bs.isOk())
       booted.set_value(bs.status());
     else
       bootstrap_ = *bs;
   });
   const auto bootStart = Clock::now();
-  Status bootStatus = booted.get_future().get();
-  if (!bootStatus.isOk()) {
-    loop_.post([this] {
-      if (context_) context_->close();
-    });
-    return bootStatus;
-  }
+  GV_RETURN_IF_ERROR(booted.get_future().get());
   log::info("connected to ", core_->neighbours().size(), " neighbours over ", c.transport.backend,
-            " in ", std::chrono::duration<double>(Clock::now() - bootStart).count(), " s");
+            " in ", since(bootStart), " s");
+  return Status::ok();
+}
 
-  // ---- rounds, on this (the training) thread ----
-  const auto start = Clock::now();
-  const auto roundTimeout = std::chrono::duration<double>(c.algorithm.roundTimeout);
-  const auto deadAfter = std::chrono::duration<double>(c.peers.deadAfter);
-  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  bool stopped = false;
-  std::int64_t round = 0;
-  double evalSeconds = 0.0;  // cumulative time spent in evaluateTest
-  // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
-  // the neighbours' messages, and mixing them in.
-  double stepSeconds = 0.0, waitSeconds = 0.0, mixSeconds = 0.0;
-  auto since = [](Clock::time_point t) {
-    return std::chrono::duration<double>(Clock::now() - t).count();
-  };
-  for (; round < c.run.rounds; ++round) {
-    if (options_.stop && options_.stop->load()) {
-      stopped = true;
+void PeerProcess::onConnected(std::vector<transport::Neighbour> neighbours) {
+  for (auto& n : neighbours) {
+    const int j = n.peer;
+    neighbours_[j] = std::move(n);
+    auto& bufs = buffers_[j];
+    bufs.resize(kRecvBuffersPerNeighbour);
+    for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) {
+      bufs[b].resize(core_->maxWireBytes());
+      postRecv(j, b);
+    }
+  }
+}
+
+double PeerProcess::seconds() const { return since(roundsStart_); }
+
+Result<PeerProcess::RoundsOutcome> PeerProcess::runRounds() {
+  const std::int64_t rounds = plan_.config.run.rounds;
+  roundsStart_ = Clock::now();
+  RoundsOutcome outcome;
+  for (; outcome.rounds < rounds; ++outcome.rounds) {
+    const std::int64_t round = outcome.rounds;
+    if (stopRequested()) {
+      outcome.stopped = true;
       break;
     }
-    // The previous round's sends must be done before their buffers are rewritten.
-    if (!waitSends(Clock::now() + std::chrono::duration_cast<Clock::duration>(deadAfter))) {
-      log::warn("sends of round ", round - 1, " still pending after ", c.peers.deadAfter, " s");
-      waitSends(Clock::now() + std::chrono::seconds(30));
-    }
-    const auto stepStart = Clock::now();
-    GV_RETURN_IF_ERROR(core_->beginRound(round));
-    stepSeconds += since(stepStart);
-    std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
-    for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pendingSends_ += static_cast<int>(sends.size());
-    }
-    loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
-
-    const auto waitStart = Clock::now();
-    const auto deadline = waitStart + std::chrono::duration_cast<Clock::duration>(roundTimeout);
-    for (;;) {
-      drainInbox();
-      if (core_->roundComplete()) break;
-      if (options_.stop && options_.stop->load()) break;
-      if (Clock::now() >= deadline) break;
-      if (c.algorithm.overlap) {
-        core_->precomputeGradient();  // no-op once done
-      }
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(
-          lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(250)),
-          [this] { return !inbox_.empty() || (options_.stop && options_.stop->load()); });
-    }
-    const auto mixStart = Clock::now();
-    waitSeconds += std::chrono::duration<double>(mixStart - waitStart).count();
-    const auto suspects = core_->endRound();
-    mixSeconds += since(mixStart);
-    if (!suspects.empty()) {
-      std::string s;
-      for (int j : suspects) s += " " + std::to_string(j);
-      log::info("round ", round, ": suspect (no message within ", c.algorithm.roundTimeout,
-                " s):", s);
-    }
-    const bool logNow = (round + 1) % c.output.logEvery == 0 || round + 1 == c.run.rounds;
-    const bool evalNow = c.workload.evalEvery > 0 && ((round + 1) % c.workload.evalEvery == 0);
-    if (logNow || evalNow || !suspects.empty() || !deadThisRound_.empty()) {
-      auto rec = roundRecord(*core_, seconds(), suspects, deadThisRound_);
-      rec["lr"] = core_->lastLr();
-      if (evalNow) {
-        const auto evalStart = Clock::now();
-        const auto ev = core_->workload().evaluateTest(core_->model());
-        evalSeconds += since(evalStart);
-        if (std::isfinite(ev.accuracy)) rec["test_accuracy"] = ev.accuracy;
-        rec["test_loss"] = ev.loss;
-      }
-      // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
-      rec["eval_seconds"] = evalSeconds;
-      rec["step_seconds"] = stepSeconds;
-      rec["wait_seconds"] = waitSeconds;
-      rec["mix_seconds"] = mixSeconds;
-      records.write(rec);
-      deadThisRound_.clear();
-    }
+    GV_RETURN_IF_ERROR(startRound(round));
+    awaitNeighbours();
+    const auto suspects = mixRound(round);
+    GV_RETURN_IF_ERROR(report(round, suspects));
   }
-  const bool finished = round == c.run.rounds;
+  outcome.finished = outcome.rounds == rounds;
+  return outcome;
+}
 
+Status PeerProcess::startRound(std::int64_t round) {
+  // The previous round's sends must be done before their buffers are rewritten.
+  const double deadAfter = plan_.config.peers.deadAfter;
+  if (!waitSends(Clock::now() + toDuration(deadAfter))) {
+    log::warn("sends of round ", round - 1, " still pending after ", deadAfter, " s");
+    waitSends(Clock::now() + std::chrono::seconds(30));
+  }
+  const auto stepStart = Clock::now();
+  GV_RETURN_IF_ERROR(core_->beginRound(round));
+  stepSeconds_ += since(stepStart);
+  std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
+  for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pendingSends_ += static_cast<int>(sends.size());
+  }
+  loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
+  return Status::ok();
+}
+
+void PeerProcess::awaitNeighbours() {
+  const auto waitStart = Clock::now();
+  const auto deadline = waitStart + toDuration(plan_.config.algorithm.roundTimeout);
+  for (;;) {
+    drainInbox();
+    if (core_->roundComplete()) break;
+    if (stopRequested()) break;
+    if (Clock::now() >= deadline) break;
+    if (plan_.config.algorithm.overlap) {
+      core_->precomputeGradient();  // no-op once done
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(250)),
+                   [this] { return !inbox_.empty() || stopRequested(); });
+  }
+  waitSeconds_ += since(waitStart);
+}
+
+std::vector<int> PeerProcess::mixRound(std::int64_t round) {
+  const auto mixStart = Clock::now();
+  auto suspects = core_->endRound();
+  mixSeconds_ += since(mixStart);
+  if (!suspects.empty()) {
+    std::string s;
+    for (int j : suspects) s += " " + std::to_string(j);
+    log::info("round ", round, ": suspect (no message within ", plan_.config.algorithm.roundTimeout,
+              " s):", s);
+  }
+  return suspects;
+}
+
+Status PeerProcess::report(std::int64_t round, const std::vector<int>& suspects) {
+  const RoundReport due = roundReport(plan_.config, round);
+  if (!due.due(suspects, deadThisRound_)) return Status::ok();
+  const double now = seconds();  // before the evaluation, which the time field leaves out
+  std::optional<train::Workload::Eval> evaluation;
+  if (due.evaluate) {
+    const auto evalStart = Clock::now();
+    evaluation = core_->workload().evaluateTest(core_->model());
+    evalSeconds_ += since(evalStart);
+  }
+  auto rec =
+      reportRecord(*core_, now, suspects, deadThisRound_, evaluation ? &*evaluation : nullptr);
+  // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
+  rec["eval_seconds"] = evalSeconds_;
+  rec["step_seconds"] = stepSeconds_;
+  rec["wait_seconds"] = waitSeconds_;
+  rec["mix_seconds"] = mixSeconds_;
+  deadThisRound_.clear();
+  return records_.write(rec);
+}
+
+void PeerProcess::linger(bool finished) {
   // Linger until every live neighbour has its last message from us (they send theirs in the same
   // round), so closing our connections does not cut their final round short.
-  const auto lingerEnd =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(roundTimeout + deadAfter);
+  const config::Config& c = plan_.config;
+  const auto lingerEnd = Clock::now() + toDuration(c.algorithm.roundTimeout + c.peers.deadAfter);
   while (finished && Clock::now() < lingerEnd) {
     drainInbox();
     bool all = true;
@@ -347,25 +401,27 @@ Status PeerProcess::run() {
     cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return !inbox_.empty(); });
   }
   waitSends(Clock::now() + std::chrono::seconds(5));
+}
 
-  // Final evaluation on the whole test set, the model, and the final record.
-  PeerResult result = collectResult(*core_, finished && !stopped);
-  {
-    auto rec = roundRecord(*core_, seconds(), {}, {});
-    rec["final"] = true;
-    if (std::isfinite(result.testAccuracy)) rec["test_accuracy"] = result.testAccuracy;
-    rec["test_loss"] = result.testLoss;
-    records.write(rec);
-  }
-  GV_RETURN_IF_ERROR(writeModel(outDir + "/model-" + std::to_string(rank) + ".bin", result.model));
-  {
-    std::ofstream f(outDir + "/peer-" + std::to_string(rank) + ".final.json");
-    auto j = peerResultToJson(result);
-    j["wall_seconds"] = seconds();
-    f << j.dump(2) << "\n";
-  }
-  log::info(stopped ? "stopped at round " : "finished ",
-            stopped ? std::to_string(round) : "all rounds", " in ", seconds(), " s");
+Status PeerProcess::finish(const RoundsOutcome& outcome) {
+  const std::string rank = std::to_string(options_.rank);
+  PeerResult result = collectResult(*core_, outcome.finished && !outcome.stopped);
+  GV_RETURN_IF_ERROR(
+      records_.write(finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss)));
+  GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", result.model));
+  auto j = peerResultToJson(result);
+  j["wall_seconds"] = seconds();
+  GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));
+  log::info(outcome.stopped ? "stopped at round " : "finished ",
+            outcome.stopped ? std::to_string(outcome.rounds) : "all rounds", " in ", seconds(),
+            " s");
+  return Status::ok();
+}
+
+void PeerProcess::shutdown() {
+  if (!loopThread_.joinable()) return;
+  // Close on the loop thread, which owns the transports, and wait until that has run: stopping the
+  // loop first could drop the close unrun.
   std::promise<void> closed;
   loop_.post([&] {
     for (auto& [j, n] : neighbours_) closeNeighbour(j);
@@ -373,7 +429,15 @@ Status PeerProcess::run() {
     closed.set_value();
   });
   closed.get_future().wait();
-  return Status::ok();
+  loop_.stop();
+  loopThread_.join();
+  // Released on this thread, after the join: the loop thread, their only user, has exited, so
+  // nothing touches them concurrently; they are closed already; and loop_, declared before them,
+  // is still alive for destructors that deregister from it. Handlers that close() queued and the
+  // loop never ran are dropped with loop_ without running.
+  neighbours_.clear();
+  bootstrap_.reset();
+  context_.reset();
 }
 
 }  // namespace

@@ -22,7 +22,9 @@ struct PeerRunOptions {
 };
 
 // Returns ok when the peer ran all its rounds (or was stopped cleanly), else the first fatal error
-// (bootstrap failure, handshake mismatch, bad local state). Losing neighbours is not fatal.
+// (bootstrap failure, handshake mismatch, bad local state, an output folder or file that cannot be
+// written). Losing neighbours is not fatal. The transports are closed on the loop thread and that
+// thread joined before it returns, on every path.
 Status runPeerProcess(const RunPlan& plan, const PeerRunOptions& options);
 
 }  // namespace grapevine::engine

@@ -1,5 +1,7 @@
 #include "runtime/engine/records.h"
 
+#include <cmath>
+
 namespace grapevine::engine {
 
 RecordWriter::~RecordWriter() { close(); }
@@ -8,14 +10,17 @@ Status RecordWriter::open(const std::string& path) {
   close();
   file_ = std::fopen(path.c_str(), "w");
   if (!file_) return unavailable("cannot write " + path);
+  path_ = path;
   return Status::ok();
 }
 
-void RecordWriter::write(const nlohmann::json& record) {
-  if (!file_) return;
+Status RecordWriter::write(const nlohmann::json& record) {
+  if (!file_) return unavailable("records not open");
   const std::string line = record.dump() + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size();
+  const bool flushed = std::fflush(file_) == 0;
+  if (!written || !flushed) return unavailable("cannot write " + path_);
+  return Status::ok();
 }
 
 void RecordWriter::close() {
@@ -42,6 +47,34 @@ nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vect
   r["dropped"] = dropped;
   r["replica_mismatches"] = c.replicaMismatches;
   r["resyncs"] = c.resyncs;
+  return r;
+}
+
+RoundReport roundReport(const config::Config& config, std::int64_t round) {
+  RoundReport report;
+  report.log = (round + 1) % config.output.logEvery == 0 || round + 1 == config.run.rounds;
+  report.evaluate = config.workload.evalEvery > 0 && (round + 1) % config.workload.evalEvery == 0;
+  return report;
+}
+
+nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
+                            const std::vector<int>& deadNow,
+                            const train::Workload::Eval* evaluation) {
+  auto r = roundRecord(peer, seconds, suspects, deadNow);
+  r["lr"] = peer.lastLr();
+  if (evaluation) {
+    if (std::isfinite(evaluation->accuracy)) r["test_accuracy"] = evaluation->accuracy;
+    r["test_loss"] = evaluation->loss;
+  }
+  return r;
+}
+
+nlohmann::json finalRecord(const PeerCore& peer, double seconds, double testAccuracy,
+                           double testLoss) {
+  auto r = roundRecord(peer, seconds, {}, {});
+  r["final"] = true;
+  if (std::isfinite(testAccuracy)) r["test_accuracy"] = testAccuracy;
+  r["test_loss"] = testLoss;
   return r;
 }
 

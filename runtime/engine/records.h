@@ -4,12 +4,15 @@
 // line has "final": true and the peer's final evaluation.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "runtime/config/config.h"
 #include "runtime/engine/peer_core.h"
+#include "runtime/train/workload.h"
 
 namespace grapevine::engine {
 
@@ -21,16 +24,45 @@ class RecordWriter {
   RecordWriter& operator=(const RecordWriter&) = delete;
 
   Status open(const std::string& path);
-  // Writes one line and flushes it (a reader tails the file for progress).
-  void write(const nlohmann::json& record);
+  // Writes one line and flushes it (a reader tails the file for progress). kUnavailable naming the
+  // file when the line did not reach it (or when the writer is not open).
+  Status write(const nlohmann::json& record);
   void close();
 
  private:
   std::FILE* file_ = nullptr;
+  std::string path_;
 };
 
 // The record of one peer after a round.
 nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
                            const std::vector<int>& deadNow);
+
+// Round reporting shared by the process driver and the simulator, so both decide alike and write
+// the same fields. Each adds its own timing fields to the record: the driver eval_seconds,
+// step_seconds, wait_seconds and mix_seconds; the simulator sim_time.
+//
+// What round `round` (0-based) gets: a progress line every output.log_every rounds and at the last
+// round; a test evaluation every workload.eval_every rounds (never when it is 0).
+struct RoundReport {
+  bool log = false;
+  bool evaluate = false;
+  // Whether the round gets a record: logged, evaluated, or an event (suspects, deaths) happened.
+  bool due(const std::vector<int>& suspects, const std::vector<int>& deadNow) const {
+    return log || evaluate || !suspects.empty() || !deadNow.empty();
+  }
+};
+RoundReport roundReport(const config::Config& config, std::int64_t round);
+
+// A due round's record: roundRecord's fields, lr, and with `evaluation` (the peer's test
+// evaluation of this round; nullptr when not evaluated) test_accuracy (when finite) and test_loss.
+nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
+                            const std::vector<int>& deadNow,
+                            const train::Workload::Eval* evaluation);
+
+// The last line of DIR/peer-<rank>.jsonl: roundRecord's fields (no events), "final": true, and the
+// final evaluation (test_accuracy when finite, test_loss).
+nlohmann::json finalRecord(const PeerCore& peer, double seconds, double testAccuracy,
+                           double testLoss);
 
 }  // namespace grapevine::engine

@@ -173,6 +173,15 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   return s;
 }
 
+Status writeJsonFile(const std::string& path, const nlohmann::json& json) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return unavailable("cannot write " + path);
+  out << json.dump(2) << "\n";
+  out.close();  // flushes: a full disk shows here, not in operator<<
+  if (!out) return unavailable("short write to " + path);
+  return Status::ok();
+}
+
 std::string summaryTable(const nlohmann::json& s) {
   auto pct = [](const nlohmann::json& v) -> std::string {
     if (v.is_null()) return "n/a";
@@ -233,6 +242,7 @@ Status writeModel(const std::string& path, std::span<const float> x) {
   out.write(magic, 8);
   out.write(reinterpret_cast<const char*>(&n), 8);
   out.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size_bytes()));
+  out.close();  // flushes: a full disk shows here, not in write()
   if (!out) return unavailable("short write to " + path);
   return Status::ok();
 }

@@ -43,6 +43,11 @@ PeerResult collectResult(PeerCore& peer, bool finished);
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
                            double wallSeconds, const std::string& transport);
 
+// Writes `json` pretty-printed (2-space indent, trailing newline) to `path`, replacing it: how
+// DIR/summary.json and DIR/peer-<rank>.final.json are written. kUnavailable naming the path when
+// the file cannot be opened or the text did not all reach it (checked after closing).
+Status writeJsonFile(const std::string& path, const nlohmann::json& json);
+
 // A human table of the summary, for the end of `launch` / `sim`.
 std::string summaryTable(const nlohmann::json& summary);
 

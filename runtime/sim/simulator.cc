@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "runtime/engine/records.h"
 #include "runtime/sim/link_model.h"
@@ -205,8 +205,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       }
     });
     // 3. Mixing, clocks, records.
-    const bool logNow = (t + 1) % c.output.logEvery == 0 || t + 1 == c.run.rounds;
-    const bool evalNow = c.workload.evalEvery > 0 && (t + 1) % c.workload.evalEvery == 0;
+    const engine::RoundReport due = engine::roundReport(c, t);
     const double wall = wallSeconds();
     pool.parallelFor(count, [&](std::size_t i) {
       PeerState& s = states[i];
@@ -222,17 +221,15 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       if (s.anyLost) end = std::max(end, s.ready + c.algorithm.roundTimeout);
       s.clock = end;
       const auto suspects = p.endRound();
-      if (logNow || evalNow || !suspects.empty()) {
-        auto rec = engine::roundRecord(p, wall, suspects, {});
-        rec["lr"] = p.lastLr();
-        rec["sim_time"] = s.clock;
-        if (evalNow) {
-          const auto ev = p.workload().evaluateTest(p.model());
-          if (std::isfinite(ev.accuracy)) rec["test_accuracy"] = ev.accuracy;
-          rec["test_loss"] = ev.loss;
-          s.testAccuracy = ev.accuracy;
-          s.testLoss = ev.loss;
+      if (due.due(suspects, {})) {
+        std::optional<train::Workload::Eval> ev;
+        if (due.evaluate) {
+          ev = p.workload().evaluateTest(p.model());
+          s.testAccuracy = ev->accuracy;
+          s.testLoss = ev->loss;
         }
+        auto rec = engine::reportRecord(p, wall, suspects, {}, ev ? &*ev : nullptr);
+        rec["sim_time"] = s.clock;
         s.pending += rec.dump();
         s.pending += '\n';
         if (!dir.empty() && s.pending.size() >= kFlushBytes) {
@@ -242,7 +239,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       }
     });
     GV_RETURN_IF_ERROR(firstError(states));
-    if (evalNow && !dir.empty()) {
+    if (due.evaluate && !dir.empty()) {
       auto point = evaluationPoint(peers, states, t, wall);
       GV_RETURN_IF_ERROR(point.status());
       std::string line = point->dump() + "\n";
@@ -265,11 +262,8 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
     engine::PeerResult& r = result.peers[i];
     r = engine::collectResult(p, true);
     if (dir.empty()) return;
-    auto rec = engine::roundRecord(p, wallSeconds(), {}, {});
-    rec["final"] = true;
+    auto rec = engine::finalRecord(p, wallSeconds(), r.testAccuracy, r.testLoss);
     rec["sim_time"] = s.clock;
-    if (std::isfinite(r.testAccuracy)) rec["test_accuracy"] = r.testAccuracy;
-    rec["test_loss"] = r.testLoss;
     s.pending += rec.dump();
     s.pending += '\n';
     const int rank = static_cast<int>(i);
@@ -280,9 +274,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
     auto j = engine::peerResultToJson(r);
     j["wall_seconds"] = wallSeconds();
     j["sim_time"] = s.clock;
-    std::ofstream f(path("peer-", rank, ".final.json"));
-    f << j.dump(2) << "\n";
-    if (!f) s.status = unavailable("cannot write " + path("peer-", rank, ".final.json"));
+    s.status = engine::writeJsonFile(path("peer-", rank, ".final.json"), j);
   });
   GV_RETURN_IF_ERROR(firstError(states));
   result.wallSeconds = wallSeconds();
@@ -314,11 +306,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
       {"rss_after_rounds_bytes", result.rssAfterRounds},
       {"rss_per_peer_bytes", perPeer},
   };
-  if (!dir.empty()) {
-    std::ofstream f(dir + "/summary.json");
-    f << summary.dump(2) << "\n";
-    if (!f) return unavailable("cannot write " + dir + "/summary.json");
-  }
+  if (!dir.empty()) GV_RETURN_IF_ERROR(engine::writeJsonFile(dir + "/summary.json", summary));
   return result;
 }
 

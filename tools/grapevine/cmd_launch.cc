@@ -384,9 +384,9 @@ int runLaunch(const LaunchArgs& a) {
   summary["launched_peers"] = children.size();
   summary["failed_peers"] = failed;
   if (!emulated.is_null()) summary["network_emulation"] = emulated;
-  {
-    std::ofstream s(out + "/summary.json");
-    s << summary.dump(2) << "\n";
+  if (Status st = engine::writeJsonFile(out + "/summary.json", summary); !st.isOk()) {
+    std::cerr << "grapevine launch: " << st.toString() << "\n";
+    return kExitFailure;
   }
   std::cout << "\n" << engine::summaryTable(summary) << "summary: " << out << "/summary.json\n";
   if (g_signal) return kExitFailure;

@@ -1,0 +1,39 @@
+#include "runtime/engine/process_options.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace grapevine::engine {
+
+transport::Options transportOptions(const config::Config& config, int rank, const PeerCore& core) {
+  transport::Options to;
+  to.backend = config.transport.backend;
+  to.rank = rank;
+  to.host = config.peers.addresses()[rank].host;
+  to.busyPoll = config.transport.busyPoll;
+  to.ucxTls = config.transport.ucxTls;
+  to.libfabricProvider = config.transport.libfabricProvider;
+  to.maxMessageBytes = std::max<std::size_t>(core.maxWireBytes(), 4096);
+  to.ioTimeoutSeconds = config.transport.ioTimeout;
+  return to;
+}
+
+transport::BootstrapOptions bootstrapOptions(const RunPlan& plan, int rank,
+                                             std::uint32_t incarnation, const PeerCore& core) {
+  const config::Config& c = plan.config;
+  transport::BootstrapOptions bo;
+  bo.rank = rank;
+  for (const auto& a : c.peers.addresses())
+    bo.peers.push_back(a.host + ":" + std::to_string(a.port));
+  bo.neighbours = core.neighbours();
+  bo.incarnation = incarnation;
+  for (const auto& [name, hash] : configParts(plan)) bo.configParts.push_back({name, hash});
+  bo.connectTimeoutSeconds = c.peers.connectTimeout;
+  bo.heartbeatIntervalSeconds = c.peers.heartbeatInterval;
+  bo.missedHeartbeats =
+      std::max(1, static_cast<int>(std::lround(c.peers.deadAfter / c.peers.heartbeatInterval)));
+  return bo;
+}
+
+}  // namespace grapevine::engine

@@ -1,0 +1,180 @@
+// The process driver and what it writes: when a round gets a record, checked writes (a full disk is
+// an error, not silence), the output folder and bootstrap failure paths, and two peers of a real
+// run (one thread each, over TCP on localhost) with their records and final files.
+#include "runtime/engine/driver.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/config/loader.h"
+#include "runtime/engine/records.h"
+#include "runtime/engine/summary.h"
+
+using namespace grapevine;
+
+namespace {
+
+config::Config loadYaml(const std::string& yaml) {
+  config::LoadOptions o;
+  o.useEnvironment = false;
+  auto r = config::loadString(yaml, std::string(GRAPEVINE_BINARY_DIR) + "/driver_test.yaml", o);
+  INFO(config::formatDiagnostics(r.diagnostics));
+  REQUIRE(r.ok());
+  return r.config;
+}
+
+std::shared_ptr<engine::RunPlan> makePlan(const config::Config& c) {
+  auto plan = engine::makeRunPlan(c);
+  INFO(plan.status().toString());
+  REQUIRE(plan.isOk());
+  return *plan;
+}
+
+// Two peers exchanging full models (D-PSGD) on the consensus workload: quick, and every round
+// needs the other peer's message.
+std::string twoPeers(int basePort, int rounds) {
+  return "run: { rounds: " + std::to_string(rounds) + " }\n" +
+         "peers: { count: 2, host: 127.0.0.1, base_port: " + std::to_string(basePort) +
+         ", connect_timeout: 1.0 }\n"
+         "topology: { kind: complete }\n"
+         "transport: { backend: tcp }\n"
+         "algorithm: { name: dsgd }\n"
+         "optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }\n"
+         "workload: { name: consensus, dim: 16, eval_every: 15 }\n"
+         "output: { log_every: 10 }\n";
+}
+
+std::string freshDir(const std::string& name) {
+  const std::string dir = std::string(GRAPEVINE_BINARY_DIR) + "/driver_test_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+std::vector<nlohmann::json> readLines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("a round gets a record every log_every rounds, at the last round, and at each event") {
+  const auto c = loadYaml(
+      "run: { rounds: 25 }\npeers: { count: 2 }\ntopology: { kind: complete }\n"
+      "workload: { name: consensus, dim: 4, eval_every: 20 }\noutput: { log_every: 10 }\n");
+  std::vector<std::int64_t> logged, evaluated;
+  for (std::int64_t r = 0; r < 25; ++r) {
+    const auto report = engine::roundReport(c, r);
+    if (report.log) logged.push_back(r);
+    if (report.evaluate) evaluated.push_back(r);
+  }
+  CHECK(logged == std::vector<std::int64_t>{9, 19, 24});
+  CHECK(evaluated == std::vector<std::int64_t>{19});
+  const auto quiet = engine::roundReport(c, 3);
+  CHECK_FALSE(quiet.due({}, {}));
+  CHECK(quiet.due({1}, {}));  // a suspect
+  CHECK(quiet.due({}, {1}));  // a death
+
+  auto never = c;
+  never.workload.evalEvery = 0;
+  for (std::int64_t r = 0; r < 25; ++r) CHECK_FALSE(engine::roundReport(never, r).evaluate);
+}
+
+TEST_CASE("a write that does not reach the file is an error, not silence") {
+  // /dev/full opens like a file and fails every write (ENOSPC): a full disk.
+  if (!std::filesystem::exists("/dev/full")) {
+    WARN("skipped: no /dev/full here");
+    return;
+  }
+  const nlohmann::json j = {{"rank", 0}, {"finished", true}};
+  CHECK_FALSE(engine::writeJsonFile("/dev/full", j).isOk());
+  CHECK_FALSE(engine::writeModel("/dev/full", std::vector<float>(4, 1.0f)).isOk());
+  engine::RecordWriter records;
+  REQUIRE(records.open("/dev/full").isOk());
+  CHECK_FALSE(records.write(j).isOk());
+
+  const std::string dir = freshDir("writes");
+  CHECK_FALSE(engine::writeJsonFile(dir + "/missing/x.json", j).isOk());
+  std::filesystem::create_directories(dir);
+  REQUIRE(engine::writeJsonFile(dir + "/x.json", j).isOk());
+  std::ifstream in(dir + "/x.json");
+  CHECK(nlohmann::json::parse(in) == j);
+}
+
+TEST_CASE("a peer process whose output folder cannot be made names the folder") {
+  const auto plan = makePlan(loadYaml(twoPeers(31400, 5)));
+  engine::PeerRunOptions o;
+  o.outDir = "/dev/null/out";  // below a file: create_directories fails
+  const Status st = engine::runPeerProcess(*plan, o);
+  INFO(st.toString());
+  REQUIRE_FALSE(st.isOk());
+  CHECK(st.message().find("cannot create /dev/null/out") != std::string::npos);
+}
+
+TEST_CASE("a peer process whose neighbour never comes up fails its bootstrap and shuts down") {
+  const auto plan = makePlan(loadYaml(twoPeers(31410, 5)));
+  engine::PeerRunOptions o;
+  o.outDir = freshDir("lonely");
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = engine::runPeerProcess(*plan, o);  // peer 1 is never started
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(st.toString());
+  CHECK_FALSE(st.isOk());
+  CHECK(took < 30.0);  // the connect timeout is 1 s; shutting down must not hang
+}
+
+TEST_CASE("two peer processes over TCP run every round and write records and final files") {
+  const int rounds = 30;
+  const auto plan = makePlan(loadYaml(twoPeers(31420, rounds)));
+  const std::string dir = freshDir("pair");
+  Status results[2];
+  std::vector<std::thread> peers;
+  for (int rank = 0; rank < 2; ++rank) {
+    peers.emplace_back([&, rank] {
+      engine::PeerRunOptions o;
+      o.rank = rank;
+      o.outDir = dir;
+      results[rank] = engine::runPeerProcess(*plan, o);
+    });
+  }
+  for (auto& t : peers) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("peer " << rank << ": " << results[rank].toString());
+    REQUIRE(results[rank].isOk());
+    const std::string stem = dir + "/peer-" + std::to_string(rank);
+    const auto lines = readLines(stem + ".jsonl");
+    // Logged at 9, 19 and 29 (the last), evaluated at 14 and 29; then the final line.
+    std::vector<std::int64_t> recorded;
+    for (const auto& l : lines) recorded.push_back(l.at("round").get<std::int64_t>());
+    CHECK(recorded == std::vector<std::int64_t>{9, 14, 19, 29, 29});
+    for (std::size_t i = 0; i + 1 < lines.size(); ++i) {
+      for (const char* key : {"lr", "eval_seconds", "step_seconds", "wait_seconds", "mix_seconds",
+                              "bytes_sent", "dropped", "live_degree"}) {
+        CHECK(lines[i].contains(key));
+      }
+      CHECK(lines[i].contains("test_loss") == (i == 1 || i == 3));
+      CHECK_FALSE(lines[i].contains("final"));
+    }
+    CHECK(lines.back().at("final") == true);
+    CHECK(lines.back().contains("test_loss"));
+    CHECK_FALSE(lines.back().contains("eval_seconds"));
+
+    std::ifstream f(stem + ".final.json");
+    REQUIRE(f);
+    const auto result = nlohmann::json::parse(f);
+    CHECK(result.at("finished") == true);
+    CHECK(result.at("rounds") == rounds);
+    CHECK(result.contains("wall_seconds"));
+    CHECK(engine::readModel(dir + "/model-" + std::to_string(rank) + ".bin",
+                            result.at("model_size").get<std::size_t>())
+              .isOk());
+  }
+}
