@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -104,7 +105,7 @@ class PeerCore {
     std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
   };
 
-  void drop(const char* reason) { ++counters_.dropped[reason]; }
+  void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
   void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
   std::vector<int> liveOf(const std::vector<int>& peers) const;
 
