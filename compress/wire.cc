@@ -39,9 +39,8 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
   const uint8_t* p = frame.data();
   if (loadLe<uint32_t>(p) != kFrameMagic) return corrupt("bad_magic", "not a Grapevine frame");
   if (loadLe<uint16_t>(p + 4) != kFormatVersion) {
-    return failedPrecondition("version: format version " +
-                              std::to_string(loadLe<uint16_t>(p + 4)) + ", this build reads " +
-                              std::to_string(kFormatVersion));
+    return failedPrecondition("version: format version " + std::to_string(loadLe<uint16_t>(p + 4)) +
+                              ", this build reads " + std::to_string(kFormatVersion));
   }
   FrameHeader h;
   h.method = static_cast<Method>(p[6]);

@@ -14,10 +14,10 @@ Status failed(Status (*make)(std::string), const char* reason, const std::string
 }
 }  // namespace
 
-// Layout (little-endian on every host, runtime/common/byte_order.h): 0 magic u32, 4 version u16, 6 flags u16, 8 sender u32, 12 incarnation
-// u32, 16 sequence u64, 24 round u64, 32 liveDegree u32, 36 messageBytes u32, 40 publicHash u64, 48
-// snapshotBytes u32, 52 payloadCrc u32 (CRC32C of everything after the header), 56 reserved u32
-// (zero), 60 crc32c u32 of bytes [0, 60).
+// Layout (little-endian on every host, runtime/common/byte_order.h): 0 magic u32, 4 version u16, 6
+// flags u16, 8 sender u32, 12 incarnation u32, 16 sequence u64, 24 round u64, 32 liveDegree u32, 36
+// messageBytes u32, 40 publicHash u64, 48 snapshotBytes u32, 52 payloadCrc u32 (CRC32C of
+// everything after the header), 56 reserved u32 (zero), 60 crc32c u32 of bytes [0, 60).
 void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out) {
   std::uint8_t* p = out.data();
   std::memset(p, 0, kEnvelopeBytes);
@@ -38,9 +38,9 @@ void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out) {
 
 Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes) {
   if (bytes.size() < kEnvelopeBytes) {
-    return failed(dataLoss, "truncated",
-                  "message of " + std::to_string(bytes.size()) +
-                      " bytes is shorter than its envelope");
+    return failed(
+        dataLoss, "truncated",
+        "message of " + std::to_string(bytes.size()) + " bytes is shorter than its envelope");
   }
   const std::uint8_t* p = bytes.data();
   if (loadLe<std::uint32_t>(p) != kEnvelopeMagic) {

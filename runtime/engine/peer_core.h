@@ -19,8 +19,8 @@
 #include <map>
 #include <memory>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/algorithms/algorithm.h"

@@ -99,11 +99,12 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       auto hello = std::make_shared<Hello>(ours);
       hello->receiver = n;
       GV_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, handshake::encodeHello(*hello));
-      links_[n] = std::make_shared<ControlLink>(
-          loop_, n, options_, std::move(hello), std::move(bytes),
-          [weak = weak_from_this()](ControlLink& l, Status st) {
-            if (auto self = weak.lock()) self->onHandshake(l, std::move(st));
-          });
+      links_[n] =
+          std::make_shared<ControlLink>(loop_, n, options_, std::move(hello), std::move(bytes),
+                                        [weak = weak_from_this()](ControlLink& l, Status st) {
+                                          if (auto self = weak.lock())
+                                            self->onHandshake(l, std::move(st));
+                                        });
     }
     return Status::ok();
   }
@@ -137,8 +138,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     asio::async_read(p->socket, asio::buffer(p->header, handshake::kFrameHeaderBytes),
                      [self = shared_from_this(), p](boost::system::error_code ec, std::size_t) {
                        if (ec || self->finished_) return;
-                       const std::size_t len =
-                           handshake::decodeFrameHeader(p->header).payloadBytes;
+                       const std::size_t len = handshake::decodeFrameHeader(p->header).payloadBytes;
                        if (len > self->options_->maxControlFrameBytes) {
                          const std::string why =
                              "control frame of " + std::to_string(len) +

@@ -163,30 +163,31 @@ void ControlLink::writeNext() {
 }
 
 void ControlLink::readFrame() {
-  asio::async_read(
-      socket_, asio::buffer(header_, kFrameHeaderBytes),
-      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-        if (self->state_ == State::kClosed) return;
-        if (ec) return self->lost(ec == asio::error::eof ? "closed by peer" : ec.message());
-        const FrameHeader h = decodeFrameHeader(self->header_);
-        if (h.payloadBytes > self->options_.maxControlFrameBytes) {
-          // Refused before allocating anything for it.
-          return self->protocolError(
-              resourceExhausted("control frame of " + std::to_string(h.payloadBytes) +
-                                " bytes from peer " + std::to_string(self->peer_) +
-                                " exceeds maxControlFrameBytes " +
-                                std::to_string(self->options_.maxControlFrameBytes)),
-              /*tellPeer=*/true);
-        }
-        self->body_.resize(h.payloadBytes);
-        asio::async_read(self->socket_, asio::buffer(self->body_),
+  asio::async_read(socket_, asio::buffer(header_, kFrameHeaderBytes),
+                   [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                     if (self->state_ == State::kClosed) return;
+                     if (ec)
+                       return self->lost(ec == asio::error::eof ? "closed by peer" : ec.message());
+                     const FrameHeader h = decodeFrameHeader(self->header_);
+                     if (h.payloadBytes > self->options_.maxControlFrameBytes) {
+                       // Refused before allocating anything for it.
+                       return self->protocolError(
+                           resourceExhausted("control frame of " + std::to_string(h.payloadBytes) +
+                                             " bytes from peer " + std::to_string(self->peer_) +
+                                             " exceeds maxControlFrameBytes " +
+                                             std::to_string(self->options_.maxControlFrameBytes)),
+                           /*tellPeer=*/true);
+                     }
+                     self->body_.resize(h.payloadBytes);
+                     asio::async_read(
+                         self->socket_, asio::buffer(self->body_),
                          [self, type = h.type](boost::system::error_code ec2, std::size_t) {
                            if (self->state_ == State::kClosed) return;
                            if (ec2) return self->lost(ec2.message());
                            self->onFrame(type, self->body_);
                            if (self->state_ < State::kClosing) self->readFrame();
                          });
-      });
+                   });
 }
 
 void ControlLink::onFrame(std::uint16_t type, std::span<const std::uint8_t> body) {

@@ -13,9 +13,9 @@
 //   any --> kClosed
 //
 // Thread: everything runs on the Loop thread: every method below is called there (the bootstrap
-// runs there; a ControlChannel's user calls send()/close() there, or while no thread runs the loop),
-// and every Asio completion and callback (HandshakeDone, onEvent, onMessage) runs there, never
-// inline in the method that caused it except where a method says so.
+// runs there; a ControlChannel's user calls send()/close() there, or while no thread runs the
+// loop), and every Asio completion and callback (HandshakeDone, onEvent, onMessage) runs there,
+// never inline in the method that caused it except where a method says so.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -62,7 +62,8 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
               std::shared_ptr<const handshake::Hello> ours, std::vector<std::uint8_t> oursEncoded,
               HandshakeDone onHandshake);
 
-  // --- for the bootstrap (Loop thread) ------------------------------------------------------------
+  // --- for the bootstrap (Loop thread)
+  // ------------------------------------------------------------
 
   // kIdle -> kDialing: connects to `endpoint`, retrying until `deadline` (the last attempt is made
   // at the deadline itself); then HandshakeDone gets unreachable(). Non-blocking.
@@ -87,7 +88,8 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   // "neighbour 1 at 10.0.0.2:7000 unreachable for 10.0 s: Connection refused (12 attempts)"
   Status unreachable() const;
 
-  // --- ControlChannel (Loop thread) ---------------------------------------------------------------
+  // --- ControlChannel (Loop thread)
+  // ---------------------------------------------------------------
 
   int peer() const override { return peer_; }
   Status send(std::uint16_t type, std::span<const std::uint8_t> payload) override;

@@ -119,9 +119,8 @@ Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
 
 Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> p) {
   if (p.size() < kHelloFixedBytes) {
-    return dataLoss("not a grapevine control connection (short hello: " +
-                    std::to_string(p.size()) + " bytes, the fixed part alone is " +
-                    std::to_string(kHelloFixedBytes) + ")");
+    return dataLoss("not a grapevine control connection (short hello: " + std::to_string(p.size()) +
+                    " bytes, the fixed part alone is " + std::to_string(kHelloFixedBytes) + ")");
   }
   if (loadLe32(p.data()) != kControlMagic) {
     return dataLoss("not a grapevine control connection (bad magic)");
@@ -137,10 +136,9 @@ Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> p) {
 Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
   GV_ASSIGN_OR_RETURN(const HelloPrefix prefix, decodeHelloPrefix(p));
   if (prefix.version != kControlProtocolVersion) {
-    return failedPrecondition("control protocol version mismatch with peer " +
-                              std::to_string(prefix.sender) + ": ours " +
-                              std::to_string(kControlProtocolVersion) + ", theirs " +
-                              std::to_string(prefix.version));
+    return failedPrecondition(
+        "control protocol version mismatch with peer " + std::to_string(prefix.sender) + ": ours " +
+        std::to_string(kControlProtocolVersion) + ", theirs " + std::to_string(prefix.version));
   }
   Hello h;
   static_cast<HelloPrefix&>(h) = prefix;
@@ -153,7 +151,8 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
   h.address.assign(address.begin(), address.end());
   GV_ASSIGN_OR_RETURN(const std::uint16_t parts, r.le<std::uint16_t>("config part count"));
   for (std::size_t i = 0; i < parts; ++i) {
-    GV_ASSIGN_OR_RETURN(const std::uint8_t nameBytes, r.le<std::uint8_t>("config part name length"));
+    GV_ASSIGN_OR_RETURN(const std::uint8_t nameBytes,
+                        r.le<std::uint8_t>("config part name length"));
     GV_ASSIGN_OR_RETURN(const auto name, r.bytes(nameBytes, "config part name"));
     GV_ASSIGN_OR_RETURN(const std::uint64_t hash, r.le<std::uint64_t>("config part hash"));
     h.parts.push_back(ConfigPart{text(name), hash});

@@ -4,12 +4,12 @@
 //
 // Control frame: u32 payload length | u16 type | payload (little-endian).
 // Hello payload: a 24-byte fixed prefix that is the same in every protocol version (so a version
-// mismatch can still be attributed to a peer): magic u32 | version u16 | reserved u16 | sender u32 |
-// receiver u32 | incarnation u64; then u16 length + backend name, u32 length + address blob,
-// u16 count + that many config parts (u8 name length, name, u64 hash).
-// There is no separate "accept" message: the acceptor answers the dialer's hello with its own hello,
-// and each side compares the two itself (compareHellos); a side that finds a difference sends a
-// reject whose payload is the reason as UTF-8 text.
+// mismatch can still be attributed to a peer): magic u32 | version u16 | reserved u16 | sender u32
+// | receiver u32 | incarnation u64; then u16 length + backend name, u32 length + address blob, u16
+// count + that many config parts (u8 name length, name, u64 hash). There is no separate "accept"
+// message: the acceptor answers the dialer's hello with its own hello, and each side compares the
+// two itself (compareHellos); a side that finds a difference sends a reject whose payload is the
+// reason as UTF-8 text.
 #pragma once
 
 #include <cstddef>

@@ -54,17 +54,16 @@ TEST_CASE("handshake: the hello's bytes are the documented layout") {
   h.backend = "ab";
   h.address = {0xEE};
   h.parts = {{"m", 0x0807060504030201ull}};
-  const std::vector<std::uint8_t> want = {
-      0x47, 0x56, 0x42, 0x53,  // magic "GVBS"
-      1,    0,                 // version
-      0,    0,                 // reserved
-      1,    0,    0,    0,     // sender
-      2,    0,    0,    0,     // receiver
-      7,    0,    0,    0,    0, 0, 0, 0,  // incarnation
-      2,    0,    'a',  'b',               // backend
-      1,    0,    0,    0,    0xEE,        // address
-      1,    0,                             // one part
-      1,    'm',  1,    2,    3, 4, 5, 6, 7, 8};
+  const std::vector<std::uint8_t> want = {0x47, 0x56, 0x42, 0x53,                 // magic "GVBS"
+                                          1,    0,                                // version
+                                          0,    0,                                // reserved
+                                          1,    0,    0,    0,                    // sender
+                                          2,    0,    0,    0,                    // receiver
+                                          7,    0,    0,    0,    0,    0, 0, 0,  // incarnation
+                                          2,    0,    'a',  'b',                  // backend
+                                          1,    0,    0,    0,    0xEE,           // address
+                                          1,    0,                                // one part
+                                          1,    'm',  1,    2,    3,    4, 5, 6, 7, 8};
   CHECK(encoded(h) == want);
 }
 
