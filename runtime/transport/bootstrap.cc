@@ -37,36 +37,19 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
         acceptor_(loop.io()),
         deadline_(loop.io()) {}
 
+  // Errors at start (bootstrap.h): bad ranks or addresses, a port that cannot be bound.
   Status init() {
     const BootstrapOptions& o = *options_;
-    if (o.rank < 0 || static_cast<std::size_t>(o.rank) >= o.peers.size()) {
-      return invalidArgument("rank " + std::to_string(o.rank) +
-                             " has no entry in the peers list (" + std::to_string(o.peers.size()) +
-                             " peers)");
-    }
-    for (int n : o.neighbours) {
-      if (n < 0 || static_cast<std::size_t>(n) >= o.peers.size() || n == o.rank) {
-        return invalidArgument("neighbour " + std::to_string(n) + " of peer " +
-                               std::to_string(o.rank) + " is not a valid peer");
-      }
-    }
+    GV_RETURN_IF_ERROR(checkRanks(o));
     GV_RETURN_IF_ERROR(makeLinks());
-    GV_ASSIGN_OR_RETURN(tcp::endpoint self, parseEndpoint(o.peers[o.rank]));
-    boost::system::error_code ec;
-    acceptor_.open(self.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(self, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec)
-      return unavailable("bootstrap: cannot listen on " + o.peers[o.rank] + ": " + ec.message());
-
+    GV_RETURN_IF_ERROR(listen());
     const auto deadline = Clock::now() + seconds(o.connectTimeoutSeconds);
     startAccept();
+    // The lower rank dials: we dial the neighbours above us and accept the ones below.
     for (int n : o.neighbours) {
       if (o.rank < n) {
-        auto ep = parseEndpoint(o.peers[n]);
-        if (!ep.isOk()) return ep.status();
-        links_[n]->dial(*ep, deadline);
+        GV_ASSIGN_OR_RETURN(tcp::endpoint endpoint, parseEndpoint(o.peers[n]));
+        links_[n]->dial(endpoint, deadline);
       }
     }
     deadline_.expires_at(deadline);
@@ -85,6 +68,33 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   void cancel() override { finish(cancelled("bootstrap cancelled")); }
 
  private:
+  static Status checkRanks(const BootstrapOptions& o) {
+    if (o.rank < 0 || static_cast<std::size_t>(o.rank) >= o.peers.size()) {
+      return invalidArgument("rank " + std::to_string(o.rank) +
+                             " has no entry in the peers list (" + std::to_string(o.peers.size()) +
+                             " peers)");
+    }
+    for (int n : o.neighbours) {
+      if (n < 0 || static_cast<std::size_t>(n) >= o.peers.size() || n == o.rank) {
+        return invalidArgument("neighbour " + std::to_string(n) + " of peer " +
+                               std::to_string(o.rank) + " is not a valid peer");
+      }
+    }
+    return Status::ok();
+  }
+
+  Status listen() {
+    const std::string& address = options_->peers[options_->rank];
+    GV_ASSIGN_OR_RETURN(tcp::endpoint self, parseEndpoint(address));
+    boost::system::error_code ec;
+    acceptor_.open(self.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(self, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return unavailable("bootstrap: cannot listen on " + address + ": " + ec.message());
+    return Status::ok();
+  }
+
   // One link per neighbour, each with its own hello (its `receiver` field names the neighbour).
   // Errors: a hello field too long for the wire (handshake::encodeHello).
   Status makeLinks() {
