@@ -1,4 +1,4 @@
-// Internal: little-endian byte access and the decode-error helper shared by compress/ sources.
+// Internal: the decode-error helper and layout helpers shared by compress/ sources.
 #pragma once
 
 #include <bit>
@@ -8,23 +8,15 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/common/byte_order.h"
 #include "runtime/common/status.h"
 
 namespace grapevine::compress::detail {
 
+// Integers and floats go on the wire through runtime/common/byte_order.h (loadLe / storeLe). Whole
+// float arrays are still copied as they lie in memory, so the codec needs a little-endian host.
 static_assert(std::endian::native == std::endian::little,
-              "the wire format is little-endian and is written with memcpy");
-
-template <typename T>
-inline T load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-template <typename T>
-inline void store(uint8_t* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
+              "the wire format is little-endian and float payloads are copied as they lie");
 
 inline size_t alignUp4(size_t n) { return (n + 3) & ~size_t{3}; }
 

@@ -94,7 +94,7 @@ class BlockQuantCompressor final : public Compressor {
     const size_t n = x.size(), bytes = maxEncodedBytes(n);
     if (out.size() < bytes) return invalidArgument("output buffer too small");
     GV_RETURN_IF_ERROR(checkAligned(out.data()));
-    store<uint16_t>(out.data(), static_cast<uint16_t>(block_));
+    storeLe<uint16_t>(out.data(), static_cast<uint16_t>(block_));
     out[2] = static_cast<uint8_t>(bits_);
     out[3] = static_cast<uint8_t>(rounding_);
     auto* scales = reinterpret_cast<float*>(out.data() + kBlockHeader);
@@ -131,7 +131,7 @@ class SignCompressor final : public Compressor {
     const size_t n = x.size(), bytes = maxEncodedBytes(n);
     if (out.size() < bytes) return invalidArgument("output buffer too small");
     GV_RETURN_IF_ERROR(checkAligned(out.data()));
-    store<uint16_t>(out.data(), static_cast<uint16_t>(block_));
+    storeLe<uint16_t>(out.data(), static_cast<uint16_t>(block_));
     out[2] = 1;
     out[3] = 0;
     auto* scales = reinterpret_cast<float*>(out.data() + kBlockHeader);
@@ -152,7 +152,7 @@ class SignCompressor final : public Compressor {
 Result<size_t> checkBlockPayload(Payload p, size_t n, int bits, const kernels::Ops& ops) {
   if (p.size() < kBlockHeader)
     return corrupt("payload_size", "block payload shorter than its header");
-  const size_t block = load<uint16_t>(p.data());
+  const size_t block = loadLe<uint16_t>(p.data());
   if (block < 64 || block > 4096 || block % 64 != 0) {
     return corrupt("params", "block size " + std::to_string(block));
   }

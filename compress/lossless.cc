@@ -10,8 +10,6 @@
 namespace grapevine::compress {
 
 using detail::corrupt;
-using detail::load;
-using detail::store;
 
 struct LosslessCoder::Contexts {
   ZSTD_CCtx* c = ZSTD_createCCtx();
@@ -64,16 +62,14 @@ Result<size_t> LosslessCoder::compress(Lossless kind, int level, std::span<const
   uint8_t* rest = out.data() + restAt;
   if (region.kind == FloatRegion::Kind::kF32) {
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t b = load<uint32_t>(f + 4 * i);
+      const uint32_t b = loadLe<uint32_t>(f + 4 * i);
       plane_[i] = static_cast<uint8_t>(b >> 23);
       const uint32_t sm = ((b >> 31) << 23) | (b & 0x7FFFFFu);
-      rest[3 * i] = static_cast<uint8_t>(sm);
-      rest[3 * i + 1] = static_cast<uint8_t>(sm >> 8);
-      rest[3 * i + 2] = static_cast<uint8_t>(sm >> 16);
+      storeLe24(rest + 3 * i, sm);
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
-      const uint16_t b = load<uint16_t>(f + 2 * i);
+      const uint16_t b = loadLe<uint16_t>(f + 2 * i);
       plane_[i] = static_cast<uint8_t>(b >> 7);
       rest[i] = static_cast<uint8_t>(((b >> 15) << 7) | (b & 0x7Fu));
     }
@@ -87,10 +83,10 @@ Result<size_t> LosslessCoder::compress(Lossless kind, int level, std::span<const
   if (total >= raw.size()) return size_t{0};
   out[0] = static_cast<uint8_t>(region.kind);
   out[1] = 0;
-  store<uint16_t>(out.data() + 2, 0);
-  store<uint32_t>(out.data() + 4, static_cast<uint32_t>(prefix));
-  store<uint32_t>(out.data() + 8, static_cast<uint32_t>(n));
-  store<uint32_t>(out.data() + 12, static_cast<uint32_t>(e));
+  storeLe<uint16_t>(out.data() + 2, 0);
+  storeLe<uint32_t>(out.data() + 4, static_cast<uint32_t>(prefix));
+  storeLe<uint32_t>(out.data() + 8, static_cast<uint32_t>(n));
+  storeLe<uint32_t>(out.data() + 12, static_cast<uint32_t>(e));
   if (prefix > 0) std::memcpy(out.data() + kExpHeader, raw.data(), prefix);
   std::memmove(expAt + e, rest, n * rb + suffix);
   return total;
@@ -109,11 +105,11 @@ Status LosslessCoder::decompress(Lossless kind, std::span<const uint8_t> in,
   if (in.size() < kExpHeader) return corrupt("lossless", "exponent header truncated");
   const auto k = static_cast<FloatRegion::Kind>(in[0]);
   if ((k != FloatRegion::Kind::kF32 && k != FloatRegion::Kind::kBf16) || in[1] != 0 ||
-      load<uint16_t>(in.data() + 2) != 0) {
+      loadLe<uint16_t>(in.data() + 2) != 0) {
     return corrupt("lossless", "exponent coder kind");
   }
-  const size_t prefix = load<uint32_t>(in.data() + 4), n = load<uint32_t>(in.data() + 8);
-  const size_t e = load<uint32_t>(in.data() + 12);
+  const size_t prefix = loadLe<uint32_t>(in.data() + 4), n = loadLe<uint32_t>(in.data() + 8);
+  const size_t e = loadLe<uint32_t>(in.data() + 12);
   const size_t w = widthBytes(k), rb = restBytes(k);
   // Every length against the raw size (bounded by the limits) before touching memory.
   if (prefix > out.size() || n > (out.size() - prefix) / w) {
@@ -134,16 +130,15 @@ Status LosslessCoder::decompress(Lossless kind, std::span<const uint8_t> in,
   uint8_t* f = out.data() + prefix;
   if (k == FloatRegion::Kind::kF32) {
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t sm =
-          rest[3 * i] | (uint32_t{rest[3 * i + 1]} << 8) | (uint32_t{rest[3 * i + 2]} << 16);
+      const uint32_t sm = loadLe24(rest + 3 * i);
       const uint32_t b = ((sm >> 23) << 31) | (uint32_t{plane_[i]} << 23) | (sm & 0x7FFFFFu);
-      store<uint32_t>(f + 4 * i, b);
+      storeLe<uint32_t>(f + 4 * i, b);
     }
   } else {
     for (size_t i = 0; i < n; ++i) {
       const uint16_t b =
           static_cast<uint16_t>(((rest[i] >> 7) << 15) | (plane_[i] << 7) | (rest[i] & 0x7Fu));
-      store<uint16_t>(f + 2 * i, b);
+      storeLe<uint16_t>(f + 2 * i, b);
     }
   }
   if (suffix > 0) std::memcpy(f + n * w, rest + n * rb, suffix);

@@ -57,10 +57,10 @@ class LowRankCompressor final : public Compressor {
       }
     }
     q_ = m.transpose() * p;  // cols x r, also the next round's warm start
-    store<uint32_t>(out.data(), static_cast<uint32_t>(rows_));
-    store<uint32_t>(out.data() + 4, static_cast<uint32_t>(cols_));
-    store<uint32_t>(out.data() + 8, static_cast<uint32_t>(rank_));
-    store<uint32_t>(out.data() + 12, 0);
+    storeLe<uint32_t>(out.data(), static_cast<uint32_t>(rows_));
+    storeLe<uint32_t>(out.data() + 4, static_cast<uint32_t>(cols_));
+    storeLe<uint32_t>(out.data() + 8, static_cast<uint32_t>(rank_));
+    storeLe<uint32_t>(out.data() + 12, 0);
     auto* pOut = reinterpret_cast<float*>(out.data() + kLowRankHeader);
     Eigen::Map<RowMatrix>(pOut, p.rows(), p.cols()) = p;
     Eigen::Map<RowMatrix>(pOut + rows_ * rank_, q_.cols(), q_.rows()) = q_.transpose();
@@ -89,9 +89,9 @@ Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops, bool 
   }
   if (p.size() < kLowRankHeader)
     return corrupt("payload_size", "low-rank payload shorter than its header");
-  const size_t rows = load<uint32_t>(p.data()), cols = load<uint32_t>(p.data() + 4);
-  const size_t r = load<uint32_t>(p.data() + 8);
-  if (rows * cols != acc.size() || load<uint32_t>(p.data() + 12) != 0) {
+  const size_t rows = loadLe<uint32_t>(p.data()), cols = loadLe<uint32_t>(p.data() + 4);
+  const size_t r = loadLe<uint32_t>(p.data() + 8);
+  if (rows * cols != acc.size() || loadLe<uint32_t>(p.data() + 12) != 0) {
     return corrupt("params", std::to_string(rows) + "x" + std::to_string(cols) + " for " +
                                  std::to_string(acc.size()) + " elements");
   }

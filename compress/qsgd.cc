@@ -43,10 +43,10 @@ class QsgdCompressor final : public Compressor {
     const size_t n = x.size(), bytes = maxEncodedBytes(n);
     if (out.size() < bytes) return invalidArgument("output buffer too small");
     const float norm = static_cast<float>(std::sqrt(ops_.sumSquares(x.data(), n)));
-    store<uint32_t>(out.data(), s_);
+    storeLe<uint32_t>(out.data(), s_);
     out[4] = static_cast<uint8_t>(bits_);
     out[5] = out[6] = out[7] = 0;
-    store<float>(out.data() + 8, norm);
+    storeLe<float>(out.data() + 8, norm);
     uint8_t* f = out.data() + kQsgdHeader;
     std::fill(f, f + fieldBytes(n, bits_), uint8_t{0});
     const float ratio = norm > 0.0f ? static_cast<float>(s_) / norm : 0.0f;
@@ -59,7 +59,7 @@ class QsgdCompressor final : public Compressor {
       uint32_t field = static_cast<uint32_t>(l) | (std::signbit(x[i]) && l > 0 ? signBit : 0u);
       const size_t bit = i * static_cast<size_t>(bits_);
       if (bits_ == 16) {
-        store<uint16_t>(f + bit / 8, static_cast<uint16_t>(field));
+        storeLe<uint16_t>(f + bit / 8, static_cast<uint16_t>(field));
       } else {
         f[bit / 8] |= static_cast<uint8_t>(field << (bit % 8));
       }
@@ -86,12 +86,12 @@ Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&, bool apply) 
   const size_t n = acc.size();
   if (p.size() < kQsgdHeader)
     return corrupt("payload_size", "qsgd payload shorter than its header");
-  const uint32_t s = load<uint32_t>(p.data());
+  const uint32_t s = loadLe<uint32_t>(p.data());
   const int bits = p[4];
   if (s < 1 || s > 32767 || bits != fieldBitsFor(s) || p[5] || p[6] || p[7]) {
     return corrupt("params", "qsgd s=" + std::to_string(s) + " bits=" + std::to_string(bits));
   }
-  const float norm = load<float>(p.data() + 8);
+  const float norm = loadLe<float>(p.data() + 8);
   if (!std::isfinite(norm)) return corrupt("non_finite", "qsgd norm");
   if (norm < 0.0f) return corrupt("params", "negative qsgd norm");
   if (p.size() != kQsgdHeader + fieldBytes(n, bits)) return corrupt("payload_size", "qsgd fields");
@@ -109,11 +109,11 @@ Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops&, bool apply) 
   }
   if (bits == 16) {
     for (size_t i = 0; i < n; ++i) {
-      if ((load<uint16_t>(f + 2 * i) & levelMask) > s)
+      if ((loadLe<uint16_t>(f + 2 * i) & levelMask) > s)
         return corrupt("params", "qsgd level above s");
     }
     if (!apply) return Status::ok();
-    for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + term(load<uint16_t>(f + 2 * i));
+    for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + term(loadLe<uint16_t>(f + 2 * i));
     return Status::ok();
   }
   // Fields per byte: 8 / bits. One table of the terms for every field value.

@@ -101,9 +101,9 @@ class TopKCompressor final : public Compressor {
     const size_t indexBytes = coding == kVarint ? varintBytes : bitmapBytes;
     out[0] = coding;
     out[1] = 0;
-    store<uint16_t>(out.data() + 2, 0);
-    store<uint32_t>(out.data() + 4, static_cast<uint32_t>(s.count));
-    store<uint32_t>(out.data() + 8, static_cast<uint32_t>(indexBytes));
+    storeLe<uint16_t>(out.data() + 2, 0);
+    storeLe<uint32_t>(out.data() + 4, static_cast<uint32_t>(s.count));
+    storeLe<uint32_t>(out.data() + 8, static_cast<uint32_t>(indexBytes));
     uint8_t* p = out.data() + kTopkHeader;
     std::fill(p, p + alignUp4(indexBytes), uint8_t{0});
     if (coding == kVarint) {
@@ -161,9 +161,9 @@ class RandKCompressor final : public Compressor {
     GV_RETURN_IF_ERROR(checkAligned(out.data()));
     out[0] = unbiased_ ? 1 : 0;
     out[1] = 0;
-    store<uint16_t>(out.data() + 2, 0);
-    store<uint32_t>(out.data() + 4, static_cast<uint32_t>(k));
-    store<uint64_t>(out.data() + 8, key);
+    storeLe<uint16_t>(out.data() + 2, 0);
+    storeLe<uint32_t>(out.data() + 4, static_cast<uint32_t>(k));
+    storeLe<uint64_t>(out.data() + 8, key);
     auto* v = reinterpret_cast<float*>(out.data() + kRandkHeader);
     for (size_t j = 0; j < k; ++j) {
       const size_t start = j * n / k, size = (j + 1) * n / k - start;
@@ -198,8 +198,8 @@ std::unique_ptr<Compressor> makeRandK(const Options& o, const kernels::Ops& ops)
 
 FloatRegion topkFloatRegion(Payload p) {
   if (p.size() < kTopkHeader) return {};
-  const size_t count = load<uint32_t>(p.data() + 4);
-  const size_t at = kTopkHeader + alignUp4(load<uint32_t>(p.data() + 8));
+  const size_t count = loadLe<uint32_t>(p.data() + 4);
+  const size_t at = kTopkHeader + alignUp4(loadLe<uint32_t>(p.data() + 8));
   if (at > p.size() || (p.size() - at) / 4 < count) return {};
   return {FloatRegion::Kind::kF32, at, count};
 }
@@ -215,11 +215,11 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool app
   if (p.size() < kTopkHeader)
     return corrupt("payload_size", "top-k payload shorter than its header");
   const uint8_t coding = p[0];
-  if (coding > kBitmap || p[1] != 0 || load<uint16_t>(p.data() + 2) != 0) {
+  if (coding > kBitmap || p[1] != 0 || loadLe<uint16_t>(p.data() + 2) != 0) {
     return corrupt("params", "top-k coding byte " + std::to_string(coding));
   }
-  const size_t count = load<uint32_t>(p.data() + 4);
-  const size_t indexBytes = load<uint32_t>(p.data() + 8);
+  const size_t count = loadLe<uint32_t>(p.data() + 4);
+  const size_t indexBytes = loadLe<uint32_t>(p.data() + 8);
   if (count > n)
     return corrupt("count", std::to_string(count) + " indices for " + std::to_string(n));
   if (coding == kBitmap && indexBytes != (n + 7) / 8)
@@ -288,11 +288,11 @@ Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool ap
   const size_t n = acc.size();
   if (p.size() < kRandkHeader)
     return corrupt("payload_size", "rand-k payload shorter than its header");
-  if (p[0] > 1 || p[1] != 0 || load<uint16_t>(p.data() + 2) != 0) {
+  if (p[0] > 1 || p[1] != 0 || loadLe<uint16_t>(p.data() + 2) != 0) {
     return corrupt("params", "rand-k flags");
   }
-  const size_t k = load<uint32_t>(p.data() + 4);
-  const uint64_t key = load<uint64_t>(p.data() + 8);
+  const size_t k = loadLe<uint32_t>(p.data() + 4);
+  const uint64_t key = loadLe<uint64_t>(p.data() + 8);
   if (k > n || (k == 0 && n > 0))
     return corrupt("count", "k=" + std::to_string(k) + " for n=" + std::to_string(n));
   if (p.size() != kRandkHeader + 4 * k) return corrupt("payload_size", "rand-k values");

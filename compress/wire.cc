@@ -7,30 +7,28 @@
 namespace grapevine::compress {
 
 using detail::corrupt;
-using detail::load;
-using detail::store;
 
 void writeFrameHeader(const FrameHeader& h, std::span<const uint8_t> payload, uint8_t* out,
                       const kernels::Ops& ops) {
-  store<uint32_t>(out + 0, kFrameMagic);
-  store<uint16_t>(out + 4, kFormatVersion);
+  storeLe<uint32_t>(out + 0, kFrameMagic);
+  storeLe<uint16_t>(out + 4, kFormatVersion);
   out[6] = static_cast<uint8_t>(h.method);
   out[7] = h.flags;
-  store<uint32_t>(out + 8, h.sender);
-  store<uint32_t>(out + 12, h.edge_epoch);
-  store<uint64_t>(out + 16, h.sequence);
-  store<uint64_t>(out + 24, h.round);
-  store<uint32_t>(out + 32, h.tensor_id);
-  store<uint32_t>(out + 36, h.chunk_index);
-  store<uint32_t>(out + 40, h.chunk_count);
-  store<uint32_t>(out + 44, h.element_count);
-  store<uint64_t>(out + 48, h.element_offset);
-  store<uint32_t>(out + 56, h.payload_length);
-  store<uint32_t>(out + 60, h.raw_length);
-  store<uint32_t>(out + 64, 0);
+  storeLe<uint32_t>(out + 8, h.sender);
+  storeLe<uint32_t>(out + 12, h.edge_epoch);
+  storeLe<uint64_t>(out + 16, h.sequence);
+  storeLe<uint64_t>(out + 24, h.round);
+  storeLe<uint32_t>(out + 32, h.tensor_id);
+  storeLe<uint32_t>(out + 36, h.chunk_index);
+  storeLe<uint32_t>(out + 40, h.chunk_count);
+  storeLe<uint32_t>(out + 44, h.element_count);
+  storeLe<uint64_t>(out + 48, h.element_offset);
+  storeLe<uint32_t>(out + 56, h.payload_length);
+  storeLe<uint32_t>(out + 60, h.raw_length);
+  storeLe<uint32_t>(out + 64, 0);
   uint32_t crc = ops.crc32c(0, out, kCrcOffset);
   crc = ops.crc32c(crc, payload.data(), payload.size());
-  store<uint32_t>(out + kCrcOffset, crc);
+  storeLe<uint32_t>(out + kCrcOffset, crc);
 }
 
 Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimits& limits,
@@ -39,25 +37,25 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
     return corrupt("truncated", std::to_string(frame.size()) + " bytes, shorter than the header");
   }
   const uint8_t* p = frame.data();
-  if (load<uint32_t>(p) != kFrameMagic) return invalidArgument("bad_magic: not a Grapevine frame");
-  if (load<uint16_t>(p + 4) != kFormatVersion) {
-    return invalidArgument("version: format version " + std::to_string(load<uint16_t>(p + 4)) +
-                           ", this build reads " + std::to_string(kFormatVersion));
+  if (loadLe<uint32_t>(p) != kFrameMagic) return corrupt("bad_magic", "not a Grapevine frame");
+  if (loadLe<uint16_t>(p + 4) != kFormatVersion) {
+    return failedPrecondition("version: format version " + std::to_string(loadLe<uint16_t>(p + 4)) +
+                              ", this build reads " + std::to_string(kFormatVersion));
   }
   FrameHeader h;
   h.method = static_cast<Method>(p[6]);
   h.flags = p[7];
-  h.sender = load<uint32_t>(p + 8);
-  h.edge_epoch = load<uint32_t>(p + 12);
-  h.sequence = load<uint64_t>(p + 16);
-  h.round = load<uint64_t>(p + 24);
-  h.tensor_id = load<uint32_t>(p + 32);
-  h.chunk_index = load<uint32_t>(p + 36);
-  h.chunk_count = load<uint32_t>(p + 40);
-  h.element_count = load<uint32_t>(p + 44);
-  h.element_offset = load<uint64_t>(p + 48);
-  h.payload_length = load<uint32_t>(p + 56);
-  h.raw_length = load<uint32_t>(p + 60);
+  h.sender = loadLe<uint32_t>(p + 8);
+  h.edge_epoch = loadLe<uint32_t>(p + 12);
+  h.sequence = loadLe<uint64_t>(p + 16);
+  h.round = loadLe<uint64_t>(p + 24);
+  h.tensor_id = loadLe<uint32_t>(p + 32);
+  h.chunk_index = loadLe<uint32_t>(p + 36);
+  h.chunk_count = loadLe<uint32_t>(p + 40);
+  h.element_count = loadLe<uint32_t>(p + 44);
+  h.element_offset = loadLe<uint64_t>(p + 48);
+  h.payload_length = loadLe<uint32_t>(p + 56);
+  h.raw_length = loadLe<uint32_t>(p + 60);
   // The frame size against the limit first: a frame above it is not even checksummed.
   if (frame.size() > limits.max_frame_bytes) {
     return resourceExhausted("too_large: frame of " + std::to_string(frame.size()) +
@@ -74,7 +72,7 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
   }
   uint32_t crc = ops.crc32c(0, p, kCrcOffset);
   crc = ops.crc32c(crc, p + kHeaderBytes, h.payload_length);
-  if (crc != load<uint32_t>(p + kCrcOffset)) return corrupt("crc", "CRC32C mismatch");
+  if (crc != loadLe<uint32_t>(p + kCrcOffset)) return corrupt("crc", "CRC32C mismatch");
   // Authenticated by the CRC from here on: remaining checks catch sender bugs and senders with
   // other limits. Sizes that drive allocation (raw length, element count) come before the rest.
   if (h.raw_length > limits.max_frame_bytes || h.element_count > limits.max_elements) {
@@ -83,7 +81,7 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
                              std::to_string(limits.max_frame_bytes) + " bytes, " +
                              std::to_string(limits.max_elements) + " elements");
   }
-  if ((h.flags & ~kKnownFlags) != 0 || load<uint32_t>(p + 64) != 0 ||
+  if ((h.flags & ~kKnownFlags) != 0 || loadLe<uint32_t>(p + 64) != 0 ||
       ((h.flags & kFlagZstd) && (h.flags & kFlagExponent))) {
     return corrupt("flags", "unknown flags or reserved bits set");
   }

@@ -21,9 +21,10 @@
 //    68   4  CRC32C of bytes [0, 68) followed by the payload
 //
 // Decoding checks every length against the header and the configured limits before any
-// allocation, then the CRC, then the fields; it never reads outside the frame. Errors are typed:
-// kInvalidArgument for magic/version, kResourceExhausted for sizes above the limits, kDataLoss for
-// the rest, and the message starts with a stable reason (errorReason()).
+// allocation, then the CRC, then the fields; it never reads outside the frame. Errors are typed
+// (the rule in runtime/common/status.h): kFailedPrecondition for another format version,
+// kResourceExhausted for sizes above the limits, kDataLoss for the rest (bad magic included), and
+// the message starts with a stable reason (errorReason()).
 #pragma once
 
 #include <cstddef>

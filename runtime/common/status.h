@@ -1,6 +1,13 @@
 // Errors as values. Status carries a code and a message; Result<T> carries a value or a Status.
 // Exceptions are used only at the edges (YAML parsing, CLI); everything on the hot path returns
 // these.
+//
+// Same failure, same code. Bytes that arrive from a peer (or a file) and fail a check are
+// kDataLoss wherever they are parsed: bad magic, too short, a length past the end, a checksum,
+// inconsistent fields. A well-formed message in a format or protocol version this build does not
+// speak is kFailedPrecondition (the peer runs another build; nothing was lost). A size above a
+// configured maximum is kResourceExhausted. kInvalidArgument is only for what a local caller passed
+// (options, addresses from the config, sizes of its own buffers), never for received bytes.
 #pragma once
 
 #include <cassert>

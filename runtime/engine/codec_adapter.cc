@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "compress/codec.h"
+#include "runtime/common/byte_order.h"
 #include "runtime/engine/setup.h"
 
 namespace grapevine::engine {
@@ -37,8 +38,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     std::size_t pos = 0;
     auto r = codec_.encode(v, ctx, [&](std::span<const std::uint8_t> frame) -> Status {
       if (pos + 4 + frame.size() > out.size()) return internalError("message buffer too small");
-      const auto n = static_cast<std::uint32_t>(frame.size());
-      std::memcpy(out.data() + pos, &n, 4);
+      storeLe32(out.data() + pos, static_cast<std::uint32_t>(frame.size()));
       std::memcpy(out.data() + pos + 4, frame.data(), frame.size());
       pos += 4 + frame.size();
       return Status::ok();
@@ -60,8 +60,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     std::size_t frames = 0;
     while (pos < message.size()) {
       if (message.size() - pos < 4) return dataLoss("truncated: frame length");
-      std::uint32_t n = 0;
-      std::memcpy(&n, message.data() + pos, 4);
+      const std::uint32_t n = loadLe32(message.data() + pos);
       if (n > message.size() - pos - 4 || n > maxFrameBytes_)
         return dataLoss("truncated: frame of " + std::to_string(n) + " bytes");
       auto info = codec_.checkFrame(message.subspan(pos + 4, n), acc, limits());
@@ -94,8 +93,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   Status applyFrames(std::span<const std::uint8_t> message, float weight, std::span<float> acc) {
     std::size_t pos = 0;
     while (pos < message.size()) {
-      std::uint32_t n = 0;
-      std::memcpy(&n, message.data() + pos, 4);
+      const std::uint32_t n = loadLe32(message.data() + pos);
       GV_RETURN_IF_ERROR(
           codec_.decodeAccumulate(message.subspan(pos + 4, n), weight, acc, limits()).status());
       pos += 4 + n;

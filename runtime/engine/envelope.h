@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "runtime/common/status.h"
 
@@ -21,7 +22,6 @@ enum EnvelopeFlags : std::uint16_t {
   kFlagHasHash = 1,        // publicHash is set (replica check round)
   kFlagResyncRequest = 2,  // the sender's replica of the receiver drifted: send your public copy
   kFlagSnapshot = 4,       // the payload ends with the sender's public copy (dense fp32)
-  kFlagFinal = 8,          // the sender's last round: expect nothing more
 };
 
 struct Envelope {
@@ -41,9 +41,13 @@ std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload);
 
 // Writes the header into out[0, kEnvelopeBytes) with a CRC32C over the header.
 void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out);
-// Checks magic, version, header CRC, that the sizes fit `bytes`, and the payload CRC; the reason
-// names the failure
-// ("bad_magic", "version", "crc", "truncated") for the dropped-frame counters.
-Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes, const char** reason);
+// Checks, in order, the size, magic, version, header CRC, that the sizes fit `bytes`, and the
+// payload CRC. Errors: kDataLoss (truncated, bad magic, CRC), kFailedPrecondition (a version this
+// build does not speak). The message starts with a stable reason, "<reason>: <detail>", one of
+// "truncated", "bad_magic", "version", "crc": envelopeErrorReason() reads it for the dropped-frame
+// counters.
+Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes);
+// The stable reason of a readEnvelope error ("crc"); empty for ok.
+std::string_view envelopeErrorReason(const Status& status);
 
 }  // namespace grapevine::engine

@@ -110,8 +110,7 @@ Status PeerCore::beginRound(std::int64_t round) {
   // Messages of this round that arrived while we were still in the previous one.
   for (auto& [j, e] : edges_) {
     while (!e.ahead.empty()) {
-      const char* reason = "";
-      auto env = readEnvelope(e.ahead.front(), &reason);  // checked on arrival; cannot fail here
+      auto env = readEnvelope(e.ahead.front());  // checked on arrival; cannot fail here
       if (!env.isOk() || env->round > static_cast<std::uint64_t>(round)) break;
       std::vector<std::uint8_t> buf = std::move(e.ahead.front());
       e.ahead.pop_front();
@@ -134,10 +133,9 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     return;
   }
   Edge& e = it->second;
-  const char* reason = "";
-  auto env = readEnvelope(bytes, &reason);
+  auto env = readEnvelope(bytes);
   if (!env.isOk()) {
-    drop(reason);
+    drop(envelopeErrorReason(env.status()));
     return;
   }
   if (env->sender != static_cast<std::uint32_t>(j)) {

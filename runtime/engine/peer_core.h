@@ -20,6 +20,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/algorithms/algorithm.h"
@@ -104,7 +105,7 @@ class PeerCore {
     std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
   };
 
-  void drop(const char* reason) { ++counters_.dropped[reason]; }
+  void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
   void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
   std::vector<int> liveOf(const std::vector<int>& peers) const;
 

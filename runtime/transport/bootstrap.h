@@ -12,6 +12,9 @@
 //
 // Thread: everything runs on the Loop thread; start() must be called there, and every callback runs
 // there, exactly once for `done`, never inline.
+//
+// Inside: handshake.h is the wire codec (pure), control_link.h one connection with its forward-only
+// state, bootstrap.cc the orchestration (who dials whom, the deadline, collecting neighbours).
 #pragma once
 
 #include <cstdint>
@@ -73,12 +76,9 @@ class ControlChannel {
  public:
   virtual ~ControlChannel() = default;
   virtual int peer() const = 0;
-  virtual std::uint64_t peerIncarnation() const = 0;
   // Queues a small control message ("weights changed", "resync request"); `type` is the caller's.
   // Non-blocking. Errors: kResourceExhausted above maxControlFrameBytes, kUnavailable when closed.
   virtual Status send(std::uint16_t type, std::span<const std::uint8_t> payload) = 0;
-  // Seconds since anything was heard from the peer.
-  virtual double silentSeconds() const = 0;
   // Stops heartbeats and closes the connection (the peer sees kClosed). Idempotent; no event here.
   virtual void close() = 0;
 };

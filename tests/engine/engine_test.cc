@@ -326,6 +326,68 @@ workload: { name: consensus, dim: 256 }
     p0.onMessage(2, bytes);
     CHECK(p0.counters().dropped.at("unknown_sender") == 1);
   }
+  SECTION("a bad magic and another version are counted by their reasons") {
+    auto magic = bytes;
+    magic[0] ^= 1;
+    p0.onMessage(1, magic);
+    auto version = bytes;
+    version[4] = 2;
+    p0.onMessage(1, version);
+    CHECK(p0.counters().dropped.at("bad_magic") == 1);
+    CHECK(p0.counters().dropped.at("version") == 1);
+    CHECK(p0.counters().messagesApplied == 0);
+  }
+}
+
+TEST_CASE("envelope: every rejection has its reason and code") {
+  using namespace engine;
+  const std::vector<std::uint8_t> payload = {1, 2, 3, 4, 5};
+  Envelope e;
+  e.flags = kFlagHasHash;
+  e.sender = 7;
+  e.incarnation = 3;
+  e.sequence = 11;
+  e.round = 12;
+  e.liveDegree = 2;
+  e.publicHash = 0x1122334455667788ull;
+  e.messageBytes = static_cast<std::uint32_t>(payload.size());
+  e.payloadCrc = payloadChecksum(payload);
+  std::vector<std::uint8_t> good(kEnvelopeBytes);
+  writeEnvelope(e, good);
+  good.insert(good.end(), payload.begin(), payload.end());
+
+  auto ok = readEnvelope(good);
+  REQUIRE(ok.isOk());
+  CHECK(ok->sender == 7);
+  CHECK(ok->sequence == 11);
+  CHECK(ok->publicHash == 0x1122334455667788ull);
+  CHECK(envelopeErrorReason(ok.status()).empty());
+
+  auto expect = [](std::vector<std::uint8_t> bytes, ErrorCode code, std::string_view reason) {
+    auto r = readEnvelope(bytes);
+    REQUIRE_FALSE(r.isOk());
+    INFO(r.status().toString());
+    CHECK(r.status().code() == code);
+    CHECK(envelopeErrorReason(r.status()) == reason);
+  };
+  expect({good.begin(), good.begin() + 10}, ErrorCode::kDataLoss, "truncated");
+  auto longer = good;
+  longer.push_back(0);
+  expect(longer, ErrorCode::kDataLoss, "truncated");
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto bad = good;
+    bad[i] ^= 0x10;
+    expect(bad, ErrorCode::kDataLoss, "bad_magic");
+  }
+  auto version = good;
+  version[4] = 2;
+  expect(version, ErrorCode::kFailedPrecondition, "version");
+  auto header = good;
+  header[20] ^= 1;
+  expect(header, ErrorCode::kDataLoss, "crc");
+  auto body = good;
+  body.back() ^= 1;
+  expect(body, ErrorCode::kDataLoss, "crc");
 }
 
 TEST_CASE(

@@ -13,14 +13,13 @@
 #include <cstring>
 #include <thread>
 
-#include "runtime/transport/tcp/wire.h"
+#include "runtime/common/byte_order.h"
 #include "tests/transport/bootstrap_test_util.h"
 
 using namespace grapevine;
 using namespace grapevine::transport;
 using namespace grapevine::transport::testing;
 using Clock = std::chrono::steady_clock;
-namespace wire = grapevine::transport::wire;
 
 namespace {
 
@@ -55,14 +54,14 @@ std::pair<std::uint16_t, std::string> readFrame(int fd) {
     if (r <= 0) return {0, ""};
     got += static_cast<std::size_t>(r);
   }
-  std::string body(wire::getU32(h), '\0');
+  std::string body(loadLe32(h), '\0');
   got = 0;
   while (got < body.size()) {
     const ssize_t r = ::read(fd, body.data() + got, body.size() - got);
     if (r <= 0) return {0, ""};
     got += static_cast<std::size_t>(r);
   }
-  return {wire::getU16(h + 4), body};
+  return {loadLe16(h + 4), body};
 }
 
 // A free port: bind to 0, read it, close.
@@ -90,12 +89,12 @@ TEST_CASE("bootstrap: a protocol version mismatch fails both sides at once, nami
     const int fd = dialRaw(port);
     REQUIRE(fd >= 0);
     std::uint8_t frame[6 + 24] = {};
-    wire::putU32(frame, 24);
-    wire::putU16(frame + 4, 1);  // hello
-    wire::putU32(frame + 6, kControlMagic);
-    wire::putU16(frame + 10, 2);  // version 2
-    wire::putU32(frame + 14, 0);  // sender 0
-    wire::putU32(frame + 18, 1);  // receiver 1
+    storeLe32(frame, 24);
+    storeLe16(frame + 4, 1);  // hello
+    storeLe32(frame + 6, kControlMagic);
+    storeLe16(frame + 10, 2);  // version 2
+    storeLe32(frame + 14, 0);  // sender 0
+    storeLe32(frame + 18, 1);  // receiver 1
     REQUIRE(::write(fd, frame, sizeof frame) == sizeof frame);
     // The bootstrap answers with its own hello, then a reject saying why.
     for (int i = 0; i < 3 && reply.first != 2; ++i) reply = readFrame(fd);
@@ -124,8 +123,8 @@ TEST_CASE("bootstrap: an oversized control frame is refused before allocation") 
     const int fd = dialRaw(port);
     REQUIRE(fd >= 0);
     std::uint8_t h[6];
-    wire::putU32(h, 0xF0000000u);  // 3.75 GiB claimed
-    wire::putU16(h + 4, 1);
+    storeLe32(h, 0xF0000000u);  // 3.75 GiB claimed
+    storeLe16(h + 4, 1);
     REQUIRE(::write(fd, h, 6) == 6);
     reply = readFrame(fd);
     ::close(fd);

@@ -11,12 +11,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/common/byte_order.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/connection_core.h"
 #include "runtime/transport/loop.h"
 #include "runtime/transport/registry.h"
-#include "runtime/transport/tcp/socket_util.h"
-#include "runtime/transport/tcp/wire.h"
+#include "runtime/transport/socket_util.h"
 
 namespace grapevine::transport::tcp {
 namespace {
@@ -38,20 +38,20 @@ constexpr std::size_t kGatherFrames = 64;
 
 void encodeHello(std::uint8_t* p, int rank) {
   std::memset(p, 0, kHelloBytes);
-  wire::putU32(p, kHelloMagic);
-  wire::putU16(p + 4, kWireVersion);
-  wire::putU32(p + 8, static_cast<std::uint32_t>(rank));
+  storeLe32(p, kHelloMagic);
+  storeLe16(p + 4, kWireVersion);
+  storeLe32(p + 8, static_cast<std::uint32_t>(rank));
 }
 
 // The sender's rank, or an error naming what is wrong with the hello.
 Result<int> decodeHello(const std::uint8_t* p) {
-  if (wire::getU32(p) != kHelloMagic)
+  if (loadLe32(p) != kHelloMagic)
     return dataLoss("not a grapevine tcp data connection (bad magic)");
-  if (const auto v = wire::getU16(p + 4); v != kWireVersion) {
+  if (const auto v = loadLe16(p + 4); v != kWireVersion) {
     return failedPrecondition("tcp wire version " + std::to_string(v) + ", expected " +
                               std::to_string(kWireVersion));
   }
-  return static_cast<int>(wire::getU32(p + 8));
+  return static_cast<int>(loadLe32(p + 8));
 }
 
 std::chrono::nanoseconds toDuration(double seconds) {
@@ -131,8 +131,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     SendOp& op = sends_.emplace_back();
     op.bytes = bytes;
     op.cb = std::move(cb);
-    wire::putU64(op.header, tag);
-    wire::putU64(op.header + 8, bytes.size());
+    storeLe64(op.header, tag);
+    storeLe64(op.header + 8, bytes.size());
     startWrite();
   }
 
@@ -337,8 +337,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
       if (!inBody_) {
         if (avail < kHeaderBytes) return readIntoStaging();
         const std::uint8_t* h = staging_.data() + stagingBegin_;
-        const Tag tag = wire::getU64(h);
-        const std::uint64_t size = wire::getU64(h + 8);
+        const Tag tag = loadLe64(h);
+        const std::uint64_t size = loadLe64(h + 8);
         if (size > maxMessageBytes_) {
           // Refused before any allocation: the peer is misconfigured or corrupt.
           return fail(resourceExhausted("peer " + std::to_string(peer()) + " sent a frame of " +

@@ -1,4 +1,5 @@
-// Socket settings shared by the TCP data backend and the bootstrap control connections.
+// Socket settings and host:port parsing shared by the TCP data backend (tcp/) and the bootstrap
+// control connections; they live at the transport root so that neither includes the other.
 #pragma once
 
 #include <netinet/in.h>
@@ -13,7 +14,7 @@
 
 #include "runtime/common/status.h"
 
-namespace grapevine::transport::tcp {
+namespace grapevine::transport {
 
 // TCP_NODELAY (frames are small and latency-bound), keepalive probing after a third of the timeout,
 // and TCP_USER_TIMEOUT so unacknowledged data fails the socket after `timeoutSeconds` instead of
@@ -62,4 +63,4 @@ inline std::string formatEndpoint(const boost::asio::ip::tcp::endpoint& ep) {
   return (ep.address().is_v6() ? "[" + host + "]" : host) + ":" + std::to_string(ep.port());
 }
 
-}  // namespace grapevine::transport::tcp
+}  // namespace grapevine::transport

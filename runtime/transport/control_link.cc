@@ -1,0 +1,315 @@
+#include "runtime/transport/control_link.h"
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/common/log.h"
+#include "runtime/transport/socket_util.h"
+
+namespace grapevine::transport {
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = ControlLink::Clock;
+using namespace handshake;
+
+std::chrono::nanoseconds seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
+}
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+std::string formatSeconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", s);
+  return b;
+}
+
+ControlLink::ControlLink(Loop& loop, int peer, std::shared_ptr<const BootstrapOptions> options,
+                         std::shared_ptr<const Hello> ours, std::vector<std::uint8_t> oursEncoded,
+                         HandshakeDone onHandshake)
+    : loop_(loop),
+      peer_(peer),
+      optionsHolder_(std::move(options)),
+      options_(*optionsHolder_),
+      ours_(std::move(ours)),
+      oursEncoded_(std::move(oursEncoded)),
+      onHandshake_(std::move(onHandshake)),
+      socket_(loop.io()),
+      timer_(loop.io()),
+      rng_(static_cast<std::uint64_t>(options_.rank) * 1000003u ^ options_.incarnation ^
+           static_cast<std::uint64_t>(peer)) {}
+
+void ControlLink::moveTo(State next) {
+  if (next <= state_) {
+    // Always on (the default build defines NDEBUG): a link that went back to an earlier state would
+    // write on a closed socket or report a handshake twice.
+    log::error("control link to peer ", peer_, ": state ", static_cast<int>(state_), " -> ",
+               static_cast<int>(next), " goes backwards");
+    std::abort();
+  }
+  state_ = next;
+}
+
+void ControlLink::dial(tcp::endpoint endpoint, Clock::time_point deadline) {
+  moveTo(State::kDialing);
+  endpoint_ = endpoint;
+  deadline_ = deadline;
+  attemptConnect();
+}
+
+void ControlLink::adopt(tcp::socket socket, std::vector<std::uint8_t> hello) {
+  moveTo(State::kHandshaking);
+  socket_ = std::move(socket);
+  configureSocket(socket_, options_.connectTimeoutSeconds);
+  queue(kHello, oursEncoded_);
+  onFrame(kHello, hello);
+  if (state_ != State::kClosed) readFrame();
+}
+
+void ControlLink::startHeartbeats() {
+  onHandshake_ = nullptr;
+  if (state_ != State::kHandshaken) return;  // lost between its handshake and the bootstrap's end
+  moveTo(State::kConnected);
+  lastHeard_ = Clock::now();
+  tick();
+}
+
+void ControlLink::closeAfterFlush() {
+  onHandshake_ = nullptr;
+  if (state_ >= State::kClosing) return;
+  if (out_.empty() || !socketOpen()) return shutdown();
+  moveTo(State::kClosing);
+}
+
+Status ControlLink::unreachable() const {
+  return unavailable("neighbour " + std::to_string(peer_) + " at " + formatEndpoint(endpoint_) +
+                     " unreachable for " + formatSeconds(options_.connectTimeoutSeconds) + ": " +
+                     (lastError_.empty() ? "no answer" : lastError_) + " (" +
+                     std::to_string(attempts_) + " attempts)");
+}
+
+Status ControlLink::send(std::uint16_t type, std::span<const std::uint8_t> payload) {
+  if (state_ == State::kClosed) {
+    return unavailable("control connection to peer " + std::to_string(peer_) + " is closed");
+  }
+  if (payload.size() + 2 > options_.maxControlFrameBytes) {
+    return resourceExhausted("control message of " + std::to_string(payload.size()) +
+                             " bytes exceeds maxControlFrameBytes");
+  }
+  queue(kUser, encodeUserMessage(type, payload));
+  return Status::ok();
+}
+
+void ControlLink::attemptConnect() {
+  ++attempts_;
+  socket_ = tcp::socket(loop_.io());
+  socket_.async_connect(endpoint_, [self = shared_from_this()](boost::system::error_code ec) {
+    if (self->state_ != State::kDialing) return;  // closed meanwhile
+    if (!ec) {
+      configureSocket(self->socket_, self->options_.connectTimeoutSeconds);
+      self->moveTo(State::kHandshaking);
+      self->queue(kHello, self->oursEncoded_);
+      self->readFrame();
+      return;
+    }
+    // Capped exponential backoff with jitter, until the deadline.
+    const double base = std::min(1.0, 0.02 * double(1u << std::min(self->attempts_, 6)));
+    const auto jittered =
+        seconds(base * std::uniform_real_distribution<double>(0.5, 1.5)(self->rng_));
+    const auto now = Clock::now();
+    self->lastError_ = ec.message();
+    if (now >= self->deadline_) return self->handshakeFailed(self->unreachable());
+    // The last attempt is made at the deadline itself.
+    self->timer_.expires_after(std::min<std::chrono::nanoseconds>(jittered, self->deadline_ - now));
+    self->timer_.async_wait([self](boost::system::error_code tec) {
+      if (!tec && self->state_ == State::kDialing) self->attemptConnect();
+    });
+  });
+}
+
+void ControlLink::handshakeFailed(Status status) {
+  if (auto cb = std::move(onHandshake_)) {
+    onHandshake_ = nullptr;
+    cb(*this, std::move(status));
+  }
+}
+
+void ControlLink::queue(std::uint16_t type, std::span<const std::uint8_t> payload) {
+  out_.push_back(encodeFrame(type, payload));
+  writeNext();
+}
+
+void ControlLink::writeNext() {
+  if (writing_ || out_.empty() || !socketOpen()) return;
+  writing_ = true;
+  asio::async_write(socket_, asio::buffer(out_.front()),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      self->writing_ = false;
+                      if (self->state_ == State::kClosed) return;
+                      self->out_.pop_front();
+                      if (ec) return self->lost("writing: " + ec.message());
+                      if (self->out_.empty() && self->state_ == State::kClosing) {
+                        return self->shutdown();
+                      }
+                      self->writeNext();
+                    });
+}
+
+void ControlLink::readFrame() {
+  asio::async_read(socket_, asio::buffer(header_, kFrameHeaderBytes),
+                   [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                     if (self->state_ == State::kClosed) return;
+                     if (ec)
+                       return self->lost(ec == asio::error::eof ? "closed by peer" : ec.message());
+                     const FrameHeader h = decodeFrameHeader(self->header_);
+                     if (h.payloadBytes > self->options_.maxControlFrameBytes) {
+                       // Refused before allocating anything for it.
+                       return self->protocolError(
+                           resourceExhausted("control frame of " + std::to_string(h.payloadBytes) +
+                                             " bytes from peer " + std::to_string(self->peer_) +
+                                             " exceeds maxControlFrameBytes " +
+                                             std::to_string(self->options_.maxControlFrameBytes)),
+                           /*tellPeer=*/true);
+                     }
+                     self->body_.resize(h.payloadBytes);
+                     asio::async_read(
+                         self->socket_, asio::buffer(self->body_),
+                         [self, type = h.type](boost::system::error_code ec2, std::size_t) {
+                           if (self->state_ == State::kClosed) return;
+                           if (ec2) return self->lost(ec2.message());
+                           self->onFrame(type, self->body_);
+                           if (self->state_ < State::kClosing) self->readFrame();
+                         });
+                   });
+}
+
+void ControlLink::onFrame(std::uint16_t type, std::span<const std::uint8_t> body) {
+  lastHeard_ = Clock::now();
+  if (missed_) {
+    missed_ = false;
+    emit(ControlEventKind::kHeartbeatsResumed, 0,
+         "peer " + std::to_string(peer_) + " heartbeats resumed");
+  }
+  switch (state_) {
+    case State::kHandshaking:
+      return onHandshakeFrame(type, body);
+    case State::kHandshaken:
+    case State::kConnected:
+      break;
+    default:
+      return;  // kClosing: leaving, the peer has been told why
+  }
+  switch (type) {
+    case kHeartbeat:
+      break;
+    case kUser:
+      if (auto m = decodeUserMessage(body); m.isOk() && options_.onMessage) {
+        options_.onMessage(peer_, m->type, m->bytes);
+      }
+      break;
+    case kReject:
+      lost("peer rejected: " + decodeReject(body));
+      break;
+    default:
+      break;  // unknown types are ignored: newer minor additions
+  }
+}
+
+void ControlLink::onHandshakeFrame(std::uint16_t type, std::span<const std::uint8_t> body) {
+  if (type == kReject) {
+    return protocolError(failedPrecondition("peer " + std::to_string(peer_) +
+                                            " rejected the handshake: " + decodeReject(body)),
+                         /*tellPeer=*/false);
+  }
+  if (type != kHello) {
+    return protocolError(dataLoss("peer " + std::to_string(peer_) + " sent frame type " +
+                                  std::to_string(type) + " before its hello"),
+                         /*tellPeer=*/false);
+  }
+  auto theirs = decodeHello(body);
+  Status st = theirs.isOk() ? Status::ok() : theirs.status();
+  if (st.isOk()) {
+    if (theirs->sender != peer_) {
+      st = failedPrecondition("expected peer " + std::to_string(peer_) + ", but peer " +
+                              std::to_string(theirs->sender) + " answered");
+    } else {
+      st = compareHellos(*ours_, *theirs);
+    }
+  }
+  if (!st.isOk()) return protocolError(std::move(st), /*tellPeer=*/true);
+  theirs_ = std::move(theirs).value();
+  moveTo(State::kHandshaken);
+  if (auto cb = std::move(onHandshake_)) {
+    onHandshake_ = nullptr;
+    cb(*this, Status::ok());
+  }
+}
+
+// A broken handshake or a protocol violation. With `tellPeer` a reject carrying the status message
+// is queued first: during the handshake the link then closes once it is written; afterwards the
+// link closes at once (the reject goes out only if its write gets through first).
+void ControlLink::protocolError(Status status, bool tellPeer) {
+  if (tellPeer) queue(kReject, encodeReject(status.message()));
+  if (handshakeDone()) return lost(status.message());
+  if (tellPeer && state_ < State::kClosing) moveTo(State::kClosing);
+  handshakeFailed(std::move(status));
+  // The callback may have asked for a flushed close already (the bootstrap failing as a whole).
+  if (state_ != State::kClosing) shutdown();
+}
+
+void ControlLink::lost(const std::string& why) {
+  if (state_ == State::kClosed) return;
+  if (!handshakeDone()) {
+    handshakeFailed(unavailable("control connection to neighbour " + std::to_string(peer_) +
+                                " lost during the handshake: " + why));
+    return shutdown();
+  }
+  const bool handedOut = state_ == State::kConnected;
+  shutdown();
+  if (handedOut) {
+    emit(ControlEventKind::kClosed, secondsSince(lastHeard_),
+         "control connection to peer " + std::to_string(peer_) + " closed: " + why);
+  }
+}
+
+void ControlLink::shutdown() {
+  if (state_ == State::kClosed) return;
+  moveTo(State::kClosed);
+  onHandshake_ = nullptr;
+  boost::system::error_code ec;
+  timer_.cancel();
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+}
+
+void ControlLink::emit(ControlEventKind kind, double silent, std::string message) {
+  if (!options_.onEvent) return;
+  ControlEvent e{peer_, kind, silent, std::move(message)};
+  options_.onEvent(e);
+}
+
+void ControlLink::tick() {
+  if (state_ != State::kConnected) return;
+  if (out_.size() < 16) queue(kHeartbeat, {});  // a stalled peer does not grow the queue
+  const double silent = secondsSince(lastHeard_);
+  const double limit = options_.heartbeatIntervalSeconds * options_.missedHeartbeats;
+  if (!missed_ && silent > limit) {
+    missed_ = true;
+    emit(ControlEventKind::kMissedHeartbeats, silent,
+         "peer " + std::to_string(peer_) + " missed heartbeats for " + formatSeconds(silent));
+  }
+  timer_.expires_after(seconds(options_.heartbeatIntervalSeconds));
+  timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (!ec && self) self->tick();
+  });
+}
+
+}  // namespace grapevine::transport

@@ -1,0 +1,147 @@
+// One bootstrap control connection to one neighbour: dialing with backoff (the lower rank), the
+// handshake (hellos cross, each side compares), then, once the bootstrap hands it out, heartbeats,
+// liveness events and small control messages until it closes. The bootstrap (bootstrap.cc) decides
+// who dials whom and collects the links; the bytes are handshake.h's.
+//
+// State: one enum that only moves forward (like Gloo's tcp::Pair). A backwards transition is a bug
+// and aborts in every build type:
+//
+//   kIdle --dial()--> kDialing --connected--> kHandshaking --their hello agrees--> kHandshaken
+//   kIdle --adopt()-----------------------> kHandshaking
+//   kHandshaken --startHeartbeats()--> kConnected
+//   any --> kClosing (flush the queued reject, then close) --> kClosed
+//   any --> kClosed
+//
+// Thread: everything runs on the Loop thread: every method below is called there (the bootstrap
+// runs there; a ControlChannel's user calls send()/close() there, or while no thread runs the
+// loop), and every Asio completion and callback (HandshakeDone, onEvent, onMessage) runs there,
+// never inline in the method that caused it except where a method says so.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "runtime/transport/bootstrap.h"
+#include "runtime/transport/handshake.h"
+#include "runtime/transport/loop.h"
+
+namespace grapevine::transport {
+
+// "1.5 s": how the bootstrap's messages print durations.
+std::string formatSeconds(double seconds);
+
+class ControlLink : public ControlChannel, public std::enable_shared_from_this<ControlLink> {
+ public:
+  enum class State : std::uint8_t {
+    kIdle,         // created; the accepting side waits here for the dialer's socket (adopt)
+    kDialing,      // connect attempts with capped backoff and jitter until the deadline
+    kHandshaking,  // socket open, our hello queued, waiting for theirs
+    kHandshaken,   // their hello agreed with ours; waiting for the bootstrap to hand us out
+    kConnected,    // handed out: heartbeats, liveness events, user messages
+    kClosing,      // writing what is queued (a reject), then closing; reads nothing more
+    kClosed,
+  };
+  using Clock = std::chrono::steady_clock;
+  // Runs at most once, on the Loop thread: ok when their hello agreed, else why the handshake
+  // failed. Not called after shutdown()/closeAfterFlush()/startHeartbeats().
+  using HandshakeDone = std::function<void(ControlLink&, Status)>;
+
+  // `ours` is our hello to this peer (its receiver field names it) and `oursEncoded` its bytes.
+  ControlLink(Loop& loop, int peer, std::shared_ptr<const BootstrapOptions> options,
+              std::shared_ptr<const handshake::Hello> ours, std::vector<std::uint8_t> oursEncoded,
+              HandshakeDone onHandshake);
+
+  // --- for the bootstrap (Loop thread)
+  // ------------------------------------------------------------
+
+  // kIdle -> kDialing: connects to `endpoint`, retrying until `deadline` (the last attempt is made
+  // at the deadline itself); then HandshakeDone gets unreachable(). Non-blocking.
+  void dial(boost::asio::ip::tcp::endpoint endpoint, Clock::time_point deadline);
+  // kIdle -> kHandshaking: an accepted socket whose first frame, the dialer's hello, was already
+  // read. Answers with our hello and checks theirs; HandshakeDone may run inline here.
+  void adopt(boost::asio::ip::tcp::socket socket, std::vector<std::uint8_t> hello);
+  // kHandshaken -> kConnected: starts heartbeats and liveness events once the bootstrap handed the
+  // channel to the caller. No effect on a link that already closed.
+  void startHeartbeats();
+  // Closes once the queued frames (a reject) are written, so that the peer gets to read why.
+  // Reports nothing. Idempotent.
+  void closeAfterFlush();
+
+  State state() const { return state_; }
+  bool awaitingDialer() const { return state_ == State::kIdle; }
+  bool dialing() const { return state_ == State::kDialing; }
+  // True once their hello agreed with ours; stays true after a close.
+  bool handshakeDone() const { return theirs_.has_value(); }
+  // Their hello; only when handshakeDone().
+  const handshake::Hello& theirs() const { return *theirs_; }
+  // "neighbour 1 at 10.0.0.2:7000 unreachable for 10.0 s: Connection refused (12 attempts)"
+  Status unreachable() const;
+
+  // --- ControlChannel (Loop thread)
+  // ---------------------------------------------------------------
+
+  int peer() const override { return peer_; }
+  Status send(std::uint16_t type, std::span<const std::uint8_t> payload) override;
+  // Any state -> kClosed at once; reports nothing. Idempotent.
+  void close() override { shutdown(); }
+
+ private:
+  void moveTo(State next);  // forward only; aborts otherwise
+  bool socketOpen() const { return state_ >= State::kHandshaking && state_ < State::kClosed; }
+
+  void attemptConnect();
+  void handshakeFailed(Status status);
+  void queue(std::uint16_t type, std::span<const std::uint8_t> payload);
+  void writeNext();
+  void readFrame();
+  void onFrame(std::uint16_t type, std::span<const std::uint8_t> body);
+  void onHandshakeFrame(std::uint16_t type, std::span<const std::uint8_t> body);
+  void protocolError(Status status, bool tellPeer);
+  void lost(const std::string& why);
+  void shutdown();
+  void emit(ControlEventKind kind, double silent, std::string message);
+  void tick();
+
+  Loop& loop_;
+  const int peer_;
+  std::shared_ptr<const BootstrapOptions> optionsHolder_;  // shared with the bootstrap and links
+  const BootstrapOptions& options_;
+  std::shared_ptr<const handshake::Hello> ours_;
+  const std::vector<std::uint8_t> oursEncoded_;
+  HandshakeDone onHandshake_;
+  State state_ = State::kIdle;
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer timer_;  // connect backoff, then the heartbeat interval
+
+  // Dialing.
+  std::mt19937_64 rng_;
+  boost::asio::ip::tcp::endpoint endpoint_;
+  Clock::time_point deadline_{};
+  int attempts_ = 0;
+  std::string lastError_;
+
+  // Frames out: one async_write at a time, in order.
+  std::deque<std::vector<std::uint8_t>> out_;
+  bool writing_ = false;
+  // Frames in.
+  std::uint8_t header_[handshake::kFrameHeaderBytes];
+  std::vector<std::uint8_t> body_;
+  std::optional<handshake::Hello> theirs_;
+
+  // Liveness (kConnected).
+  Clock::time_point lastHeard_ = Clock::now();
+  bool missed_ = false;  // kMissedHeartbeats raised, kHeartbeatsResumed not yet
+};
+
+}  // namespace grapevine::transport

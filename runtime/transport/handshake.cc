@@ -1,0 +1,215 @@
+#include "runtime/transport/handshake.h"
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "runtime/common/byte_order.h"
+
+namespace grapevine::transport::handshake {
+namespace {
+
+std::string hex(std::uint64_t v) {
+  char b[19];
+  std::snprintf(b, sizeof b, "%#018llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+void append(std::vector<std::uint8_t>& out, const void* data, std::size_t n) {
+  const auto* b = static_cast<const std::uint8_t*>(data);
+  out.insert(out.end(), b, b + n);
+}
+template <typename T>
+void appendLe(std::vector<std::uint8_t>& out, T v) {
+  std::uint8_t tmp[sizeof(T)];
+  storeLe(tmp, v);
+  append(out, tmp, sizeof tmp);
+}
+
+Status tooLong(const char* field, std::size_t n, std::size_t limit) {
+  return invalidArgument("hello: " + std::string(field) + " of " + std::to_string(n) +
+                         " exceeds its limit of " + std::to_string(limit));
+}
+
+// Reads fields front to back; every read first checks that the field fits.
+class Reader {
+ public:
+  Reader(std::span<const std::uint8_t> p, std::size_t at, int sender)
+      : p_(p), at_(at), sender_(sender) {}
+
+  Status need(std::size_t n, const char* field) const {
+    if (at_ + n <= p_.size()) return Status::ok();
+    return dataLoss("truncated hello from peer " + std::to_string(sender_) + ": " + field +
+                    " needs " + std::to_string(n) + " bytes at offset " + std::to_string(at_) +
+                    ", the hello has " + std::to_string(p_.size()));
+  }
+  template <typename T>
+  Result<T> le(const char* field) {
+    GV_RETURN_IF_ERROR(need(sizeof(T), field));
+    const T v = loadLe<T>(p_.data() + at_);
+    at_ += sizeof(T);
+    return v;
+  }
+  Result<std::span<const std::uint8_t>> bytes(std::size_t n, const char* field) {
+    GV_RETURN_IF_ERROR(need(n, field));
+    const auto s = p_.subspan(at_, n);
+    at_ += n;
+    return s;
+  }
+
+ private:
+  std::span<const std::uint8_t> p_;
+  std::size_t at_;
+  int sender_;
+};
+
+std::string text(std::span<const std::uint8_t> b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+}  // namespace
+
+FrameHeader decodeFrameHeader(const std::uint8_t* header) {
+  return FrameHeader{loadLe32(header), loadLe16(header + 4)};
+}
+
+std::vector<std::uint8_t> encodeFrame(std::uint16_t type, std::span<const std::uint8_t> payload) {
+  std::vector<std::uint8_t> f(kFrameHeaderBytes + payload.size());
+  storeLe32(f.data(), static_cast<std::uint32_t>(payload.size()));
+  storeLe16(f.data() + 4, type);
+  if (!payload.empty()) std::memcpy(f.data() + kFrameHeaderBytes, payload.data(), payload.size());
+  return f;
+}
+
+Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
+  if (h.backend.size() > kMaxBackendNameBytes) {
+    return tooLong("backend name", h.backend.size(), kMaxBackendNameBytes);
+  }
+  if (h.address.size() > kMaxAddressBytes) {
+    return tooLong("address", h.address.size(), kMaxAddressBytes);
+  }
+  if (h.parts.size() > kMaxConfigParts) {
+    return tooLong("number of config parts", h.parts.size(), kMaxConfigParts);
+  }
+  for (const ConfigPart& part : h.parts) {
+    if (part.name.size() > kMaxPartNameBytes) {
+      return tooLong(("config part name '" + part.name.substr(0, 16) + "...'").c_str(),
+                     part.name.size(), kMaxPartNameBytes);
+    }
+  }
+  std::vector<std::uint8_t> p(kHelloFixedBytes);
+  storeLe32(p.data(), kControlMagic);
+  storeLe16(p.data() + 4, h.version);
+  storeLe16(p.data() + 6, 0);  // reserved
+  storeLe32(p.data() + 8, static_cast<std::uint32_t>(h.sender));
+  storeLe32(p.data() + 12, static_cast<std::uint32_t>(h.receiver));
+  storeLe64(p.data() + 16, h.incarnation);
+  appendLe(p, static_cast<std::uint16_t>(h.backend.size()));
+  append(p, h.backend.data(), h.backend.size());
+  appendLe(p, static_cast<std::uint32_t>(h.address.size()));
+  append(p, h.address.data(), h.address.size());
+  appendLe(p, static_cast<std::uint16_t>(h.parts.size()));
+  for (const ConfigPart& part : h.parts) {
+    appendLe(p, static_cast<std::uint8_t>(part.name.size()));
+    append(p, part.name.data(), part.name.size());
+    appendLe(p, part.hash);
+  }
+  return p;
+}
+
+Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> p) {
+  if (p.size() < kHelloFixedBytes) {
+    return dataLoss("not a grapevine control connection (short hello: " + std::to_string(p.size()) +
+                    " bytes, the fixed part alone is " + std::to_string(kHelloFixedBytes) + ")");
+  }
+  if (loadLe32(p.data()) != kControlMagic) {
+    return dataLoss("not a grapevine control connection (bad magic)");
+  }
+  HelloPrefix h;
+  h.version = loadLe16(p.data() + 4);
+  h.sender = static_cast<int>(loadLe32(p.data() + 8));
+  h.receiver = static_cast<int>(loadLe32(p.data() + 12));
+  h.incarnation = loadLe64(p.data() + 16);
+  return h;
+}
+
+Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
+  GV_ASSIGN_OR_RETURN(const HelloPrefix prefix, decodeHelloPrefix(p));
+  if (prefix.version != kControlProtocolVersion) {
+    return failedPrecondition(
+        "control protocol version mismatch with peer " + std::to_string(prefix.sender) + ": ours " +
+        std::to_string(kControlProtocolVersion) + ", theirs " + std::to_string(prefix.version));
+  }
+  Hello h;
+  static_cast<HelloPrefix&>(h) = prefix;
+  Reader r(p, kHelloFixedBytes, h.sender);
+  GV_ASSIGN_OR_RETURN(const std::uint16_t backendBytes, r.le<std::uint16_t>("backend length"));
+  GV_ASSIGN_OR_RETURN(const auto backend, r.bytes(backendBytes, "backend name"));
+  h.backend = text(backend);
+  GV_ASSIGN_OR_RETURN(const std::uint32_t addressBytes, r.le<std::uint32_t>("address length"));
+  GV_ASSIGN_OR_RETURN(const auto address, r.bytes(addressBytes, "address"));
+  h.address.assign(address.begin(), address.end());
+  GV_ASSIGN_OR_RETURN(const std::uint16_t parts, r.le<std::uint16_t>("config part count"));
+  for (std::size_t i = 0; i < parts; ++i) {
+    GV_ASSIGN_OR_RETURN(const std::uint8_t nameBytes,
+                        r.le<std::uint8_t>("config part name length"));
+    GV_ASSIGN_OR_RETURN(const auto name, r.bytes(nameBytes, "config part name"));
+    GV_ASSIGN_OR_RETURN(const std::uint64_t hash, r.le<std::uint64_t>("config part hash"));
+    h.parts.push_back(ConfigPart{text(name), hash});
+  }
+  return h;
+}
+
+Status compareHellos(const Hello& ours, const Hello& theirs) {
+  const std::string who = "peer " + std::to_string(theirs.sender);
+  if (theirs.receiver != ours.sender) {
+    return failedPrecondition(who + " expected to reach peer " + std::to_string(theirs.receiver) +
+                              " but reached peer " + std::to_string(ours.sender));
+  }
+  if (ours.backend != theirs.backend) {
+    return failedPrecondition("transport backend mismatch with " + who + ": ours '" + ours.backend +
+                              "', theirs '" + theirs.backend + "'");
+  }
+  std::map<std::string, std::uint64_t> a, b;
+  for (const auto& p : ours.parts) a[p.name] = p.hash;
+  for (const auto& p : theirs.parts) b[p.name] = p.hash;
+  std::string diffs;
+  auto add = [&diffs](const std::string& d) { diffs += (diffs.empty() ? "" : "; ") + d; };
+  for (const auto& [name, hash] : a) {
+    auto it = b.find(name);
+    if (it == b.end()) {
+      add("part '" + name + "' missing on " + who);
+    } else if (it->second != hash) {
+      add("part '" + name + "' differs (ours " + hex(hash) + ", theirs " + hex(it->second) + ")");
+    }
+  }
+  for (const auto& [name, hash] : b) {
+    if (!a.count(name)) add("part '" + name + "' only on " + who);
+  }
+  if (!diffs.empty()) return failedPrecondition("config mismatch with " + who + ": " + diffs);
+  return Status::ok();
+}
+
+std::span<const std::uint8_t> encodeReject(std::string_view reason) {
+  return {reinterpret_cast<const std::uint8_t*>(reason.data()), reason.size()};
+}
+
+std::string decodeReject(std::span<const std::uint8_t> payload) { return text(payload); }
+
+std::vector<std::uint8_t> encodeUserMessage(std::uint16_t type,
+                                            std::span<const std::uint8_t> bytes) {
+  std::vector<std::uint8_t> body(2 + bytes.size());
+  storeLe16(body.data(), type);
+  if (!bytes.empty()) std::memcpy(body.data() + 2, bytes.data(), bytes.size());
+  return body;
+}
+
+Result<UserMessage> decodeUserMessage(std::span<const std::uint8_t> payload) {
+  if (payload.size() < 2) {
+    return dataLoss("control message of " + std::to_string(payload.size()) +
+                    " bytes is shorter than its 2-byte type");
+  }
+  return UserMessage{loadLe16(payload.data()), payload.subspan(2)};
+}
+
+}  // namespace grapevine::transport::handshake

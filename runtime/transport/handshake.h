@@ -1,0 +1,91 @@
+// The bootstrap's control protocol as bytes: control frames, the hello both peers send, the reject.
+// Pure functions, no I/O and no state, so every malformed input can be tested without a socket.
+// docs/transports.md has the tables.
+//
+// Control frame: u32 payload length | u16 type | payload (little-endian).
+// Hello payload: a 24-byte fixed prefix that is the same in every protocol version (so a version
+// mismatch can still be attributed to a peer): magic u32 | version u16 | reserved u16 | sender u32
+// | receiver u32 | incarnation u64; then u16 length + backend name, u32 length + address blob, u16
+// count + that many config parts (u8 name length, name, u64 hash). There is no separate "accept"
+// message: the acceptor answers the dialer's hello with its own hello, and each side compares the
+// two itself (compareHellos); a side that finds a difference sends a reject whose payload is the
+// reason as UTF-8 text.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/common/status.h"
+#include "runtime/transport/bootstrap.h"
+
+namespace grapevine::transport::handshake {
+
+inline constexpr std::size_t kFrameHeaderBytes = 6;
+enum FrameType : std::uint16_t { kHello = 1, kReject = 2, kHeartbeat = 3, kUser = 4 };
+
+struct FrameHeader {
+  std::uint32_t payloadBytes = 0;
+  std::uint16_t type = 0;
+};
+
+// Reads the kFrameHeaderBytes at `header`. Every value is well-formed; the caller checks the length
+// against its limit before allocating anything for the payload.
+FrameHeader decodeFrameHeader(const std::uint8_t* header);
+// Header + payload, ready to write.
+std::vector<std::uint8_t> encodeFrame(std::uint16_t type, std::span<const std::uint8_t> payload);
+
+inline constexpr std::size_t kHelloFixedBytes = 24;
+// Field limits set by the widths of their length prefixes.
+inline constexpr std::size_t kMaxBackendNameBytes = 0xFFFF;
+inline constexpr std::size_t kMaxAddressBytes = 0xFFFFFFFF;
+inline constexpr std::size_t kMaxConfigParts = 0xFFFF;
+inline constexpr std::size_t kMaxPartNameBytes = 0xFF;
+
+// The fixed prefix of a hello: readable whatever the protocol version.
+struct HelloPrefix {
+  std::uint16_t version = kControlProtocolVersion;
+  int sender = -1;
+  int receiver = -1;  // whom the sender means to reach
+  std::uint64_t incarnation = 0;
+};
+
+struct Hello : HelloPrefix {
+  std::string backend;                // the data backend's name
+  std::vector<std::uint8_t> address;  // the data backend's address blob
+  std::vector<ConfigPart> parts;
+};
+
+// Errors: kInvalidArgument when a field does not fit its length prefix (the k*Max* limits above).
+Result<std::vector<std::uint8_t>> encodeHello(const Hello& hello);
+// Checks the length and magic of the fixed prefix only (any version). Errors: kDataLoss (shorter
+// than kHelloFixedBytes, bad magic).
+Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> payload);
+// A whole hello. Errors: those of decodeHelloPrefix; kFailedPrecondition for a protocol version
+// other than ours (naming both); kDataLoss when a field runs past the end (naming the field).
+// Bytes after the last config part are ignored (room for additions in the same version).
+Result<Hello> decodeHello(std::span<const std::uint8_t> payload);
+
+// Every difference between our hello and theirs, or ok: the receiver they meant to reach, the
+// backend, and every config part (missing, extra, or with a different hash). Symmetric: both sides
+// name the same parts. Errors: kFailedPrecondition.
+Status compareHellos(const Hello& ours, const Hello& theirs);
+
+// A reject's payload is its reason as text.
+std::span<const std::uint8_t> encodeReject(std::string_view reason);
+std::string decodeReject(std::span<const std::uint8_t> payload);
+
+// A user message's payload: u16 user type | bytes.
+struct UserMessage {
+  std::uint16_t type = 0;
+  std::span<const std::uint8_t> bytes;  // a view into the decoded payload
+};
+std::vector<std::uint8_t> encodeUserMessage(std::uint16_t type,
+                                            std::span<const std::uint8_t> bytes);
+// Errors: kDataLoss when shorter than the u16 type.
+Result<UserMessage> decodeUserMessage(std::span<const std::uint8_t> payload);
+
+}  // namespace grapevine::transport::handshake

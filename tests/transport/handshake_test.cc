@@ -1,0 +1,243 @@
+// The bootstrap's control protocol codec on its own: no sockets, every malformed input named.
+#include "runtime/transport/handshake.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "runtime/common/byte_order.h"
+
+using namespace grapevine;
+using namespace grapevine::transport;
+using namespace grapevine::transport::handshake;
+
+namespace {
+
+Hello sampleHello() {
+  Hello h;
+  h.sender = 3;
+  h.receiver = 5;
+  h.incarnation = 0x0102030405060708ull;
+  h.backend = "tcp";
+  h.address = {'1', '2', '7', '.', '0', '.', '0', '.', '1', ':', '9'};
+  h.parts = {{"topology", 0x1111}, {"compression", 0xABCDEF0123456789ull}};
+  return h;
+}
+
+std::vector<std::uint8_t> encoded(const Hello& h) {
+  auto bytes = encodeHello(h);
+  REQUIRE(bytes.isOk());
+  return std::move(bytes).value();
+}
+
+bool contains(const Status& s, const std::string& what) {
+  return s.message().find(what) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("handshake: a control frame is length | type | payload, little-endian") {
+  const std::vector<std::uint8_t> payload = {9, 8, 7};
+  const auto frame = encodeFrame(kUser, payload);
+  CHECK(frame == std::vector<std::uint8_t>{3, 0, 0, 0, 4, 0, 9, 8, 7});
+  const FrameHeader h = decodeFrameHeader(frame.data());
+  CHECK(h.payloadBytes == 3);
+  CHECK(h.type == kUser);
+  CHECK(encodeFrame(kHeartbeat, {}) == std::vector<std::uint8_t>{0, 0, 0, 0, 3, 0});
+}
+
+TEST_CASE("handshake: the hello's bytes are the documented layout") {
+  Hello h;
+  h.sender = 1;
+  h.receiver = 2;
+  h.incarnation = 7;
+  h.backend = "ab";
+  h.address = {0xEE};
+  h.parts = {{"m", 0x0807060504030201ull}};
+  const std::vector<std::uint8_t> want = {0x47, 0x56, 0x42, 0x53,                 // magic "GVBS"
+                                          1,    0,                                // version
+                                          0,    0,                                // reserved
+                                          1,    0,    0,    0,                    // sender
+                                          2,    0,    0,    0,                    // receiver
+                                          7,    0,    0,    0,    0,    0, 0, 0,  // incarnation
+                                          2,    0,    'a',  'b',                  // backend
+                                          1,    0,    0,    0,    0xEE,           // address
+                                          1,    0,                                // one part
+                                          1,    'm',  1,    2,    3,    4, 5, 6, 7, 8};
+  CHECK(encoded(h) == want);
+}
+
+TEST_CASE("handshake: hellos round-trip") {
+  const Hello h = sampleHello();
+  const auto bytes = encoded(h);
+  auto back = decodeHello(bytes);
+  REQUIRE(back.isOk());
+  CHECK(back->version == kControlProtocolVersion);
+  CHECK(back->sender == 3);
+  CHECK(back->receiver == 5);
+  CHECK(back->incarnation == h.incarnation);
+  CHECK(back->backend == "tcp");
+  CHECK(back->address == h.address);
+  REQUIRE(back->parts.size() == 2);
+  CHECK(back->parts[1].name == "compression");
+  CHECK(back->parts[1].hash == 0xABCDEF0123456789ull);
+  CHECK(compareHellos(*back, h).code() == ErrorCode::kFailedPrecondition);  // receiver 5 != 3
+
+  Hello empty;
+  empty.sender = 0;
+  empty.receiver = 1;
+  auto e = decodeHello(encoded(empty));
+  REQUIRE(e.isOk());
+  CHECK(e->backend.empty());
+  CHECK(e->address.empty());
+  CHECK(e->parts.empty());
+
+  // Bytes after the last part are room for additions within a version: ignored.
+  auto longer = bytes;
+  longer.push_back(0x5A);
+  CHECK(decodeHello(longer).isOk());
+}
+
+TEST_CASE("handshake: every truncation of a hello is data loss, naming what is short") {
+  const auto bytes = encoded(sampleHello());
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    const std::vector<std::uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<long>(n));
+    auto r = decodeHello(cut);
+    INFO("length " << n << ": " << r.status().toString());
+    REQUIRE_FALSE(r.isOk());
+    CHECK(r.status().code() == ErrorCode::kDataLoss);
+    if (n < kHelloFixedBytes) {
+      CHECK(contains(r.status(), "short hello"));
+      CHECK_FALSE(decodeHelloPrefix(cut).isOk());
+    } else {
+      CHECK(contains(r.status(), "truncated hello from peer 3"));
+      CHECK(decodeHelloPrefix(cut).isOk());
+    }
+  }
+}
+
+TEST_CASE("handshake: a bad magic is data loss") {
+  const auto bytes = encoded(sampleHello());
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto bad = bytes;
+    bad[i] ^= 0x20;
+    for (const Status& s : {decodeHello(bad).status(), decodeHelloPrefix(bad).status()}) {
+      INFO("byte " << i << ": " << s.toString());
+      CHECK(s.code() == ErrorCode::kDataLoss);
+      CHECK(contains(s, "bad magic"));
+    }
+  }
+}
+
+TEST_CASE("handshake: another protocol version is a failed precondition naming both") {
+  auto bytes = encoded(sampleHello());
+  storeLe16(bytes.data() + 4, 2);
+  auto r = decodeHello(bytes);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == ErrorCode::kFailedPrecondition);
+  CHECK(r.status().message() == "control protocol version mismatch with peer 3: ours 1, theirs 2");
+  // The fixed prefix still tells who it was.
+  auto prefix = decodeHelloPrefix(bytes);
+  REQUIRE(prefix.isOk());
+  CHECK(prefix->version == 2);
+  CHECK(prefix->sender == 3);
+  CHECK(prefix->receiver == 5);
+  // Only the fixed prefix of another version need be there.
+  bytes.resize(kHelloFixedBytes);
+  CHECK(decodeHello(bytes).status().code() == ErrorCode::kFailedPrecondition);
+}
+
+TEST_CASE("handshake: a field length running past the end is data loss, naming the field") {
+  const auto bytes = encoded(sampleHello());
+  const std::size_t addressLengthAt = kHelloFixedBytes + 2 + 3;
+  auto bad = bytes;
+  storeLe32(bad.data() + addressLengthAt, 0xFFFFFFFFu);
+  auto r = decodeHello(bad);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == ErrorCode::kDataLoss);
+  CHECK(contains(r.status(), "address needs 4294967295 bytes"));
+
+  bad = bytes;
+  storeLe16(bad.data() + kHelloFixedBytes, 0xFFFF);  // backend name length
+  r = decodeHello(bad);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(contains(r.status(), "backend name needs 65535 bytes"));
+
+  bad = bytes;
+  const std::size_t partsAt = addressLengthAt + 4 + sampleHello().address.size();
+  storeLe16(bad.data() + partsAt, 3);  // three parts claimed, two present
+  r = decodeHello(bad);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(contains(r.status(), "config part name length"));
+}
+
+TEST_CASE("handshake: fields too long for their length prefix are refused when encoding") {
+  Hello h = sampleHello();
+  h.backend.assign(kMaxBackendNameBytes, 'b');
+  CHECK(encodeHello(h).isOk());
+  h.backend.push_back('b');
+  auto r = encodeHello(h);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(contains(r.status(), "backend name of 65536 exceeds its limit of 65535"));
+
+  h = sampleHello();
+  h.parts.push_back({std::string(kMaxPartNameBytes, 'p'), 1});
+  CHECK(encodeHello(h).isOk());
+  h.parts.back().name.push_back('p');
+  r = encodeHello(h);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(contains(r.status(), "of 256 exceeds its limit of 255"));
+
+  h = sampleHello();
+  h.parts.assign(kMaxConfigParts + 1, ConfigPart{"x", 0});
+  r = encodeHello(h);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == ErrorCode::kInvalidArgument);
+  CHECK(contains(r.status(), "number of config parts"));
+}
+
+TEST_CASE("handshake: compareHellos names every difference, the same from both sides") {
+  Hello a = sampleHello();
+  Hello b = sampleHello();
+  b.sender = a.receiver;
+  b.receiver = a.sender;
+  CHECK(compareHellos(a, b).isOk());
+  CHECK(compareHellos(b, a).isOk());
+
+  Hello wrongReceiver = b;
+  wrongReceiver.receiver = 9;
+  CHECK(compareHellos(a, wrongReceiver).message() ==
+        "peer 5 expected to reach peer 9 but reached peer 3");
+
+  Hello otherBackend = b;
+  otherBackend.backend = "ucx";
+  CHECK(compareHellos(a, otherBackend).message() ==
+        "transport backend mismatch with peer 5: ours 'tcp', theirs 'ucx'");
+
+  Hello parts = b;
+  parts.parts = {{"compression", 0x9999}, {"model", 1}};
+  const Status s = compareHellos(a, parts);
+  CHECK(s.code() == ErrorCode::kFailedPrecondition);
+  CHECK(s.message() ==
+        "config mismatch with peer 5: part 'compression' differs (ours 0xabcdef0123456789, theirs "
+        "0x0000000000009999); part 'topology' missing on peer 5; part 'model' only on peer 5");
+}
+
+TEST_CASE("handshake: user messages and rejects round-trip") {
+  const std::vector<std::uint8_t> bytes = {1, 2, 3};
+  const auto body = encodeUserMessage(0x1234, bytes);
+  CHECK(body == std::vector<std::uint8_t>{0x34, 0x12, 1, 2, 3});
+  auto m = decodeUserMessage(body);
+  REQUIRE(m.isOk());
+  CHECK(m->type == 0x1234);
+  CHECK(std::vector<std::uint8_t>(m->bytes.begin(), m->bytes.end()) == bytes);
+  auto empty = decodeUserMessage(encodeUserMessage(7, {}));
+  REQUIRE(empty.isOk());
+  CHECK(empty->bytes.empty());
+  const std::vector<std::uint8_t> one = {7};
+  CHECK(decodeUserMessage(one).status().code() == ErrorCode::kDataLoss);
+
+  CHECK(decodeReject(encodeReject("config mismatch")) == "config mismatch");
+}
