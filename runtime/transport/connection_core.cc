@@ -10,6 +10,7 @@ ConnectionCore::ConnectionCore(Loop& loop, int peer, BufferPool& pool,
     : loop_(loop), peer_(peer), pool_(pool), maxUnexpectedBytes_(maxUnexpectedBytes) {}
 
 void ConnectionCore::completeSend(SendCallback cb, Status status) {
+  GV_CHECK_LOOP_THREAD(loop_);
   ++*queued_;
   loop_.post([cb = std::move(cb), status = std::move(status), queued = queued_]() mutable {
     --*queued;
@@ -18,6 +19,7 @@ void ConnectionCore::completeSend(SendCallback cb, Status status) {
 }
 
 void ConnectionCore::completeRecv(RecvCallback cb, Status status, std::size_t bytes) {
+  GV_CHECK_LOOP_THREAD(loop_);
   ++*queued_;
   loop_.post([cb = std::move(cb), status = std::move(status), bytes, queued = queued_]() mutable {
     --*queued;
@@ -26,16 +28,19 @@ void ConnectionCore::completeRecv(RecvCallback cb, Status status, std::size_t by
 }
 
 void ConnectionCore::completeSendFromHandler(SendCallback cb, Status status) {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (*queued_ > 0) return completeSend(std::move(cb), std::move(status));
   cb(std::move(status));
 }
 
 void ConnectionCore::completeRecvFromHandler(RecvCallback cb, Status status, std::size_t bytes) {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (*queued_ > 0) return completeRecv(std::move(cb), std::move(status), bytes);
   cb(std::move(status), bytes);
 }
 
 void ConnectionCore::postRecv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (failed()) {
     completeRecv(std::move(cb), error_, 0);
     return;
@@ -63,6 +68,7 @@ void ConnectionCore::postRecv(Tag tag, std::span<std::uint8_t> buffer, RecvCallb
 }
 
 std::optional<ConnectionCore::PostedRecv> ConnectionCore::takeRecv(Tag tag) {
+  GV_CHECK_LOOP_THREAD(loop_);
   auto it = posted_.find(tag);
   if (it == posted_.end() || it->second.empty()) return std::nullopt;
   PostedRecv r = std::move(it->second.front());
@@ -72,6 +78,7 @@ std::optional<ConnectionCore::PostedRecv> ConnectionCore::takeRecv(Tag tag) {
 }
 
 void ConnectionCore::deliver(PostedRecv recv, std::span<const std::uint8_t> data) {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (data.size() > recv.buffer.size()) {
     completeRecv(std::move(recv.cb),
                  resourceExhausted("message of " + std::to_string(data.size()) +
@@ -89,11 +96,13 @@ bool ConnectionCore::canBuffer(std::size_t size) const {
 }
 
 void ConnectionCore::stash(Tag tag, Buffer data, std::size_t size) {
+  GV_CHECK_LOOP_THREAD(loop_);
   unexpectedBytes_ += size;
   unexpected_[tag].push_back(Unexpected{std::move(data), size});
 }
 
 bool ConnectionCore::fail(Status status) {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (failed()) return false;
   error_ = std::move(status);
   for (auto& [tag, q] : posted_) {

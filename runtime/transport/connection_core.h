@@ -3,7 +3,8 @@
 // bounded buffer of unexpected messages, and completions that are posted to the loop (never inline)
 // exactly once. A backend keeps its own send queue and wire logic and calls into this.
 //
-// Thread: every method is called on the owning Loop's thread.
+// Thread: every method is called on the owning Loop's thread (those that change state check it:
+// GV_CHECK_LOOP_THREAD, loop.h).
 #pragma once
 
 #include <cstddef>
@@ -35,7 +36,7 @@ class ConnectionCore {
   ConnectionCore(const ConnectionCore&) = delete;
   ConnectionCore& operator=(const ConnectionCore&) = delete;
 
-  Loop& loop() { return loop_; }
+  Loop& loop() const { return loop_; }
   int peer() const { return peer_; }
   BufferPool& pool() { return pool_; }
   const Status& error() const { return error_; }

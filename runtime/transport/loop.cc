@@ -5,8 +5,11 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
 #include <unordered_map>
 #include <vector>
+
+#include "runtime/common/log.h"
 
 namespace grapevine::transport {
 
@@ -34,9 +37,32 @@ struct Loop::Impl {
   explicit Impl(asio::io_context& io) : guard(asio::make_work_guard(io)) {}
   asio::executor_work_guard<asio::io_context::executor_type> guard;
   std::atomic<bool> stopRequested{false};
+  // The thread inside run(), runUntil() or pollOnce(); default (no thread) while none is.
+  std::atomic<std::thread::id> runner{};
   std::unordered_map<int, std::shared_ptr<FdWatch>> watches;
   std::vector<std::function<bool()>> pollers;
 };
+
+namespace {
+// Marks the calling thread as the loop's runner for its scope (nested calls on the same thread
+// keep the mark; the outermost one clears it).
+class RunnerScope {
+ public:
+  explicit RunnerScope(std::atomic<std::thread::id>& runner)
+      : runner_(runner), prev_(runner.load(std::memory_order_relaxed)) {
+    if (prev_ != std::this_thread::get_id()) runner_.store(std::this_thread::get_id());
+  }
+  ~RunnerScope() {
+    if (prev_ != std::this_thread::get_id()) runner_.store(prev_);
+  }
+  RunnerScope(const RunnerScope&) = delete;
+  RunnerScope& operator=(const RunnerScope&) = delete;
+
+ private:
+  std::atomic<std::thread::id>& runner_;
+  const std::thread::id prev_;
+};
+}  // namespace
 
 Loop::Loop() : impl_(std::make_unique<Impl>(io_)) {}
 
@@ -104,6 +130,7 @@ void Loop::unwatchFd(int fd) {
 void Loop::addPoller(std::function<bool()> poll) { impl_->pollers.push_back(std::move(poll)); }
 
 void Loop::run(bool busyPoll) {
+  RunnerScope runner(impl_->runner);
   impl_->stopRequested.store(false);
   io_.restart();
   if (!busyPoll) {
@@ -114,12 +141,14 @@ void Loop::run(bool busyPoll) {
 }
 
 bool Loop::pollOnce() {
+  RunnerScope runner(impl_->runner);
   bool worked = io_.poll() > 0;
   for (auto& p : impl_->pollers) worked = p() || worked;
   return worked;
 }
 
 bool Loop::runUntil(const std::function<bool()>& done, std::chrono::nanoseconds timeout) {
+  RunnerScope runner(impl_->runner);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   impl_->stopRequested.store(false);
   io_.restart();
@@ -140,7 +169,21 @@ void Loop::stop() {
 }
 
 bool Loop::onLoopThread() const {
-  return const_cast<boost::asio::io_context&>(io_).get_executor().running_in_this_thread();
+  return impl_->runner.load() == std::this_thread::get_id() ||
+         const_cast<boost::asio::io_context&>(io_).get_executor().running_in_this_thread();
 }
+
+bool Loop::runningElsewhere() const {
+  const std::thread::id runner = impl_->runner.load();
+  return runner != std::thread::id() && runner != std::this_thread::get_id();
+}
+
+namespace detail {
+void loopThreadViolation(const char* file, int line, const char* function) {
+  log::error(file, ":", line, " ", function,
+             ": called off the loop thread while another thread runs the loop (a data race)");
+  std::abort();
+}
+}  // namespace detail
 
 }  // namespace grapevine::transport

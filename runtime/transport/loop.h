@@ -46,7 +46,15 @@ class Loop {
   // helpers.
   bool runUntil(const std::function<bool()>& done, std::chrono::nanoseconds timeout);
   void stop();  // thread-safe
+
+  // True on the thread that is running the loop right now: inside run(), runUntil() or pollOnce(),
+  // in its handlers and its pollers. Thread-safe.
   bool onLoopThread() const;
+  // True when a thread other than the caller is running the loop right now: touching anything the
+  // loop owns from here is a data race. False on the loop thread and while no thread runs the loop
+  // (set-up before run(), tests that drive the loop in steps with runUntil(), teardown after the
+  // loop thread was joined): then the caller holds the loop. Thread-safe.
+  bool runningElsewhere() const;
 
  private:
   boost::asio::io_context io_{1};  // concurrency hint 1: one thread runs it (cheaper posts)
@@ -54,4 +62,24 @@ class Loop {
   std::unique_ptr<Impl> impl_;
 };
 
+namespace detail {
+// Logs "<file>:<line> <function>: called off the loop thread" and aborts.
+[[noreturn]] void loopThreadViolation(const char* file, int line, const char* function);
+}  // namespace detail
+
 }  // namespace grapevine::transport
+
+// First statement of every loop-confined method (transport.h: "must be called on the loop thread"):
+// aborts, naming the method, when another thread is running `loop` (Loop::runningElsewhere()).
+//
+// Always on, not an assert(): the default build type is RelWithDebInfo, which defines NDEBUG, so an
+// assert() would be compiled out of the very builds the tests and real runs use, and a
+// debug-only check would catch nothing in practice. The check costs one atomic load and a thread-id
+// compare, far below any transport call, and a data race on a connection corrupts state silently,
+// so stopping loudly at the first one is the only safe outcome.
+#define GV_CHECK_LOOP_THREAD(loop)                                                       \
+  do {                                                                                   \
+    if (__builtin_expect((loop).runningElsewhere(), 0)) {                                \
+      ::grapevine::transport::detail::loopThreadViolation(__FILE__, __LINE__, __func__); \
+    }                                                                                    \
+  } while (0)

@@ -1,22 +1,9 @@
-// The one place that knows which backends exist. Optional backends are separate CMake targets;
-// CMake defines GRAPEVINE_TRANSPORT_WITH_UCX / _OFI for this file only when their target is built,
-// and GRAPEVINE_TRANSPORT_{UCX,OFI}_WHY otherwise, naming why it is not built.
+// The one place that lists the backends (registry.h says how they register).
 #include "runtime/transport/registry.h"
-
-#include <mutex>
 
 #include "runtime/transport/loop.h"
 
-#if GRAPEVINE_TRANSPORT_WITH_UCX
-#include "runtime/transport/ucx/factory.h"
-#endif
-#if GRAPEVINE_TRANSPORT_WITH_OFI
-#include "runtime/transport/ofi/factory.h"
-#endif
-
 namespace grapevine::transport {
-
-void Registry::add(BackendEntry entry) { entries_.push_back(std::move(entry)); }
 
 void Registry::addNotBuilt(std::string name, std::string reason) {
   BackendInfo info{name, false, "not built (" + reason + ")"};
@@ -40,16 +27,8 @@ Registry buildRegistry() {
   Registry r;
   registerInproc(r);
   registerTcp(r);
-#if GRAPEVINE_TRANSPORT_WITH_UCX
-  r.add(BackendEntry{"ucx", ucx::makeUcxContext, ucx::ucxBackendInfo});
-#else
-  r.addNotBuilt("ucx", GRAPEVINE_TRANSPORT_UCX_WHY);
-#endif
-#if GRAPEVINE_TRANSPORT_WITH_OFI
-  r.add(BackendEntry{"libfabric", ofi::makeOfiContext, ofi::ofiBackendInfo});
-#else
-  r.addNotBuilt("libfabric", GRAPEVINE_TRANSPORT_OFI_WHY);
-#endif
+  registerUcx(r);
+  registerOfi(r);
   return r;
 }
 }  // namespace
@@ -78,6 +57,7 @@ Result<std::unique_ptr<Context>> makeContext(Loop& loop, const Options& options)
     return invalidArgument("unknown transport backend '" + options.backend + "' (known: " + known +
                            ")");
   }
+  GV_CHECK_LOOP_THREAD(loop);
   BackendInfo info = e->probe();
   if (!info.usable) return unimplemented(options.backend + ": " + info.reason);
   return e->factory(loop, options);

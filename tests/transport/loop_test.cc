@@ -1,13 +1,17 @@
 // The engine Loop: posted work runs later on the loop thread, timers fire and cancel, watched fds
-// wake it, stop() is thread-safe, and an idle run() sleeps.
+// wake it, stop() is thread-safe, an idle run() sleeps, and GV_CHECK_LOOP_THREAD stops a call from
+// another thread while the loop runs.
 #include "runtime/transport/loop.h"
 
 #include <sys/eventfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "runtime/transport/buffer_pool.h"
@@ -113,6 +117,78 @@ TEST_CASE("pollOnce runs ready handlers and every poller, and says whether anyth
   pollerWorks = true;
   CHECK(loop.pollOnce());
   CHECK(polls == 3);
+}
+
+TEST_CASE("onLoopThread holds in handlers and pollers; runningElsewhere only off a running loop") {
+  Loop loop;
+  CHECK_FALSE(loop.runningElsewhere());  // nobody runs it: the caller holds it
+  bool inPoller = false;
+  loop.addPoller([&] {
+    inPoller = loop.onLoopThread() && !loop.runningElsewhere();
+    return false;
+  });
+  loop.pollOnce();
+  CHECK(inPoller);
+  CHECK_FALSE(loop.onLoopThread());
+
+  std::atomic<bool> running{false}, elsewhere{false}, onLoop{true};
+  loop.post([&] { running = true; });
+  std::thread runner([&] { loop.runUntil([&] { return elsewhere.load(); }, 5s); });
+  while (!running) std::this_thread::sleep_for(1ms);
+  onLoop = loop.onLoopThread();
+  elsewhere = loop.runningElsewhere();
+  loop.post([] {});  // wake the runner so it sees `elsewhere`
+  runner.join();
+  CHECK(elsewhere);
+  CHECK_FALSE(onLoop);
+  CHECK_FALSE(loop.runningElsewhere());  // the runner returned: the caller holds the loop again
+}
+
+namespace {
+// Runs `body` in a forked child and returns its wait status. The child dies of SIGABRT plainly
+// (Catch2's fatal-signal handler would report a failure from the child's copy of the run).
+template <class Body>
+int inChild(Body body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::signal(SIGABRT, SIG_DFL);
+    body();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+}  // namespace
+
+TEST_CASE("GV_CHECK_LOOP_THREAD aborts a call from another thread while the loop runs") {
+  // Off the loop while another thread runs it: abort.
+  const int violation = inChild([] {
+    Loop loop;
+    std::atomic<bool> running{false};
+    loop.post([&] { running = true; });
+    std::thread runner([&] { loop.run(); });
+    while (!running) std::this_thread::sleep_for(1ms);
+    GV_CHECK_LOOP_THREAD(loop);
+    loop.stop();
+    runner.join();
+  });
+  CHECK(WIFSIGNALED(violation));
+  CHECK(WTERMSIG(violation) == SIGABRT);
+  // On the loop thread, and on any thread while nobody runs the loop: no abort.
+  const int fine = inChild([] {
+    Loop loop;
+    GV_CHECK_LOOP_THREAD(loop);
+    bool ran = false;
+    loop.post([&] {
+      GV_CHECK_LOOP_THREAD(loop);
+      ran = true;
+    });
+    loop.runUntil([&] { return ran; }, 5s);
+    std::_Exit(ran ? 0 : 1);
+  });
+  CHECK(WIFEXITED(fine));
+  CHECK(WEXITSTATUS(fine) == 0);
 }
 
 TEST_CASE("the buffer pool reuses buffers instead of allocating") {

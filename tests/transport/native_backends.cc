@@ -1,10 +1,10 @@
 #include "tests/transport/native_backends.h"
 
 #if GRAPEVINE_TEST_HAVE_UCX
-#include "runtime/transport/ucx/factory.h"
+#include "runtime/transport/ucx/ucx.h"
 #endif
 #if GRAPEVINE_TEST_HAVE_LIBFABRIC
-#include "runtime/transport/ofi/factory.h"
+#include "runtime/transport/ofi/ofi.h"
 #endif
 
 namespace grapevine::transport::testing {

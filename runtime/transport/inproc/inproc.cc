@@ -113,6 +113,7 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
   }
 
   void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) override {
+    GV_CHECK_LOOP_THREAD(core_.loop());
     if (core_.failed()) return core_.completeSend(std::move(cb), core_.error());
     if (bytes.size() > maxMessageBytes_) {
       return core_.completeSend(
@@ -141,16 +142,24 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
   }
 
   void recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) override {
+    GV_CHECK_LOOP_THREAD(core_.loop());
     core_.postRecv(tag, buffer, std::move(cb));
   }
 
-  void close() override { shutdown(cancelled("connection closed")); }
+  void close() override {
+    GV_CHECK_LOOP_THREAD(core_.loop());
+    shutdown(cancelled("connection closed"));
+  }
   int peer() const override { return core_.peer(); }
-  Status error() const override { return core_.error(); }
+  Status error() const override {
+    GV_CHECK_LOOP_THREAD(core_.loop());
+    return core_.error();
+  }
 
   // On the loop thread: moves every queued inbound message to a posted receive or the unexpected
   // buffer.
   void drain() {
+    GV_CHECK_LOOP_THREAD(core_.loop());
     std::deque<Message> batch;
     bool writerClosed = false;
     {
@@ -225,12 +234,14 @@ class InprocContext : public Context {
   std::string_view backend() const override { return "inproc"; }
 
   std::vector<std::uint8_t> localAddress() const override {
+    GV_CHECK_LOOP_THREAD(loop_);
     const std::string a = std::string(kAddressPrefix) + std::to_string(slot_);
     return {a.begin(), a.end()};
   }
 
   Result<std::shared_ptr<Connection>> connect(
       int peer, std::span<const std::uint8_t> remoteAddress) override {
+    GV_CHECK_LOOP_THREAD(loop_);
     if (closed_) return cancelled("inproc context is closed");
     const std::string_view a(reinterpret_cast<const char*>(remoteAddress.data()),
                              remoteAddress.size());
@@ -258,6 +269,7 @@ class InprocContext : public Context {
   }
 
   void close() override {
+    GV_CHECK_LOOP_THREAD(loop_);
     if (closed_) return;
     closed_ = true;
     for (auto& [peer, weak] : conns_) {
@@ -278,15 +290,16 @@ class InprocContext : public Context {
 }  // namespace
 
 Result<std::unique_ptr<Context>> makeInprocContext(Loop& loop, const Options& options) {
+  GV_CHECK_LOOP_THREAD(loop);
   return std::unique_ptr<Context>(std::make_unique<InprocContext>(loop, options));
 }
+
+BackendInfo inprocBackendInfo() { return BackendInfo{"inproc", true, ""}; }
 
 }  // namespace grapevine::transport::inproc
 
 namespace grapevine::transport {
 void registerInproc(Registry& registry) {
-  registry.add(BackendEntry{"inproc", inproc::makeInprocContext, [] {
-                              return BackendInfo{"inproc", true, ""};
-                            }});
+  registry.add(BackendEntry{"inproc", inproc::makeInprocContext, inproc::inprocBackendInfo});
 }
 }  // namespace grapevine::transport

@@ -18,4 +18,7 @@ namespace grapevine::transport::inproc {
 // Call on the loop thread. Never fails today (Result for the common factory shape).
 Result<std::unique_ptr<Context>> makeInprocContext(Loop& loop, const Options& options);
 
+// Always "usable". Any thread.
+BackendInfo inprocBackendInfo();
+
 }  // namespace grapevine::transport::inproc

@@ -121,6 +121,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   bool awaitingAccept() const { return state_ == State::kAwaitingAccept && !core_.failed(); }
 
   void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) override {
+    GV_CHECK_LOOP_THREAD(loop_);
     if (core_.failed()) return core_.completeSend(std::move(cb), core_.error());
     if (bytes.size() > maxMessageBytes_) {
       return core_.completeSend(
@@ -137,12 +138,19 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   }
 
   void recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) override {
+    GV_CHECK_LOOP_THREAD(loop_);
     core_.postRecv(tag, buffer, std::move(cb));
   }
 
-  void close() override { fail(cancelled("connection closed")); }
+  void close() override {
+    GV_CHECK_LOOP_THREAD(loop_);
+    fail(cancelled("connection closed"));
+  }
   int peer() const override { return core_.peer(); }
-  Status error() const override { return core_.error(); }
+  Status error() const override {
+    GV_CHECK_LOOP_THREAD(loop_);
+    return core_.error();
+  }
 
  private:
   enum class State { kIdle, kConnecting, kAwaitingAccept, kHello, kUp };
@@ -612,6 +620,7 @@ struct Listener : std::enable_shared_from_this<Listener> {
   }
 
   void close() {
+    GV_CHECK_LOOP_THREAD(loop);
     if (closed) return;
     closed = true;
     boost::system::error_code ec;
@@ -640,6 +649,7 @@ class TcpContext : public Context {
   std::string_view backend() const override { return "tcp"; }
 
   std::vector<std::uint8_t> localAddress() const override {
+    GV_CHECK_LOOP_THREAD(listener_->loop);
     boost::system::error_code ec;
     const std::string a = formatEndpoint(listener_->acceptor.local_endpoint(ec));
     return {a.begin(), a.end()};
@@ -648,6 +658,7 @@ class TcpContext : public Context {
   Result<std::shared_ptr<Connection>> connect(
       int peer, std::span<const std::uint8_t> remoteAddress) override {
     Listener& l = *listener_;
+    GV_CHECK_LOOP_THREAD(l.loop);
     if (l.closed) return cancelled("tcp context is closed");
     if (peer == l.options.rank)
       return invalidArgument("cannot connect to self (rank " + std::to_string(peer) + ")");
@@ -672,7 +683,7 @@ class TcpContext : public Context {
     return std::shared_ptr<Connection>(conn);
   }
 
-  void close() override { listener_->close(); }
+  void close() override { listener_->close(); }  // checks the thread
 
  private:
   std::shared_ptr<Listener> listener_;
@@ -681,6 +692,7 @@ class TcpContext : public Context {
 }  // namespace
 
 Result<std::unique_ptr<Context>> makeTcpContext(Loop& loop, const Options& options) {
+  GV_CHECK_LOOP_THREAD(loop);
   auto listener = std::make_shared<Listener>(loop, options);
   boost::system::error_code ec;
   const auto address =
@@ -698,12 +710,12 @@ Result<std::unique_ptr<Context>> makeTcpContext(Loop& loop, const Options& optio
   return std::unique_ptr<Context>(std::make_unique<TcpContext>(std::move(listener)));
 }
 
+BackendInfo tcpBackendInfo() { return BackendInfo{"tcp", true, ""}; }
+
 }  // namespace grapevine::transport::tcp
 
 namespace grapevine::transport {
 void registerTcp(Registry& registry) {
-  registry.add(BackendEntry{"tcp", tcp::makeTcpContext, [] {
-                              return BackendInfo{"tcp", true, ""};
-                            }});
+  registry.add(BackendEntry{"tcp", tcp::makeTcpContext, tcp::tcpBackendInfo});
 }
 }  // namespace grapevine::transport

@@ -29,4 +29,7 @@ namespace grapevine::transport::tcp {
 // Errors: kInvalidArgument for a bad host, kUnavailable when the port cannot be bound.
 Result<std::unique_ptr<Context>> makeTcpContext(Loop& loop, const Options& options);
 
+// Always "usable" (plain sockets). Any thread.
+BackendInfo tcpBackendInfo();
+
 }  // namespace grapevine::transport::tcp

@@ -1,5 +1,6 @@
-// The UCX backend's only public entry: a factory and an availability probe, called by the backend
-// registry (runtime/transport). Everything else lives in ucx_transport.cc.
+// The UCX backend's only public entry: a factory and an availability probe, which registerUcx()
+// (ucx.cc) adds to the backend registry (runtime/transport/registry.h). Everything else lives in
+// ucx.cc.
 //
 // Design (see docs/transports.md, "UCX and libfabric backends"): one UCP context and one UCP worker
 // per Grapevine peer process (per Context); one endpoint per Connection, created with

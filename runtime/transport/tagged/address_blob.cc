@@ -1,40 +1,12 @@
-#include "runtime/transport/tagged_backend_common.h"
+#include "runtime/transport/tagged/address_blob.h"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <utility>
+#include <string>
 
 namespace grapevine::transport::tagged {
-
-Status checkRank(std::string_view backend, std::string_view what, int rank) {
-  if (rank < 0 || static_cast<std::uint64_t>(rank) > kMaxRank) {
-    return invalidArgument(std::string(backend) + ": " + std::string(what) + " " +
-                           std::to_string(rank) + " outside [0, 2^24)");
-  }
-  return Status::ok();
-}
-
-Status checkUserTag(std::string_view backend, Tag tag) {
-  if (tag >= kControlTag) return invalidArgument(std::string(backend) + ": tag above 2^40 - 2");
-  return Status::ok();
-}
-
-Status checkMessageSize(std::size_t bytes, std::size_t maxBytes) {
-  if (bytes > maxBytes) {
-    return resourceExhausted("message of " + std::to_string(bytes) +
-                             " bytes above maxMessageBytes " + std::to_string(maxBytes));
-  }
-  return Status::ok();
-}
-
-Status truncatedMessage(int peer) {
-  return resourceExhausted("message from peer " + std::to_string(peer) +
-                           " is larger than the posted receive buffer");
-}
 
 std::uint64_t hostKey() {
   std::string id;
@@ -83,30 +55,6 @@ Result<PeerAddress> parseAddress(const AddressFormat& format, int peer,
   }
   out.backendAddress.assign(remote.begin() + kAddressHeaderBytes, remote.end());
   return out;
-}
-
-Status PeerProcessWatch::start(Loop& loop, std::string_view backend, int peer, pid_t pid,
-                               std::function<void(Status)> onExit) {
-  stop();
-  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) {
-    return unavailable(std::string(backend) + ": cannot watch peer " + std::to_string(peer) +
-                       " (pid " + std::to_string(pid) + "): " + std::strerror(errno));
-  }
-  loop_ = &loop;
-  pidfd_ = fd;
-  std::string exited = "peer " + std::to_string(peer) + " (pid " + std::to_string(pid) + ") exited";
-  loop.watchFd(pidfd_, [onExit = std::move(onExit), exited = std::move(exited)] {
-    onExit(unavailable(exited));
-  });
-  return Status::ok();
-}
-
-void PeerProcessWatch::stop() {
-  if (pidfd_ < 0) return;
-  loop_->unwatchFd(pidfd_);
-  ::close(pidfd_);
-  pidfd_ = -1;
 }
 
 }  // namespace grapevine::transport::tagged

@@ -1,10 +1,11 @@
 // libfabric backend: Context and Connection over one RDM endpoint with tagged messages.
 //
 // Object graph and lifetimes (all on the loop thread), as in the UCX backend:
-//   OfiContext --shared_ptr--> Engine <--shared_ptr-- OfiConnection <--shared_ptr-- Op (while
+//   OfiContext --shared_ptr--> OfiEndpoint <--shared_ptr-- OfiConnection <--shared_ptr-- Op (while
 //   pending)
-// The Engine owns the fabric, domain, address vector, completion queue and endpoint plus the queue
-// of ready user callbacks; it outlives the Context while a connection or posted task refers to it.
+// The OfiEndpoint owns the fabric, domain, address vector, completion queue and endpoint plus the
+// queue of ready user callbacks; it outlives the Context while a connection or posted task refers
+// to it.
 //
 // Progress: the providers we use (tcp;ofi_rxm, shm) have manual data progress, i.e. data moves only
 // inside fi_cq_read. The loop watches the CQ's wait fd; before going back to sleep we ask
@@ -14,6 +15,8 @@
 //
 // Completions: every operation passes its Op (which starts with the provider's fi_context2) as the
 // completion context; errors come back through fi_cq_readerr with the same context.
+#include "runtime/transport/ofi/ofi.h"
+
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -33,13 +36,19 @@
 
 #include "runtime/common/log.h"
 #include "runtime/transport/loop.h"
-#include "runtime/transport/ofi/factory.h"
-#include "runtime/transport/tagged_backend_common.h"
+#include "runtime/transport/registry.h"
+#include "runtime/transport/tagged/address_blob.h"
+#include "runtime/transport/tagged/checks.h"
+#include "runtime/transport/tagged/goodbye.h"
+#include "runtime/transport/tagged/loop_driver.h"
+#include "runtime/transport/tagged/op_pool.h"
+#include "runtime/transport/tagged/pidfd_watch.h"
+#include "runtime/transport/tagged/tag_layout.h"
 
 namespace grapevine::transport::ofi {
 namespace {
 
-// Tag layout shared with the UCX backend (tagged_backend_common.h): sender rank in the high 24
+// Tag layout shared with the UCX backend (tagged/tag_layout.h): sender rank in the high 24
 // bits, user tag in the low 40. Receives match the full 64 bits, so a receive posted for peer p
 // only takes p's messages although the endpoint (and its matching) is shared by all peers.
 // kControlTag carries the "goodbye": close() sends it so the peer fails its pending operations with
@@ -72,7 +81,7 @@ void configureProviderDefaults() {
 
 std::string fiError(ssize_t rc) { return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)); }
 
-class Engine;
+class OfiEndpoint;
 class OfiConnection;
 
 struct Op {
@@ -102,10 +111,10 @@ struct Op {
   }
 };
 
-class Engine : public std::enable_shared_from_this<Engine> {
+class OfiEndpoint : public std::enable_shared_from_this<OfiEndpoint> {
  public:
-  Engine(Loop& loop, const Options& options) : loop_(loop), options_(options) {}
-  ~Engine();
+  OfiEndpoint(Loop& loop, const Options& options) : loop_(loop), options_(options) {}
+  ~OfiEndpoint();
 
   Status init();
   void shutdown();
@@ -145,6 +154,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool drainCq();  // true if it saw any completion
   void retryBacklog();
   void complete(Op* op, Status st, std::size_t bytes);
+  // The steps of init(): choose the provider (fi_getinfo), open fabric, domain, address vector,
+  // completion queue and endpoint, then this endpoint's address blob and the progress driver (busy
+  // polling or the CQ's wait fd, plus the tick). failInit() undoes what was opened.
+  Status findProvider();
+  Status openEndpoint();
+  Status publishAddress();
+  Status startProgress();
+  Status failInit(const char* what, int code);
   void destroyFabric();
 
   Loop& loop_;
@@ -156,7 +173,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
   int waitFd_ = -1;
-  tagged::LoopDriver<Engine> driver_{loop_};
+  tagged::LoopDriver<OfiEndpoint> driver_{loop_};
   std::vector<std::uint8_t> address_;
   tagged::ReadyQueue ready_;
   std::deque<Op*> backlog_;
@@ -168,15 +185,18 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
 class OfiConnection : public Connection, public std::enable_shared_from_this<OfiConnection> {
  public:
-  OfiConnection(std::shared_ptr<Engine> engine, int peer, fi_addr_t addr)
-      : engine_(std::move(engine)), peer_(peer), addr_(addr) {}
+  OfiConnection(std::shared_ptr<OfiEndpoint> endpoint, int peer, fi_addr_t addr)
+      : endpoint_(std::move(endpoint)), peer_(peer), addr_(addr) {}
   ~OfiConnection() override;
 
   void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) override;
   void recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) override;
   void close() override;
   int peer() const override { return peer_; }
-  Status error() const override { return error_; }
+  Status error() const override {
+    GV_CHECK_LOOP_THREAD(endpoint_->loop());
+    return error_;
+  }
 
   fi_addr_t fiAddr() const { return addr_; }
   Status watchPeerProcess(pid_t pid);
@@ -200,7 +220,7 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   void stopWatchingPeer() { peerWatch_.stop(); }
   void finishTeardown();
 
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<OfiEndpoint> endpoint_;
   int peer_;
   fi_addr_t addr_;
   Op* controlRecv_ = nullptr;
@@ -214,10 +234,18 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   tagged::PendingOps<Op> pending_;
 };
 
-// ---- Engine -------------------------------------------------------------------------------------
+// ---- OfiEndpoint --------------------------------------------------------------------------------
 
-Status Engine::init() {
+Status OfiEndpoint::init() {
+  GV_CHECK_LOOP_THREAD(loop_);
   configureProviderDefaults();
+  GV_RETURN_IF_ERROR(findProvider());
+  GV_RETURN_IF_ERROR(openEndpoint());
+  GV_RETURN_IF_ERROR(publishAddress());
+  return startProgress();
+}
+
+Status OfiEndpoint::findProvider() {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) return unavailable("libfabric: fi_allocinfo failed");
   hints->ep_attr->type = FI_EP_RDM;
@@ -231,7 +259,7 @@ Status Engine::init() {
   hints->fabric_attr->prov_name = strdup(options_.libfabricProvider.c_str());
   const bool isTcp = options_.libfabricProvider.find("tcp") != std::string::npos;
   const char* node = isTcp && !options_.host.empty() ? options_.host.c_str() : nullptr;
-  int rc =
+  const int rc =
       fi_getinfo(FI_VERSION(1, 11), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints, &info_);
   fi_freeinfo(hints);
   if (rc != 0 || info_ == nullptr) {
@@ -239,54 +267,68 @@ Status Engine::init() {
     return unavailable("libfabric: no RDM tagged endpoint from provider '" +
                        options_.libfabricProvider + "': " + fiError(rc));
   }
-  auto fail = [this](const char* what, int code) {
-    destroyFabric();
-    return unavailable(std::string("libfabric: ") + what + ": " + fiError(code));
-  };
-  if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0) return fail("fi_fabric", rc);
-  if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) return fail("fi_domain", rc);
+  return Status::ok();
+}
+
+Status OfiEndpoint::failInit(const char* what, int code) {
+  destroyFabric();
+  return unavailable(std::string("libfabric: ") + what + ": " + fiError(code));
+}
+
+Status OfiEndpoint::openEndpoint() {
+  int rc = 0;
+  if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0)
+    return failInit("fi_fabric", rc);
+  if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) return failInit("fi_domain", rc);
 
   fi_av_attr avAttr{};
   avAttr.type = FI_AV_TABLE;
-  if ((rc = fi_av_open(domain_, &avAttr, &av_, nullptr)) != 0) return fail("fi_av_open", rc);
+  if ((rc = fi_av_open(domain_, &avAttr, &av_, nullptr)) != 0) return failInit("fi_av_open", rc);
 
   fi_cq_attr cqAttr{};
   cqAttr.format = FI_CQ_FORMAT_TAGGED;
   cqAttr.wait_obj = options_.busyPoll ? FI_WAIT_NONE : FI_WAIT_FD;
   cqAttr.size = 0;
-  if ((rc = fi_cq_open(domain_, &cqAttr, &cq_, nullptr)) != 0) return fail("fi_cq_open", rc);
+  if ((rc = fi_cq_open(domain_, &cqAttr, &cq_, nullptr)) != 0) return failInit("fi_cq_open", rc);
 
-  if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0) return fail("fi_endpoint", rc);
-  if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) return fail("fi_ep_bind(av)", rc);
+  if ((rc = fi_endpoint(domain_, info_, &ep_, nullptr)) != 0) return failInit("fi_endpoint", rc);
+  if ((rc = fi_ep_bind(ep_, &av_->fid, 0)) != 0) return failInit("fi_ep_bind(av)", rc);
   if ((rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV)) != 0)
-    return fail("fi_ep_bind(cq)", rc);
-  if ((rc = fi_enable(ep_)) != 0) return fail("fi_enable", rc);
+    return failInit("fi_ep_bind(cq)", rc);
+  if ((rc = fi_enable(ep_)) != 0) return failInit("fi_enable", rc);
+  return Status::ok();
+}
 
+Status OfiEndpoint::publishAddress() {
   std::vector<std::uint8_t> name(256);
   std::size_t nameLen = name.size();
-  rc = fi_getname(&ep_->fid, name.data(), &nameLen);
+  int rc = fi_getname(&ep_->fid, name.data(), &nameLen);
   if (rc == -FI_ETOOSMALL) {
     name.resize(nameLen);
     rc = fi_getname(&ep_->fid, name.data(), &nameLen);
   }
-  if (rc != 0) return fail("fi_getname", rc);
+  if (rc != 0) return failInit("fi_getname", rc);
   address_ = tagged::encodeAddress(kAddressFormat, options_.rank,
                                    std::span<const std::uint8_t>(name.data(), nameLen));
+  return Status::ok();
+}
 
-  std::weak_ptr<Engine> weak = weak_from_this();
+Status OfiEndpoint::startProgress() {
+  std::weak_ptr<OfiEndpoint> weak = weak_from_this();
   if (options_.busyPoll) {
     driver_.poll(weak);
   } else {
-    if ((rc = fi_control(&cq_->fid, FI_GETWAIT, &waitFd_)) != 0) return fail("FI_GETWAIT", rc);
+    if (const int rc = fi_control(&cq_->fid, FI_GETWAIT, &waitFd_); rc != 0)
+      return failInit("FI_GETWAIT", rc);
     driver_.watch(waitFd_, weak);
   }
   driver_.tick(*this, kTickInterval);
   return Status::ok();
 }
 
-void Engine::schedule() { driver_.schedule(shared_from_this()); }
+void OfiEndpoint::schedule() { driver_.schedule(shared_from_this()); }
 
-ssize_t Engine::post(Op* op) {
+ssize_t OfiEndpoint::post(Op* op) {
   if (op->kind == Op::Kind::kSend || op->kind == Op::Kind::kGoodbye) {
     return fi_tsend(ep_, op->buffer, op->length, nullptr, op->conn->fiAddr(), op->wireTag,
                     &op->context);
@@ -295,7 +337,7 @@ ssize_t Engine::post(Op* op) {
                   &op->context);
 }
 
-Status Engine::submit(Op* op) {
+Status OfiEndpoint::submit(Op* op) {
   if (backlog_.empty()) {
     const ssize_t rc = post(op);
     if (rc == 0) {
@@ -308,7 +350,7 @@ Status Engine::submit(Op* op) {
   return Status::ok();
 }
 
-void Engine::retryBacklog() {
+void OfiEndpoint::retryBacklog() {
   while (!backlog_.empty() && ep_ != nullptr) {
     Op* op = backlog_.front();
     const ssize_t rc = post(op);
@@ -324,7 +366,7 @@ void Engine::retryBacklog() {
   }
 }
 
-void Engine::complete(Op* op, Status st, std::size_t bytes) {
+void OfiEndpoint::complete(Op* op, Status st, std::size_t bytes) {
   if (op->kind == Op::Kind::kControlRecv || op->kind == Op::Kind::kGoodbye) {
     auto conn = op->conn;
     const Op::Kind kind = op->kind;
@@ -340,7 +382,7 @@ void Engine::complete(Op* op, Status st, std::size_t bytes) {
   releaseOp(op);
 }
 
-bool Engine::drainCq() {
+bool OfiEndpoint::drainCq() {
   bool any = false;
   fi_cq_tagged_entry entries[kCqBatch];
   while (cq_ != nullptr) {
@@ -380,7 +422,8 @@ bool Engine::drainCq() {
   return any;
 }
 
-void Engine::progressAll() {
+void OfiEndpoint::progressAll() {
+  GV_CHECK_LOOP_THREAD(loop_);
   auto keepAlive = shared_from_this();
   for (int round = 0; round < kMaxRoundsPerWake; ++round) {
     drainCq();
@@ -393,14 +436,15 @@ void Engine::progressAll() {
   schedule();
 }
 
-bool Engine::pollOnce() {
+bool OfiEndpoint::pollOnce() {
   bool worked = drainCq();
   retryBacklog();
   if (ready_.runBatch()) worked = true;
   return worked;
 }
 
-void Engine::shutdown() {
+void OfiEndpoint::shutdown() {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (ep_ == nullptr) return;
   auto keepAlive = shared_from_this();
   std::vector<std::shared_ptr<OfiConnection>> live;
@@ -423,7 +467,7 @@ void Engine::shutdown() {
   destroyFabric();
 }
 
-void Engine::destroyFabric() {
+void OfiEndpoint::destroyFabric() {
   driver_.detach();
   if (ep_ != nullptr) fi_close(&ep_->fid);
   ep_ = nullptr;
@@ -441,7 +485,7 @@ void Engine::destroyFabric() {
   ops_.releaseOrphans();
 }
 
-Engine::~Engine() { destroyFabric(); }  // ops_ then deletes every op
+OfiEndpoint::~OfiEndpoint() { destroyFabric(); }  // ops_ then deletes every op
 
 // ---- OfiConnection ------------------------------------------------------------------------------
 
@@ -449,7 +493,7 @@ OfiConnection::~OfiConnection() { stopWatchingPeer(); }
 
 Status OfiConnection::watchPeerProcess(pid_t pid) {
   std::weak_ptr<OfiConnection> weak = weak_from_this();
-  return peerWatch_.start(engine_->loop(), "libfabric", peer_, pid, [weak](Status exited) {
+  return peerWatch_.start(endpoint_->loop(), "libfabric", peer_, pid, [weak](Status exited) {
     auto self = weak.lock();
     if (!self) return;
     self->stopWatchingPeer();
@@ -471,22 +515,22 @@ Status OfiConnection::statusFor(int err, const std::string& detail) {
   // Any other transport error means the link to this peer is broken.
   Status failure = unavailable("peer " + std::to_string(peer_) + ": " + fi_strerror(err) +
                                (detail.empty() ? "" : " (" + detail + ")"));
-  engine_->defer([keep = shared_from_this(), failure] { keep->fail(failure); });
+  endpoint_->defer([keep = shared_from_this(), failure] { keep->fail(failure); });
   error_ = failure;
   return failure;
 }
 
 void OfiConnection::start() {
-  Op* op = engine_->allocOp();
+  Op* op = endpoint_->allocOp();
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
   op->wireTag = wireTag(static_cast<std::uint64_t>(peer_), kControlTag);
   op->buffer = controlIn_;
   op->length = sizeof controlIn_;
   controlRecv_ = op;
-  if (!engine_->submit(op).isOk()) {
+  if (!endpoint_->submit(op).isOk()) {
     controlRecv_ = nullptr;
-    engine_->releaseOp(op);
+    endpoint_->releaseOp(op);
   }
 }
 
@@ -500,12 +544,12 @@ void OfiConnection::onControl(Op::Kind kind, const Status& st) {
   // A small send may be reported complete once rxm has buffered it, and removing the peer from the
   // address vector drops whatever is still queued for it. Keep progressing a moment so the goodbye
   // reaches the wire, then tear down.
-  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  if (goodbyeTimer_) endpoint_->loop().cancel(goodbyeTimer_);
   std::weak_ptr<OfiConnection> weak = weak_from_this();
-  goodbyeTimer_ = engine_->loop().after(kGoodbyeFlush, [weak] {
+  goodbyeTimer_ = endpoint_->loop().after(kGoodbyeFlush, [weak] {
     auto self = weak.lock();
     if (!self) return;
-    if (self->engine_->open()) self->engine_->progressAll();
+    if (self->endpoint_->open()) self->endpoint_->progressAll();
     self->finishTeardown();
   });
 }
@@ -513,133 +557,137 @@ void OfiConnection::onControl(Op::Kind kind, const Status& st) {
 void OfiConnection::fail(Status st, bool sayGoodbye) {
   if (error_.isOk()) error_ = std::move(st);
   stopWatchingPeer();
-  if (!engine_->open()) return;
+  if (!endpoint_->open()) return;
   if (sayGoodbye && goodbye_ == nullptr && !tornDown_) {
-    Op* op = engine_->allocOp();
+    Op* op = endpoint_->allocOp();
     op->kind = Op::Kind::kGoodbye;
     op->conn = shared_from_this();
-    op->wireTag = wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag);
+    op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), kControlTag);
     op->buffer = const_cast<std::uint8_t*>(tagged::kGoodbyeMessage);  // fi_tsend only reads it
     op->length = sizeof tagged::kGoodbyeMessage;
-    if (engine_->submit(op).isOk()) {
+    if (endpoint_->submit(op).isOk()) {
       goodbye_ = op;
       // A peer that is gone may never take the goodbye; do not wait for it forever.
       std::weak_ptr<OfiConnection> weak = weak_from_this();
-      goodbyeTimer_ = engine_->loop().after(kGoodbyeGrace, [weak] {
+      goodbyeTimer_ = endpoint_->loop().after(kGoodbyeGrace, [weak] {
         if (auto self = weak.lock()) self->finishTeardown();
       });
-      engine_->schedule();
+      endpoint_->schedule();
     } else {
-      engine_->releaseOp(op);
+      endpoint_->releaseOp(op);
     }
   }
   for (Op* op : pending_.snapshot([](Op*) { return true; })) {
     if (!op->posted) {  // still in the EAGAIN backlog: the provider never saw it
-      engine_->dropFromBacklog(op);
+      endpoint_->dropFromBacklog(op);
       unlink(op);
-      engine_->complete(op, error_, 0);
+      endpoint_->complete(op, error_, 0);
     } else if (op->kind == Op::Kind::kRecv) {
       // Cancellation completes through the CQ error path (FI_ECANCELED) and reports error_.
-      fi_cancel(&engine_->ep()->fid, &op->context);
+      fi_cancel(&endpoint_->ep()->fid, &op->context);
     }
   }
   if (controlRecv_ != nullptr && controlRecv_->posted) {
-    fi_cancel(&engine_->ep()->fid, &controlRecv_->context);
+    fi_cancel(&endpoint_->ep()->fid, &controlRecv_->context);
   }
   if (goodbye_ == nullptr) finishTeardown();
-  engine_->schedule();
+  endpoint_->schedule();
 }
 
 void OfiConnection::finishTeardown() {
-  if (tornDown_ || !engine_->open()) return;
+  if (tornDown_ || !endpoint_->open()) return;
   tornDown_ = true;
-  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  if (goodbyeTimer_) endpoint_->loop().cancel(goodbyeTimer_);
   goodbyeTimer_.reset();
   if (goodbye_ != nullptr) {
     // Still in the provider: its completion, if any, only recycles it.
-    engine_->dropFromBacklog(goodbye_);
-    engine_->adoptOrphan(goodbye_);
+    endpoint_->dropFromBacklog(goodbye_);
+    endpoint_->adoptOrphan(goodbye_);
     goodbye_ = nullptr;
   }
   // Sends cannot be cancelled on an RDM endpoint. Removing the peer from the address vector makes
   // the provider drop its connection to the peer, after which it no longer reads our send buffers;
   // then the sends complete here, and a late completion for them is ignored (orphaned op).
   fi_addr_t a = addr_;
-  (void)fi_av_remove(engine_->av(), &a, 1, 0);
+  (void)fi_av_remove(endpoint_->av(), &a, 1, 0);
   std::vector<Op*> sends = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kSend; });
   for (Op* op : sends) {
     unlink(op);
-    engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
-    engine_->adoptOrphan(op);
+    endpoint_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
+    endpoint_->adoptOrphan(op);
   }
-  engine_->schedule();
+  endpoint_->schedule();
 }
 
 void OfiConnection::abandonPending() {
-  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  if (goodbyeTimer_) endpoint_->loop().cancel(goodbyeTimer_);
   goodbyeTimer_.reset();
   for (Op** internal : {&controlRecv_, &goodbye_}) {
     if (*internal != nullptr) {
-      engine_->dropFromBacklog(*internal);
-      engine_->releaseOp(*internal);
+      endpoint_->dropFromBacklog(*internal);
+      endpoint_->releaseOp(*internal);
       *internal = nullptr;
     }
   }
   while (!pending_.empty()) {
     Op* op = pending_.head();
     unlink(op);
-    engine_->dropFromBacklog(op);
-    engine_->complete(op, error_.isOk() ? cancelled("libfabric context closed") : error_, 0);
+    endpoint_->dropFromBacklog(op);
+    endpoint_->complete(op, error_.isOk() ? cancelled("libfabric context closed") : error_, 0);
   }
 }
 
 void OfiConnection::close() {
+  GV_CHECK_LOOP_THREAD(endpoint_->loop());
   if (closed_) return;
   closed_ = true;
   fail(cancelled("connection to peer " + std::to_string(peer_) + " closed"), /*sayGoodbye=*/true);
 }
 
 void OfiConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) {
+  GV_CHECK_LOOP_THREAD(endpoint_->loop());
   Status invalid = tagged::checkUserTag("libfabric", tag);
-  if (invalid.isOk()) invalid = tagged::checkMessageSize(bytes.size(), engine_->maxMessageBytes());
+  if (invalid.isOk())
+    invalid = tagged::checkMessageSize(bytes.size(), endpoint_->maxMessageBytes());
   if (!invalid.isOk()) {
-    engine_->defer([cb = std::move(cb), invalid] { cb(invalid); });
+    endpoint_->defer([cb = std::move(cb), invalid] { cb(invalid); });
     return;
   }
-  if (!error_.isOk() || !engine_->open()) {
+  if (!error_.isOk() || !endpoint_->open()) {
     Status st = !error_.isOk() ? error_ : cancelled("libfabric context closed");
-    engine_->defer([cb = std::move(cb), st] { cb(st); });
+    endpoint_->defer([cb = std::move(cb), st] { cb(st); });
     return;
   }
-  Op* op = engine_->allocOp();
+  Op* op = endpoint_->allocOp();
   op->kind = Op::Kind::kSend;
   op->conn = shared_from_this();
   op->sendCb = std::move(cb);
-  op->wireTag = wireTag(static_cast<std::uint64_t>(engine_->rank()), tag);
+  op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), tag);
   op->buffer = const_cast<std::uint8_t*>(bytes.data());  // fi_tsend takes void*; it only reads
   op->length = bytes.size();
   link(op);
-  Status st = engine_->submit(op);
+  Status st = endpoint_->submit(op);
   if (!st.isOk()) {
     unlink(op);
-    engine_->complete(op, st, 0);
+    endpoint_->complete(op, st, 0);
     fail(st);
     return;
   }
-  engine_->schedule();
+  endpoint_->schedule();
 }
 
 void OfiConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
+  GV_CHECK_LOOP_THREAD(endpoint_->loop());
   if (Status invalid = tagged::checkUserTag("libfabric", tag); !invalid.isOk()) {
-    engine_->defer([cb = std::move(cb), invalid] { cb(invalid, 0); });
+    endpoint_->defer([cb = std::move(cb), invalid] { cb(invalid, 0); });
     return;
   }
-  if (!error_.isOk() || !engine_->open()) {
+  if (!error_.isOk() || !endpoint_->open()) {
     Status st = !error_.isOk() ? error_ : cancelled("libfabric context closed");
-    engine_->defer([cb = std::move(cb), st] { cb(st, 0); });
+    endpoint_->defer([cb = std::move(cb), st] { cb(st, 0); });
     return;
   }
-  Op* op = engine_->allocOp();
+  Op* op = endpoint_->allocOp();
   op->kind = Op::Kind::kRecv;
   op->conn = shared_from_this();
   op->recvCb = std::move(cb);
@@ -647,60 +695,66 @@ void OfiConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
   op->buffer = buffer.data();
   op->length = buffer.size();
   link(op);
-  Status st = engine_->submit(op);
+  Status st = endpoint_->submit(op);
   if (!st.isOk()) {
     unlink(op);
-    engine_->complete(op, st, 0);
+    endpoint_->complete(op, st, 0);
     return;
   }
-  engine_->schedule();
+  endpoint_->schedule();
 }
 
 // ---- OfiContext ---------------------------------------------------------------------------------
 
 class OfiContext : public Context {
  public:
-  explicit OfiContext(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  explicit OfiContext(std::shared_ptr<OfiEndpoint> endpoint) : endpoint_(std::move(endpoint)) {}
   ~OfiContext() override { close(); }
 
   std::string_view backend() const override { return "libfabric"; }
-  std::vector<std::uint8_t> localAddress() const override { return engine_->address(); }
+  std::vector<std::uint8_t> localAddress() const override {
+    GV_CHECK_LOOP_THREAD(endpoint_->loop());
+    return endpoint_->address();
+  }
 
   Result<std::shared_ptr<Connection>> connect(int peer,
                                               std::span<const std::uint8_t> remote) override {
-    if (!engine_->open()) return failedPrecondition("libfabric context is closed");
+    GV_CHECK_LOOP_THREAD(endpoint_->loop());
+    if (!endpoint_->open()) return failedPrecondition("libfabric context is closed");
     GV_RETURN_IF_ERROR(tagged::checkRank("libfabric", "peer rank", peer));
     GV_ASSIGN_OR_RETURN(const tagged::PeerAddress address,
                         tagged::parseAddress(kAddressFormat, peer, remote));
     fi_addr_t addr = FI_ADDR_UNSPEC;
-    const int n = fi_av_insert(engine_->av(), address.backendAddress.data(), 1, &addr, 0, nullptr);
+    const int n =
+        fi_av_insert(endpoint_->av(), address.backendAddress.data(), 1, &addr, 0, nullptr);
     if (n != 1) {
       return invalidArgument("libfabric: fi_av_insert rejected the address of peer " +
                              std::to_string(peer));
     }
-    auto conn = std::make_shared<OfiConnection>(engine_, peer, addr);
+    auto conn = std::make_shared<OfiConnection>(endpoint_, peer, addr);
     if (address.sameHost()) {
       // A dead peer on this host is seen at once through its pid, not only when a send fails.
       GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(address.header.pid)));
     }
-    engine_->addConnection(conn);
+    endpoint_->addConnection(conn);
     conn->start();
     return std::shared_ptr<Connection>(std::move(conn));
   }
 
-  void close() override { engine_->shutdown(); }
+  void close() override { endpoint_->shutdown(); }  // checks the thread
 
  private:
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<OfiEndpoint> endpoint_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Context>> makeOfiContext(Loop& loop, const Options& options) {
+  GV_CHECK_LOOP_THREAD(loop);
   GV_RETURN_IF_ERROR(tagged::checkRank("libfabric", "rank", options.rank));
-  auto engine = std::make_shared<Engine>(loop, options);
-  GV_RETURN_IF_ERROR(engine->init());
-  return std::unique_ptr<Context>(std::make_unique<OfiContext>(std::move(engine)));
+  auto endpoint = std::make_shared<OfiEndpoint>(loop, options);
+  GV_RETURN_IF_ERROR(endpoint->init());
+  return std::unique_ptr<Context>(std::make_unique<OfiContext>(std::move(endpoint)));
 }
 
 BackendInfo ofiBackendInfo() {
@@ -732,11 +786,10 @@ BackendInfo ofiBackendInfo() {
   return info;
 }
 
-bool markPeerFailed(Connection& connection, const std::string& why) {
-  auto* c = dynamic_cast<OfiConnection*>(&connection);
-  if (c == nullptr) return false;
-  c->fail(unavailable(why));
-  return true;
-}
-
 }  // namespace grapevine::transport::ofi
+
+namespace grapevine::transport {
+void registerOfi(Registry& registry) {
+  registry.add(BackendEntry{"libfabric", ofi::makeOfiContext, ofi::ofiBackendInfo});
+}
+}  // namespace grapevine::transport

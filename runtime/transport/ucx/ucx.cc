@@ -7,17 +7,19 @@
 // rendezvous step.
 //
 // Object graph and lifetimes (all on the loop thread):
-//   UcxContext --shared_ptr--> Engine <--shared_ptr-- UcxConnection <--shared_ptr-- Op (while
+//   UcxContext --shared_ptr--> UcxWorker <--shared_ptr-- UcxConnection <--shared_ptr-- Op (while
 //   pending)
-// The Engine owns the UCP context/worker and the queue of ready callbacks; it outlives the Context
-// as long as a connection or a posted task refers to it, so every callback can still be delivered
-// after Context::close(). A pending Op keeps its connection alive, so dropping a Connection with
-// operations in flight is safe; Context::close() cancels them all.
+// The UcxWorker owns the UCP context/worker and the queue of ready callbacks; it outlives the
+// Context as long as a connection or a posted task refers to it, so every callback can still be
+// delivered after Context::close(). A pending Op keeps its connection alive, so dropping a
+// Connection with operations in flight is safe; Context::close() cancels them all.
 //
 // Callback discipline: UCX completion callbacks (which run inside ucp_worker_progress) never call
-// user code; they push a closure onto Engine::ready_, which runs after progress returns, from a
+// user code; they push a closure onto UcxWorker::ready_, which runs after progress returns, from a
 // posted task, the event-fd handler or the busy poller. So user callbacks never run inline in
 // send()/recv()/close() and user code never re-enters ucp_worker_progress.
+#include "runtime/transport/ucx/ucx.h"
+
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -29,12 +31,22 @@
 
 #include "runtime/common/log.h"
 #include "runtime/transport/loop.h"
-#include "runtime/transport/tagged_backend_common.h"
-#include "runtime/transport/ucx/factory.h"
-#include "runtime/transport/ucx/tag_layout.h"
+#include "runtime/transport/registry.h"
+#include "runtime/transport/tagged/address_blob.h"
+#include "runtime/transport/tagged/checks.h"
+#include "runtime/transport/tagged/goodbye.h"
+#include "runtime/transport/tagged/loop_driver.h"
+#include "runtime/transport/tagged/op_pool.h"
+#include "runtime/transport/tagged/pidfd_watch.h"
+#include "runtime/transport/tagged/tag_layout.h"
 
 namespace grapevine::transport::ucx {
 namespace {
+
+using tagged::kControlTag;
+using tagged::kFullMask;
+using tagged::kSenderMask;
+using tagged::wireTag;
 
 // Address blob (tagged::AddressHeader, then the UCX worker address). The pid and host key let a
 // same-host peer watch this process's liveness (see connect()).
@@ -56,17 +68,17 @@ using tagged::kGoodbyeGrace;
 
 std::string ucsError(ucs_status_t st) { return ucs_status_string(st); }
 
-class Engine;
+class UcxWorker;
 class UcxConnection;
 struct Op;
-Engine* engineOf(Op* op);
+UcxWorker* workerOf(Op* op);
 
 struct Op {
   // kControlRecv / kGoodbye are the backend's own (kControlTag), never in the user-op list.
   enum class Kind { kSend, kRecv, kControlRecv, kGoodbye };
   Kind kind = Kind::kSend;
   std::shared_ptr<UcxConnection> conn;
-  Engine* engine = nullptr;  // owner of the op pool (outlives every op it hands out)
+  UcxWorker* worker = nullptr;  // owner of the op pool (outlives every op it hands out)
   SendCallback sendCb;
   RecvCallback recvCb;
   void* request = nullptr;
@@ -93,17 +105,17 @@ struct Op {
   }
 };
 
-class Engine : public std::enable_shared_from_this<Engine> {
+class UcxWorker : public std::enable_shared_from_this<UcxWorker> {
  public:
-  Engine(Loop& loop, const Options& options) : loop_(loop), options_(options) {}
-  ~Engine();
+  UcxWorker(Loop& loop, const Options& options) : loop_(loop), options_(options) {}
+  ~UcxWorker();
 
   Status init();
   void shutdown();
 
   Loop& loop() { return loop_; }
-  ucp_worker_h worker() const { return worker_; }
-  bool open() const { return worker_ != nullptr; }
+  ucp_worker_h handle() const { return ucpWorker_; }
+  bool open() const { return ucpWorker_ != nullptr; }
   int rank() const { return options_.rank; }
   std::size_t maxMessageBytes() const { return options_.maxMessageBytes; }
   const std::vector<std::uint8_t>& address() const { return address_; }
@@ -118,7 +130,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   Op* allocOp() {
     Op* op = ops_.alloc();
-    op->engine = this;
+    op->worker = this;
     return op;
   }
   void releaseOp(Op* op) { ops_.release(op); }
@@ -137,15 +149,20 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool pollOnce();
 
  private:
+  // The steps of init(): the UCP context and worker, this worker's address blob, and the progress
+  // driver (busy polling or the worker's event fd, plus the tick).
+  Status createWorker();
+  Status publishAddress();
+  Status startProgress();
   void destroyUcx();
   void sweepClosing();
 
   Loop& loop_;
   Options options_;
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
+  ucp_context_h ucpContext_ = nullptr;
+  ucp_worker_h ucpWorker_ = nullptr;
   int efd_ = -1;
-  tagged::LoopDriver<Engine> driver_{loop_};
+  tagged::LoopDriver<UcxWorker> driver_{loop_};
   std::vector<std::uint8_t> address_;
   tagged::ReadyQueue ready_;
   tagged::OpPool<Op> ops_;
@@ -155,8 +172,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
  public:
-  UcxConnection(std::shared_ptr<Engine> engine, int peer)
-      : engine_(std::move(engine)), peer_(peer) {}
+  UcxConnection(std::shared_ptr<UcxWorker> worker, int peer)
+      : worker_(std::move(worker)), peer_(peer) {}
   ~UcxConnection() override;
 
   Status createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode);
@@ -167,16 +184,19 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   void recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) override;
   void close() override;
   int peer() const override { return peer_; }
-  Status error() const override { return error_; }
+  Status error() const override {
+    GV_CHECK_LOOP_THREAD(worker_->loop());
+    return error_;
+  }
 
   // Posts the receive for the peer's goodbye. Called once by connect().
   void start();
   bool goodbyePending() const { return goodbye_ != nullptr; }
-  // Called by the engine: the context is shutting down.
+  // Called by the UcxWorker: the context is shutting down.
   void closeForShutdown() { close(); }
   // Force-closes the endpoint now (without waiting for the goodbye).
   void teardownNow() { finishTeardown(); }
-  // Called by the engine right before the worker is destroyed: completes (with error_) every
+  // Called by the UcxWorker right before the UCP worker is destroyed: completes (with error_) every
   // operation UCX has not finished, since the worker's destruction releases their requests without
   // callbacks.
   void abandonPending();
@@ -205,7 +225,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
 
   void stopWatchingPeer() { peerWatch_.stop(); }
 
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<UcxWorker> worker_;
   int peer_;
   ucp_ep_h ep_ = nullptr;
   tagged::PeerProcessWatch peerWatch_;  // the peer's process (same host), watched for exit
@@ -219,11 +239,18 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   tagged::PendingOps<Op> pending_;
 };
 
-// ---- Engine -------------------------------------------------------------------------------------
+// ---- UcxWorker ----------------------------------------------------------------------------------
 
-Engine* engineOf(Op* op) { return op->engine; }
+UcxWorker* workerOf(Op* op) { return op->worker; }
 
-Status Engine::init() {
+Status UcxWorker::init() {
+  GV_CHECK_LOOP_THREAD(loop_);
+  GV_RETURN_IF_ERROR(createWorker());
+  GV_RETURN_IF_ERROR(publishAddress());
+  return startProgress();
+}
+
+Status UcxWorker::createWorker() {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return unavailable("ucp_config_read: " + ucsError(st));
@@ -244,22 +271,25 @@ Status Engine::init() {
   params.tag_sender_mask = kSenderMask;
   params.mt_workers_shared = 0;
   params.name = "grapevine";
-  st = ucp_init(&params, config, &context_);
+  st = ucp_init(&params, config, &ucpContext_);
   ucp_config_release(config);
   if (st != UCS_OK) return unavailable("ucp_init: " + ucsError(st));
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the loop thread touches the worker
-  st = ucp_worker_create(context_, &wparams, &worker_);
+  st = ucp_worker_create(ucpContext_, &wparams, &ucpWorker_);
   if (st != UCS_OK) {
     destroyUcx();
     return unavailable("ucp_worker_create: " + ucsError(st));
   }
+  return Status::ok();
+}
 
+Status UcxWorker::publishAddress() {
   ucp_address_t* addr = nullptr;
   std::size_t addrLen = 0;
-  st = ucp_worker_get_address(worker_, &addr, &addrLen);
+  const ucs_status_t st = ucp_worker_get_address(ucpWorker_, &addr, &addrLen);
   if (st != UCS_OK) {
     destroyUcx();
     return unavailable("ucp_worker_get_address: " + ucsError(st));
@@ -267,13 +297,16 @@ Status Engine::init() {
   address_ = tagged::encodeAddress(
       kAddressFormat, options_.rank,
       std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(addr), addrLen));
-  ucp_worker_release_address(worker_, addr);
+  ucp_worker_release_address(ucpWorker_, addr);
+  return Status::ok();
+}
 
-  std::weak_ptr<Engine> weak = weak_from_this();
+Status UcxWorker::startProgress() {
+  std::weak_ptr<UcxWorker> weak = weak_from_this();
   if (options_.busyPoll) {
     driver_.poll(weak);
   } else {
-    st = ucp_worker_get_efd(worker_, &efd_);
+    const ucs_status_t st = ucp_worker_get_efd(ucpWorker_, &efd_);
     if (st != UCS_OK) {
       destroyUcx();
       return unavailable("ucp_worker_get_efd: " + ucsError(st));
@@ -284,9 +317,9 @@ Status Engine::init() {
   return Status::ok();
 }
 
-void Engine::schedule() { driver_.schedule(shared_from_this()); }
+void UcxWorker::schedule() { driver_.schedule(shared_from_this()); }
 
-void Engine::sweepClosing() {
+void UcxWorker::sweepClosing() {
   for (std::size_t i = 0; i < closing_.size();) {
     if (ucp_request_check_status(closing_[i]) != UCS_INPROGRESS) {
       ucp_request_free(closing_[i]);
@@ -298,36 +331,38 @@ void Engine::sweepClosing() {
   }
 }
 
-void Engine::progressAll() {
+void UcxWorker::progressAll() {
+  GV_CHECK_LOOP_THREAD(loop_);
   auto keepAlive =
       shared_from_this();  // a callback may close the context and drop the last reference
   for (int round = 0; round < kMaxRoundsPerWake; ++round) {
-    if (worker_ != nullptr) {
-      while (ucp_worker_progress(worker_) != 0) {
+    if (ucpWorker_ != nullptr) {
+      while (ucp_worker_progress(ucpWorker_) != 0) {
       }
       if (!closing_.empty()) sweepClosing();
     }
     if (ready_.runBatch()) continue;  // callbacks may have posted new operations
-    if (worker_ == nullptr || options_.busyPoll) return;
-    const ucs_status_t st = ucp_worker_arm(worker_);
+    if (ucpWorker_ == nullptr || options_.busyPoll) return;
+    const ucs_status_t st = ucp_worker_arm(ucpWorker_);
     if (st == UCS_ERR_BUSY) continue;  // events arrived between progress and arm
     return;
   }
   schedule();  // still busy: yield to other loop work, come back soon
 }
 
-bool Engine::pollOnce() {
+bool UcxWorker::pollOnce() {
   bool worked = false;
-  if (worker_ != nullptr) {
-    while (ucp_worker_progress(worker_) != 0) worked = true;
+  if (ucpWorker_ != nullptr) {
+    while (ucp_worker_progress(ucpWorker_) != 0) worked = true;
     if (!closing_.empty()) sweepClosing();
   }
   if (ready_.runBatch()) worked = true;
   return worked;
 }
 
-void Engine::shutdown() {
-  if (worker_ == nullptr) return;
+void UcxWorker::shutdown() {
+  GV_CHECK_LOOP_THREAD(loop_);
+  if (ucpWorker_ == nullptr) return;
   auto keepAlive = shared_from_this();
   std::vector<std::shared_ptr<UcxConnection>> live;
   for (auto& weak : connections_) {
@@ -339,15 +374,15 @@ void Engine::shutdown() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
   while (std::chrono::steady_clock::now() < deadline &&
          std::any_of(live.begin(), live.end(), [](auto& c) { return c->goodbyePending(); })) {
-    ucp_worker_progress(worker_);
+    ucp_worker_progress(ucpWorker_);
   }
   for (auto& c : live) c->teardownNow();
   // Let the forced endpoint closes and the cancellations finish; they are local operations.
   for (int i = 0; i < 1000 && !closing_.empty(); ++i) {
-    ucp_worker_progress(worker_);
+    ucp_worker_progress(ucpWorker_);
     sweepClosing();
   }
-  while (ucp_worker_progress(worker_) != 0) {
+  while (ucp_worker_progress(ucpWorker_) != 0) {
   }
   // Anything UCX still holds is released with the worker: complete it here, exactly once.
   for (auto& c : live) c->abandonPending();
@@ -355,22 +390,22 @@ void Engine::shutdown() {
   destroyUcx();
 }
 
-void Engine::destroyUcx() {
+void UcxWorker::destroyUcx() {
   driver_.detach();
   for (void* req : closing_) ucp_request_free(req);
   closing_.clear();
-  if (worker_ != nullptr) {
-    ucp_worker_destroy(worker_);
-    worker_ = nullptr;
+  if (ucpWorker_ != nullptr) {
+    ucp_worker_destroy(ucpWorker_);
+    ucpWorker_ = nullptr;
   }
   ops_.releaseOrphans();  // UCX released their requests with the worker
-  if (context_ != nullptr) {
-    ucp_cleanup(context_);
-    context_ = nullptr;
+  if (ucpContext_ != nullptr) {
+    ucp_cleanup(ucpContext_);
+    ucpContext_ = nullptr;
   }
 }
 
-Engine::~Engine() { destroyUcx(); }  // ops_ then deletes every op
+UcxWorker::~UcxWorker() { destroyUcx(); }  // ops_ then deletes every op
 
 // ---- UcxConnection ------------------------------------------------------------------------------
 
@@ -381,7 +416,7 @@ UcxConnection::~UcxConnection() {
 
 Status UcxConnection::watchPeerProcess(pid_t pid) {
   std::weak_ptr<UcxConnection> weak = weak_from_this();
-  return peerWatch_.start(engine_->loop(), "ucx", peer_, pid, [weak](Status exited) {
+  return peerWatch_.start(worker_->loop(), "ucx", peer_, pid, [weak](Status exited) {
     auto self = weak.lock();
     if (!self) return;
     self->stopWatchingPeer();
@@ -397,7 +432,7 @@ Status UcxConnection::createEndpoint(const ucp_address_t* address, ucp_err_handl
   params.err_mode = mode;
   params.err_handler.cb = &UcxConnection::onEndpointError;
   params.err_handler.arg = this;  // the endpoint is force-closed before this object goes away
-  const ucs_status_t st = ucp_ep_create(engine_->worker(), &params, &ep_);
+  const ucs_status_t st = ucp_ep_create(worker_->handle(), &params, &ep_);
   if (st != UCS_OK) {
     ep_ = nullptr;
     return unavailable("ucp_ep_create to peer " + std::to_string(peer_) + ": " + ucsError(st));
@@ -423,7 +458,7 @@ void UcxConnection::onSendDone(void* request, ucs_status_t st, void* userData) {
     op->inlineStatus = st;
     return;
   }
-  if (op->orphaned) return engineOf(op)->releaseOrphan(op);
+  if (op->orphaned) return workerOf(op)->releaseOrphan(op);
   auto conn = op->conn;
   conn->unlink(op);
   conn->finishSend(op, st);
@@ -440,7 +475,7 @@ void UcxConnection::onRecvDone(void* request, ucs_status_t st, const ucp_tag_rec
     op->inlineLength = bytes;
     return;
   }
-  if (op->orphaned) return engineOf(op)->releaseOrphan(op);
+  if (op->orphaned) return workerOf(op)->releaseOrphan(op);
   auto conn = op->conn;
   conn->unlink(op);
   conn->finishRecv(op, st, bytes);
@@ -448,23 +483,23 @@ void UcxConnection::onRecvDone(void* request, ucs_status_t st, const ucp_tag_rec
 
 void UcxConnection::finishSend(Op* op, ucs_status_t st) {
   if (op->kind == Op::Kind::kGoodbye) {
-    engine_->releaseOp(op);
+    worker_->releaseOp(op);
     return onControl(Op::Kind::kGoodbye, st);
   }
   Status status = statusFor(st);
-  engine_->defer([cb = std::move(op->sendCb), status = std::move(status)] { cb(status); });
-  engine_->releaseOp(op);
+  worker_->defer([cb = std::move(op->sendCb), status = std::move(status)] { cb(status); });
+  worker_->releaseOp(op);
 }
 
 void UcxConnection::finishRecv(Op* op, ucs_status_t st, std::size_t bytes) {
   if (op->kind == Op::Kind::kControlRecv) {
-    engine_->releaseOp(op);
+    worker_->releaseOp(op);
     return onControl(Op::Kind::kControlRecv, st);
   }
   Status status = statusFor(st);
-  engine_->defer(
+  worker_->defer(
       [cb = std::move(op->recvCb), status = std::move(status), bytes] { cb(status, bytes); });
-  engine_->releaseOp(op);
+  worker_->releaseOp(op);
 }
 
 void UcxConnection::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t st) {
@@ -477,11 +512,11 @@ void UcxConnection::noteFailure(Status st) {
   // May run inside ucp_worker_progress (a completion or the endpoint error handler): record the
   // error now so every completion from here on reports it, and cancel/close after progress returns.
   if (error_.isOk()) error_ = std::move(st);
-  engine_->defer([keep = shared_from_this()] { keep->fail(keep->error_); });
+  worker_->defer([keep = shared_from_this()] { keep->fail(keep->error_); });
 }
 
 void UcxConnection::start() {
-  Op* op = engine_->allocOp();
+  Op* op = worker_->allocOp();
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
   ucp_request_param_t param{};
@@ -491,11 +526,11 @@ void UcxConnection::start() {
   param.user_data = op;
   op->submitting = true;
   void* req =
-      ucp_tag_recv_nbx(engine_->worker(), controlIn_, sizeof controlIn_,
+      ucp_tag_recv_nbx(worker_->handle(), controlIn_, sizeof controlIn_,
                        wireTag(static_cast<std::uint64_t>(peer_), kControlTag), kFullMask, &param);
   op->submitting = false;
   if (UCS_PTR_IS_ERR(req) || op->finishedInline) {
-    engine_->releaseOp(op);  // cannot happen for a fresh worker receive; then no goodbye detection
+    worker_->releaseOp(op);  // cannot happen for a fresh worker receive; then no goodbye detection
     return;
   }
   op->request = req;
@@ -515,17 +550,17 @@ void UcxConnection::onControl(Op::Kind kind, ucs_status_t st) {
 void UcxConnection::fail(Status st, bool sayGoodbye) {
   if (error_.isOk()) error_ = std::move(st);
   stopWatchingPeer();
-  if (!engine_->open()) return;
+  if (!worker_->open()) return;
   // Posted receives match on the worker, not the endpoint: cancel this peer's explicitly.
   // Cancelling calls onRecvDone synchronously (it only queues the user callback), which unlinks the
   // op, so walk a snapshot.
   std::vector<Op*> recvs = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kRecv; });
   if (controlRecv_ != nullptr) recvs.push_back(controlRecv_);
   for (Op* op : recvs) {
-    if (op->request != nullptr) ucp_request_cancel(engine_->worker(), op->request);
+    if (op->request != nullptr) ucp_request_cancel(worker_->handle(), op->request);
   }
   if (sayGoodbye && ep_ != nullptr && goodbye_ == nullptr && !tornDown_) {
-    Op* op = engine_->allocOp();
+    Op* op = worker_->allocOp();
     op->kind = Op::Kind::kGoodbye;
     op->conn = shared_from_this();
     ucp_request_param_t param{};
@@ -536,20 +571,20 @@ void UcxConnection::fail(Status st, bool sayGoodbye) {
     op->submitting = true;
     void* req =
         ucp_tag_send_nbx(ep_, tagged::kGoodbyeMessage, sizeof tagged::kGoodbyeMessage,
-                         wireTag(static_cast<std::uint64_t>(engine_->rank()), kControlTag), &param);
+                         wireTag(static_cast<std::uint64_t>(worker_->rank()), kControlTag), &param);
     op->submitting = false;
     if (UCS_PTR_IS_PTR(req) && !op->finishedInline) {
       op->request = req;
       goodbye_ = op;
       // A peer that is gone may never take the goodbye; do not wait for it forever.
       std::weak_ptr<UcxConnection> weak = weak_from_this();
-      goodbyeTimer_ = engine_->loop().after(kGoodbyeGrace, [weak] {
+      goodbyeTimer_ = worker_->loop().after(kGoodbyeGrace, [weak] {
         if (auto self = weak.lock()) self->finishTeardown();
       });
-      engine_->schedule();
+      worker_->schedule();
       return;
     }
-    engine_->releaseOp(op);
+    worker_->releaseOp(op);
   }
   finishTeardown();
 }
@@ -557,13 +592,13 @@ void UcxConnection::fail(Status st, bool sayGoodbye) {
 void UcxConnection::finishTeardown() {
   if (tornDown_) return;
   tornDown_ = true;
-  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  if (goodbyeTimer_) worker_->loop().cancel(goodbyeTimer_);
   goodbyeTimer_.reset();
   // Force-closing the endpoint completes every send still queued on it, the goodbye included, with
   // UCS_ERR_CANCELED.
   closeEndpoint();
   if (goodbye_ != nullptr) {  // not cancelled by the close: UCX keeps the request, we drop the op
-    engine_->adoptOrphan(goodbye_);
+    worker_->adoptOrphan(goodbye_);
     goodbye_ = nullptr;
   }
   // Without UCX error handling (the same-host shared-memory case) a forced close leaves a
@@ -572,30 +607,30 @@ void UcxConnection::finishTeardown() {
   std::vector<Op*> stuck = pending_.snapshot([](Op* op) { return op->kind == Op::Kind::kSend; });
   for (Op* op : stuck) {
     unlink(op);
-    engine_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
-    engine_->adoptOrphan(op);
+    worker_->defer([cb = std::move(op->sendCb), st = error_] { cb(st); });
+    worker_->adoptOrphan(op);
   }
-  engine_->schedule();
+  worker_->schedule();
 }
 
 void UcxConnection::closeEndpoint() {
   if (ep_ == nullptr) return;
   ucp_ep_h ep = ep_;
   ep_ = nullptr;
-  if (!engine_->open()) return;  // the worker already destroyed its endpoints
+  if (!worker_->open()) return;  // the worker already destroyed its endpoints
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void* req = ucp_ep_close_nbx(ep, &param);
-  if (UCS_PTR_IS_PTR(req)) engine_->trackClose(req);
+  if (UCS_PTR_IS_PTR(req)) worker_->trackClose(req);
 }
 
 void UcxConnection::abandonPending() {
-  if (goodbyeTimer_) engine_->loop().cancel(goodbyeTimer_);
+  if (goodbyeTimer_) worker_->loop().cancel(goodbyeTimer_);
   goodbyeTimer_.reset();
   for (Op** internal : {&controlRecv_, &goodbye_}) {
     if (*internal != nullptr) {
-      engine_->releaseOp(*internal);
+      worker_->releaseOp(*internal);
       *internal = nullptr;
     }
   }
@@ -605,33 +640,35 @@ void UcxConnection::abandonPending() {
     // op->request goes away with the worker (ucp_worker_destroy), which runs right after this.
     Status st = error_.isOk() ? cancelled("ucx context closed") : error_;
     if (op->kind == Op::Kind::kSend) {
-      engine_->defer([cb = std::move(op->sendCb), st] { cb(st); });
+      worker_->defer([cb = std::move(op->sendCb), st] { cb(st); });
     } else {
-      engine_->defer([cb = std::move(op->recvCb), st] { cb(st, 0); });
+      worker_->defer([cb = std::move(op->recvCb), st] { cb(st, 0); });
     }
-    engine_->releaseOp(op);
+    worker_->releaseOp(op);
   }
 }
 
 void UcxConnection::close() {
+  GV_CHECK_LOOP_THREAD(worker_->loop());
   if (closed_) return;
   closed_ = true;
   fail(cancelled("connection to peer " + std::to_string(peer_) + " closed"), /*sayGoodbye=*/true);
 }
 
 void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) {
+  GV_CHECK_LOOP_THREAD(worker_->loop());
   Status invalid = tagged::checkUserTag("ucx", tag);
-  if (invalid.isOk()) invalid = tagged::checkMessageSize(bytes.size(), engine_->maxMessageBytes());
+  if (invalid.isOk()) invalid = tagged::checkMessageSize(bytes.size(), worker_->maxMessageBytes());
   if (!invalid.isOk()) {
-    engine_->defer([cb = std::move(cb), invalid] { cb(invalid); });
+    worker_->defer([cb = std::move(cb), invalid] { cb(invalid); });
     return;
   }
-  if (!error_.isOk() || ep_ == nullptr || !engine_->open()) {
+  if (!error_.isOk() || ep_ == nullptr || !worker_->open()) {
     Status st = !error_.isOk() ? error_ : cancelled("ucx context closed");
-    engine_->defer([cb = std::move(cb), st] { cb(st); });
+    worker_->defer([cb = std::move(cb), st] { cb(st); });
     return;
   }
-  Op* op = engine_->allocOp();
+  Op* op = worker_->allocOp();
   op->kind = Op::Kind::kSend;
   op->conn = shared_from_this();
   op->sendCb = std::move(cb);
@@ -642,26 +679,27 @@ void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
   param.user_data = op;
   op->submitting = true;
   void* req = ucp_tag_send_nbx(ep_, bytes.data(), bytes.size(),
-                               wireTag(static_cast<std::uint64_t>(engine_->rank()), tag), &param);
+                               wireTag(static_cast<std::uint64_t>(worker_->rank()), tag), &param);
   op->submitting = false;
   if (UCS_PTR_IS_ERR(req)) return finishSend(op, UCS_PTR_STATUS(req));
   if (op->finishedInline) return finishSend(op, op->inlineStatus);  // callback freed the request
   op->request = req;
   link(op);
-  engine_->schedule();
+  worker_->schedule();
 }
 
 void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback cb) {
+  GV_CHECK_LOOP_THREAD(worker_->loop());
   if (Status invalid = tagged::checkUserTag("ucx", tag); !invalid.isOk()) {
-    engine_->defer([cb = std::move(cb), invalid] { cb(invalid, 0); });
+    worker_->defer([cb = std::move(cb), invalid] { cb(invalid, 0); });
     return;
   }
-  if (!error_.isOk() || !engine_->open()) {
+  if (!error_.isOk() || !worker_->open()) {
     Status st = !error_.isOk() ? error_ : cancelled("ucx context closed");
-    engine_->defer([cb = std::move(cb), st] { cb(st, 0); });
+    worker_->defer([cb = std::move(cb), st] { cb(st, 0); });
     return;
   }
-  Op* op = engine_->allocOp();
+  Op* op = worker_->allocOp();
   op->kind = Op::Kind::kRecv;
   op->conn = shared_from_this();
   op->recvCb = std::move(cb);
@@ -671,36 +709,40 @@ void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
   param.cb.recv = &UcxConnection::onRecvDone;
   param.user_data = op;
   op->submitting = true;
-  void* req = ucp_tag_recv_nbx(engine_->worker(), buffer.data(), buffer.size(),
+  void* req = ucp_tag_recv_nbx(worker_->handle(), buffer.data(), buffer.size(),
                                wireTag(static_cast<std::uint64_t>(peer_), tag), kFullMask, &param);
   op->submitting = false;
   if (UCS_PTR_IS_ERR(req)) return finishRecv(op, UCS_PTR_STATUS(req), 0);
   if (op->finishedInline) return finishRecv(op, op->inlineStatus, op->inlineLength);
   op->request = req;
   link(op);
-  engine_->schedule();
+  worker_->schedule();
 }
 
 // ---- UcxContext ---------------------------------------------------------------------------------
 
 class UcxContext : public Context {
  public:
-  explicit UcxContext(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  explicit UcxContext(std::shared_ptr<UcxWorker> worker) : worker_(std::move(worker)) {}
   ~UcxContext() override { close(); }
 
   std::string_view backend() const override { return "ucx"; }
-  std::vector<std::uint8_t> localAddress() const override { return engine_->address(); }
+  std::vector<std::uint8_t> localAddress() const override {
+    GV_CHECK_LOOP_THREAD(worker_->loop());
+    return worker_->address();
+  }
 
   Result<std::shared_ptr<Connection>> connect(int peer,
                                               std::span<const std::uint8_t> remote) override {
-    if (!engine_->open()) return failedPrecondition("ucx context is closed");
+    GV_CHECK_LOOP_THREAD(worker_->loop());
+    if (!worker_->open()) return failedPrecondition("ucx context is closed");
     GV_RETURN_IF_ERROR(tagged::checkRank("ucx", "peer rank", peer));
     // UCX reads the worker address in place; parseAddress keeps an aligned copy for the call.
     GV_ASSIGN_OR_RETURN(const tagged::PeerAddress address,
                         tagged::parseAddress(kAddressFormat, peer, remote));
     const tagged::AddressHeader& header = address.header;
     const auto* ucxAddress = reinterpret_cast<const ucp_address_t*>(address.backendAddress.data());
-    auto conn = std::make_shared<UcxConnection>(engine_, peer);
+    auto conn = std::make_shared<UcxConnection>(worker_, peer);
     // Prefer UCX's own peer-failure handling. UCX 1.13's shared-memory transports (posix, sysv)
     // have none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer
     // on this host we then use an endpoint without UCX error handling and learn of the peer's death
@@ -721,25 +763,26 @@ class UcxContext : public Context {
       }
     }
     GV_RETURN_IF_ERROR(st);
-    engine_->addConnection(conn);
+    worker_->addConnection(conn);
     conn->start();
-    engine_->schedule();  // endpoint wire-up proceeds in progress
+    worker_->schedule();  // endpoint wire-up proceeds in progress
     return std::shared_ptr<Connection>(std::move(conn));
   }
 
-  void close() override { engine_->shutdown(); }
+  void close() override { worker_->shutdown(); }  // checks the thread
 
  private:
-  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<UcxWorker> worker_;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Context>> makeUcxContext(Loop& loop, const Options& options) {
+  GV_CHECK_LOOP_THREAD(loop);
   GV_RETURN_IF_ERROR(tagged::checkRank("ucx", "rank", options.rank));
-  auto engine = std::make_shared<Engine>(loop, options);
-  GV_RETURN_IF_ERROR(engine->init());
-  return std::unique_ptr<Context>(std::make_unique<UcxContext>(std::move(engine)));
+  auto worker = std::make_shared<UcxWorker>(loop, options);
+  GV_RETURN_IF_ERROR(worker->init());
+  return std::unique_ptr<Context>(std::make_unique<UcxContext>(std::move(worker)));
 }
 
 BackendInfo ucxBackendInfo() {
@@ -762,3 +805,9 @@ BackendInfo ucxBackendInfo() {
 }
 
 }  // namespace grapevine::transport::ucx
+
+namespace grapevine::transport {
+void registerUcx(Registry& registry) {
+  registry.add(BackendEntry{"ucx", ucx::makeUcxContext, ucx::ucxBackendInfo});
+}
+}  // namespace grapevine::transport

@@ -1,0 +1,40 @@
+// How a Grapevine (sender rank, user tag) pair maps onto one 64-bit tag of a tagged-message
+// library (UCX, libfabric):
+//
+//   bit 63 ............ 40 | 39 ........................ 0
+//        sender rank (24)  |        user tag (40)
+//
+// The receiver of a connection to peer p matches (p << 40 | tag) with a full mask, so receives
+// posted for different peers never steal each other's messages even though matching is per
+// worker/endpoint, not per peer. Tag 2^40 - 1 is reserved (kControlTag); larger user tags are
+// refused with kInvalidArgument (checks.h); ranks at or above 2^24 are refused when the context is
+// created.
+//
+// Pure constants and functions: any thread.
+#pragma once
+
+#include <cstdint>
+
+namespace grapevine::transport::tagged {
+
+inline constexpr int kUserTagBits = 40;
+inline constexpr int kRankBits = 64 - kUserTagBits;
+inline constexpr std::uint64_t kMaxUserTag = (std::uint64_t{1} << kUserTagBits) - 1;
+inline constexpr std::uint64_t kMaxRank = (std::uint64_t{1} << kRankBits) - 1;
+inline constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
+// The rank bits. UCX is told them as its "tag sender mask".
+inline constexpr std::uint64_t kSenderMask = ~kMaxUserTag;
+// The highest user tag is the backend's own: a connection's "goodbye" message (goodbye.h), which
+// close() sends so the peer fails its pending operations with kUnavailable at once. User tags are
+// [0, kControlTag).
+inline constexpr std::uint64_t kControlTag = kMaxUserTag;
+
+constexpr std::uint64_t wireTag(std::uint64_t senderRank, std::uint64_t userTag) {
+  return (senderRank << kUserTagBits) | (userTag & kMaxUserTag);
+}
+constexpr std::uint64_t senderOf(std::uint64_t wire) { return wire >> kUserTagBits; }
+constexpr std::uint64_t userTagOf(std::uint64_t wire) { return wire & kMaxUserTag; }
+
+static_assert(senderOf(wireTag(5, 77)) == 5 && userTagOf(wireTag(5, 77)) == 77);
+
+}  // namespace grapevine::transport::tagged
