@@ -58,6 +58,7 @@ void ControlLink::moveTo(State next) {
 }
 
 void ControlLink::dial(tcp::endpoint endpoint, Clock::time_point deadline) {
+  GV_CHECK_LOOP_THREAD(loop_);
   moveTo(State::kDialing);
   endpoint_ = endpoint;
   deadline_ = deadline;
@@ -65,6 +66,7 @@ void ControlLink::dial(tcp::endpoint endpoint, Clock::time_point deadline) {
 }
 
 void ControlLink::adopt(tcp::socket socket, std::vector<std::uint8_t> hello) {
+  GV_CHECK_LOOP_THREAD(loop_);
   moveTo(State::kHandshaking);
   socket_ = std::move(socket);
   configureSocket(socket_, options_.connectTimeoutSeconds);
@@ -74,6 +76,7 @@ void ControlLink::adopt(tcp::socket socket, std::vector<std::uint8_t> hello) {
 }
 
 void ControlLink::startHeartbeats() {
+  GV_CHECK_LOOP_THREAD(loop_);
   onHandshake_ = nullptr;
   if (state_ != State::kHandshaken) return;  // lost between its handshake and the bootstrap's end
   moveTo(State::kConnected);
@@ -82,6 +85,7 @@ void ControlLink::startHeartbeats() {
 }
 
 void ControlLink::closeAfterFlush() {
+  GV_CHECK_LOOP_THREAD(loop_);
   onHandshake_ = nullptr;
   if (state_ >= State::kClosing) return;
   if (out_.empty() || !socketOpen()) return shutdown();
@@ -96,6 +100,7 @@ Status ControlLink::unreachable() const {
 }
 
 Status ControlLink::send(std::uint16_t type, std::span<const std::uint8_t> payload) {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (state_ == State::kClosed) {
     return unavailable("control connection to peer " + std::to_string(peer_) + " is closed");
   }
@@ -280,6 +285,7 @@ void ControlLink::lost(const std::string& why) {
 }
 
 void ControlLink::shutdown() {
+  GV_CHECK_LOOP_THREAD(loop_);
   if (state_ == State::kClosed) return;
   moveTo(State::kClosed);
   onHandshake_ = nullptr;
