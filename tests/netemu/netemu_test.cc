@@ -196,12 +196,12 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(rtts.begin(), rtts.end());
-    WARN("40 +- 10 ms one way: RTT min " << rtts.front() << " max " << rtts.back() << " ms");
-    CHECK(rtts.front() >= 60.0);
+    WARN("40 (+0-10) ms one way: RTT min " << rtts.front() << " max " << rtts.back() << " ms");
+    CHECK(rtts.front() >= 80.0);  // jitter only adds: the latency stays the floor
     // Each way is at most 50 ms; single round trips can still be late on a loaded machine (21 ms
     // seen at load 7 on 2 cores), so the bound is on the median. The model test bounds the jitter
     // exactly.
-    CHECK(rtts[rtts.size() / 2] < 100.0);
+    CHECK(rtts[rtts.size() / 2] < 100.0 + kSchedulingSlackMs);
     CHECK(rtts.back() - rtts.front() > 5.0);
     // A burst: 300 datagrams 0.2 ms apart (far closer than the jitter) come back in order.
     const int n = 300;

@@ -192,8 +192,8 @@ int runLaunch(const LaunchArgs& a) {
       std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
     std::cout << "grapevine launch: emulated network " << network->namespaceName(0) << ".."
               << network->namespaceName(c.peers.count - 1) << " (" << network->address(0)
-              << "...), links " << bandwidth << ", " << n.latencyMs << " ms +- " << n.jitterMs
-              << " ms, loss " << n.lossPercent << "%"
+              << "...), links " << bandwidth << ", " << n.latencyMs << " ms (+0-" << n.jitterMs
+              << " ms), loss " << n.lossPercent << "%"
               << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
   }
   std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count
