@@ -1,6 +1,6 @@
 // End-to-end runs through the CLI, as a user starts them: `grapevine launch` on real processes over
-// UCX, and a peer killed mid-run. Slow (tens of seconds each); labelled `slow`, still run by
-// tools/test.
+// UCX, and a peer killed mid-run and a SIGINT (over tcp, always built). Slow (tens of seconds each);
+// labelled `slow`, still run by tools/test. Without a usable UCX only the UCX case skips (GV_SKIP).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+
+#include "tests/test_util/skip.h"
 
 namespace {
 
@@ -48,8 +50,7 @@ TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points 
   while (std::fgets(buf, sizeof buf, info)) text += buf;
   pclose(info);
   if (text.find("ucx  usable") == std::string::npos) {
-    std::printf("skipped: the ucx transport is not usable in this build:\n%s", text.c_str());
-    std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+    GV_SKIP("the ucx transport is not usable in this build:\n" << text);
   }
   const std::string common = " --set run.rounds=1000 --set peers.base_port=31100 --quiet";
   const std::string choco = scratch("choco");
