@@ -28,10 +28,10 @@ CATCH_REGISTER_LISTENER(RanCounter)
 
 int main(int argc, char* argv[]) {
   const int result = Catch::Session().run(argc, argv);
-  const auto skipped = static_cast<int>(grapevine::testing::skippedTestCases().size());
+  const auto skipped = static_cast<int>(grapevine::test_util::skippedTestCases().size());
   if (skipped > 0) {
     std::cout << skipped << " of " << RanCounter::ran() << " test cases skipped:";
-    for (const auto& name : grapevine::testing::skippedTestCases()) std::cout << " \"" << name << "\"";
+    for (const auto& name : grapevine::test_util::skippedTestCases()) std::cout << " \"" << name << "\"";
     std::cout << std::endl;
   }
 #ifdef GRAPEVINE_SKIP_RETURN_CODE

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tests/netemu/test_util.h"
+#include "tests/test_util/pipes.h"
 #include "tests/test_util/skip.h"
 
 using namespace grapevine;
@@ -340,14 +341,14 @@ TEST_CASE("cleanup: no namespace outlives its Network, nor a SIGKILLed creator's
     o.peers = 2;
     auto net = Network::create(o);
     const pid_t pids[2] = {net.isOk() ? (*net)->emulatorPid() : -1, 0};
-    [[maybe_unused]] ssize_t w = ::write(pipeFds[1], pids, sizeof pids);
+    [[maybe_unused]] const bool sent = grapevine::test_util::writeAll(pipeFds[1], pids, sizeof pids);
     ::pause();  // until SIGKILL: no destructor runs
     _exit(0);
   }
   ::close(pipeFds[1]);
   pid_t pids[2] = {-1, -1};
   REQUIRE(readable(pipeFds[0], 20000));
-  REQUIRE(::read(pipeFds[0], pids, sizeof pids) == sizeof pids);
+  REQUIRE(grapevine::test_util::readAll(pipeFds[0], pids, sizeof pids));
   ::close(pipeFds[0]);
   REQUIRE(pids[0] > 0);
   const std::string theirs = "gv" + std::to_string(child) + "-";

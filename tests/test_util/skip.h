@@ -15,7 +15,7 @@
 #include <set>
 #include <string>
 
-namespace grapevine::testing {
+namespace grapevine::test_util {
 
 // Names of the test cases that skipped themselves in this run (read by the main).
 inline std::set<std::string>& skippedTestCases() {
@@ -27,13 +27,13 @@ inline void noteSkipped() {
   skippedTestCases().insert(Catch::getResultCapture().getCurrentTestName());
 }
 
-}  // namespace grapevine::testing
+}  // namespace grapevine::test_util
 
 // Ends the current TEST_CASE as skipped. Use directly in the TEST_CASE body (it returns from the
 // enclosing function).
 #define GV_SKIP(why)                              \
   do {                                            \
     WARN("skipped: " << why);                     \
-    ::grapevine::testing::noteSkipped();          \
+    ::grapevine::test_util::noteSkipped();          \
     return;                                       \
   } while (false)

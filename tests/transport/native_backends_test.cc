@@ -28,6 +28,7 @@
 
 #include "runtime/transport/loop.h"
 #include "runtime/transport/transport.h"
+#include "tests/test_util/pipes.h"
 
 namespace gt = grapevine::transport;
 using grapevine::ErrorCode;
@@ -50,37 +51,14 @@ gt::Options testOptions(int rank) {
   return o;
 }
 
-// Blocking helpers over the socketpair that carries addresses and small test verdicts.
+// Blocking helpers over the socketpair that carries addresses and small test verdicts
+// (tests/test_util/pipes.h); a write that fails aborts the process that made it.
+using grapevine::test_util::readBlob;
 void writeAll(int fd, const void* p, std::size_t n) {
-  const auto* b = static_cast<const std::uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, b, n);
-    if (w <= 0) std::abort();
-    b += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-bool readAll(int fd, void* p, std::size_t n) {
-  auto* b = static_cast<std::uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t r = ::read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
+  if (!grapevine::test_util::writeAll(fd, p, n)) std::abort();
 }
 void sendBlob(int fd, const std::vector<std::uint8_t>& blob) {
-  const std::uint32_t n = static_cast<std::uint32_t>(blob.size());
-  writeAll(fd, &n, sizeof n);
-  writeAll(fd, blob.data(), blob.size());
-}
-std::vector<std::uint8_t> recvBlob(int fd) {
-  std::uint32_t n = 0;
-  if (!readAll(fd, &n, sizeof n)) return {};
-  std::vector<std::uint8_t> blob(n);
-  if (!readAll(fd, blob.data(), n)) return {};
-  return blob;
+  if (!grapevine::test_util::writeBlob(fd, blob)) std::abort();
 }
 
 // One side of a two-peer link: its loop, context and the connection to the other side.
@@ -96,7 +74,7 @@ std::string setUp(Side& side, int rank, int fd) {
   if (!ctx) return ctx.status().toString();
   side.context = std::move(ctx).value();
   sendBlob(fd, side.context->localAddress());
-  const auto remote = recvBlob(fd);
+  const auto remote = readBlob(fd);
   if (remote.empty()) return "peer sent no address";
   auto conn = side.context->connect(1 - rank, remote);
   if (!conn) return conn.status().toString();
