@@ -58,10 +58,7 @@ int udpSocketIn(const Network& net, int rank, int port) {
   return *fd;
 }
 
-bool readable(int fd, int timeoutMs) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, timeoutMs) > 0;
-}
+using grapevine::test_util::readable;
 
 // Echoes every datagram on `fd` back to its sender until `stop`.
 struct Echo {
