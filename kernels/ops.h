@@ -6,7 +6,8 @@
 //   cpuOps()        the vectorised CPU table (AVX2/F16C/SSE4.2 chosen at run time with
 //                   __builtin_cpu_supports; falls back to the reference entry per op otherwise).
 //   cudaOps()       the CUDA table (kernels/cuda/cuda_ops.h, target grapevine_kernels_cuda), built
-//                   only when GRAPEVINE_HAVE_CUDA; tested against referenceOps() when a device exists.
+//                   only when GRAPEVINE_HAVE_CUDA; tested against referenceOps() when a device
+//                   exists.
 //
 // Conventions, the same for every table (CUB-style):
 //   * Pointers are in the table's memory space (host for CPU tables, device for CUDA).

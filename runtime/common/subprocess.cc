@@ -37,8 +37,8 @@ Status open(const ChildStream& s, bool forWriting, Plumbing* p) {
       p->closeChildEnd = true;
       return Status::ok();
     case ChildStream::Kind::kFile: {
-      const int flags = forWriting ? (O_WRONLY | O_CREAT | (s.append ? O_APPEND : O_TRUNC))
-                                   : O_RDONLY;
+      const int flags =
+          forWriting ? (O_WRONLY | O_CREAT | (s.append ? O_APPEND : O_TRUNC)) : O_RDONLY;
       p->child = ::open(s.path.c_str(), flags | O_CLOEXEC, 0644);
       if (p->child < 0) return internalError(errnoText(("open " + s.path).c_str()));
       p->closeChildEnd = true;
@@ -189,7 +189,8 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& o) {
 Result<Subprocess> Subprocess::forkCall(const std::function<int()>& body, const SpawnOptions& o) {
   pid_t pid = -1;
   int ours[3] = {-1, -1, -1};
-  GV_RETURN_IF_ERROR(forkWith(o, [&] { ::_exit(body()); }, &pid, ours));
+  GV_RETURN_IF_ERROR(forkWith(
+      o, [&] { ::_exit(body()); }, &pid, ours));
   Subprocess s;
   s.pid_ = pid;
   s.in_ = ours[0];
@@ -255,8 +256,8 @@ int exitCode(int waitStatus) {
 bool readUntilEof(int fd, std::string* out, Subprocess::Clock::time_point deadline) {
   char buf[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - Subprocess::Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Subprocess::Clock::now());
     if (left.count() <= 0) return false;
     pollfd p{fd, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));

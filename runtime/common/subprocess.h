@@ -1,12 +1,12 @@
 // The one way this code base starts a child process: argv with environment changes, where the
-// child's stdin / stdout / stderr go (inherited, /dev/null, a file, a pipe), an optional hook run in
-// the child just before exec, then waiting with a deadline, signalling and killing. forkCall() runs
-// a function of this program in the child instead of exec-ing another one.
+// child's stdin / stdout / stderr go (inherited, /dev/null, a file, a pipe), an optional hook run
+// in the child just before exec, then waiting with a deadline, signalling and killing. forkCall()
+// runs a function of this program in the child instead of exec-ing another one.
 //
 // Contracts:
 //   * Everything the child needs (argv, environment, file names) is prepared before fork(); between
-//     fork() and exec the child makes only async-signal-safe calls, plus `beforeExec` (which must do
-//     the same). So spawning is safe from a multi-threaded process.
+//     fork() and exec the child makes only async-signal-safe calls, plus `beforeExec` (which must
+//     do the same). So spawning is safe from a multi-threaded process.
 //   * A program that cannot be exec'd (not found, not executable) exits with code 127, as a shell
 //     reports it; spawn() itself fails only when fork() or a pipe fails.
 //   * Pipes and files are opened close-on-exec on our side: no other child inherits them.

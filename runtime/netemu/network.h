@@ -77,7 +77,7 @@ class Network {
   std::vector<int> tunFds_;         // held until the emulator has its copies
   std::unique_ptr<StatsTable> stats_;
   Subprocess emulator_;  // forked by create(); stopped and reaped by the destructor
-  int controlFd_ = -1;  // write end; closing it stops the emulator
+  int controlFd_ = -1;   // write end; closing it stops the emulator
 };
 
 // Ok when this process may build a Network: root (or CAP_NET_ADMIN + CAP_SYS_ADMIN), a usable

@@ -49,9 +49,7 @@ std::string commandLine(const std::vector<std::string>& argv,
   return s;
 }
 
-void appendToLog(const std::string& text) {
-  std::ofstream(logPath(), std::ios::app) << text;
-}
+void appendToLog(const std::string& text) { std::ofstream(logPath(), std::ios::app) << text; }
 
 }  // namespace
 
@@ -108,8 +106,8 @@ Result<std::string> runServerClient(const ServerClientRun& run) {
     if (auto st = server->poll()) {
       if (exitCode(*st) == 127) return notFound();
       return unavailable(run.tool + ": the server exited (" + std::to_string(exitCode(*st)) +
-                         ") before listening on port " + std::to_string(run.serverPort) +
-                         "; see " + logPath());
+                         ") before listening on port " + std::to_string(run.serverPort) + "; see " +
+                         logPath());
     }
     if (Clock::now() >= deadline) return timedOut();
     std::this_thread::sleep_for(nap);

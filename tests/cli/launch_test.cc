@@ -1,6 +1,7 @@
 // End-to-end runs through the CLI, as a user starts them: `grapevine launch` on real processes over
-// UCX, and a peer killed mid-run and a SIGINT (over tcp, always built). Slow (tens of seconds each);
-// labelled `slow`, still run by tools/test. Without a usable UCX only the UCX case skips (GV_SKIP).
+// UCX, and a peer killed mid-run and a SIGINT (over tcp, always built). Slow (tens of seconds
+// each); labelled `slow`, still run by tools/test. Without a usable UCX only the UCX case skips
+// (GV_SKIP).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

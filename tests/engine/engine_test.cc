@@ -295,7 +295,9 @@ workload: { name: consensus, dim: 256 }
   const auto good = p1.outgoing(0);
   std::vector<std::uint8_t> bytes(good.begin(), good.end());
   const auto before = std::vector<float>(p0.model().begin(), p0.model().end());
-  auto model = [](const PeerCore& p) { return std::vector<float>(p.model().begin(), p.model().end()); };
+  auto model = [](const PeerCore& p) {
+    return std::vector<float>(p.model().begin(), p.model().end());
+  };
   // A message acts on the model at endRound() (mixing), so "never applied" is checked there: p0's
   // round must end exactly as in an identical run (same config, same seed) in which p0 received
   // only `deliveredGood` copies of the good message (0 or 1). An applied bad message changes the

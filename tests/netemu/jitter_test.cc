@@ -65,8 +65,8 @@ double ksDistance(std::vector<double> a, std::vector<double> b) {
     const double x = std::min(a[i], b[k]);
     while (i < a.size() && a[i] <= x) ++i;
     while (k < b.size() && b[k] <= x) ++k;
-    worst = std::max(worst, std::abs(static_cast<double>(i) / a.size() -
-                                     static_cast<double>(k) / b.size()));
+    worst = std::max(
+        worst, std::abs(static_cast<double>(i) / a.size() - static_cast<double>(k) / b.size()));
   }
   return worst;
 }
@@ -81,8 +81,8 @@ void checkUniformZeroToJitter(const std::vector<double>& draws) {
   // Uniform: mean jitter/2 (standard error jitter / sqrt(12 n) = 0.2% of jitter here).
   CHECK(mean(draws) == Approx(kJitterMs / 2).epsilon(0.02));
   // A quarter of the draws in each quarter of the range.
-  const auto below = std::count_if(draws.begin(), draws.end(),
-                                   [](double d) { return d < kJitterMs / 4; });
+  const auto below =
+      std::count_if(draws.begin(), draws.end(), [](double d) { return d < kJitterMs / 4; });
   CHECK(static_cast<double>(below) / draws.size() == Approx(0.25).margin(0.02));
 }
 

@@ -338,7 +338,8 @@ TEST_CASE("cleanup: no namespace outlives its Network, nor a SIGKILLed creator's
     o.peers = 2;
     auto net = Network::create(o);
     const pid_t pids[2] = {net.isOk() ? (*net)->emulatorPid() : -1, 0};
-    [[maybe_unused]] const bool sent = grapevine::test_util::writeAll(pipeFds[1], pids, sizeof pids);
+    [[maybe_unused]] const bool sent =
+        grapevine::test_util::writeAll(pipeFds[1], pids, sizeof pids);
     ::pause();  // until SIGKILL: no destructor runs
     _exit(0);
   }

@@ -1,7 +1,7 @@
 // Sweeps: the file format (every error at file:line with the key), the expansion into cells (every
 // combination, stable ids that change when the cell's definition changes), and the CLI end to end:
-// results.csv / cells.csv contents, resuming (finished cells kept, edited cells re-run), plots (their
-// own case and ctest entry, sweep_plot_test: skipped without gnuplot).
+// results.csv / cells.csv contents, resuming (finished cells kept, edited cells re-run), plots
+// (their own case and ctest entry, sweep_plot_test: skipped without gnuplot).
 #include "runtime/sweep/sweep.h"
 
 #include <sys/wait.h>

@@ -31,9 +31,9 @@ inline void noteSkipped() {
 
 // Ends the current TEST_CASE as skipped. Use directly in the TEST_CASE body (it returns from the
 // enclosing function).
-#define GV_SKIP(why)                              \
-  do {                                            \
-    WARN("skipped: " << why);                     \
-    ::grapevine::test_util::noteSkipped();          \
-    return;                                       \
+#define GV_SKIP(why)                       \
+  do {                                     \
+    WARN("skipped: " << why);              \
+    ::grapevine::test_util::noteSkipped(); \
+    return;                                \
   } while (false)

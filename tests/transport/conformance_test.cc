@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "tests/transport/bootstrap_test_util.h"
 #include "tests/test_util/pipes.h"
 #include "tests/test_util/skip.h"
+#include "tests/transport/bootstrap_test_util.h"
 #include "tests/transport/transport_test_util.h"
 
 using namespace grapevine;

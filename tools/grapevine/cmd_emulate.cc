@@ -213,7 +213,8 @@ Command registerEmulate(CLI::App& root) {
       ->check(CLI::Range(1, 4096));
   app->add_option("--bandwidth-mbit", a->bandwidthMbit, "Link rate, 0 = unlimited");
   app->add_option("--latency-ms", a->latencyMs, "One-way latency");
-  app->add_option("--jitter-ms", a->jitterMs, "Extra one-way delay, uniform in [0, this], never reordering");
+  app->add_option("--jitter-ms", a->jitterMs,
+                  "Extra one-way delay, uniform in [0, this], never reordering");
   app->add_option("--loss-percent", a->lossPercent, "Random loss per packet");
   app->add_option("--mtu", a->mtu, "MTU of every namespace's interface")
       ->check(CLI::Range(576, 65535));

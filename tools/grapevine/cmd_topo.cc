@@ -5,8 +5,8 @@
 //   grapevine topo --kind KIND --peers N [--dims R,C[,D]] [--degree D] [--probability P] [--seed S]
 //                  [--weights metropolis|uniform] [--json | --dot [--round T]]
 //
-// A torus takes --peers, --dims or both: --dims alone implies --peers (their product), --peers alone
-// gets the dims a config would get (topology::squarestTorusDims), both must agree.
+// A torus takes --peers, --dims or both: --dims alone implies --peers (their product), --peers
+// alone gets the dims a config would get (topology::squarestTorusDims), both must agree.
 //
 // Exit codes: 0 ok, 2 bad flags / config / a topology that cannot be built, 1 anything else.
 #include <algorithm>
@@ -199,9 +199,11 @@ Command registerTopo(CLI::App& root) {
   app->add_option("--kind", opts->kind,
                   "ring | torus | random-regular | erdos-renyi | exponential | "
                   "one-peer-exponential | complete | edges");
-  app->add_option("--peers", opts->peers,
-                  "number of peers (a torus without --dims gets the squarest R x C, like a config)");
-  app->add_option("--dims", opts->dims, "torus sizes R,C or R,C,D (product = peers; implies --peers)");
+  app->add_option(
+      "--peers", opts->peers,
+      "number of peers (a torus without --dims gets the squarest R x C, like a config)");
+  app->add_option("--dims", opts->dims,
+                  "torus sizes R,C or R,C,D (product = peers; implies --peers)");
   app->add_option("--degree", opts->degree, "random-regular: degree of every peer");
   app->add_option("--probability", opts->probability, "erdos-renyi: edge probability");
   app->add_option("--seed", opts->seed, "random kinds: seed (the same seed gives the same graph)");
