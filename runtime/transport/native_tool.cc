@@ -86,6 +86,7 @@ Result<std::string> runServerClient(const ServerClientRun& run) {
   auto notFound = [&] {
     return unavailable(run.tool + " not found (install " + run.installHint + ")");
   };
+  if (run.serverPort <= 0) return invalidArgument(run.tool + ": no server port to wait for");
   std::vector<std::pair<std::string, std::string>> env;  // empty values are left unset
   for (const auto& kv : run.env) {
     if (!kv.second.empty()) env.push_back(kv);

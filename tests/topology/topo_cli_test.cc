@@ -186,7 +186,7 @@ topology:
 
 TEST_CASE("grapevine topo rejects bad flags with exit code 2 and a clear message") {
   requireBadInput("topo --kind torus --peers 7", "--kind torus needs --dims");
-  requireBadInput("topo --kind torus --peers 7", "--peers 7 has no a x b factorisation");
+  requireBadInput("topo --kind torus --peers 7", "7 peers have no a x b factorisation");
   requireBadInput("topo --kind torus --peers 16 --dims 4,8",
                   "torus: dims 4x8 give 32 peers but peers is 16");
   requireBadInput("topo --kind torus", "give a CONFIG file or both --kind and --peers");

@@ -152,16 +152,17 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
     }
     spec.seed = o.seed;
   }
+  // A torus without dims (flags only, or --kind torus over a config of another kind) gets the same
+  // default as a config without topology.dims.
+  if (spec.kind == topology::Kind::kTorus && spec.dims.empty()) {
+    spec.dims = topology::squarestTorusDims(spec.peers);
+    if (spec.dims.empty()) {
+      return badInput("--kind torus needs --dims R,C or R,C,D: " + std::to_string(spec.peers) +
+                      " peers have no a x b factorisation with a, b >= 2");
+    }
+  }
   // Parameters without a config default must come from a flag.
   if (o.config.empty()) {
-    if (spec.kind == topology::Kind::kTorus && !given("--dims")) {
-      // The same default as a config without topology.dims.
-      spec.dims = topology::squarestTorusDims(spec.peers);
-      if (spec.dims.empty()) {
-        return badInput("--kind torus needs --dims R,C or R,C,D: --peers " +
-                        std::to_string(spec.peers) + " has no a x b factorisation with a, b >= 2");
-      }
-    }
     if (spec.kind == topology::Kind::kRandomRegular && !given("--degree")) {
       return badInput("--kind random-regular needs --degree D");
     }
