@@ -34,7 +34,7 @@ std::string scratch(const std::string& name) {
 Subprocess sh(const std::string& script, SpawnOptions o = {}) {
   o.argv = {"sh", "-c", script};
   auto p = Subprocess::spawn(o);
-  INFO(p.isOk() ? "" : p.status().toString());
+  INFO((p.isOk() ? std::string() : p.status().toString()));
   REQUIRE(p.isOk());
   return std::move(*p);
 }
