@@ -133,10 +133,14 @@ TEST_CASE("spawn: the pre-exec hook runs in the child; a new process group") {
   SpawnOptions o;
   o.out = ChildStream::pipe();
   o.newProcessGroup = true;
-  o.beforeExec = [] { ::setenv("GV_FROM_HOOK", "yes", 1); };  // test only: not async-signal-safe
-  auto p = sh("echo \"$GV_FROM_HOOK\"; ps -o pgid= -p $$ | tr -d ' '", o);
+  o.beforeExec = [] {  // async-signal-safe, and visible after exec: the working directory
+    if (::chdir("/") != 0) ::_exit(99);
+  };
+  REQUIRE(std::filesystem::current_path() != "/");
+  auto p = sh("pwd; ps -o pgid= -p $$ | tr -d ' '", o);
   const std::string out = readAllOf(p.stdoutFd());
-  CHECK(out == "yes\n" + std::to_string(p.pid()) + "\n");
+  CHECK(out == "/\n" + std::to_string(p.pid()) + "\n");
+  CHECK(std::filesystem::current_path() != "/");  // ours is unchanged
   CHECK(exitCode(p.wait()) == 0);
 }
 
