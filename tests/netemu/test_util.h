@@ -21,7 +21,8 @@
 
 namespace netemu_test {
 
-// Exits the whole binary with the skip code when no Network can be built here.
+// Exits the whole binary with the skip code when no Network can be built here: every case of
+// netemu_test and netemu_cli_test needs one (a case that needs more, like iperf3, uses GV_SKIP).
 inline void requireNetemu() {
   const grapevine::Status s = grapevine::netemu::checkPrerequisites();
   if (!s.isOk()) {
