@@ -5,15 +5,16 @@
 //   referenceOps()  plain scalar C++; the test oracle. Slow, obviously correct.
 //   cpuOps()        the vectorised CPU table (AVX2/F16C/SSE4.2 chosen at run time with
 //                   __builtin_cpu_supports; falls back to the reference entry per op otherwise).
-//   (later) a CUDA table in kernels/cuda/, built only when GRAPEVINE_HAVE_CUDA.
+//   cudaOps()       the CUDA table (kernels/cuda/cuda_ops.h, target grapevine_kernels_cuda), built
+//                   only when GRAPEVINE_HAVE_CUDA; tested against referenceOps() when a device
+//                   exists.
 //
 // Conventions, the same for every table (CUB-style):
 //   * Pointers are in the table's memory space (host for CPU tables, device for CUDA).
 //   * Ops that need scratch come in two phases: `<op>WorkspaceBytes(...)` first, then the op with a
 //     caller-owned workspace of at least that many bytes. No op allocates.
 //   * Every op completes before it returns (a device table synchronises its stream), so the table
-//   can
-//     be swapped without changing callers.
+//     can be swapped without changing callers.
 //   * Results that the wire format depends on (quantized codes, scales, sign bits, half/bf16 bits,
 //     top-k indices of the exact selector, CRC32C) are bit-identical across tables; reductions that
 //     only feed local decisions (sumSquares, dot) may differ by rounding.

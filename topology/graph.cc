@@ -1,5 +1,6 @@
 // Graph generators and graph-only queries (connectivity, diameter).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -257,6 +258,13 @@ Result<Graph> torus(const std::vector<int>& dims) {
     }
   }
   return fromPairs(n, pairs);
+}
+
+std::vector<int> squarestTorusDims(int peers) {
+  for (int a = static_cast<int>(std::sqrt(static_cast<double>(std::max(peers, 0)))); a >= 2; --a) {
+    if (peers % a == 0) return {a, peers / a};
+  }
+  return {};
 }
 
 Result<Graph> randomRegular(int n, int degree, std::uint64_t seed) {

@@ -31,6 +31,10 @@ struct Graph {
 Result<Graph> ring(int n);
 Result<Graph> torus(
     const std::vector<int>& dims);  // 2 or 3 dims; a size-2 dim adds one edge, not two
+// The dims a torus of `peers` gets when none are given: the squarest a x b = peers with
+// 2 <= a <= b (16 -> 4x4, 64 -> 8x8, 32 -> 4x8); empty when there is none (primes, < 4). The config
+// loader and `grapevine topo --peers N` both call it, so a config and the flags agree.
+std::vector<int> squarestTorusDims(int peers);
 Result<Graph> randomRegular(int n, int degree, std::uint64_t seed);  // connected, seeded
 Result<Graph> erdosRenyi(int n, double p, std::uint64_t seed);       // connected or an error
 Result<Graph> exponential(int n);                                    // i <-> i +- 2^k (mod n)

@@ -370,12 +370,7 @@ class Loader {
     if (kind == "torus" && !wasSet("topology.dims") && c.topology.dims.empty() && n >= 4) {
       // Unset dims: the squarest a x b = n with a >= 2 (16 -> 4x4, 64 -> 8x8, 32 -> 4x8), so a
       // sweep over peers.count needs no per-count dims.
-      for (int a = static_cast<int>(std::sqrt(static_cast<double>(n))); a >= 2; --a) {
-        if (n % a == 0) {
-          c.topology.dims = {a, n / a};
-          break;
-        }
-      }
+      c.topology.dims = topology::squarestTorusDims(n);
       if (c.topology.dims.empty()) {
         error(keyWhere("topology.kind"), "topology.dims",
               "peers.count " + std::to_string(n) +

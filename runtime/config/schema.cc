@@ -571,7 +571,7 @@ std::vector<KeyDef> buildSchema() {
       "One-way link latency in ms"));
   t.push_back(doubleKey(
       "network.jitter_ms", [](Config & c) -> auto& { return c.network.jitterMs; }, 0.0, 1e5,
-      "Latency jitter in ms"));
+      "Extra one-way delay in ms, uniform in [0, jitter_ms], added to latency_ms"));
   t.push_back(doubleKey(
       "network.loss_percent", [](Config & c) -> auto& { return c.network.lossPercent; }, 0.0, 100.0,
       "Packet loss in percent"));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/common/jitter.h"
+
 namespace grapevine::netemu {
 namespace {
 
@@ -40,7 +42,7 @@ LinkModel::LinkModel(const LinkSpec& spec, std::size_t queueBytes, std::uint64_t
       jitterNs_(msToNs(std::max(0.0, spec.jitterMs))),
       rng_(seed) {}
 
-double LinkModel::uniform() { return static_cast<double>(splitmix64(rng_) >> 11) * 0x1.0p-53; }
+double LinkModel::uniform() { return unitInterval(splitmix64(rng_)); }
 
 std::size_t LinkModel::queuedBytes(std::int64_t nowNs) const {
   if (nsPerByte_ <= 0 || busyUntilNs_ <= nowNs) return 0;
@@ -65,8 +67,9 @@ Decision LinkModel::admit(std::int64_t nowNs, std::size_t bytes) {
   }
   std::int64_t delay = latencyNs_;
   if (jitterNs_ > 0) {
-    delay += static_cast<std::int64_t>(std::llround((2.0 * uniform() - 1.0) * jitterNs_));
-    delay = std::max<std::int64_t>(delay, 0);
+    // network.jitter_ms: extra delay in [0, jitter], the same draw as the simulator's.
+    delay += static_cast<std::int64_t>(
+        std::llround(jitterDelay(static_cast<double>(jitterNs_), splitmix64(rng_))));
   }
   d.deliverAtNs = std::max(sentNs + delay, lastDeliverNs_);
   lastDeliverNs_ = d.deliverAtNs;

@@ -9,8 +9,8 @@
 
 namespace grapevine::netemu {
 
-// Parameters of one directed link. 0 bandwidth = unlimited; jitter is uniform in [-jitter,
-// +jitter].
+// Parameters of one directed link. 0 bandwidth = unlimited; jitter is an extra one-way delay,
+// uniform in [0, jitter] (runtime/common/jitter.h: the simulator's meaning and draw).
 struct LinkSpec {
   double bandwidthMbit = 0;
   double latencyMs = 0;

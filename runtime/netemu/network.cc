@@ -23,6 +23,7 @@
 #include <iostream>
 #include <thread>
 
+#include "runtime/common/subprocess.h"
 #include "runtime/netemu/ip_tool.h"
 
 namespace grapevine::netemu {
@@ -277,34 +278,39 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
   const pid_t parent = ::getpid();
   std::cout.flush();
   std::cerr.flush();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // The emulator: dies with its creator, and stays out of the terminal's process group so a
-    // Ctrl-C reaches the creator only, which then tears down in order.
+  // The emulator: this program's code in a child of its own (it needs the TUN fds and the stats
+  // mapping). It dies with its creator, and stays out of the terminal's process group so a Ctrl-C
+  // reaches the creator only, which then tears down in order.
+  SpawnOptions emulatorOptions;
+  emulatorOptions.newProcessGroup = true;
+  emulatorOptions.beforeExec = [parent] {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) _exit(0);
-    ::setpgid(0, 0);
     // A real network does not wait for CPU: ahead of busy peers, deliveries stay on time. Best
     // effort (needs CAP_SYS_NICE, which root has).
     ::setpriority(PRIO_PROCESS, 0, kEmulatorNice);
-    ::close(control[1]);
-    ::close(ready[0]);
-    const Status s = runEmulator(setup, ready[1]);
-    if (!s.isOk()) {
-      const std::string msg = "E" + s.toString();
-      [[maybe_unused]] ssize_t w = ::write(ready[1], msg.data(), msg.size());
-      std::cerr << "grapevine netemu emulator: " << s.toString() << "\n";
-      _exit(1);
-    }
-    _exit(0);
-  }
+  };
+  auto emulator = Subprocess::forkCall(
+      [&] {
+        ::close(control[1]);
+        ::close(ready[0]);
+        const Status s = runEmulator(setup, ready[1]);
+        if (!s.isOk()) {
+          const std::string msg = "E" + s.toString();
+          [[maybe_unused]] ssize_t w = ::write(ready[1], msg.data(), msg.size());
+          std::cerr << "grapevine netemu emulator: " << s.toString() << "\n";
+          return 1;
+        }
+        return 0;
+      },
+      emulatorOptions);
   ::close(control[0]);
   ::close(ready[1]);
-  if (pid < 0) {
+  if (!emulator.isOk()) {
     ::close(ready[0]);
-    return internalError("netemu: fork: " + errnoText());
+    return internalError("netemu: " + emulator.status().message());
   }
-  net->emulatorPid_ = pid;
+  net->emulator_ = std::move(*emulator);
   // The emulator holds the TUN fds now; ours go, so the devices live exactly as long as it does.
   for (int fd : net->tunFds_) ::close(fd);
   net->tunFds_.clear();
@@ -336,24 +342,12 @@ void Network::stopEmulator() {
     ::close(controlFd_);  // the emulator sees the hang-up and returns
     controlFd_ = -1;
   }
-  if (emulatorPid_ <= 0) return;
+  if (!emulator_.running()) return;
   // It closes its TUN fds before exiting, ~2 ms per rank; give it that before a SIGKILL (after
   // which the kernel closes them, one by one).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2) +
                         std::chrono::milliseconds(5) * static_cast<int>(namespaces_.size());
-  int status = 0;
-  for (;;) {
-    const pid_t r = ::waitpid(emulatorPid_, &status, WNOHANG);
-    if (r == emulatorPid_ || (r < 0 && errno != EINTR)) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(emulatorPid_, SIGKILL);
-      while (::waitpid(emulatorPid_, &status, 0) < 0 && errno == EINTR) {
-      }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  emulatorPid_ = -1;
+  if (!emulator_.waitUntil(deadline).isOk()) emulator_.kill();
 }
 
 void Network::deleteNamespaces() {
@@ -381,12 +375,11 @@ Result<std::uint64_t> Network::unknownDestination(int from) const {
 }
 
 Status Network::emulatorStatus() {
-  if (emulatorPid_ <= 0) return unavailable("netemu: the emulator is not running");
-  int status = 0;
-  const pid_t r = ::waitpid(emulatorPid_, &status, WNOHANG);
-  if (r == 0) return Status::ok();
-  emulatorPid_ = -1;
-  if (r < 0) return unavailable("netemu: the emulator is gone: " + errnoText());
+  if (!emulator_.running()) return unavailable("netemu: the emulator is not running");
+  const std::optional<int> exited = emulator_.poll();
+  if (!exited) return Status::ok();
+  const int status = *exited;
+  if (status < 0) return unavailable("netemu: the emulator is gone (reaped elsewhere)");
   if (WIFSIGNALED(status)) {
     return unavailable(std::string("netemu: the emulator was killed by signal ") +
                        strsignal(WTERMSIG(status)));

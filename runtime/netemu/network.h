@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "runtime/common/status.h"
+#include "runtime/common/subprocess.h"
 #include "runtime/netemu/emulator.h"
 #include "runtime/netemu/link_model.h"
 
@@ -64,7 +65,7 @@ class Network {
 
   // Ok while the emulator runs; unavailable (with its exit status) once it has died.
   Status emulatorStatus();
-  pid_t emulatorPid() const { return emulatorPid_; }
+  pid_t emulatorPid() const { return emulator_.pid(); }
 
  private:
   Network() = default;
@@ -75,8 +76,8 @@ class Network {
   std::size_t namespacesMade_ = 0;  // how many of namespaces_ exist (deleted by the destructor)
   std::vector<int> tunFds_;         // held until the emulator has its copies
   std::unique_ptr<StatsTable> stats_;
-  pid_t emulatorPid_ = -1;
-  int controlFd_ = -1;  // write end; closing it stops the emulator
+  Subprocess emulator_;  // forked by create(); stopped and reaped by the destructor
+  int controlFd_ = -1;   // write end; closing it stops the emulator
 };
 
 // Ok when this process may build a Network: root (or CAP_NET_ADMIN + CAP_SYS_ADMIN), a usable

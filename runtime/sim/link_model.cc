@@ -1,5 +1,7 @@
 #include "runtime/sim/link_model.h"
 
+#include "runtime/common/jitter.h"
+
 namespace grapevine::sim {
 namespace {
 
@@ -31,27 +33,26 @@ LinkParams LinkModel::params(int from, int to) const {
   return linkParamsFromConfig(network_->link(from, to));
 }
 
-double LinkModel::uniform(int from, int to, std::int64_t round, std::uint64_t stream) const {
+std::uint64_t LinkModel::randomBits(int from, int to, std::int64_t round,
+                                    std::uint64_t stream) const {
   // Chained mixing of each coordinate: distinct (edge, round, stream) give independent-looking
   // draws.
   std::uint64_t h = splitmix64(seed_ ^ 0x6772617065766e65ull);  // "grapevne"
   h = splitmix64(h ^ static_cast<std::uint32_t>(from));
   h = splitmix64(h ^ static_cast<std::uint32_t>(to));
   h = splitmix64(h ^ static_cast<std::uint64_t>(round));
-  h = splitmix64(h ^ stream);
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
+  return splitmix64(h ^ stream);
 }
 
 bool LinkModel::lost(int from, int to, std::int64_t round) const {
   const double p = network_ ? params(from, to).lossProbability : params_.lossProbability;
   if (p <= 0.0) return false;
-  return uniform(from, to, round, 0) < p;
+  return unitInterval(randomBits(from, to, round, 0)) < p;
 }
 
 double LinkModel::jitterSeconds(int from, int to, std::int64_t round) const {
   const double j = network_ ? params(from, to).jitterSeconds : params_.jitterSeconds;
-  if (j <= 0.0) return 0.0;
-  return j * uniform(from, to, round, 1);
+  return jitterDelay(j, randomBits(from, to, round, 1));
 }
 
 double LinkModel::delaySeconds(int from, int to, std::int64_t round, std::size_t bytes) const {

@@ -16,7 +16,7 @@ namespace grapevine::sim {
 struct LinkParams {
   double bandwidthBitsPerSecond = 0.0;  // 0: unlimited (no serialisation delay)
   double latencySeconds = 0.0;          // one way
-  double jitterSeconds = 0.0;           // extra delay drawn uniformly from [0, jitter]
+  double jitterSeconds = 0.0;           // extra delay, uniform in [0, jitter] (common/jitter.h)
   double lossProbability = 0.0;         // per message, in [0, 1]
 };
 
@@ -39,12 +39,12 @@ class LinkModel {
   // latency + jitter draw + bytes * 8 / bandwidth.
   double delaySeconds(int from, int to, std::int64_t round, std::size_t bytes) const;
 
-  // The jitter draw alone, in [0, jitterSeconds].
+  // The jitter draw alone: jitterDelay() (runtime/common/jitter.h), in [0, jitterSeconds).
   double jitterSeconds(int from, int to, std::int64_t round) const;
 
  private:
-  // A uniform double in [0, 1) from the edge, round and a stream id (0: loss, 1: jitter).
-  double uniform(int from, int to, std::int64_t round, std::uint64_t stream) const;
+  // 64 random bits from the edge, round and a stream id (0: loss, 1: jitter).
+  std::uint64_t randomBits(int from, int to, std::int64_t round, std::uint64_t stream) const;
 
   LinkParams params_;                              // every link, when network_ is empty
   std::optional<config::NetworkSection> network_;  // set when some link differs

@@ -1,80 +1,65 @@
 #include "runtime/transport/native_tool.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
+
+#include "runtime/common/subprocess.h"
 
 namespace grapevine::transport::native_tool {
 namespace {
 
-// Starts `argv` with `env` set, stdout+stderr into a pipe (or /dev/null).
-pid_t spawn(const std::vector<std::string>& argv,
-            const std::vector<std::pair<std::string, std::string>>& env, int* outFd) {
-  int pipeFds[2] = {-1, -1};
-  if (outFd != nullptr && ::pipe(pipeFds) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (outFd != nullptr) {
-      ::dup2(pipeFds[1], 1);
-      ::dup2(pipeFds[1], 2);
-      ::close(pipeFds[0]);
-      ::close(pipeFds[1]);
-    } else {
-      const int devnull = ::open("/dev/null", O_WRONLY);
-      ::dup2(devnull, 1);
-      ::dup2(devnull, 2);
+using Clock = std::chrono::steady_clock;
+
+// Whether some socket listens on TCP `port` (any address, IPv4 or IPv6), from /proc/net/tcp{,6}.
+// Read-only: unlike a probing connect(), it does not use up a server's one accept().
+bool tcpListening(int port) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, ":%04X", port);
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      if (state == "0A" && local.size() > 5 && local.compare(local.size() - 5, 5, hex) == 0) {
+        return true;
+      }
     }
-    for (const auto& [name, value] : env) {
-      if (!value.empty()) ::setenv(name.c_str(), value.c_str(), 1);
-    }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
   }
-  if (outFd != nullptr) {
-    ::close(pipeFds[1]);
-    *outFd = pipeFds[0];
-  }
-  return pid;
+  return false;
 }
 
-// Reads `fd` to EOF, waits for `pid`; kills it after the deadline. Returns the exit code or -1.
-int collect(pid_t pid, int fd, std::string* out, std::chrono::steady_clock::time_point deadline) {
-  char buf[4096];
-  while (true) {
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::kill(pid, SIGKILL);
-      break;
-    }
-    const int r = ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 1000)));
-    if (r < 0 && errno != EINTR) break;
-    if (r <= 0) continue;
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    out->append(buf, static_cast<std::size_t>(n));
+std::string commandLine(const std::vector<std::string>& argv,
+                        const std::vector<std::pair<std::string, std::string>>& env) {
+  std::string s;
+  for (const auto& [name, value] : env) {
+    if (!value.empty()) s += name + "=" + value + " ";
   }
-  ::close(fd);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  for (const std::string& a : argv) s += (s.empty() || s.back() == ' ' ? "" : " ") + a;
+  return s;
 }
+
+void appendToLog(const std::string& text) { std::ofstream(logPath(), std::ios::app) << text; }
 
 }  // namespace
+
+std::string logPath() {
+  static const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("grapevine-native-tools-" + std::to_string(::getpid()) + ".log"))
+          .string();
+  return path;
+}
 
 int freePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -92,32 +77,59 @@ int freePort() {
 }
 
 Result<std::string> runServerClient(const ServerClientRun& run) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(run.timeoutSeconds));
-  const pid_t serverPid = spawn(run.server, run.env, nullptr);
-  if (serverPid < 0) return unavailable(run.tool + ": cannot start the server");
-  // The client gives up at once if nobody listens yet: retry for a moment while the server starts.
-  std::string out;
-  int rc = -1;
-  for (int attempt = 0; attempt < 20 && std::chrono::steady_clock::now() < deadline; ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    int fd = -1;
-    const pid_t clientPid = spawn(run.client, run.env, &fd);
-    if (clientPid < 0) break;
-    out.clear();
-    rc = collect(clientPid, fd, &out, deadline);
-    if (rc == 0 || out.find(run.resultMarker) != std::string::npos) break;
-    int status = 0;
-    if (::waitpid(serverPid, &status, WNOHANG) == serverPid) break;  // the server died
-  }
-  ::kill(serverPid, SIGKILL);
-  ::waitpid(serverPid, nullptr, 0);
-  if (std::chrono::steady_clock::now() >= deadline) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(run.timeoutSeconds));
+  auto timedOut = [&] {
     return deadlineExceeded(run.tool + " did not finish in " + std::to_string(run.timeoutSeconds) +
                             " s");
+  };
+  auto notFound = [&] {
+    return unavailable(run.tool + " not found (install " + run.installHint + ")");
+  };
+  if (run.serverPort <= 0) return invalidArgument(run.tool + ": no server port to wait for");
+  std::vector<std::pair<std::string, std::string>> env;  // empty values are left unset
+  for (const auto& kv : run.env) {
+    if (!kv.second.empty()) env.push_back(kv);
   }
-  if (rc == 127) return unavailable(run.tool + " not found (install " + run.installHint + ")");
+  appendToLog("\n$ " + commandLine(run.server, run.env) + " &\n");
+  SpawnOptions serverOptions;
+  serverOptions.argv = run.server;
+  serverOptions.setEnv = env;
+  serverOptions.out = ChildStream::file(logPath(), /*append=*/true);
+  serverOptions.err = ChildStream::sameAsStdout();
+  auto server = Subprocess::spawn(serverOptions);
+  if (!server.isOk()) return unavailable(run.tool + ": cannot start the server");
+
+  // The client gives up at once if nobody listens yet: start it once the server listens. Polled
+  // (the server's start-up is a few ms to a second), bounded by the deadline.
+  auto nap = std::chrono::milliseconds(1);
+  while (!tcpListening(run.serverPort)) {
+    if (auto st = server->poll()) {
+      if (exitCode(*st) == 127) return notFound();
+      return unavailable(run.tool + ": the server exited (" + std::to_string(exitCode(*st)) +
+                         ") before listening on port " + std::to_string(run.serverPort) + "; see " +
+                         logPath());
+    }
+    if (Clock::now() >= deadline) return timedOut();
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::milliseconds(20));
+  }
+
+  appendToLog("$ " + commandLine(run.client, run.env) + "\n");
+  SpawnOptions clientOptions;
+  clientOptions.argv = run.client;
+  clientOptions.setEnv = env;
+  clientOptions.out = ChildStream::pipe();
+  clientOptions.err = ChildStream::sameAsStdout();
+  auto client = Subprocess::spawn(clientOptions);
+  if (!client.isOk()) return unavailable(run.tool + ": cannot start the client");
+  std::string out;
+  const bool complete = readUntilEof(client->stdoutFd(), &out, deadline);
+  appendToLog(out);
+  if (!complete) return timedOut();  // both children are killed as they go out of scope
+  auto status = client->waitUntil(deadline);
+  if (!status.isOk()) return timedOut();
+  if (exitCode(*status) == 127) return notFound();
   return out;
 }
 

@@ -1,6 +1,7 @@
 // End-to-end runs through the CLI, as a user starts them: `grapevine launch` on real processes over
-// UCX, and a peer killed mid-run. Slow (tens of seconds each); labelled `slow`, still run by
-// tools/test.
+// UCX, and a peer killed mid-run and a SIGINT (over tcp, always built). Slow (tens of seconds
+// each); labelled `slow`, still run by tools/test. Without a usable UCX only the UCX case skips
+// (GV_SKIP).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+
+#include "runtime/common/subprocess.h"
+#include "tests/test_util/skip.h"
 
 namespace {
 
@@ -48,8 +52,7 @@ TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points 
   while (std::fgets(buf, sizeof buf, info)) text += buf;
   pclose(info);
   if (text.find("ucx  usable") == std::string::npos) {
-    std::printf("skipped: the ucx transport is not usable in this build:\n%s", text.c_str());
-    std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+    GV_SKIP("the ucx transport is not usable in this build:\n" << text);
   }
   const std::string common = " --set run.rounds=1000 --set peers.base_port=31100 --quiet";
   const std::string choco = scratch("choco");
@@ -84,11 +87,12 @@ TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish 
       kBin + " launch " + kConfig + " --out " + out +
       " --set run.rounds=1500 --set peers.base_port=31200 --set transport.backend=tcp"
       " --set algorithm.overlap=true --quiet";
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    execl("/bin/sh", "sh", "-c", (cmd + " > " + out + ".log 2>&1").c_str(), nullptr);
-    _exit(127);
-  }
+  grapevine::SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", cmd};
+  spawn.out = grapevine::ChildStream::file(out + ".log");
+  spawn.err = grapevine::ChildStream::sameAsStdout();
+  auto launcher = grapevine::Subprocess::spawn(spawn);
+  REQUIRE(launcher.isOk());
   // Wait for peer 3 to be past round 100, then SIGKILL it.
   const std::string jsonl3 = out + "/peer-3.jsonl";
   auto lastRound = [](const std::string& path) {
@@ -142,8 +146,7 @@ TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish 
   CHECK(sawDead(4));
   CHECK(detect < 2.0);
 
-  int status = 0;
-  waitpid(launcher, &status, 0);
+  const int status = launcher->wait();
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // 7 of 8 finished
   const auto s = summary(out);
@@ -162,22 +165,22 @@ TEST_CASE("SIGINT stops every peer within 2 s and still writes models, records a
   const std::string cmd =
       kBin + " launch " + kConfig + " --out " + out +
       " --set run.rounds=100000 --set peers.base_port=31300 --set transport.backend=tcp --quiet";
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + out + ".log 2>&1").c_str(), nullptr);
-    _exit(127);
-  }
+  grapevine::SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", "exec " + cmd};
+  spawn.out = grapevine::ChildStream::file(out + ".log");
+  spawn.err = grapevine::ChildStream::sameAsStdout();
+  spawn.newProcessGroup = true;
+  auto launcher = grapevine::Subprocess::spawn(spawn);
+  REQUIRE(launcher.isOk());
   const auto start = std::chrono::steady_clock::now();
   while (!std::filesystem::exists(out + "/peer-7.jsonl") &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  REQUIRE(kill(launcher, SIGINT) == 0);
+  REQUIRE(kill(launcher->pid(), SIGINT) == 0);
   const auto sentAt = std::chrono::steady_clock::now();
-  int status = 0;
-  waitpid(launcher, &status, 0);
+  const int status = launcher->wait();
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - sentAt).count();
   // Peers abandon their round within 2 s; the launcher then evaluates the averaged model.

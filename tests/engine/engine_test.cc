@@ -3,6 +3,7 @@
 // limits of CHOCO and D-PSGD (with both momentum kinds) against direct linear solves, determinism,
 // and robustness against corrupted, duplicated and lost messages.
 #include <Eigen/Dense>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -294,6 +295,30 @@ workload: { name: consensus, dim: 256 }
   const auto good = p1.outgoing(0);
   std::vector<std::uint8_t> bytes(good.begin(), good.end());
   const auto before = std::vector<float>(p0.model().begin(), p0.model().end());
+  auto model = [](const PeerCore& p) {
+    return std::vector<float>(p.model().begin(), p.model().end());
+  };
+  // A message acts on the model at endRound() (mixing), so "never applied" is checked there: p0's
+  // round must end exactly as in an identical run (same config, same seed) in which p0 received
+  // only `deliveredGood` copies of the good message (0 or 1). An applied bad message changes the
+  // mix (its sender no longer counts as missing, or its payload enters the public copies).
+  auto expectedAfterRound = [&](bool deliveredGood) {
+    Run twin = makeRun(c);
+    for (auto& p : twin.peers) REQUIRE(p->beginRound(0).isOk());
+    auto& t0 = *twin.peers[0];
+    REQUIRE(model(t0) == before);  // the twin starts where p0 started
+    if (deliveredGood) {
+      const auto t1 = twin.peers[1]->outgoing(0);
+      REQUIRE(std::equal(t1.begin(), t1.end(), bytes.begin(), bytes.end()));
+      t0.onMessage(1, t1);
+      REQUIRE(t0.counters().messagesApplied == 1);
+    }
+    t0.endRound();
+    return model(t0);
+  };
+  const auto withoutMessage = expectedAfterRound(false);
+  // The check can fail: one applied message moves the model.
+  REQUIRE(expectedAfterRound(true) != withoutMessage);
 
   SECTION("every single-byte corruption is rejected") {
     std::mt19937 rng(3);
@@ -306,25 +331,36 @@ workload: { name: consensus, dim: 256 }
     for (const auto& [reason, n] : p0.counters().dropped) dropped += n;
     CHECK(dropped > 0);
     CHECK(p0.counters().messagesApplied == 0);
+    CHECK(model(p0) == before);
     // The corrupted copies did not consume the edge's sequence number: the good one still applies.
     p0.onMessage(1, bytes);
     CHECK(p0.counters().messagesApplied == 1);
+    // ... and the round ends as if only the good one had come.
+    p0.endRound();
+    CHECK(model(p0) == expectedAfterRound(true));
   }
   SECTION("truncated and oversized messages") {
     p0.onMessage(1, std::span<const std::uint8_t>(bytes.data(), 10));
     p0.onMessage(1, std::span<const std::uint8_t>(bytes.data(), bytes.size() - 1));
     CHECK(p0.counters().dropped.at("truncated") == 2);
     CHECK(p0.counters().messagesApplied == 0);
+    p0.endRound();
+    CHECK(model(p0) == withoutMessage);
   }
   SECTION("a duplicate is applied once") {
     p0.onMessage(1, bytes);
     p0.onMessage(1, bytes);
     CHECK(p0.counters().messagesApplied == 1);
     CHECK(p0.counters().dropped.at("duplicate") == 1);
+    p0.endRound();
+    CHECK(model(p0) == expectedAfterRound(true));
   }
   SECTION("a message from a peer that is not a neighbour") {
     p0.onMessage(2, bytes);
     CHECK(p0.counters().dropped.at("unknown_sender") == 1);
+    CHECK(p0.counters().messagesApplied == 0);
+    p0.endRound();
+    CHECK(model(p0) == withoutMessage);
   }
   SECTION("a bad magic and another version are counted by their reasons") {
     auto magic = bytes;

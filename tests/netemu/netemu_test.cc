@@ -1,5 +1,7 @@
 // The emulated network end to end on real sockets in real namespaces: rate (iperf3), latency and
-// jitter (a UDP echo), loss, isolation, cleanup. Skips (77) without root, /dev/net/tun or `ip`.
+// jitter (a UDP echo), loss, isolation, cleanup. Every case needs namespaces: the binary skips (77)
+// without root, /dev/net/tun or `ip`. Only the rate case needs iperf3: without it that case alone
+// skips (GV_SKIP; its own ctest entry, netemu_rate_test, reports it).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,6 +15,8 @@
 #include <thread>
 
 #include "tests/netemu/test_util.h"
+#include "tests/test_util/pipes.h"
+#include "tests/test_util/skip.h"
 
 using namespace grapevine;
 using namespace grapevine::netemu;
@@ -54,10 +58,7 @@ int udpSocketIn(const Network& net, int rank, int port) {
   return *fd;
 }
 
-bool readable(int fd, int timeoutMs) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, timeoutMs) > 0;
-}
+using grapevine::test_util::readable;
 
 // Echoes every datagram on `fd` back to its sender until `stop`.
 struct Echo {
@@ -128,12 +129,9 @@ std::pair<double, double> iperf(Network& net, int seconds) {
 
 }  // namespace
 
-TEST_CASE("rate: iperf3 through a 50 Mbit/s link gets 50 Mbit/s", "[netemu]") {
+TEST_CASE("rate: iperf3 through a 50 Mbit/s link gets 50 Mbit/s", "[netemu][iperf3]") {
   requireNetemu();
-  if (!haveProgram("iperf3")) {
-    std::cout << "skipped: no iperf3 (tools/install-deps)" << std::endl;
-    std::exit(GRAPEVINE_SKIP_RETURN_CODE);
-  }
+  if (!haveProgram("iperf3")) GV_SKIP("no iperf3 (tools/install-deps)");
   for (double mbit : {50.0, 200.0}) {
     auto net = makeNetwork(2, {mbit, 1, 0, 0});
     const auto [got, cpu] = iperf(*net, 3);
@@ -196,12 +194,12 @@ TEST_CASE("latency: 40 ms each way is an 80 ms round trip; jitter spreads it, ne
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(rtts.begin(), rtts.end());
-    WARN("40 +- 10 ms one way: RTT min " << rtts.front() << " max " << rtts.back() << " ms");
-    CHECK(rtts.front() >= 60.0);
+    WARN("40 (+0-10) ms one way: RTT min " << rtts.front() << " max " << rtts.back() << " ms");
+    CHECK(rtts.front() >= 80.0);  // jitter only adds: the latency stays the floor
     // Each way is at most 50 ms; single round trips can still be late on a loaded machine (21 ms
     // seen at load 7 on 2 cores), so the bound is on the median. The model test bounds the jitter
     // exactly.
-    CHECK(rtts[rtts.size() / 2] < 100.0);
+    CHECK(rtts[rtts.size() / 2] < 100.0 + kSchedulingSlackMs);
     CHECK(rtts.back() - rtts.front() > 5.0);
     // A burst: 300 datagrams 0.2 ms apart (far closer than the jitter) come back in order.
     const int n = 300;
@@ -340,14 +338,15 @@ TEST_CASE("cleanup: no namespace outlives its Network, nor a SIGKILLed creator's
     o.peers = 2;
     auto net = Network::create(o);
     const pid_t pids[2] = {net.isOk() ? (*net)->emulatorPid() : -1, 0};
-    [[maybe_unused]] ssize_t w = ::write(pipeFds[1], pids, sizeof pids);
+    [[maybe_unused]] const bool sent =
+        grapevine::test_util::writeAll(pipeFds[1], pids, sizeof pids);
     ::pause();  // until SIGKILL: no destructor runs
     _exit(0);
   }
   ::close(pipeFds[1]);
   pid_t pids[2] = {-1, -1};
   REQUIRE(readable(pipeFds[0], 20000));
-  REQUIRE(::read(pipeFds[0], pids, sizeof pids) == sizeof pids);
+  REQUIRE(grapevine::test_util::readAll(pipeFds[0], pids, sizeof pids));
   ::close(pipeFds[0]);
   REQUIRE(pids[0] > 0);
   const std::string theirs = "gv" + std::to_string(child) + "-";

@@ -16,11 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/common/subprocess.h"
 #include "runtime/netemu/network.h"
 
 namespace netemu_test {
 
-// Exits the whole binary with the skip code when no Network can be built here.
+// Exits the whole binary with the skip code when no Network can be built here: every case of
+// netemu_test and netemu_cli_test needs one (a case that needs more, like iperf3, uses GV_SKIP).
 inline void requireNetemu() {
   const grapevine::Status s = grapevine::netemu::checkPrerequisites();
   if (!s.isOk()) {
@@ -33,53 +35,49 @@ inline bool haveProgram(const std::string& name) {
   return std::system(("command -v " + name + " >/dev/null 2>&1").c_str()) == 0;
 }
 
-// A child process running argv with stdout and stderr into `outPath`.
+// A child process running argv with stdout and stderr into `outPath` (runtime/common/subprocess.h).
 struct Process {
   pid_t pid = -1;
   std::string outPath;
+  grapevine::Subprocess child;
+
+  Process() = default;
+  Process(Process&&) = default;
+  Process& operator=(Process&&) = default;
 
   static Process start(const std::vector<std::string>& argv, const std::string& outPath) {
     Process p;
     p.outPath = outPath;
-    p.pid = ::fork();
-    if (p.pid == 0) {
-      const int fd = ::open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        ::close(fd);
-      }
-      std::vector<char*> cargv;
-      for (const auto& s : argv) cargv.push_back(const_cast<char*>(s.c_str()));
-      cargv.push_back(nullptr);
-      ::execvp(cargv[0], cargv.data());
-      _exit(127);
+    grapevine::SpawnOptions o;
+    o.argv = argv;
+    o.out = grapevine::ChildStream::file(outPath);
+    o.err = grapevine::ChildStream::sameAsStdout();
+    auto made = grapevine::Subprocess::spawn(o);
+    if (made.isOk()) {
+      p.child = std::move(*made);
+      p.pid = p.child.pid();
     }
     return p;
   }
 
   // Exit status (as from waitpid) or -1 when it ran past the timeout (then it is killed).
   int wait(double timeoutSeconds) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds);
-    int status = 0;
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        pid = -1;
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeoutSeconds));
+    auto status = child.waitUntil(deadline);
     pid = -1;
-    return status;
+    if (!status.isOk()) {
+      child.kill();
+      return -1;
+    }
+    return *status;
   }
 
   void stop() {
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      if (wait(3) == -1) pid = -1;
+    if (child.running()) {
+      child.signal(SIGTERM);
+      wait(3);
     }
   }
 

@@ -101,6 +101,28 @@ TEST_CASE("grapevine topo --json prints one object with the documented fields") 
   CHECK(rr1["degree_min"] == 3);
 }
 
+TEST_CASE("grapevine topo torus: --dims implies --peers, --peers alone gets the config's dims") {
+  // --dims alone: the product is the peer count.
+  const auto d = jsonOf(grapevine("topo --kind torus --dims 4,4 --json"));
+  CHECK(d["peers"] == 16);
+  CHECK(d["kind"] == "torus");
+  CHECK(d["degree_min"] == 4);
+  const auto d3 = jsonOf(grapevine("topo --kind torus --dims 2,3,4 --json"));
+  CHECK(d3["peers"] == 24);
+  // Both given and agreeing: the same graph as either alone.
+  CHECK(jsonOf(grapevine("topo --kind torus --peers 16 --dims 4,4 --json")) == d);
+  // --peers alone: the squarest factorisation, as a config without topology.dims gets it.
+  CHECK(jsonOf(grapevine("topo --kind torus --peers 16 --json")) == d);
+  const auto p32 = jsonOf(grapevine("topo --kind torus --peers 32 --json"));
+  CHECK(p32 == jsonOf(grapevine("topo --kind torus --dims 4,8 --json")));
+  CHECK(p32 != jsonOf(grapevine("topo --kind torus --dims 2,16 --json")));
+  const std::string config = writeConfig("torus32", R"(
+peers: { count: 32 }
+topology: { kind: torus }
+)");
+  CHECK(jsonOf(grapevine("topo " + config + " --json")) == p32);
+}
+
 TEST_CASE("grapevine topo text and dot output") {
   const Run text = grapevine("topo --kind exponential --peers 16");
   CHECK(text.rc == 0);
@@ -163,7 +185,11 @@ topology:
 }
 
 TEST_CASE("grapevine topo rejects bad flags with exit code 2 and a clear message") {
-  requireBadInput("topo --kind torus --peers 16", "--kind torus needs --dims");
+  requireBadInput("topo --kind torus --peers 7", "--kind torus needs --dims");
+  requireBadInput("topo --kind torus --peers 7", "7 peers have no a x b factorisation");
+  requireBadInput("topo --kind torus --peers 16 --dims 4,8",
+                  "torus: dims 4x8 give 32 peers but peers is 16");
+  requireBadInput("topo --kind torus", "give a CONFIG file or both --kind and --peers");
   requireBadInput("topo --kind ring --peers -3", "--peers must be at least 1, got -3");
   requireBadInput("topo --kind ring --peers 0", "--peers must be at least 1, got 0");
   requireBadInput("topo --kind tree --peers 8",

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "runtime/common/byte_order.h"
+#include "tests/test_util/pipes.h"
 #include "tests/transport/bootstrap_test_util.h"
 
 using namespace grapevine;
@@ -48,19 +49,9 @@ int dialRaw(std::uint16_t port) {
 // Reads one control frame: (type, payload); type 0 on EOF/timeout.
 std::pair<std::uint16_t, std::string> readFrame(int fd) {
   std::uint8_t h[6];
-  std::size_t got = 0;
-  while (got < 6) {
-    const ssize_t r = ::read(fd, h + got, 6 - got);
-    if (r <= 0) return {0, ""};
-    got += static_cast<std::size_t>(r);
-  }
+  if (!test_util::readAll(fd, h, 6)) return {0, ""};
   std::string body(loadLe32(h), '\0');
-  got = 0;
-  while (got < body.size()) {
-    const ssize_t r = ::read(fd, body.data() + got, body.size() - got);
-    if (r <= 0) return {0, ""};
-    got += static_cast<std::size_t>(r);
-  }
+  if (!test_util::readAll(fd, body.data(), body.size())) return {0, ""};
   return {loadLe16(h + 4), body};
 }
 
@@ -95,7 +86,7 @@ TEST_CASE("bootstrap: a protocol version mismatch fails both sides at once, nami
     storeLe16(frame + 10, 2);  // version 2
     storeLe32(frame + 14, 0);  // sender 0
     storeLe32(frame + 18, 1);  // receiver 1
-    REQUIRE(::write(fd, frame, sizeof frame) == sizeof frame);
+    REQUIRE(test_util::writeAll(fd, frame, sizeof frame));
     // The bootstrap answers with its own hello, then a reject saying why.
     for (int i = 0; i < 3 && reply.first != 2; ++i) reply = readFrame(fd);
     ::close(fd);
@@ -125,7 +116,7 @@ TEST_CASE("bootstrap: an oversized control frame is refused before allocation") 
     std::uint8_t h[6];
     storeLe32(h, 0xF0000000u);  // 3.75 GiB claimed
     storeLe16(h + 4, 1);
-    REQUIRE(::write(fd, h, 6) == 6);
+    REQUIRE(test_util::writeAll(fd, h, 6));
     reply = readFrame(fd);
     ::close(fd);
     clientDone = true;
@@ -211,13 +202,13 @@ TEST_CASE("bootstrap: heartbeats report a stopped peer, its recovery, and its de
         loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
     if (!boot.isOk()) ::_exit(4);
     const std::uint16_t port = (*boot)->listenPort();
-    if (::write(toParent[1], &port, 2) != 2) ::_exit(5);
+    if (!test_util::writeAll(toParent[1], &port, 2)) ::_exit(5);
     loop.runUntil([] { return false; }, std::chrono::seconds(20));
     ::_exit(0);
   }
   ::close(toParent[1]);
   std::uint16_t port = 0;
-  REQUIRE(::read(toParent[0], &port, 2) == 2);
+  REQUIRE(test_util::readAll(toParent[0], &port, 2));
   Loop loop;
   Options o = tcpOptions();
   o.rank = 0;

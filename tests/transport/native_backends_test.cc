@@ -28,6 +28,8 @@
 
 #include "runtime/transport/loop.h"
 #include "runtime/transport/transport.h"
+#include "tests/test_util/pipes.h"
+#include "tests/test_util/skip.h"
 
 namespace gt = grapevine::transport;
 using grapevine::ErrorCode;
@@ -50,37 +52,14 @@ gt::Options testOptions(int rank) {
   return o;
 }
 
-// Blocking helpers over the socketpair that carries addresses and small test verdicts.
+// Blocking helpers over the socketpair that carries addresses and small test verdicts
+// (tests/test_util/pipes.h); a write that fails aborts the process that made it.
+using grapevine::test_util::readBlob;
 void writeAll(int fd, const void* p, std::size_t n) {
-  const auto* b = static_cast<const std::uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, b, n);
-    if (w <= 0) std::abort();
-    b += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-bool readAll(int fd, void* p, std::size_t n) {
-  auto* b = static_cast<std::uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t r = ::read(fd, b, n);
-    if (r <= 0) return false;
-    b += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
+  if (!grapevine::test_util::writeAll(fd, p, n)) std::abort();
 }
 void sendBlob(int fd, const std::vector<std::uint8_t>& blob) {
-  const std::uint32_t n = static_cast<std::uint32_t>(blob.size());
-  writeAll(fd, &n, sizeof n);
-  writeAll(fd, blob.data(), blob.size());
-}
-std::vector<std::uint8_t> recvBlob(int fd) {
-  std::uint32_t n = 0;
-  if (!readAll(fd, &n, sizeof n)) return {};
-  std::vector<std::uint8_t> blob(n);
-  if (!readAll(fd, blob.data(), n)) return {};
-  return blob;
+  if (!grapevine::test_util::writeBlob(fd, blob)) std::abort();
 }
 
 // One side of a two-peer link: its loop, context and the connection to the other side.
@@ -96,7 +75,7 @@ std::string setUp(Side& side, int rank, int fd) {
   if (!ctx) return ctx.status().toString();
   side.context = std::move(ctx).value();
   sendBlob(fd, side.context->localAddress());
-  const auto remote = recvBlob(fd);
+  const auto remote = readBlob(fd);
   if (remote.empty()) return "peer sent no address";
   auto conn = side.context->connect(1 - rank, remote);
   if (!conn) return conn.status().toString();
@@ -169,13 +148,11 @@ bool awaitSignal(Side& side, int fd, std::chrono::milliseconds timeout) {
 }
 void signalOther(int fd) { writeAll(fd, "x", 1); }
 
-bool skipIfUnavailable() {
+// Why this entry's backend cannot run here ("" when it can): every case then skips (GV_SKIP), and
+// the binary exits 77 (ctest: skipped).
+std::string unavailableReason() {
   const auto info = gt::testing::nativeBackendInfo(testOptions(0).backend);
-  if (!info.usable) {
-    std::printf("skipped: backend %s %s\n", info.name.c_str(), info.reason.c_str());
-    return true;
-  }
-  return false;
+  return info.usable ? "" : "backend " + info.name + " " + info.reason;
 }
 
 const std::vector<std::size_t> kSizes = {0, 1, 13, 64 << 10, 4 << 20, 64 << 20};
@@ -183,7 +160,7 @@ const std::vector<std::size_t> kSizes = {0, 1, 13, 64 << 10, 4 << 20, 64 << 20};
 }  // namespace
 
 TEST_CASE("native backend: echo of every size, content intact") {
-  if (skipIfUnavailable()) std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
   auto child = forkChild([](Side& s, int) {
     // Echo: receive each size into one reused buffer, send it back with the same tag.
     std::vector<std::uint8_t> buf(64 << 20);
@@ -235,7 +212,7 @@ TEST_CASE("native backend: echo of every size, content intact") {
 }
 
 TEST_CASE("native backend: order per tag, many in flight, receive posted after send") {
-  if (skipIfUnavailable()) std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
   constexpr int kCount = 256;
   auto child = forkChild([](Side& s, int fd) {
     // Wait until the parent has sent everything (unexpected messages queue up), then receive.
@@ -290,7 +267,7 @@ TEST_CASE("native backend: order per tag, many in flight, receive posted after s
 }
 
 TEST_CASE("native backend: too small a receive buffer is resource exhausted, link survives") {
-  if (skipIfUnavailable()) std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
   auto child = forkChild([](Side& s, int fd) {
     std::vector<std::uint8_t> big(100, 7);
     int done = 0;
@@ -323,7 +300,7 @@ TEST_CASE("native backend: too small a receive buffer is resource exhausted, lin
 }
 
 TEST_CASE("native backend: close with pending operations cancels each exactly once") {
-  if (skipIfUnavailable()) std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
   auto child = forkChild([](Side& s, int fd) {
     // Never receives: the parent's large send stays pending until the parent closes.
     return awaitSignal(s, fd, 15s) ? 0 : 40;
@@ -356,7 +333,7 @@ TEST_CASE("native backend: close with pending operations cancels each exactly on
 }
 
 TEST_CASE("native backend: SIGKILLed peer fails pending operations with unavailable within 2 s") {
-  if (skipIfUnavailable()) std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
   auto child = forkChild([](Side& s, int fd) {
     // Receive one small message so the link is known to work, then hang until killed.
     std::vector<std::uint8_t> b(8);

@@ -3,15 +3,20 @@
 // transport between two processes on loopback, and, in the same run with the same sizes and counts,
 // the backend's native reference (for tcp: a plain blocking-socket loop). References are one table
 // (references() below): a backend adds its own (ucx_perftest, fi_pingpong) as one row.
+//
+// stdout carries only the result (with --json: only JSON). While measuring, this process's stdout
+// (where UCX prints its own log lines) and every child's output go to a log file, named on stderr:
+// native_tool::logPath().
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <iomanip>
@@ -21,7 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/common/subprocess.h"
 #include "runtime/transport/loop.h"
+#include "runtime/transport/native_tool.h"
 #include "runtime/transport/transport.h"
 #include "tools/grapevine/command.h"
 #if GRAPEVINE_BENCH_NATIVE_REFERENCES
@@ -120,25 +127,54 @@ Result<T> runPair(bool sameProcess, const std::function<int(int, int)>& server,
     for (int fd : {up[0], up[1], down[0]}) ::close(fd);
     return r;
   }
-  const pid_t pid = ::fork();
-  if (pid < 0) return internalError("fork failed");
-  if (pid == 0) {
+  auto peer = Subprocess::forkCall([&] {
     ::close(up[0]);
     ::close(down[1]);
-    ::_exit(server(down[0], up[1]));
-  }
+    return server(down[0], up[1]);
+  });
   ::close(up[1]);
   ::close(down[0]);
+  if (!peer.isOk()) {
+    ::close(up[0]);
+    ::close(down[1]);
+    return internalError("fork failed");
+  }
   Result<T> r = client(up[0], down[1]);
   ::close(down[1]);
   ::close(up[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (r.isOk() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+  const int status = peer->wait();
+  if (r.isOk() && exitCode(status) != 0) {
     return internalError("the benchmark peer process failed");
   }
   return r;
 }
+
+// While alive, this process's stdout goes to the log (appended): UCX prints its log lines there,
+// and children inherit it. The destructor flushes and puts the real stdout back.
+class StdoutToLog {
+ public:
+  explicit StdoutToLog(const std::string& path) {
+    const int log = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log < 0) return;
+    std::cout.flush();
+    std::fflush(stdout);
+    saved_ = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 0);
+    if (saved_ >= 0) ::dup2(log, STDOUT_FILENO);
+    ::close(log);
+  }
+  ~StdoutToLog() {
+    if (saved_ < 0) return;
+    std::cout.flush();
+    std::fflush(stdout);
+    ::dup2(saved_, STDOUT_FILENO);
+    ::close(saved_);
+  }
+  StdoutToLog(const StdoutToLog&) = delete;
+  StdoutToLog& operator=(const StdoutToLog&) = delete;
+
+ private:
+  int saved_ = -1;
+};
 
 // ---- Grapevine transport ------------------------------------------------------------------------
 
@@ -453,7 +489,10 @@ Command registerBenchTransport(CLI::App& root) {
   auto busyPoll = std::make_shared<bool>(false);
   auto quick = std::make_shared<bool>(false);
   app->add_option("--backend", *backend, "inproc | tcp | ucx | libfabric")->capture_default_str();
-  app->add_flag("--json", *json, "Print one JSON list: one object per (backend, size)");
+  app->add_flag("--json", *json,
+                "Print one JSON list: one object per (backend, size). stdout has nothing else: "
+                "the transport's and the native tools' own output go to a log file "
+                "($TMPDIR/grapevine-native-tools-<pid>.log, named on stderr)");
   app->add_flag("--busy-poll", *busyPoll,
                 "Spin instead of sleeping between messages (transport.busy_poll)");
   app->add_flag("--quick", *quick, "Fewer iterations (for tests)");
@@ -482,25 +521,31 @@ Command registerBenchTransport(CLI::App& root) {
           std::cerr << "bench transport: unknown backend '" << plan.backend << "'\n";
           return kExitBadInput;
         }
-        auto ours = runPair<Numbers>(
-            plan.backend == "inproc", [&](int r, int w) { return grapevineServer(plan, r, w); },
-            [&](int r, int w) { return grapevineClient(plan, r, w); });
-        if (!ours.isOk()) {
-          std::cerr << "bench transport: " << ours.status().toString() << "\n";
-          return kExitFailure;
-        }
+        const std::string log = transport::native_tool::logPath();
+        std::cerr << "bench transport: output of the processes measured goes to " << log << "\n";
         std::optional<Numbers> ref;
         std::string refName = "none";
-        for (const Reference& r : references()) {
-          if (r.backend != plan.backend) continue;
-          auto res = r.run(plan);
-          if (!res.isOk()) {
-            std::cerr << "bench transport: reference " << r.name
-                      << " failed: " << res.status().toString() << "\n";
+        Result<Numbers> ours = internalError("not run");
+        {
+          const StdoutToLog quiet(log);
+          ours = runPair<Numbers>(
+              plan.backend == "inproc", [&](int r, int w) { return grapevineServer(plan, r, w); },
+              [&](int r, int w) { return grapevineClient(plan, r, w); });
+          if (!ours.isOk()) {
+            std::cerr << "bench transport: " << ours.status().toString() << "\n";
             return kExitFailure;
           }
-          ref = std::move(res).value();
-          refName = r.name;
+          for (const Reference& r : references()) {
+            if (r.backend != plan.backend) continue;
+            auto res = r.run(plan);
+            if (!res.isOk()) {
+              std::cerr << "bench transport: reference " << r.name
+                        << " failed: " << res.status().toString() << "\n";
+              return kExitFailure;
+            }
+            ref = std::move(res).value();
+            refName = r.name;
+          }
         }
         nlohmann::json rows = nlohmann::json::array();
         auto orNull = [](bool has, double v) {

@@ -153,7 +153,7 @@ int runEmulate(const EmulateArgs& a) {
     if (n.bandwidthMbit > 0)
       std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
     std::cout << "grapevine emulate: " << net.peers() << " ranks, links " << bandwidth << ", "
-              << n.latencyMs << " ms (+-" << n.jitterMs << " ms), loss " << n.lossPercent << "%"
+              << n.latencyMs << " ms (+0-" << n.jitterMs << " ms), loss " << n.lossPercent << "%"
               << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << ", mtu " << a.mtu
               << "\n";
     for (int r = 0; r < net.peers(); ++r) {
@@ -213,7 +213,8 @@ Command registerEmulate(CLI::App& root) {
       ->check(CLI::Range(1, 4096));
   app->add_option("--bandwidth-mbit", a->bandwidthMbit, "Link rate, 0 = unlimited");
   app->add_option("--latency-ms", a->latencyMs, "One-way latency");
-  app->add_option("--jitter-ms", a->jitterMs, "Uniform jitter +- this, never reordering");
+  app->add_option("--jitter-ms", a->jitterMs,
+                  "Extra one-way delay, uniform in [0, this], never reordering");
   app->add_option("--loss-percent", a->lossPercent, "Random loss per packet");
   app->add_option("--mtu", a->mtu, "MTU of every namespace's interface")
       ->check(CLI::Range(576, 65535));

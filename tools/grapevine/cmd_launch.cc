@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "runtime/common/log.h"
+#include "runtime/common/subprocess.h"
 #include "runtime/engine/summary.h"
 #include "runtime/netemu/from_config.h"
 #include "tools/grapevine/command.h"
@@ -192,8 +193,8 @@ int runLaunch(const LaunchArgs& a) {
       std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
     std::cout << "grapevine launch: emulated network " << network->namespaceName(0) << ".."
               << network->namespaceName(c.peers.count - 1) << " (" << network->address(0)
-              << "...), links " << bandwidth << ", " << n.latencyMs << " ms +- " << n.jitterMs
-              << " ms, loss " << n.lossPercent << "%"
+              << "...), links " << bandwidth << ", " << n.latencyMs << " ms (+0-" << n.jitterMs
+              << " ms), loss " << n.lossPercent << "%"
               << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
   }
   std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count
@@ -223,26 +224,18 @@ int runLaunch(const LaunchArgs& a) {
       argv.push_back("--set");
       argv.push_back(o);
     }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int fd = ::open(ch.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        ::close(fd);
-      }
-      setpgid(0, 0);  // a terminal's SIGINT reaches the launcher only; it forwards it
-      std::vector<char*> cargv;
-      for (auto& s : argv) cargv.push_back(s.data());
-      cargv.push_back(nullptr);
-      execvp(cargv[0], cargv.data());  // `ip` (emulation) is found on PATH; self is absolute
-      _exit(127);
-    }
-    if (pid < 0) {
-      std::cerr << "grapevine launch: fork failed\n";
+    SpawnOptions spawn;
+    spawn.argv = argv;  // `ip` (emulation) is found on PATH; self is absolute
+    spawn.out = ChildStream::file(ch.log);
+    spawn.err = ChildStream::sameAsStdout();
+    spawn.newProcessGroup = true;  // a terminal's SIGINT reaches the launcher only; it forwards it
+    auto child = Subprocess::spawn(spawn);
+    if (!child.isOk()) {
+      std::cerr << "grapevine launch: cannot start peer " << ch.rank << ": "
+                << child.status().message() << "\n";
       return kExitFailure;
     }
-    ch.pid = pid;
+    ch.pid = child->release();  // reaped by the loop below
     ch.running = true;
   }
 

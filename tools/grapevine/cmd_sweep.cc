@@ -3,7 +3,6 @@
 // cells (resumable: a cell whose DIR/cells/<id>/done.json exists is skipped; the id hashes
 // everything that defines the cell), and writes DIR/results.csv (one row per cell and evaluation
 // point) and DIR/cells.csv (one row per cell).
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/common/subprocess.h"
 #include "runtime/config/loader.h"
 #include "runtime/sweep/sweep.h"
 #include "tools/grapevine/command.h"
@@ -77,21 +77,15 @@ std::string duration(double s) {
   return b;
 }
 
-// Starts `argv` with stdout and stderr to `log`; returns the pid (or -1).
+// Starts `argv` with stdout and stderr to `log`; returns the pid (or -1). The caller reaps it
+// (waitpid(-1) in runSweep).
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    ::dup2(fd, STDOUT_FILENO);
-    ::dup2(fd, STDERR_FILENO);
-    ::close(fd);
-  }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  ::execv(args[0], args.data());
-  ::_exit(127);
+  SpawnOptions o;
+  o.argv = argv;
+  o.out = ChildStream::file(log);
+  o.err = ChildStream::sameAsStdout();
+  auto child = Subprocess::spawn(o);
+  return child.isOk() ? child->release() : -1;
 }
 
 struct Running {

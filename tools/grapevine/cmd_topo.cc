@@ -5,7 +5,11 @@
 //   grapevine topo --kind KIND --peers N [--dims R,C[,D]] [--degree D] [--probability P] [--seed S]
 //                  [--weights metropolis|uniform] [--json | --dot [--round T]]
 //
+// A torus takes --peers, --dims or both: --dims alone implies --peers (their product), --peers
+// alone gets the dims a config would get (topology::squarestTorusDims), both must agree.
+//
 // Exit codes: 0 ok, 2 bad flags / config / a topology that cannot be built, 1 anything else.
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <memory>
@@ -84,8 +88,10 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
     if (!loadConfig(o.config, {}, &c)) return kExitBadInput;
     spec = c.topologySpec();
     hasPeers = true;
-  } else if (!given("--kind") || !given("--peers")) {
-    return badInput("give a CONFIG file or both --kind and --peers (e.g. --kind ring --peers 8)");
+  } else if (!given("--kind") || !(given("--peers") || given("--dims"))) {
+    return badInput(
+        "give a CONFIG file or both --kind and --peers (e.g. --kind ring --peers 8; a torus may "
+        "give --dims R,C instead of --peers)");
   }
 
   if (given("--kind")) {
@@ -101,7 +107,6 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
     spec.peers = o.peers;
     hasPeers = true;
   }
-  if (!hasPeers) return badInput(o.config + ": no peers.count (or peers.list); give --peers");
   if (given("--weights")) {
     auto w = topology::parseWeights(o.weights);
     if (!w) {
@@ -119,7 +124,16 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
     if (spec.dims.size() != 2 && spec.dims.size() != 3) {
       return badInput("--dims expects R,C or R,C,D (e.g. --dims 4,4), got '" + o.dims + "'");
     }
+    // Without a config or --peers the dims say how many peers there are (a mismatch with a given
+    // count is makeSchedule's error below).
+    if (!hasPeers) {
+      long long product = 1;
+      for (int d : spec.dims) product = std::min<long long>(product * d, 1LL << 30);
+      spec.peers = static_cast<int>(product);
+      hasPeers = true;
+    }
   }
+  if (!hasPeers) return badInput("give --peers N");
   if (given("--degree")) {
     if (spec.kind != topology::Kind::kRandomRegular) {
       return badInput("--degree only applies to --kind random-regular, not " + kind);
@@ -138,11 +152,17 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
     }
     spec.seed = o.seed;
   }
+  // A torus without dims (flags only, or --kind torus over a config of another kind) gets the same
+  // default as a config without topology.dims.
+  if (spec.kind == topology::Kind::kTorus && spec.dims.empty()) {
+    spec.dims = topology::squarestTorusDims(spec.peers);
+    if (spec.dims.empty()) {
+      return badInput("--kind torus needs --dims R,C or R,C,D: " + std::to_string(spec.peers) +
+                      " peers have no a x b factorisation with a, b >= 2");
+    }
+  }
   // Parameters without a config default must come from a flag.
   if (o.config.empty()) {
-    if (spec.kind == topology::Kind::kTorus && !given("--dims")) {
-      return badInput("--kind torus needs --dims R,C or R,C,D (e.g. --dims 4,4)");
-    }
     if (spec.kind == topology::Kind::kRandomRegular && !given("--degree")) {
       return badInput("--kind random-regular needs --degree D");
     }
@@ -180,8 +200,11 @@ Command registerTopo(CLI::App& root) {
   app->add_option("--kind", opts->kind,
                   "ring | torus | random-regular | erdos-renyi | exponential | "
                   "one-peer-exponential | complete | edges");
-  app->add_option("--peers", opts->peers, "number of peers");
-  app->add_option("--dims", opts->dims, "torus sizes R,C or R,C,D (product = peers)");
+  app->add_option(
+      "--peers", opts->peers,
+      "number of peers (a torus without --dims gets the squarest R x C, like a config)");
+  app->add_option("--dims", opts->dims,
+                  "torus sizes R,C or R,C,D (product = peers; implies --peers)");
   app->add_option("--degree", opts->degree, "random-regular: degree of every peer");
   app->add_option("--probability", opts->probability, "erdos-renyi: edge probability");
   app->add_option("--seed", opts->seed, "random kinds: seed (the same seed gives the same graph)");

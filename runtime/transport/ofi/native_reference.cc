@@ -48,6 +48,7 @@ Result<PingpongResult> runPingpong(std::size_t bytes, const std::string& provide
   run.client = common;
   run.server.insert(run.server.end(), {"-B", std::to_string(port)});
   run.client.insert(run.client.end(), {"-P", std::to_string(port), "127.0.0.1"});
+  run.serverPort = port;
   run.resultMarker = "usec/xfer";
   run.timeoutSeconds = timeoutSeconds;
   GV_ASSIGN_OR_RETURN(std::string out, native_tool::runServerClient(run));

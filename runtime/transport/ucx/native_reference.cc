@@ -47,6 +47,7 @@ Result<PerftestResult> runPerftest(PerftestKind kind, std::size_t bytes, const s
   run.client = run.server;
   run.client.insert(run.client.begin() + 1, "127.0.0.1");
   run.env = {{"UCX_TLS", ucxTls}};
+  run.serverPort = port;
   run.resultMarker = "Final:";
   run.timeoutSeconds = timeoutSeconds;
   GV_ASSIGN_OR_RETURN(std::string out, native_tool::runServerClient(run));
