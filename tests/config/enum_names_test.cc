@@ -65,8 +65,8 @@ std::vector<std::string_view> namesOf(std::span<const gv::compress::NamedValue<E
 }
 
 template <typename E>
-std::function<std::optional<E>(std::string_view)> optionalOf(gv::Result<E> (*parse)(
-    std::string_view)) {
+std::function<std::optional<E>(std::string_view)> optionalOf(
+    gv::Result<E> (*parse)(std::string_view)) {
   return [parse](std::string_view n) -> std::optional<E> {
     auto r = parse(n);
     if (!r.isOk()) return std::nullopt;
@@ -80,23 +80,23 @@ std::vector<Owner> owners() {
   namespace topo = gv::topology;
   namespace train = gv::train;
   std::vector<Owner> v;
-  v.push_back(owner<gv::log::Level>(
-      "run.log_level", gv::log::levelNames(), gv::log::parseLevel, gv::log::levelName,
-      [](const Config& c) { return c.run.logLevel; }));
-  v.push_back(owner<topo::Kind>("topology.kind", topo::kindNames(), topo::parseKind,
-                                topo::kindName, [](const Config& c) { return c.topology.kind; }));
-  v.push_back(owner<topo::WeightsKind>("topology.weights", topo::weightsNames(),
-                                       topo::parseWeights, topo::weightsName,
+  v.push_back(owner<gv::log::Level>("run.log_level", gv::log::levelNames(), gv::log::parseLevel,
+                                    gv::log::levelName,
+                                    [](const Config& c) { return c.run.logLevel; }));
+  v.push_back(owner<topo::Kind>("topology.kind", topo::kindNames(), topo::parseKind, topo::kindName,
+                                [](const Config& c) { return c.topology.kind; }));
+  v.push_back(owner<topo::WeightsKind>("topology.weights", topo::weightsNames(), topo::parseWeights,
+                                       topo::weightsName,
                                        [](const Config& c) { return c.topology.weights; }));
   v.push_back(owner<alg::AlgorithmKind>("algorithm.name", alg::algorithmKindNames(),
                                         alg::parseAlgorithmKind, alg::algorithmKindName,
                                         [](const Config& c) { return c.algorithm.name; }));
-  v.push_back(owner<train::MomentumKind>(
-      "optimizer.momentum_kind", train::momentumKindNames(), train::parseMomentumKind,
-      train::momentumKindName, [](const Config& c) { return c.optimizer.momentumKind; }));
-  v.push_back(owner<train::LrScheduleKind>(
-      "optimizer.schedule", train::lrScheduleKindNames(), train::parseLrScheduleKind,
-      train::lrScheduleKindName, [](const Config& c) { return c.optimizer.schedule; }));
+  v.push_back(owner<train::MomentumKind>("optimizer.momentum_kind", train::momentumKindNames(),
+                                         train::parseMomentumKind, train::momentumKindName,
+                                         [](const Config& c) { return c.optimizer.momentumKind; }));
+  v.push_back(owner<train::LrScheduleKind>("optimizer.schedule", train::lrScheduleKindNames(),
+                                           train::parseLrScheduleKind, train::lrScheduleKindName,
+                                           [](const Config& c) { return c.optimizer.schedule; }));
   v.push_back(owner<cmp::Method>("compression.method", namesOf(cmp::methodNames()),
                                  optionalOf(cmp::parseMethod), cmp::methodName,
                                  [](const Config& c) { return c.compression.method; }));
@@ -106,22 +106,22 @@ std::vector<Owner> owners() {
   v.push_back(owner<cmp::Rounding>("compression.rounding", namesOf(cmp::roundingNames()),
                                    optionalOf(cmp::parseRounding), cmp::roundingName,
                                    [](const Config& c) { return c.compression.rounding; }));
-  v.push_back(owner<cmp::Method>(
-      "compression.fallback", namesOf(cmp::methodNames(), cmp::isFallbackMethod),
-      optionalOf(cmp::parseMethod), cmp::methodName,
-      [](const Config& c) { return c.compression.fallback; }));
+  v.push_back(owner<cmp::Method>("compression.fallback",
+                                 namesOf(cmp::methodNames(), cmp::isFallbackMethod),
+                                 optionalOf(cmp::parseMethod), cmp::methodName,
+                                 [](const Config& c) { return c.compression.fallback; }));
   v.push_back(owner<cmp::Lossless>("compression.lossless", namesOf(cmp::losslessNames()),
                                    optionalOf(cmp::parseLossless), cmp::losslessName,
                                    [](const Config& c) { return c.compression.lossless; }));
-  v.push_back(owner<train::WorkloadKind>(
-      "workload.name", train::workloadKindNames(), train::parseWorkloadKind,
-      train::workloadKindName, [](const Config& c) { return c.workload.name; }));
-  v.push_back(owner<train::PartitionKind>(
-      "workload.partition", train::partitionKindNames(), train::parsePartitionKind,
-      train::partitionKindName, [](const Config& c) { return c.workload.partition; }));
-  v.push_back(owner<gv::config::Emulation>(
-      "network.emulate", gv::config::emulationNames(), gv::config::parseEmulation,
-      gv::config::emulationName, [](const Config& c) { return c.network.emulate; }));
+  v.push_back(owner<train::WorkloadKind>("workload.name", train::workloadKindNames(),
+                                         train::parseWorkloadKind, train::workloadKindName,
+                                         [](const Config& c) { return c.workload.name; }));
+  v.push_back(owner<train::PartitionKind>("workload.partition", train::partitionKindNames(),
+                                          train::parsePartitionKind, train::partitionKindName,
+                                          [](const Config& c) { return c.workload.partition; }));
+  v.push_back(owner<gv::config::Emulation>("network.emulate", gv::config::emulationNames(),
+                                           gv::config::parseEmulation, gv::config::emulationName,
+                                           [](const Config& c) { return c.network.emulate; }));
   // transport.backend stays a string (backends are looked up by name); its names are the
   // transport library's list.
   Owner backend;
@@ -139,8 +139,7 @@ std::vector<Owner> owners() {
 
 }  // namespace
 
-TEST_CASE("every enum key's allowed values are its owning library's name table",
-          "[config][enum]") {
+TEST_CASE("every enum key's allowed values are its owning library's name table", "[config][enum]") {
   const auto all = owners();
   std::set<std::string> covered;
   for (const Owner& o : all) {
