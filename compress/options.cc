@@ -6,16 +6,18 @@
 namespace grapevine::compress {
 namespace {
 
+// In the order configs, docs and "valid: ..." messages list them (dense, then sparse, then
+// quantized, then low-rank); the wire ids are the enum's values, not positions here.
 constexpr std::array<NamedValue<Method>, kMethodCount> kMethods = {{
     {"none", Method::kNone, "fp32, exact"},
     {"fp16", Method::kFp16, "IEEE half, round to nearest even, saturating"},
     {"bf16", Method::kBf16, "bfloat16, round to nearest even, saturating"},
-    {"int8", Method::kInt8, "8-bit block quantization, one scale per block"},
-    {"int4", Method::kInt4, "4-bit block quantization, one scale per block"},
-    {"sign", Method::kSign, "1 bit per element plus mean |x| per block"},
     {"top-k", Method::kTopK, "k largest magnitudes, indices delta-varint or bitmap"},
     {"rand-k", Method::kRandK, "k positions from a shared seed, values only"},
     {"qsgd", Method::kQsgd, "QSGD with s levels, stochastic rounding, unbiased"},
+    {"int8", Method::kInt8, "8-bit block quantization, one scale per block"},
+    {"int4", Method::kInt4, "4-bit block quantization, one scale per block"},
+    {"sign", Method::kSign, "1 bit per element plus mean |x| per block"},
     {"low-rank", Method::kLowRank, "PowerSGD rank-r for matrices, fallback for the rest"},
 }};
 constexpr std::array<NamedValue<Lossless>, 3> kLossless = {{
@@ -69,6 +71,10 @@ Result<Lossless> parseLossless(std::string_view n) { return parse(kLossless, "lo
 Result<Selector> parseSelector(std::string_view n) { return parse(kSelectors, "selector", n); }
 Result<Rounding> parseRounding(std::string_view n) { return parse(kRoundings, "rounding", n); }
 
+bool isFallbackMethod(Method m) {
+  return m != Method::kLowRank && static_cast<uint8_t>(m) < kMethodCount;
+}
+
 int effectiveBits(const Options& o) {
   if (o.method == Method::kInt8) return 8;
   if (o.method == Method::kInt4) return 4;
@@ -100,7 +106,7 @@ Status validate(const Options& o) {
   if (o.rank < 1 || o.rank > 256) {
     return invalidArgument("rank must be in [1, 256], got " + std::to_string(o.rank));
   }
-  if (o.fallback == Method::kLowRank || static_cast<uint8_t>(o.fallback) >= kMethodCount) {
+  if (!isFallbackMethod(o.fallback)) {
     return invalidArgument("fallback must be a method other than low-rank");
   }
   if (!(o.slack >= 0.0 && o.slack <= 0.5)) {

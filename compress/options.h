@@ -76,6 +76,10 @@ struct Options {
   size_t chunk_elements = size_t{1} << 20;  // tensors are cut into chunks of at most this many
 };
 
+// Whether low-rank may use `m` for tensors that are not matrices (Options::fallback): any method
+// but low-rank itself.
+bool isFallbackMethod(Method m);
+
 // Checks ranges and combinations; the message names the field and the allowed range.
 Status validate(const Options& options);
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -86,8 +87,17 @@ class Algorithm {
   std::unique_ptr<MessageCodec> codec_;
 };
 
+// Which gossip algorithm a peer runs (`algorithm.name`).
+enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze };
+
+// Names as configs spell them: "dsgd", "choco", "deepsqueeze". algorithmKindNames(), in enum
+// order, is the one table; the config schema takes its allowed values from it.
+std::string_view algorithmKindName(AlgorithmKind kind);
+std::optional<AlgorithmKind> parseAlgorithmKind(std::string_view name);
+const std::vector<std::string_view>& algorithmKindNames();
+
 struct AlgorithmOptions {
-  std::string name = "choco";  // "dsgd" | "choco" | "deepsqueeze"
+  AlgorithmKind kind = AlgorithmKind::kChoco;
   double consensusStep = 0.5;
   // Initial public copies (CHOCO): all peers start x_hat at this common model (or 0 when empty).
   std::vector<float> initialPublicCopy;

@@ -1,10 +1,33 @@
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/common/hash.h"
 
 namespace grapevine::algorithms {
+namespace {
+// Indexed by AlgorithmKind.
+constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco", "deepsqueeze"};
+}  // namespace
+
+std::string_view algorithmKindName(AlgorithmKind kind) {
+  const auto i = static_cast<std::size_t>(kind);
+  return i < std::size(kAlgorithmKindNames) ? kAlgorithmKindNames[i] : "unknown";
+}
+
+std::optional<AlgorithmKind> parseAlgorithmKind(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(kAlgorithmKindNames); ++i) {
+    if (kAlgorithmKindNames[i] == name) return static_cast<AlgorithmKind>(i);
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string_view>& algorithmKindNames() {
+  static const std::vector<std::string_view> names(std::begin(kAlgorithmKindNames),
+                                                   std::end(kAlgorithmKindNames));
+  return names;
+}
 
 std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.size_bytes()); }
 
@@ -16,7 +39,7 @@ class Dsgd final : public Algorithm {
  public:
   Dsgd(std::size_t dim, std::unique_ptr<MessageCodec> codec)
       : Algorithm(std::move(codec)), acc_(dim), self_(dim) {}
-  std::string_view name() const override { return "dsgd"; }
+  std::string_view name() const override { return algorithmKindName(AlgorithmKind::kDsgd); }
 
   Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                               std::span<std::uint8_t> out) override {
@@ -52,7 +75,7 @@ class Choco final : public Algorithm {
     if (!initial.empty()) xhat_ = initial;
     for (int j : neighbours) replicas_.emplace(j, xhat_);
   }
-  std::string_view name() const override { return "choco"; }
+  std::string_view name() const override { return algorithmKindName(AlgorithmKind::kChoco); }
 
   Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                               std::span<std::uint8_t> out) override {
@@ -127,7 +150,7 @@ class DeepSqueeze final : public Algorithm {
  public:
   DeepSqueeze(std::size_t dim, double gamma, std::unique_ptr<MessageCodec> codec)
       : Algorithm(std::move(codec)), gamma_(gamma), e_(dim, 0.0f), v_(dim), c_(dim), acc_(dim) {}
-  std::string_view name() const override { return "deepsqueeze"; }
+  std::string_view name() const override { return algorithmKindName(AlgorithmKind::kDeepSqueeze); }
 
   Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                               std::span<std::uint8_t> out) override {
@@ -167,16 +190,16 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
   if (!o.initialPublicCopy.empty() && o.initialPublicCopy.size() != dim) {
     return invalidArgument("initial public copy has the wrong size");
   }
-  if (o.name == "dsgd") return std::unique_ptr<Algorithm>(new Dsgd(dim, std::move(codec)));
-  if (o.name == "choco") {
-    return std::unique_ptr<Algorithm>(
-        new Choco(dim, o.consensusStep, neighbours, o.initialPublicCopy, std::move(codec)));
+  switch (o.kind) {
+    case AlgorithmKind::kDsgd:
+      return std::unique_ptr<Algorithm>(new Dsgd(dim, std::move(codec)));
+    case AlgorithmKind::kChoco:
+      return std::unique_ptr<Algorithm>(
+          new Choco(dim, o.consensusStep, neighbours, o.initialPublicCopy, std::move(codec)));
+    case AlgorithmKind::kDeepSqueeze:
+      return std::unique_ptr<Algorithm>(new DeepSqueeze(dim, o.consensusStep, std::move(codec)));
   }
-  if (o.name == "deepsqueeze") {
-    return std::unique_ptr<Algorithm>(new DeepSqueeze(dim, o.consensusStep, std::move(codec)));
-  }
-  return invalidArgument("unknown algorithm \"" + o.name +
-                         "\"; expected dsgd, choco or deepsqueeze");
+  return invalidArgument("unknown algorithm kind " + std::to_string(static_cast<int>(o.kind)));
 }
 
 }  // namespace grapevine::algorithms

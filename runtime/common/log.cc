@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <mutex>
 
 namespace grapevine::log {
@@ -11,24 +12,29 @@ std::atomic<Level> g_level{Level::kInfo};
 std::mutex g_mu;
 std::string g_prefix;  // guarded by g_mu
 const auto g_start = std::chrono::steady_clock::now();
+// Indexed by Level (kDebug = 0 ... kOff = 4). Constant, so write() may use it at any time, even
+// during static destruction.
+constexpr std::string_view kLevelNames[] = {"debug", "info", "warn", "error", "off"};
 }  // namespace
 
 void setLevel(Level level) { g_level = level; }
 Level level() { return g_level; }
 
-bool parseLevel(std::string_view text, Level* out) {
-  static constexpr std::pair<std::string_view, Level> kNames[] = {{"debug", Level::kDebug},
-                                                                  {"info", Level::kInfo},
-                                                                  {"warn", Level::kWarn},
-                                                                  {"error", Level::kError},
-                                                                  {"off", Level::kOff}};
-  for (const auto& [name, lvl] : kNames) {
-    if (text == name) {
-      *out = lvl;
-      return true;
-    }
+const std::vector<std::string_view>& levelNames() {
+  static const std::vector<std::string_view> names(std::begin(kLevelNames), std::end(kLevelNames));
+  return names;
+}
+
+std::string_view levelName(Level level) {
+  const auto i = static_cast<std::size_t>(level);
+  return i < std::size(kLevelNames) ? kLevelNames[i] : "?";
+}
+
+std::optional<Level> parseLevel(std::string_view text) {
+  for (std::size_t i = 0; i < std::size(kLevelNames); ++i) {
+    if (kLevelNames[i] == text) return static_cast<Level>(i);
   }
-  return false;
+  return std::nullopt;
 }
 
 void setPrefix(std::string prefix) {
@@ -37,12 +43,12 @@ void setPrefix(std::string prefix) {
 }
 
 void write(Level level, std::string_view message) {
-  static constexpr const char* kNames[] = {"debug", "info", "warn", "error", "off"};
   const double t =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
   std::lock_guard<std::mutex> lock(g_mu);
-  std::fprintf(stderr, "[grapevine%s%s %.3fs] %s: %.*s\n", g_prefix.empty() ? "" : " ",
-               g_prefix.c_str(), t, kNames[static_cast<int>(level)],
+  const std::string_view name = levelName(level);
+  std::fprintf(stderr, "[grapevine%s%s %.3fs] %.*s: %.*s\n", g_prefix.empty() ? "" : " ",
+               g_prefix.c_str(), t, static_cast<int>(name.size()), name.data(),
                static_cast<int>(message.size()), message.data());
 }
 

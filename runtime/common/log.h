@@ -2,9 +2,11 @@
 // Thread-safe (one write per line). The level and the peer prefix are set once at start-up.
 #pragma once
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace grapevine::log {
 
@@ -12,8 +14,12 @@ enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
 
 void setLevel(Level level);
 Level level();
-// Parses "debug" | "info" | "warn" | "error" | "off"; returns false on anything else.
-bool parseLevel(std::string_view text, Level* out);
+// The level names as configs (`run.log_level`) and log lines spell them: "debug", "info", "warn",
+// "error", "off", in Level order. levelNames() is the one table; the config schema lists it.
+std::string_view levelName(Level level);
+// The level named `text`, or nullopt for anything not in levelNames().
+std::optional<Level> parseLevel(std::string_view text);
+const std::vector<std::string_view>& levelNames();
 // A short tag printed on every line, e.g. "peer 3".
 void setPrefix(std::string prefix);
 void write(Level level, std::string_view message);

@@ -1,9 +1,32 @@
 #include "runtime/config/config.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 
 namespace grapevine::config {
+namespace {
+// Indexed by Emulation.
+constexpr std::string_view kEmulationNames[] = {"none", "netns"};
+}  // namespace
+
+std::string_view emulationName(Emulation emulation) {
+  const auto i = static_cast<std::size_t>(emulation);
+  return i < std::size(kEmulationNames) ? kEmulationNames[i] : "unknown";
+}
+
+std::optional<Emulation> parseEmulation(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(kEmulationNames); ++i) {
+    if (kEmulationNames[i] == name) return static_cast<Emulation>(i);
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string_view>& emulationNames() {
+  static const std::vector<std::string_view> names(std::begin(kEmulationNames),
+                                                   std::end(kEmulationNames));
+  return names;
+}
 
 std::vector<PeerAddress> PeersSection::addresses() const {
   if (!list.empty()) return list;
@@ -15,13 +38,13 @@ std::vector<PeerAddress> PeersSection::addresses() const {
 
 topology::Spec Config::topologySpec() const {
   topology::Spec s;
-  s.kind = topology::parseKind(topology.kind).value_or(topology::Kind::kRing);
+  s.kind = topology.kind;
   s.peers = peers.count;
   s.dims = topology.dims;
   s.degree = topology.degree;
   s.probability = topology.probability;
   s.seed = topology.seed.value_or(run.seed);
-  s.weights = topology::parseWeights(topology.weights).value_or(topology::WeightsKind::kMetropolis);
+  s.weights = topology.weights;
   s.edges = topology.edges;
   return s;
 }

@@ -2,13 +2,27 @@
 // (schema.h). Precedence: defaults < YAML < GRAPEVINE_* environment < command-line overrides
 // (`--set key=value`). Every field's default, type, range and doc live in the schema table only;
 // the initialisers below are the defaults, and a test checks they agree with the table's text.
+//
+// Enum keys are typed: each enum and its name table belong to the library that owns the concept
+// (log level: common/log.h; topology kind and weights: topology/spec.h; algorithm:
+// algorithms/algorithm.h; momentum kind and schedule: train/optimizer.h; workload and partition:
+// train/options.h; compression: compress/options.h; emulation: below). The schema takes its
+// allowed values from those tables, so a loaded Config never holds a value outside them.
+// transport.backend stays a string: backends are registered and looked up by name
+// (transport/backend_names.h lists the names the schema accepts).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "compress/options.h"
+#include "runtime/algorithms/algorithm.h"
+#include "runtime/common/log.h"
+#include "runtime/train/optimizer.h"
+#include "runtime/train/options.h"
 #include "topology/spec.h"
 
 namespace grapevine::config {
@@ -23,7 +37,7 @@ struct RunSection {
   std::string name = "grapevine";
   std::uint64_t seed = 1;
   std::int64_t rounds = 1000;
-  std::string logLevel = "info";
+  log::Level logLevel = log::Level::kInfo;
 };
 
 struct PeersSection {
@@ -39,8 +53,8 @@ struct PeersSection {
 };
 
 struct TopologySection {
-  std::string kind = "ring";
-  std::string weights = "metropolis";
+  topology::Kind kind = topology::Kind::kRing;
+  topology::WeightsKind weights = topology::WeightsKind::kMetropolis;
   std::vector<int> dims;
   int degree = 4;
   double probability = 0.3;
@@ -58,7 +72,7 @@ struct TransportSection {
 };
 
 struct AlgorithmSection {
-  std::string name = "choco";
+  algorithms::AlgorithmKind name = algorithms::AlgorithmKind::kChoco;
   double consensusStep = 0.5;
   bool overlap = false;
   int localSteps = 1;
@@ -70,9 +84,9 @@ struct OptimizerSection {
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = true;
-  std::string momentumKind = "local";
+  train::MomentumKind momentumKind = train::MomentumKind::kLocal;
   int batchSize = 64;
-  std::string schedule = "constant";
+  train::LrScheduleKind schedule = train::LrScheduleKind::kConstant;
   int warmupRounds = 0;
   double weightDecay = 0.0;
   std::vector<int> stepMilestones;
@@ -81,28 +95,28 @@ struct OptimizerSection {
 };
 
 struct CompressionSection {
-  std::string method = "none";
+  compress::Method method = compress::Method::kNone;
   double ratio = 0.01;
-  std::string selector = "approx";
+  compress::Selector selector = compress::Selector::kApprox;
   bool unbiased = false;
   int levels = 16;
   int blockSize = 256;
-  std::string rounding = "nearest";
+  compress::Rounding rounding = compress::Rounding::kNearest;
   int rank = 2;
-  std::string fallback = "top-k";
+  compress::Method fallback = compress::Method::kTopK;  // any but low-rank
   bool errorFeedback = false;
-  std::string lossless = "none";
+  compress::Lossless lossless = compress::Lossless::kNone;
   int zstdLevel = 3;
   std::int64_t denseBelow = 1024;
   std::int64_t chunkElements = 1 << 20;
 };
 
 struct WorkloadSection {
-  std::string name = "fashion-mnist-mlp";
+  train::WorkloadKind name = train::WorkloadKind::kFashionMnistMlp;
   std::vector<int> hidden = {128};
   std::vector<int> cnnChannels = {8, 16};
   int cnnHidden = 64;
-  std::string partition = "iid";
+  train::PartitionKind partition = train::PartitionKind::kIid;
   double alpha = 0.5;
   std::string dataDir = "/usr/share/datasets/fashion-mnist";
   std::string data;
@@ -143,8 +157,17 @@ struct EdgeNetwork {
   LinkOverride link;
 };
 
+// `network.emulate`: how `grapevine launch` realises the links below. The config owns this enum
+// because it owns the network description (LinkParams); runtime/netemu implements kNetns.
+enum class Emulation { kNone, kNetns };
+
+// Names as configs spell them: "none", "netns", in enum order (the one table).
+std::string_view emulationName(Emulation emulation);
+std::optional<Emulation> parseEmulation(std::string_view name);
+const std::vector<std::string_view>& emulationNames();
+
 struct NetworkSection {
-  std::string emulate = "none";
+  Emulation emulate = Emulation::kNone;
   double bandwidthMbit = 0.0;  // 0 = unlimited
   double latencyMs = 0.0;
   double jitterMs = 0.0;

@@ -365,9 +365,11 @@ class Loader {
 
     // topology
     const int n = c.peers.count;
-    const std::string& kind = c.topology.kind;
+    using topology::Kind;
+    const Kind kind = c.topology.kind;
+    const std::string kindText(topology::kindName(kind));
     bool dimsReported = false;
-    if (kind == "torus" && !wasSet("topology.dims") && c.topology.dims.empty() && n >= 4) {
+    if (kind == Kind::kTorus && !wasSet("topology.dims") && c.topology.dims.empty() && n >= 4) {
       // Unset dims: the squarest a x b = n with a >= 2 (16 -> 4x4, 64 -> 8x8, 32 -> 4x8), so a
       // sweep over peers.count needs no per-count dims.
       c.topology.dims = topology::squarestTorusDims(n);
@@ -378,7 +380,7 @@ class Loader {
         dimsReported = true;
       }
     }
-    if (kind == "torus" && !dimsReported) {
+    if (kind == Kind::kTorus && !dimsReported) {
       if (c.topology.dims.size() != 2 && c.topology.dims.size() != 3) {
         error(wasSet("topology.dims") ? keyWhere("topology.dims") : keyWhere("topology.kind"),
               "topology.dims", "torus needs 2 or 3 sizes, e.g. dims: [4, 4]");
@@ -392,15 +394,15 @@ class Loader {
         }
       }
     } else if (wasSet("topology.dims") && !c.topology.dims.empty()) {
-      warning(keyWhere("topology.dims"), "topology.dims", "ignored: topology.kind is " + kind);
+      warning(keyWhere("topology.dims"), "topology.dims", "ignored: topology.kind is " + kindText);
     }
-    if (kind == "random-regular" &&
+    if (kind == Kind::kRandomRegular &&
         (c.topology.degree >= n || (1LL * n * c.topology.degree) % 2 != 0)) {
       error(keyWhere("topology.degree"), "topology.degree",
             "a random " + std::to_string(c.topology.degree) + "-regular graph on " +
                 std::to_string(n) + " peers needs degree < peers and peers x degree even");
     }
-    if (kind == "edges") {
+    if (kind == Kind::kEdges) {
       if (c.topology.edges.empty()) {
         error(keyWhere("topology.kind"), "topology.edges",
               "kind edges needs a non-empty edge list");
@@ -418,9 +420,10 @@ class Loader {
         }
       }
     } else if (wasSet("topology.edges")) {
-      warning(keyWhere("topology.edges"), "topology.edges", "ignored: topology.kind is " + kind);
+      warning(keyWhere("topology.edges"), "topology.edges",
+              "ignored: topology.kind is " + kindText);
     }
-    if (c.topology.weights == "explicit" && kind != "edges") {
+    if (c.topology.weights == topology::WeightsKind::kExplicit && kind != Kind::kEdges) {
       error(keyWhere("topology.weights"), "topology.weights",
             "explicit weights need kind: edges with [a, b, weight] entries");
     }
@@ -445,18 +448,20 @@ class Loader {
     }
 
     // algorithm, compression, optimizer, workload
-    if (c.algorithm.name == "dsgd" && c.compression.method != "none") {
+    const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd;
+    if (dsgd && c.compression.method != compress::Method::kNone) {
       error(keyWhere("compression.method"), "compression.method",
             "dsgd exchanges full models uncompressed; use algorithm.name: choco or deepsqueeze "
             "with " +
-                c.compression.method);
+                std::string(compress::methodName(c.compression.method)));
     }
-    if (c.algorithm.name != "dsgd" && c.compression.method == "none" &&
+    if (!dsgd && c.compression.method == compress::Method::kNone &&
         c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
               "below 1 without compression slows consensus for nothing");
     }
-    if (c.optimizer.schedule == "step" && c.optimizer.stepMilestones.empty()) {
+    if (c.optimizer.schedule == train::LrScheduleKind::kStep &&
+        c.optimizer.stepMilestones.empty()) {
       error(keyWhere("optimizer.schedule"), "optimizer.step_milestones",
             "the step schedule needs milestones, e.g. step_milestones: [1000, 2000]");
     }
@@ -464,7 +469,7 @@ class Loader {
       warning(keyWhere("optimizer.nesterov"), "optimizer.nesterov",
               "has no effect with momentum 0");
     }
-    if (c.workload.name == "quadratic") {
+    if (c.workload.name == train::WorkloadKind::kQuadratic) {
       if (c.workload.data.empty()) {
         error(keyWhere("workload.name"), "workload.data",
               "the quadratic workload needs a data file");

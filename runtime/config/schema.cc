@@ -1,9 +1,14 @@
 #include "runtime/config/schema.h"
 
+#include <cassert>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <sstream>
+#include <type_traits>
+
+#include "runtime/transport/backend_names.h"
 
 namespace grapevine::config {
 namespace {
@@ -136,14 +141,79 @@ KeyDef stringKey(std::string path, Access access, std::string doc) {
   return k;
 }
 
-template <typename Access>
-KeyDef enumKey(std::string path, Access access, std::vector<std::string> choices, std::string doc) {
+// One allowed value of an enum key: its name in configs and the typed value it stands for.
+template <typename E>
+struct Choice {
+  std::string name;
+  E value;
+};
+
+// The choices of an enum key from the owning library's name list and parser (topology, train,
+// algorithms, log, config's own emulation). A name its own parser rejects would be a bug in that
+// library; it is left out, and tests/config/enum_names_test.cc fails on the difference.
+template <typename Parse>
+auto choicesOf(const std::vector<std::string_view>& names, Parse parse) {
+  using E = std::remove_cvref_t<decltype(*parse(std::string_view{}))>;
+  std::vector<Choice<E>> out;
+  for (std::string_view name : names) {
+    const auto value = parse(name);
+    assert(value && "a name table's parser rejects one of its own names");
+    if (value) out.push_back({std::string(name), *value});
+  }
+  return out;
+}
+
+// The choices of an enum key from compress's {name, value, doc} rows, optionally only those that
+// pass `keep`.
+template <typename E>
+std::vector<Choice<E>> choicesOf(std::span<const compress::NamedValue<E>> rows,
+                                 bool (*keep)(E) = nullptr) {
+  std::vector<Choice<E>> out;
+  for (const auto& row : rows) {
+    if (keep == nullptr || keep(row.value)) out.push_back({std::string(row.name), row.value});
+  }
+  return out;
+}
+
+// A typed enum key: the YAML scalar must be one of the choices' names; the field holds its value.
+template <typename E, typename Access>
+KeyDef enumKey(std::string path, Access access, std::vector<Choice<E>> choices, std::string doc) {
   KeyDef k;
   k.path = std::move(path);
   k.type = ValueType::kEnum;
-  k.choices = choices;
+  for (const auto& ch : choices) k.choices.push_back(ch.name);
   k.doc = std::move(doc);
   k.apply = [access, choices](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    if (!n.IsScalar()) return std::string("expected");
+    for (const auto& ch : choices) {
+      if (n.Scalar() == ch.name) {
+        access(c) = ch.value;
+        return std::nullopt;
+      }
+    }
+    return std::string("expected");
+  };
+  k.show = [access, choices](const Config& c) {
+    const E value = access(const_cast<Config&>(c));
+    for (const auto& ch : choices) {
+      if (ch.value == value) return quote(ch.name);
+    }
+    return std::string("?");  // unreachable: apply() only stores listed values
+  };
+  return k;
+}
+
+// A string key restricted to `names`, for names that stay strings in the program
+// (transport.backend: backends are registered and looked up by name).
+template <typename Access, typename Names>
+KeyDef nameKey(std::string path, Access access, const Names& names, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kEnum;
+  for (std::string_view name : names) k.choices.emplace_back(name);
+  k.doc = std::move(doc);
+  k.apply = [access, choices = k.choices](Config& c,
+                                          const YAML::Node& n) -> std::optional<std::string> {
     if (!n.IsScalar()) return std::string("expected");
     for (const auto& ch : choices) {
       if (n.Scalar() == ch) {
@@ -213,6 +283,189 @@ std::string showLinkOverride(const LinkOverride& o) {
   return s;
 }
 
+// Rows whose converter is written out below (lists of structured items, the optional seed).
+KeyDef customKey(std::string path, ValueType type, std::string doc,
+                 std::optional<std::string> (*apply)(Config&, const YAML::Node&),
+                 std::string (*show)(const Config&)) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = type;
+  k.optional = true;
+  k.doc = std::move(doc);
+  k.apply = apply;
+  k.show = show;
+  return k;
+}
+
+KeyDef required(KeyDef k) {
+  k.required = true;
+  return k;
+}
+
+// peers.list: [{host: H, port: P}, ...]; also sets peers.count.
+std::optional<std::string> applyPeerList(Config& c, const YAML::Node& n) {
+  if (!n.IsSequence() || n.size() == 0) return std::string("expected");
+  std::vector<PeerAddress> out;
+  for (const auto& item : n) {
+    if (!item.IsMap() || !item["host"] || !item["port"] || item.size() != 2) {
+      return std::string("expected");
+    }
+    auto port = toInt(item["port"]);
+    if (!item["host"].IsScalar() || item["host"].Scalar().empty() || !port || *port < 1 ||
+        *port > 65535) {
+      return std::string("expected");
+    }
+    out.push_back({item["host"].Scalar(), static_cast<int>(*port)});
+  }
+  c.peers.list = std::move(out);
+  c.peers.count = static_cast<int>(c.peers.list.size());
+  return std::nullopt;
+}
+
+std::string showPeerList(const Config& c) {
+  std::string s = "[";
+  for (size_t i = 0; i < c.peers.list.size(); ++i) {
+    s += (i ? ", " : "") + std::string("{host: ") + quote(c.peers.list[i].host) +
+         ", port: " + std::to_string(c.peers.list[i].port) + "}";
+  }
+  return s + "]";
+}
+
+// topology.seed: unset means run.seed.
+std::optional<std::string> applyTopologySeed(Config& c, const YAML::Node& n) {
+  auto v = toInt(n);
+  if (!v || *v < 0) return std::string("expected");
+  c.topology.seed = static_cast<std::uint64_t>(*v);
+  return std::nullopt;
+}
+
+std::string showTopologySeed(const Config& c) {
+  return c.topology.seed ? std::to_string(*c.topology.seed) : std::string("run.seed");
+}
+
+// topology.edges: items [a, b], [a, b, weight] or {a: A, b: B[, weight: W]}.
+std::optional<std::string> applyTopologyEdges(Config& c, const YAML::Node& n) {
+  if (!n.IsSequence()) return std::string("expected");
+  std::vector<topology::WeightedEdge> out;
+  for (const auto& item : n) {
+    YAML::Node e;  // a fresh node: assigning to a copy of `item` would rewrite the document
+    if (item.IsMap()) {
+      if (!item["a"] || !item["b"] || item.size() != (item["weight"] ? 3u : 2u)) {
+        return std::string("expected");
+      }
+      e.push_back(item["a"]);
+      e.push_back(item["b"]);
+      if (item["weight"]) e.push_back(item["weight"]);
+    } else {
+      e.reset(item);
+    }
+    if (!e.IsSequence() || (e.size() != 2 && e.size() != 3)) return std::string("expected");
+    auto a = toInt(e[0]);
+    auto b = toInt(e[1]);
+    if (!a || !b || *a < 0 || *b < 0 || *a >= kMaxPeers || *b >= kMaxPeers) {
+      return std::string("expected");
+    }
+    topology::WeightedEdge we{static_cast<int>(*a), static_cast<int>(*b), std::nullopt};
+    if (e.size() == 3) {
+      auto w = toDouble(e[2]);
+      if (!w || *w < 0 || *w > 1) return std::string("expected");
+      we.weight = *w;
+    }
+    out.push_back(we);
+  }
+  c.topology.edges = std::move(out);
+  return std::nullopt;
+}
+
+std::string showTopologyEdges(const Config& c) {
+  std::string s = "[";
+  for (size_t i = 0; i < c.topology.edges.size(); ++i) {
+    const auto& e = c.topology.edges[i];
+    s += (i ? ", [" : "[") + std::to_string(e.a) + ", " + std::to_string(e.b);
+    if (e.weight) s += ", " + formatNumber(*e.weight);
+    s += "]";
+  }
+  return s + "]";
+}
+
+// network.peers: [{rank: R, <link keys>, compute_scale}, ...].
+std::optional<std::string> applyNetworkPeers(Config& c, const YAML::Node& n) {
+  if (!n.IsSequence()) return std::string("expected");
+  std::vector<PeerNetwork> out;
+  for (const auto& item : n) {
+    if (!item.IsMap() || !item["rank"]) return std::string("expected");
+    PeerNetwork pn;
+    auto rank = toInt(item["rank"]);
+    if (!rank || *rank < 0 || *rank >= kMaxPeers) return std::string("expected");
+    pn.rank = static_cast<int>(*rank);
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      const std::string key = it->first.as<std::string>();  // copy: the iterator yields a temporary
+      const YAML::Node value = it->second;
+      if (key == "rank") continue;
+      if (key == "compute_scale") {
+        auto v = toDouble(value);
+        if (!v || *v < 1e-3 || *v > 1e3) return std::string("expected");
+        pn.computeScale = *v;
+      } else if (!applyLinkOverride(pn.link, key, value)) {
+        return std::string("expected");
+      }
+    }
+    out.push_back(pn);
+  }
+  c.network.peers = std::move(out);
+  return std::nullopt;
+}
+
+std::string showNetworkPeers(const Config& c) {
+  std::string s = "[";
+  for (size_t i = 0; i < c.network.peers.size(); ++i) {
+    const auto& pn = c.network.peers[i];
+    s += (i ? ", " : "") + std::string("{rank: ") + std::to_string(pn.rank) +
+         showLinkOverride(pn.link);
+    if (pn.computeScale) s += ", compute_scale: " + formatNumber(*pn.computeScale);
+    s += "}";
+  }
+  return s + "]";
+}
+
+// network.edges: [{between: [a, b], <link keys>}, ...].
+std::optional<std::string> applyNetworkEdges(Config& c, const YAML::Node& n) {
+  if (!n.IsSequence()) return std::string("expected");
+  std::vector<EdgeNetwork> out;
+  for (const auto& item : n) {
+    if (!item.IsMap() || !item["between"]) return std::string("expected");
+    const YAML::Node between = item["between"];
+    if (!between.IsSequence() || between.size() != 2) return std::string("expected");
+    auto a = toInt(between[0]);
+    auto b = toInt(between[1]);
+    if (!a || !b || *a < 0 || *b < 0 || *a >= kMaxPeers || *b >= kMaxPeers || *a == *b) {
+      return std::string("expected");
+    }
+    EdgeNetwork e;
+    e.a = static_cast<int>(*a);
+    e.b = static_cast<int>(*b);
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      const std::string key = it->first.as<std::string>();
+      const YAML::Node value = it->second;
+      if (key == "between") continue;
+      if (!applyLinkOverride(e.link, key, value)) return std::string("expected");
+    }
+    out.push_back(e);
+  }
+  c.network.edges = std::move(out);
+  return std::nullopt;
+}
+
+std::string showNetworkEdges(const Config& c) {
+  std::string s = "[";
+  for (size_t i = 0; i < c.network.edges.size(); ++i) {
+    const auto& e = c.network.edges[i];
+    s += (i ? ", " : "") + std::string("{between: [") + std::to_string(e.a) + ", " +
+         std::to_string(e.b) + "]" + showLinkOverride(e.link) + "}";
+  }
+  return s + "]";
+}
+
 std::vector<KeyDef> buildSchema() {
   std::vector<KeyDef> t;
 
@@ -220,68 +473,30 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(stringKey(
       "run.name", [](Config & c) -> auto& { return c.run.name; },
       "Name of the run, used in logs and output files"));
-  {
-    KeyDef k = intKey(
-        "run.seed", [](Config & c) -> auto& { return c.run.seed; }, 0, 9.2e18,
-        "Seed of every random choice (data shards, random graphs, rand-k, rounding)");
-    t.push_back(k);
-  }
+  t.push_back(intKey(
+      "run.seed", [](Config & c) -> auto& { return c.run.seed; }, 0, 9.2e18,
+      "Seed of every random choice (data shards, random graphs, rand-k, rounding)"));
   t.push_back(intKey(
       "run.rounds", [](Config & c) -> auto& { return c.run.rounds; }, 1, 1e9,
       "Number of gossip rounds each peer runs"));
   t.push_back(enumKey(
       "run.log_level", [](Config & c) -> auto& { return c.run.logLevel; },
-      {"debug", "info", "warn", "error", "off"}, "Verbosity of each peer's log"));
+      choicesOf(log::levelNames(), log::parseLevel), "Verbosity of each peer's log"));
 
   // peers
-  {
-    KeyDef k = intKey(
-        "peers.count", [](Config & c) -> auto& { return c.peers.count; }, 1, kMaxPeers,
-        "Number of peers (with `peers` given as a list, its length)");
-    k.required = true;
-    t.push_back(k);
-  }
+  t.push_back(required(intKey(
+      "peers.count", [](Config & c) -> auto& { return c.peers.count; }, 1, kMaxPeers,
+      "Number of peers (with `peers` given as a list, its length)")));
   t.push_back(stringKey(
       "peers.host", [](Config & c) -> auto& { return c.peers.host; },
       "Host of every peer when peers are given by count"));
   t.push_back(intKey(
       "peers.base_port", [](Config & c) -> auto& { return c.peers.basePort; }, 1, 65535,
       "Control port of peer 0; peer r listens on base_port + r"));
-  {
-    KeyDef k;
-    k.path = "peers.list";
-    k.type = ValueType::kPeerList;
-    k.optional = true;
-    k.doc =
-        "Explicit peer addresses, rank order; also written as `peers: [{host: h, port: p}, ...]`";
-    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
-      if (!n.IsSequence() || n.size() == 0) return std::string("expected");
-      std::vector<PeerAddress> out;
-      for (const auto& item : n) {
-        if (!item.IsMap() || !item["host"] || !item["port"] || item.size() != 2) {
-          return std::string("expected");
-        }
-        auto port = toInt(item["port"]);
-        if (!item["host"].IsScalar() || item["host"].Scalar().empty() || !port || *port < 1 ||
-            *port > 65535) {
-          return std::string("expected");
-        }
-        out.push_back({item["host"].Scalar(), static_cast<int>(*port)});
-      }
-      c.peers.list = std::move(out);
-      c.peers.count = static_cast<int>(c.peers.list.size());
-      return std::nullopt;
-    };
-    k.show = [](const Config& c) {
-      std::string s = "[";
-      for (size_t i = 0; i < c.peers.list.size(); ++i) {
-        s += (i ? ", " : "") + std::string("{host: ") + quote(c.peers.list[i].host) +
-             ", port: " + std::to_string(c.peers.list[i].port) + "}";
-      }
-      return s + "]";
-    };
-    t.push_back(k);
-  }
+  t.push_back(customKey(
+      "peers.list", ValueType::kPeerList,
+      "Explicit peer addresses, rank order; also written as `peers: [{host: h, port: p}, ...]`",
+      applyPeerList, showPeerList));
   t.push_back(doubleKey(
       "peers.connect_timeout", [](Config & c) -> auto& { return c.peers.connectTimeout; }, 0.1,
       86400, "Seconds to keep retrying an unreachable neighbour before giving up"));
@@ -293,16 +508,12 @@ std::vector<KeyDef> buildSchema() {
       "Seconds without heartbeats after which a neighbour is declared dead"));
 
   // topology
-  {
-    std::vector<std::string> kinds;
-    for (auto k : topology::kindNames()) kinds.emplace_back(k);
-    t.push_back(enumKey(
-        "topology.kind", [](Config & c) -> auto& { return c.topology.kind; }, kinds,
-        "Graph of the peers"));
-  }
+  t.push_back(enumKey(
+      "topology.kind", [](Config & c) -> auto& { return c.topology.kind; },
+      choicesOf(topology::kindNames(), topology::parseKind), "Graph of the peers"));
   t.push_back(enumKey(
       "topology.weights", [](Config & c) -> auto& { return c.topology.weights; },
-      {"metropolis", "uniform", "explicit"},
+      choicesOf(topology::weightsNames(), topology::parseWeights),
       "Mixing weights: Metropolis-Hastings, uniform 1/(d_max+1), or per edge"));
   t.push_back(intListKey(
       "topology.dims", [](Config & c) -> auto& { return c.topology.dims; }, 1, kMaxPeers,
@@ -314,80 +525,22 @@ std::vector<KeyDef> buildSchema() {
       "topology.probability", [](Config & c) -> auto& { return c.topology.probability; }, 0.0, 1.0,
       "Edge probability of the Erdos-Renyi graph"));
   {
-    KeyDef k;
-    k.path = "topology.seed";
-    k.type = ValueType::kInt;
+    KeyDef k =
+        customKey("topology.seed", ValueType::kInt, "Seed of random graphs (default: run.seed)",
+                  applyTopologySeed, showTopologySeed);
     k.min = 0;
     k.max = 9.2e18;
-    k.optional = true;
-    k.doc = "Seed of random graphs (default: run.seed)";
-    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
-      auto v = toInt(n);
-      if (!v || *v < 0) return std::string("expected");
-      c.topology.seed = static_cast<std::uint64_t>(*v);
-      return std::nullopt;
-    };
-    k.show = [](const Config& c) {
-      return c.topology.seed ? std::to_string(*c.topology.seed) : std::string("run.seed");
-    };
     t.push_back(k);
   }
-  {
-    KeyDef k;
-    k.path = "topology.edges";
-    k.type = ValueType::kEdgeList;
-    k.optional = true;
-    k.doc = "Edges of kind `edges`: [[a, b], ...] or [[a, b, weight], ...] (weights: explicit)";
-    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
-      if (!n.IsSequence()) return std::string("expected");
-      std::vector<topology::WeightedEdge> out;
-      for (const auto& item : n) {
-        // [a, b], [a, b, weight] or {a: A, b: B[, weight: W]}
-        YAML::Node e;  // a fresh node: assigning to a copy of `item` would rewrite the document
-        if (item.IsMap()) {
-          if (!item["a"] || !item["b"] || item.size() != (item["weight"] ? 3u : 2u)) {
-            return std::string("expected");
-          }
-          e.push_back(item["a"]);
-          e.push_back(item["b"]);
-          if (item["weight"]) e.push_back(item["weight"]);
-        } else {
-          e.reset(item);
-        }
-        if (!e.IsSequence() || (e.size() != 2 && e.size() != 3)) return std::string("expected");
-        auto a = toInt(e[0]);
-        auto b = toInt(e[1]);
-        if (!a || !b || *a < 0 || *b < 0 || *a >= kMaxPeers || *b >= kMaxPeers) {
-          return std::string("expected");
-        }
-        topology::WeightedEdge we{static_cast<int>(*a), static_cast<int>(*b), std::nullopt};
-        if (e.size() == 3) {
-          auto w = toDouble(e[2]);
-          if (!w || *w < 0 || *w > 1) return std::string("expected");
-          we.weight = *w;
-        }
-        out.push_back(we);
-      }
-      c.topology.edges = std::move(out);
-      return std::nullopt;
-    };
-    k.show = [](const Config& c) {
-      std::string s = "[";
-      for (size_t i = 0; i < c.topology.edges.size(); ++i) {
-        const auto& e = c.topology.edges[i];
-        s += (i ? ", [" : "[") + std::to_string(e.a) + ", " + std::to_string(e.b);
-        if (e.weight) s += ", " + formatNumber(*e.weight);
-        s += "]";
-      }
-      return s + "]";
-    };
-    t.push_back(k);
-  }
+  t.push_back(
+      customKey("topology.edges", ValueType::kEdgeList,
+                "Edges of kind `edges`: [[a, b], ...] or [[a, b, weight], ...] (weights: explicit)",
+                applyTopologyEdges, showTopologyEdges));
 
   // transport
-  t.push_back(enumKey(
+  t.push_back(nameKey(
       "transport.backend", [](Config & c) -> auto& { return c.transport.backend; },
-      {"ucx", "libfabric", "tcp", "inproc"},
+      transport::kBackendNames,
       "How peers exchange data; `grapevine info --transports` lists what works here"));
   t.push_back(boolKey(
       "transport.busy_poll", [](Config & c) -> auto& { return c.transport.busyPoll; },
@@ -410,7 +563,7 @@ std::vector<KeyDef> buildSchema() {
   // algorithm
   t.push_back(enumKey(
       "algorithm.name", [](Config & c) -> auto& { return c.algorithm.name; },
-      {"dsgd", "choco", "deepsqueeze"},
+      choicesOf(algorithms::algorithmKindNames(), algorithms::parseAlgorithmKind),
       "Gossip algorithm: exact D-PSGD, CHOCO-SGD, or DeepSqueeze"));
   t.push_back(doubleKey(
       "algorithm.consensus_step", [](Config & c) -> auto& { return c.algorithm.consensusStep; },
@@ -440,14 +593,15 @@ std::vector<KeyDef> buildSchema() {
       "Nesterov form of momentum"));
   t.push_back(enumKey(
       "optimizer.momentum_kind", [](Config & c) -> auto& { return c.optimizer.momentumKind; },
-      {"local", "quasi-global"},
+      choicesOf(train::momentumKindNames(), train::parseMomentumKind),
       "local: momentum of the local gradient; quasi-global: of the model change across mixing"));
   t.push_back(intKey(
       "optimizer.batch_size", [](Config & c) -> auto& { return c.optimizer.batchSize; }, 1, 65536,
       "Minibatch size of each local step"));
   t.push_back(enumKey(
       "optimizer.schedule", [](Config & c) -> auto& { return c.optimizer.schedule; },
-      {"constant", "cosine", "step"}, "Learning-rate schedule over rounds"));
+      choicesOf(train::lrScheduleKindNames(), train::parseLrScheduleKind),
+      "Learning-rate schedule over rounds"));
   t.push_back(intKey(
       "optimizer.warmup_rounds", [](Config & c) -> auto& { return c.optimizer.warmupRounds; }, 0,
       1e9, "Rounds of linear learning-rate warm-up"));
@@ -468,14 +622,14 @@ std::vector<KeyDef> buildSchema() {
   // compression
   t.push_back(enumKey(
       "compression.method", [](Config & c) -> auto& { return c.compression.method; },
-      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign", "low-rank"},
-      "How each delta is compressed; see docs/compression.md"));
+      choicesOf(compress::methodNames()), "How each delta is compressed; see docs/compression.md"));
   t.push_back(doubleKey(
       "compression.ratio", [](Config & c) -> auto& { return c.compression.ratio; }, 1e-6, 1.0,
       "Fraction k/n of elements kept by top-k and rand-k"));
   t.push_back(enumKey(
       "compression.selector", [](Config & c) -> auto& { return c.compression.selector; },
-      {"exact", "approx"}, "top-k selection: exact, or approximate (sampled threshold, one pass)"));
+      choicesOf(compress::selectorNames()),
+      "top-k selection: exact, or approximate (sampled threshold, one pass)"));
   t.push_back(boolKey(
       "compression.unbiased", [](Config & c) -> auto& { return c.compression.unbiased; },
       "rand-k: scale kept values by n/k so the estimate is unbiased"));
@@ -487,20 +641,20 @@ std::vector<KeyDef> buildSchema() {
       4096, "Elements per scale block of int8, int4 and sign"));
   t.push_back(enumKey(
       "compression.rounding", [](Config & c) -> auto& { return c.compression.rounding; },
-      {"nearest", "stochastic"}, "Rounding of int8 and int4"));
+      choicesOf(compress::roundingNames()), "Rounding of int8 and int4"));
   t.push_back(intKey(
       "compression.rank", [](Config & c) -> auto& { return c.compression.rank; }, 1, 1024,
       "Rank r of low-rank (PowerSGD) approximations"));
   t.push_back(enumKey(
       "compression.fallback", [](Config & c) -> auto& { return c.compression.fallback; },
-      {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign"},
+      choicesOf(compress::methodNames(), compress::isFallbackMethod),
       "low-rank: method for tensors that are not matrices"));
   t.push_back(boolKey(
       "compression.error_feedback", [](Config & c) -> auto& { return c.compression.errorFeedback; },
       "Keep the compression residual and add it to the next delta"));
   t.push_back(enumKey(
       "compression.lossless", [](Config & c) -> auto& { return c.compression.lossless; },
-      {"none", "zstd", "exponent"},
+      choicesOf(compress::losslessNames()),
       "Lossless stage after the method, used only where it pays for itself"));
   t.push_back(intKey(
       "compression.zstd_level", [](Config & c) -> auto& { return c.compression.zstdLevel; }, 1, 19,
@@ -515,8 +669,7 @@ std::vector<KeyDef> buildSchema() {
   // workload
   t.push_back(enumKey(
       "workload.name", [](Config & c) -> auto& { return c.workload.name; },
-      {"fashion-mnist-softmax", "fashion-mnist-mlp", "fashion-mnist-cnn", "quadratic", "consensus"},
-      "What each peer trains"));
+      choicesOf(train::workloadKindNames(), train::parseWorkloadKind), "What each peer trains"));
   t.push_back(intListKey(
       "workload.hidden", [](Config & c) -> auto& { return c.workload.hidden; }, 1, 65536,
       "Hidden layer sizes of the MLP"));
@@ -528,7 +681,8 @@ std::vector<KeyDef> buildSchema() {
       "Width of the CNN's first dense layer"));
   t.push_back(enumKey(
       "workload.partition", [](Config & c) -> auto& { return c.workload.partition; },
-      {"iid", "dirichlet"}, "How the training set is split across peers"));
+      choicesOf(train::partitionKindNames(), train::parsePartitionKind),
+      "How the training set is split across peers"));
   t.push_back(doubleKey(
       "workload.alpha", [](Config & c) -> auto& { return c.workload.alpha; }, 1e-4, 1e6,
       "Dirichlet concentration (smaller: more label skew)"));
@@ -561,7 +715,8 @@ std::vector<KeyDef> buildSchema() {
 
   // network
   t.push_back(enumKey(
-      "network.emulate", [](Config & c) -> auto& { return c.network.emulate; }, {"none", "netns"},
+      "network.emulate", [](Config & c) -> auto& { return c.network.emulate; },
+      choicesOf(emulationNames(), parseEmulation),
       "Emulate the links below between local peers (launch)"));
   t.push_back(doubleKey(
       "network.bandwidth_mbit", [](Config & c) -> auto& { return c.network.bandwidthMbit; }, 0.0,
@@ -581,99 +736,16 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(doubleKey(
       "network.compute_ms", [](Config & c) -> auto& { return c.network.computeMs; }, 0.0, 1e6,
       "Fixed compute time per step in ms for the simulator (0: measured)"));
-  {
-    KeyDef k;
-    k.path = "network.peers";
-    k.type = ValueType::kNetPeerList;
-    k.optional = true;
-    k.doc =
-        "Per-peer overrides: [{rank: R, bandwidth_mbit, latency_ms, jitter_ms, loss_percent, "
-        "compute_scale}, ...] (any subset); a link takes the slower end's values";
-    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
-      if (!n.IsSequence()) return std::string("expected");
-      std::vector<PeerNetwork> out;
-      for (const auto& item : n) {
-        if (!item.IsMap() || !item["rank"]) return std::string("expected");
-        PeerNetwork pn;
-        auto rank = toInt(item["rank"]);
-        if (!rank || *rank < 0 || *rank >= kMaxPeers) return std::string("expected");
-        pn.rank = static_cast<int>(*rank);
-        for (auto it = item.begin(); it != item.end(); ++it) {
-          const std::string key =
-              it->first.as<std::string>();  // copy: the iterator yields a temporary
-          const YAML::Node value = it->second;
-          if (key == "rank") continue;
-          if (key == "compute_scale") {
-            auto v = toDouble(value);
-            if (!v || *v < 1e-3 || *v > 1e3) return std::string("expected");
-            pn.computeScale = *v;
-          } else if (!applyLinkOverride(pn.link, key, value)) {
-            return std::string("expected");
-          }
-        }
-        out.push_back(pn);
-      }
-      c.network.peers = std::move(out);
-      return std::nullopt;
-    };
-    k.show = [](const Config& c) {
-      std::string s = "[";
-      for (size_t i = 0; i < c.network.peers.size(); ++i) {
-        const auto& pn = c.network.peers[i];
-        s += (i ? ", " : "") + std::string("{rank: ") + std::to_string(pn.rank) +
-             showLinkOverride(pn.link);
-        if (pn.computeScale) s += ", compute_scale: " + formatNumber(*pn.computeScale);
-        s += "}";
-      }
-      return s + "]";
-    };
-    t.push_back(k);
-  }
-  {
-    KeyDef k;
-    k.path = "network.edges";
-    k.type = ValueType::kNetEdgeList;
-    k.optional = true;
-    k.doc =
-        "Per-link overrides (both directions; win over network.peers): [{between: [a, b], "
-        "bandwidth_mbit, latency_ms, jitter_ms, loss_percent}, ...]";
-    k.apply = [](Config& c, const YAML::Node& n) -> std::optional<std::string> {
-      if (!n.IsSequence()) return std::string("expected");
-      std::vector<EdgeNetwork> out;
-      for (const auto& item : n) {
-        if (!item.IsMap() || !item["between"]) return std::string("expected");
-        const YAML::Node between = item["between"];
-        if (!between.IsSequence() || between.size() != 2) return std::string("expected");
-        auto a = toInt(between[0]);
-        auto b = toInt(between[1]);
-        if (!a || !b || *a < 0 || *b < 0 || *a >= kMaxPeers || *b >= kMaxPeers || *a == *b) {
-          return std::string("expected");
-        }
-        EdgeNetwork e;
-        e.a = static_cast<int>(*a);
-        e.b = static_cast<int>(*b);
-        for (auto it = item.begin(); it != item.end(); ++it) {
-          const std::string key = it->first.as<std::string>();
-          const YAML::Node value = it->second;
-          if (key == "between") continue;
-          if (!applyLinkOverride(e.link, key, value)) return std::string("expected");
-        }
-        out.push_back(e);
-      }
-      c.network.edges = std::move(out);
-      return std::nullopt;
-    };
-    k.show = [](const Config& c) {
-      std::string s = "[";
-      for (size_t i = 0; i < c.network.edges.size(); ++i) {
-        const auto& e = c.network.edges[i];
-        s += (i ? ", " : "") + std::string("{between: [") + std::to_string(e.a) + ", " +
-             std::to_string(e.b) + "]" + showLinkOverride(e.link) + "}";
-      }
-      return s + "]";
-    };
-    t.push_back(k);
-  }
+  t.push_back(customKey("network.peers", ValueType::kNetPeerList,
+                        "Per-peer overrides: [{rank: R, bandwidth_mbit, latency_ms, jitter_ms, "
+                        "loss_percent, compute_scale}, ...] (any subset); a link takes the "
+                        "slower end's values",
+                        applyNetworkPeers, showNetworkPeers));
+  t.push_back(customKey("network.edges", ValueType::kNetEdgeList,
+                        "Per-link overrides (both directions; win over network.peers): "
+                        "[{between: [a, b], bandwidth_mbit, latency_ms, jitter_ms, "
+                        "loss_percent}, ...]",
+                        applyNetworkEdges, showNetworkEdges));
   return t;
 }
 

@@ -110,26 +110,15 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::uint64_t sequence_ = 0;
 };
 
-template <typename T>
-Result<T> parseOr(Result<T> r, const std::string& key) {
-  if (!r.isOk()) return invalidArgument(key + ": " + r.status().message());
-  return r;
-}
-
 }  // namespace
 
 Result<compress::Options> compressOptions(const config::Config& c) {
   compress::Options o;
-  GV_ASSIGN_OR_RETURN(o.method,
-                      parseOr(compress::parseMethod(c.compression.method), "compression.method"));
-  GV_ASSIGN_OR_RETURN(
-      o.fallback, parseOr(compress::parseMethod(c.compression.fallback), "compression.fallback"));
-  GV_ASSIGN_OR_RETURN(
-      o.selector, parseOr(compress::parseSelector(c.compression.selector), "compression.selector"));
-  GV_ASSIGN_OR_RETURN(
-      o.rounding, parseOr(compress::parseRounding(c.compression.rounding), "compression.rounding"));
-  GV_ASSIGN_OR_RETURN(
-      o.lossless, parseOr(compress::parseLossless(c.compression.lossless), "compression.lossless"));
+  o.method = c.compression.method;
+  o.fallback = c.compression.fallback;
+  o.selector = c.compression.selector;
+  o.rounding = c.compression.rounding;
+  o.lossless = c.compression.lossless;
   o.ratio = c.compression.ratio;
   o.levels = static_cast<std::uint32_t>(c.compression.levels);
   o.rank = static_cast<std::uint32_t>(c.compression.rank);
@@ -157,7 +146,7 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
   }
   GV_ASSIGN_OR_RETURN(auto o, compressOptions(c));
   // D-PSGD exchanges full models: always exact fp32 (the config validator refuses other methods).
-  if (c.algorithm.name == "dsgd") o.method = compress::Method::kNone;
+  if (c.algorithm.name == algorithms::AlgorithmKind::kDsgd) o.method = compress::Method::kNone;
   GV_ASSIGN_OR_RETURN(auto codec,
                       compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
   compress::Options dense;

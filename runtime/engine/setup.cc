@@ -10,13 +10,11 @@ namespace grapevine::engine {
 
 train::WorkloadOptions workloadOptions(const config::Config& c) {
   train::WorkloadOptions o;
-  o.kind =
-      train::parseWorkloadKind(c.workload.name).value_or(train::WorkloadKind::kFashionMnistMlp);
+  o.kind = c.workload.name;
   o.hidden = c.workload.hidden;
   o.cnnChannels = c.workload.cnnChannels;
   o.cnnHidden = c.workload.cnnHidden;
-  o.partition =
-      train::parsePartitionKind(c.workload.partition).value_or(train::PartitionKind::kIid);
+  o.partition = c.workload.partition;
   o.alpha = c.workload.alpha;
   o.batchSize = c.optimizer.batchSize;
   o.dataDir = c.workload.dataDir;
@@ -34,8 +32,7 @@ train::WorkloadOptions workloadOptions(const config::Config& c) {
 
 train::OptimizerOptions optimizerOptions(const config::Config& c) {
   train::OptimizerOptions o;
-  o.schedule.kind =
-      train::parseLrScheduleKind(c.optimizer.schedule).value_or(train::LrScheduleKind::kConstant);
+  o.schedule.kind = c.optimizer.schedule;
   o.schedule.lr = c.optimizer.lr;
   o.schedule.warmupRounds = c.optimizer.warmupRounds;
   o.schedule.totalRounds = c.run.rounds;
@@ -46,8 +43,7 @@ train::OptimizerOptions optimizerOptions(const config::Config& c) {
   o.momentum = c.optimizer.momentum;
   o.nesterov = c.optimizer.nesterov;
   o.weightDecay = c.optimizer.weightDecay;
-  o.momentumKind =
-      train::parseMomentumKind(c.optimizer.momentumKind).value_or(train::MomentumKind::kLocal);
+  o.momentumKind = c.optimizer.momentumKind;
   return o;
 }
 
@@ -75,11 +71,11 @@ Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
 
   GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, workload->layout(), rank));
   algorithms::AlgorithmOptions ao;
-  ao.name = c.algorithm.name;
+  ao.kind = c.algorithm.name;
   ao.consensusStep = c.algorithm.consensusStep;
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
-  if (c.workload.name != "consensus") ao.initialPublicCopy = x;
+  if (c.workload.name != train::WorkloadKind::kConsensus) ao.initialPublicCopy = x;
   GV_ASSIGN_OR_RETURN(auto algorithm,
                       algorithms::makeAlgorithm(ao, x.size(), plan.schedule->allNeighbours(rank),
                                                 std::move(codec)));
@@ -88,8 +84,9 @@ Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
   po.incarnation = incarnation;
   po.localSteps = c.algorithm.localSteps;
   po.checkEvery = c.algorithm.checkEvery;
-  po.dynamicMetropolis = plan.schedule->period() == 1 && c.topology.weights == "metropolis";
-  po.sendToAllNeighbours = c.algorithm.name == "choco";
+  po.dynamicMetropolis =
+      plan.schedule->period() == 1 && c.topology.weights == topology::WeightsKind::kMetropolis;
+  po.sendToAllNeighbours = c.algorithm.name == algorithms::AlgorithmKind::kChoco;
   return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),
                                     std::move(algorithm), std::move(x));
 }

@@ -92,9 +92,9 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["rounds"] = c.run.rounds;
   s["wall_seconds"] = wallSeconds;
   s["transport"] = transport;
-  s["algorithm"] = c.algorithm.name;
-  s["compression"] = c.compression.method;
-  s["topology"] = c.topology.kind;
+  s["algorithm"] = std::string(algorithms::algorithmKindName(c.algorithm.name));
+  s["compression"] = std::string(compress::methodName(c.compression.method));
+  s["topology"] = std::string(topology::kindName(c.topology.kind));
   const auto analysis = topology::analyze(*plan.schedule, plan.spec);
   s["spectral_gap"] = analysis.spectralGap;
 

@@ -3,39 +3,59 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <iterator>
 #include <numbers>
 #include <sstream>
 #include <string>
 
 namespace grapevine::train {
 
-std::string_view momentumKindName(MomentumKind kind) {
-  return kind == MomentumKind::kLocal ? "local" : "quasi-global";
+namespace {
+
+// Name tables, in enum order (the enums count from 0).
+constexpr std::string_view kMomentumKindNames[] = {"local", "quasi-global"};
+constexpr std::string_view kLrScheduleKindNames[] = {"constant", "cosine", "step"};
+
+template <typename E, std::size_t N>
+std::string_view nameOf(const std::string_view (&names)[N], E kind) {
+  const auto i = static_cast<std::size_t>(kind);
+  return i < N ? names[i] : "unknown";
 }
 
-std::optional<MomentumKind> parseMomentumKind(std::string_view name) {
-  if (name == "local") return MomentumKind::kLocal;
-  if (name == "quasi-global") return MomentumKind::kQuasiGlobal;
+template <typename E, std::size_t N>
+std::optional<E> parseName(const std::string_view (&names)[N], std::string_view name) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<E>(i);
+  }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view momentumKindName(MomentumKind kind) { return nameOf(kMomentumKindNames, kind); }
+
+std::optional<MomentumKind> parseMomentumKind(std::string_view name) {
+  return parseName<MomentumKind>(kMomentumKindNames, name);
+}
+
+const std::vector<std::string_view>& momentumKindNames() {
+  static const std::vector<std::string_view> names(std::begin(kMomentumKindNames),
+                                                   std::end(kMomentumKindNames));
+  return names;
 }
 
 std::string_view lrScheduleKindName(LrScheduleKind kind) {
-  switch (kind) {
-    case LrScheduleKind::kConstant:
-      return "constant";
-    case LrScheduleKind::kCosine:
-      return "cosine";
-    case LrScheduleKind::kStep:
-      return "step";
-  }
-  return "unknown";
+  return nameOf(kLrScheduleKindNames, kind);
 }
 
 std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name) {
-  if (name == "constant") return LrScheduleKind::kConstant;
-  if (name == "cosine") return LrScheduleKind::kCosine;
-  if (name == "step") return LrScheduleKind::kStep;
-  return std::nullopt;
+  return parseName<LrScheduleKind>(kLrScheduleKindNames, name);
+}
+
+const std::vector<std::string_view>& lrScheduleKindNames() {
+  static const std::vector<std::string_view> names(std::begin(kLrScheduleKindNames),
+                                                   std::end(kLrScheduleKindNames));
+  return names;
 }
 
 namespace {

@@ -32,10 +32,14 @@ namespace grapevine::train {
 enum class MomentumKind { kLocal, kQuasiGlobal };         // "local" | "quasi-global"
 enum class LrScheduleKind { kConstant, kCosine, kStep };  // "constant" | "cosine" | "step"
 
+// Names as configs spell them (optimizer.momentum_kind, optimizer.schedule). The *Names() lists,
+// in enum order, are the one table; the config schema takes its allowed values from them.
 std::string_view momentumKindName(MomentumKind kind);
 std::optional<MomentumKind> parseMomentumKind(std::string_view name);
+const std::vector<std::string_view>& momentumKindNames();
 std::string_view lrScheduleKindName(LrScheduleKind kind);
 std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name);
+const std::vector<std::string_view>& lrScheduleKindNames();
 
 // lr(round), rounds counted from 0:
 //   warmup (round < warmupRounds):  lr * (round + 1) / warmupRounds      (linear, never 0)

@@ -53,8 +53,8 @@ TEST_CASE("ring8 has the values of its file and the defaults elsewhere") {
   const Config& c = r.config;
   CHECK(c.peers.count == 8);
   CHECK(c.peers.addresses()[7].port == 29507);
-  CHECK(c.topology.kind == "ring");
-  CHECK(c.compression.method == "top-k");
+  CHECK(c.topology.kind == grapevine::topology::Kind::kRing);
+  CHECK(c.compression.method == grapevine::compress::Method::kTopK);
   CHECK(c.compression.ratio == Approx(0.01));
   CHECK(c.optimizer.nesterov);
   CHECK(c.run.rounds == 2000);
@@ -236,7 +236,7 @@ TEST_CASE("precedence: defaults < YAML < environment < --set") {
   LoadResult r = loadString(yaml, "p.yaml", o);
   INFO(allDiagnostics(r));
   REQUIRE(r.ok());
-  CHECK(r.config.topology.kind == "torus");
+  CHECK(r.config.topology.kind == grapevine::topology::Kind::kTorus);
   CHECK(r.config.topology.dims == std::vector<int>{4, 4});
   CHECK(r.config.optimizer.lr == Approx(0.4));
   CHECK(r.config.optimizer.momentum == Approx(0.9));  // default

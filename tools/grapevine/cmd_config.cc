@@ -70,9 +70,9 @@ int runConfig(const ConfigArgs& a) {
     std::cerr << "grapevine config: give --explain, or a CONFIG to print its effective values\n";
     return kExitBadInput;
   }
-  config::Config c;
-  if (!loadConfig(a.path, a.overrides, &c)) return kExitBadInput;
-  std::cout << config::toYaml(c);
+  auto c = loadConfig(a.path, a.overrides);
+  if (!c.isOk()) return kExitBadInput;
+  std::cout << config::toYaml(*c);
   return kExitOk;
 }
 

@@ -85,7 +85,9 @@ int runEmulate(const EmulateArgs& a) {
   if (a.seed) overrides.push_back("run.seed=" + std::to_string(*a.seed));
   if (a.peers > 0) overrides.push_back("peers.count=" + std::to_string(a.peers));
   if (!a.path.empty()) {
-    if (!loadConfig(a.path, overrides, &c)) return kExitBadInput;
+    auto loaded = loadConfig(a.path, overrides);
+    if (!loaded.isOk()) return kExitBadInput;
+    c = std::move(*loaded);
   } else {
     if (a.peers <= 0) {
       std::cerr << "grapevine emulate: give --peers N (or a CONFIG with peers.count)\n";

@@ -136,8 +136,9 @@ std::string describeStatus(int status) {
 }
 
 int runLaunch(const LaunchArgs& a) {
-  config::Config c;
-  if (!loadConfig(a.path, a.overrides, &c)) return kExitBadInput;
+  auto loaded = loadConfig(a.path, a.overrides);
+  if (!loaded.isOk()) return kExitBadInput;
+  config::Config c = std::move(*loaded);
   const std::string out = a.out.empty() ? c.output.dir : a.out;
   std::error_code ec;
   std::filesystem::create_directories(out, ec);
@@ -164,7 +165,7 @@ int runLaunch(const LaunchArgs& a) {
   // deleted) when `network` goes out of scope, on every return below, after a signal too.
   std::unique_ptr<netemu::Network> network;
   std::vector<std::string> peerOverrides = a.overrides;
-  if (a.emulate || c.network.emulate == "netns") {
+  if (a.emulate || c.network.emulate == config::Emulation::kNetns) {
     if (static_cast<int>(children.size()) != c.peers.count) {
       std::cerr << "grapevine launch: network emulation runs every peer on this host, but only "
                 << children.size() << " of " << c.peers.count << " peers have a local host\n";
@@ -198,9 +199,10 @@ int runLaunch(const LaunchArgs& a) {
               << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
   }
   std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count
-            << " peers on this host, " << c.topology.kind << ", " << c.algorithm.name << " + "
-            << c.compression.method << " over " << c.transport.backend << ", " << c.run.rounds
-            << " rounds; output in " << out << "/\n"
+            << " peers on this host, " << topology::kindName(c.topology.kind) << ", "
+            << algorithms::algorithmKindName(c.algorithm.name) << " + "
+            << compress::methodName(c.compression.method) << " over " << c.transport.backend << ", "
+            << c.run.rounds << " rounds; output in " << out << "/\n"
             << std::flush;
 
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();

@@ -37,8 +37,9 @@ int rankFromEnvironment() {
 }
 
 int runPeer(const PeerArgs& a) {
-  config::Config c;
-  if (!loadConfig(a.path, a.overrides, &c)) return kExitBadInput;
+  auto loaded = loadConfig(a.path, a.overrides);
+  if (!loaded.isOk()) return kExitBadInput;
+  config::Config c = std::move(*loaded);
   int rank = a.rank >= 0 ? a.rank : rankFromEnvironment();
   if (rank < 0) {
     std::cerr
@@ -51,8 +52,7 @@ int runPeer(const PeerArgs& a) {
               << c.peers.count << " peers (ranks 0-" << c.peers.count - 1 << ")\n";
     return kExitBadInput;
   }
-  log::Level level;
-  if (log::parseLevel(c.run.logLevel, &level)) log::setLevel(level);
+  log::setLevel(c.run.logLevel);
   log::setPrefix("peer " + std::to_string(rank));
   auto plan = engine::makeRunPlan(c);
   if (!plan.isOk()) {

@@ -31,10 +31,10 @@ int runSim(const SimArgs& a) {
   std::vector<std::string> overrides = a.overrides;
   // --peers is a flag, so it takes precedence over --set peers.count (flags are applied last).
   if (a.peers > 0) overrides.push_back("peers.count=" + std::to_string(a.peers));
-  config::Config c;
-  if (!loadConfig(a.path, overrides, &c)) return kExitBadInput;
-  log::Level level;
-  if (log::parseLevel(c.run.logLevel, &level)) log::setLevel(level);
+  auto loaded = loadConfig(a.path, overrides);
+  if (!loaded.isOk()) return kExitBadInput;
+  config::Config c = std::move(*loaded);
+  log::setLevel(c.run.logLevel);
   const std::string out = a.out.empty() ? c.output.dir : a.out;
 
   auto plan = engine::makeRunPlan(c);
@@ -53,9 +53,11 @@ int runSim(const SimArgs& a) {
     linkOverrides = " (overrides: " + std::to_string(n.peers.size()) + " peers, " +
                     std::to_string(n.edges.size()) + " links)";
   }
-  std::cout << "grapevine sim: " << c.peers.count << " peers, " << c.topology.kind << ", "
-            << c.algorithm.name << " + " << c.compression.method << ", " << c.run.rounds
-            << " rounds; " << links << linkOverrides << "; output in " << out << "/\n"
+  std::cout << "grapevine sim: " << c.peers.count << " peers, "
+            << topology::kindName(c.topology.kind) << ", "
+            << algorithms::algorithmKindName(c.algorithm.name) << " + "
+            << compress::methodName(c.compression.method) << ", " << c.run.rounds << " rounds; "
+            << links << linkOverrides << "; output in " << out << "/\n"
             << std::flush;
 
   sim::SimOptions o;

@@ -84,9 +84,9 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
   topology::Spec spec;
   bool hasPeers = false;
   if (!o.config.empty()) {
-    config::Config c;
-    if (!loadConfig(o.config, {}, &c)) return kExitBadInput;
-    spec = c.topologySpec();
+    auto c = loadConfig(o.config, {});
+    if (!c.isOk()) return kExitBadInput;
+    spec = c->topologySpec();
     hasPeers = true;
   } else if (!given("--kind") || !(given("--peers") || given("--dims"))) {
     return badInput(

@@ -38,8 +38,8 @@ void printSummary(const config::Config& c, std::ostream& os) {
   auto schedule = topology::makeSchedule(spec);
   if (schedule.isOk()) {
     const topology::Analysis a = topology::analyze(**schedule, spec);
-    os << "  topology     " << c.topology.kind << ", " << c.topology.weights << " weights: degree "
-       << a.degreeMin;
+    os << "  topology     " << topology::kindName(c.topology.kind) << ", "
+       << topology::weightsName(c.topology.weights) << " weights: degree " << a.degreeMin;
     if (a.degreeMax != a.degreeMin) os << "-" << a.degreeMax;
     os << ", " << a.edges << " edges, diameter " << a.diameter << ", spectral gap "
        << fmt(a.spectralGap) << " (lambda2 " << fmt(a.lambda2) << ")";
@@ -52,37 +52,46 @@ void printSummary(const config::Config& c, std::ostream& os) {
   if (c.transport.backend == "libfabric")
     os << " (provider " << c.transport.libfabricProvider << ")";
   os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
-  os << "  algorithm    " << c.algorithm.name;
-  if (c.algorithm.name != "dsgd") os << ", consensus step " << fmt(c.algorithm.consensusStep);
+  const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd;
+  os << "  algorithm    " << algorithms::algorithmKindName(c.algorithm.name);
+  if (!dsgd) os << ", consensus step " << fmt(c.algorithm.consensusStep);
   os << ", " << c.algorithm.localSteps << " local step" << (c.algorithm.localSteps > 1 ? "s" : "")
      << (c.algorithm.overlap ? ", overlapped" : "") << "\n";
-  os << "  optimizer    lr " << fmt(c.optimizer.lr) << " (" << c.optimizer.schedule;
+  os << "  optimizer    lr " << fmt(c.optimizer.lr) << " ("
+     << train::lrScheduleKindName(c.optimizer.schedule);
   if (c.optimizer.warmupRounds) os << ", " << c.optimizer.warmupRounds << " warm-up rounds";
   os << "), momentum " << fmt(c.optimizer.momentum) << (c.optimizer.nesterov ? " nesterov" : "")
-     << " (" << c.optimizer.momentumKind << "), batch " << c.optimizer.batchSize << "\n";
-  os << "  compression  " << c.compression.method;
-  if (c.compression.method == "top-k" || c.compression.method == "rand-k") {
+     << " (" << train::momentumKindName(c.optimizer.momentumKind) << "), batch "
+     << c.optimizer.batchSize << "\n";
+  using compress::Method;
+  const Method method = c.compression.method;
+  os << "  compression  " << compress::methodName(method);
+  if (method == Method::kTopK || method == Method::kRandK) {
     os << " ratio " << fmt(c.compression.ratio);
   }
-  if (c.compression.method == "top-k") os << " (" << c.compression.selector << ")";
-  if (c.compression.method == "int8" || c.compression.method == "int4" ||
-      c.compression.method == "sign") {
+  if (method == Method::kTopK) os << " (" << compress::selectorName(c.compression.selector) << ")";
+  if (method == Method::kInt8 || method == Method::kInt4 || method == Method::kSign) {
     os << " block " << c.compression.blockSize;
   }
-  if (c.compression.method == "qsgd") os << " s=" << c.compression.levels;
-  if (c.compression.method == "low-rank") os << " rank " << c.compression.rank;
+  if (method == Method::kQsgd) os << " s=" << c.compression.levels;
+  if (method == Method::kLowRank) os << " rank " << c.compression.rank;
   os << ", error feedback " << (c.compression.errorFeedback ? "on" : "off") << ", lossless "
-     << c.compression.lossless << "\n";
-  os << "  workload     " << c.workload.name;
-  if (c.workload.name == "fashion-mnist-mlp") {
+     << compress::losslessName(c.compression.lossless) << "\n";
+  using train::WorkloadKind;
+  const WorkloadKind workload = c.workload.name;
+  os << "  workload     " << train::workloadKindName(workload);
+  if (workload == WorkloadKind::kFashionMnistMlp) {
     os << " hidden [";
     for (size_t i = 0; i < c.workload.hidden.size(); ++i)
       os << (i ? ", " : "") << c.workload.hidden[i];
     os << "]";
   }
-  if (c.workload.name.rfind("fashion-mnist", 0) == 0) {
-    os << ", " << c.workload.partition << " partition";
-    if (c.workload.partition == "dirichlet") os << " (alpha " << fmt(c.workload.alpha) << ")";
+  if (workload == WorkloadKind::kFashionMnistSoftmax ||
+      workload == WorkloadKind::kFashionMnistMlp || workload == WorkloadKind::kFashionMnistCnn) {
+    os << ", " << train::partitionKindName(c.workload.partition) << " partition";
+    if (c.workload.partition == train::PartitionKind::kDirichlet) {
+      os << " (alpha " << fmt(c.workload.alpha) << ")";
+    }
   }
   os << "\n";
   os << "  output       " << c.output.dir << "\n";

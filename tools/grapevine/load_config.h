@@ -6,20 +6,23 @@
 #include <string>
 #include <vector>
 
+#include "runtime/common/status.h"
 #include "runtime/config/loader.h"
 
 namespace grapevine::cli {
 
-// Returns true when the config has no errors; warnings and errors are printed to `err`.
-inline bool loadConfig(const std::string& path, const std::vector<std::string>& overrides,
-                       config::Config* out, std::ostream& err = std::cerr) {
+// The config, or kInvalidArgument when it has errors. Warnings and errors are printed to `err`
+// either way, so a caller only maps the error to its exit code (the status message adds nothing
+// for the user).
+inline Result<config::Config> loadConfig(const std::string& path,
+                                         const std::vector<std::string>& overrides,
+                                         std::ostream& err = std::cerr) {
   config::LoadOptions options;
   options.overrides = overrides;
   config::LoadResult r = config::loadFile(path, options);
   err << config::formatDiagnostics(r.diagnostics);
-  if (!r.ok()) return false;
-  *out = std::move(r.config);
-  return true;
+  if (!r.ok()) return invalidArgument(path + ": the config has errors");
+  return std::move(r.config);
 }
 
 }  // namespace grapevine::cli
