@@ -80,7 +80,7 @@ uint32_t crc32cDevice(uint32_t crc, const uint8_t* data, size_t n) {
 
 }  // namespace cuda
 
-bool cudaDeviceAvailable(std::string* why) {
+Status cudaDeviceAvailable() {
   // Probed once: the answer cannot change for the life of the process.
   static const std::string reason = [] {
     int count = 0;
@@ -92,8 +92,7 @@ bool cudaDeviceAvailable(std::string* why) {
     if (count <= 0) return std::string("the CUDA runtime reports 0 devices");
     return std::string();
   }();
-  if (why != nullptr) *why = reason;
-  return reason.empty();
+  return reason.empty() ? Status::ok() : unavailable(reason);
 }
 
 }  // namespace grapevine::kernels

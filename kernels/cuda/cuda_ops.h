@@ -25,15 +25,14 @@
 // cudaDeviceAvailable() before selecting the table.
 #pragma once
 
-#include <string>
-
 #include "kernels/ops.h"
+#include "runtime/common/status.h"
 
 namespace grapevine::kernels {
 
-// True when the CUDA runtime reports at least one device; otherwise false and, if `why` is not
-// null, the reason (driver missing, no device, ...). Cheap after the first call; any thread.
-bool cudaDeviceAvailable(std::string* why);
+// Ok when the CUDA runtime reports at least one device; otherwise kUnavailable naming the reason
+// (driver missing, no device, ...). Cheap after the first call; any thread.
+Status cudaDeviceAvailable();
 
 // The CUDA table (name "cuda"). Valid to call without a device; its ops then abort, so check
 // cudaDeviceAvailable() first.

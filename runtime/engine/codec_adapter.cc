@@ -12,18 +12,14 @@ namespace {
 
 class ModelMessageCodec final : public algorithms::MessageCodec {
  public:
-  ModelMessageCodec(compress::ModelCodec codec, compress::ModelCodec dense, std::uint64_t seed,
+  // `denseBytes`: what the same vector takes as dense fp32 frames (denseMessageBytes below).
+  ModelMessageCodec(compress::ModelCodec codec, std::size_t denseBytes, std::uint64_t seed,
                     std::size_t maxFrameBytes)
       : codec_(std::move(codec)),
-        dense_(std::move(dense)),
         seed_(seed),
-        maxFrameBytes_(maxFrameBytes) {
+        maxFrameBytes_(maxFrameBytes),
+        denseBytes_(denseBytes) {
     maxBytes_ = codec_.chunkCount() * (4 + codec_.maxFrameBytes());
-    denseBytes_ = dense_.chunkCount() * 4;
-    std::vector<float> zeros(dense_.elementCount(), 0.0f);
-    compress::EncodeContext ctx;
-    auto r = dense_.encode(zeros, ctx, [](std::span<const std::uint8_t>) { return Status::ok(); });
-    if (r.isOk()) denseBytes_ += r->wire_bytes;
   }
 
   std::size_t maxMessageBytes() const override { return maxBytes_; }
@@ -102,13 +98,30 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   }
 
   compress::ModelCodec codec_;
-  compress::ModelCodec dense_;  // fp32 frames of the same layout, for bytes_dense_equivalent
   std::uint64_t seed_;
   std::size_t maxFrameBytes_;
   std::size_t maxBytes_ = 0;
   std::size_t denseBytes_ = 0;
   std::uint64_t sequence_ = 0;
 };
+
+// Bytes a message of the same layout takes as dense fp32 frames (with their length prefixes): the
+// reference for bytes_dense_equivalent. Measured by encoding zeros once.
+Result<std::size_t> denseMessageBytes(const std::vector<compress::TensorLayout>& layout,
+                                      const compress::Options& options, int rank) {
+  compress::Options dense;
+  dense.method = compress::Method::kNone;
+  dense.chunk_elements = options.chunk_elements;
+  dense.max_frame_bytes = options.max_frame_bytes;
+  GV_ASSIGN_OR_RETURN(
+      auto codec, compress::ModelCodec::create(layout, dense, static_cast<std::uint32_t>(rank)));
+  std::vector<float> zeros(codec.elementCount(), 0.0f);
+  compress::EncodeContext ctx;
+  GV_ASSIGN_OR_RETURN(
+      const auto summary,
+      codec.encode(zeros, ctx, [](std::span<const std::uint8_t>) { return Status::ok(); }));
+  return codec.chunkCount() * 4 + summary.wire_bytes;
+}
 
 }  // namespace
 
@@ -149,14 +162,9 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
   if (c.algorithm.name == algorithms::AlgorithmKind::kDsgd) o.method = compress::Method::kNone;
   GV_ASSIGN_OR_RETURN(auto codec,
                       compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
-  compress::Options dense;
-  dense.method = compress::Method::kNone;
-  dense.chunk_elements = o.chunk_elements;
-  dense.max_frame_bytes = o.max_frame_bytes;
-  GV_ASSIGN_OR_RETURN(auto denseCodec,
-                      compress::ModelCodec::create(tl, dense, static_cast<std::uint32_t>(rank)));
-  return std::unique_ptr<algorithms::MessageCodec>(new ModelMessageCodec(
-      std::move(codec), std::move(denseCodec), c.run.seed, o.max_frame_bytes));
+  GV_ASSIGN_OR_RETURN(const std::size_t denseBytes, denseMessageBytes(tl, o, rank));
+  return std::unique_ptr<algorithms::MessageCodec>(
+      new ModelMessageCodec(std::move(codec), denseBytes, c.run.seed, o.max_frame_bytes));
 }
 
 }  // namespace grapevine::engine

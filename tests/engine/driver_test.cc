@@ -15,26 +15,17 @@
 #include "runtime/config/loader.h"
 #include "runtime/engine/records.h"
 #include "runtime/engine/summary.h"
+#include "tests/test_util/config.h"
 
 using namespace grapevine;
 
 namespace {
 
 config::Config loadYaml(const std::string& yaml) {
-  config::LoadOptions o;
-  o.useEnvironment = false;
-  auto r = config::loadString(yaml, std::string(GRAPEVINE_BINARY_DIR) + "/driver_test.yaml", o);
-  INFO(config::formatDiagnostics(r.diagnostics));
-  REQUIRE(r.ok());
-  return r.config;
+  return test_util::loadYaml(yaml, "driver_test.yaml");
 }
 
-std::shared_ptr<engine::RunPlan> makePlan(const config::Config& c) {
-  auto plan = engine::makeRunPlan(c);
-  INFO(plan.status().toString());
-  REQUIRE(plan.isOk());
-  return *plan;
-}
+using test_util::makePlan;
 
 // Two peers exchanging full models (D-PSGD) on the consensus workload: quick, and every round
 // needs the other peer's message.

@@ -18,6 +18,7 @@
 #include "runtime/engine/envelope.h"
 #include "runtime/engine/lockstep.h"
 #include "runtime/engine/setup.h"
+#include "tests/test_util/config.h"
 
 using namespace grapevine;
 using engine::PeerCore;
@@ -25,12 +26,7 @@ using engine::PeerCore;
 namespace {
 
 config::Config loadYaml(const std::string& yaml) {
-  config::LoadOptions o;
-  o.useEnvironment = false;
-  auto r = config::loadString(yaml, std::string(GRAPEVINE_BINARY_DIR) + "/engine_test.yaml", o);
-  INFO(config::formatDiagnostics(r.diagnostics));
-  REQUIRE(r.ok());
-  return r.config;
+  return test_util::loadYaml(yaml, "engine_test.yaml");
 }
 
 struct Run {

@@ -29,9 +29,9 @@ namespace {
 const std::vector<size_t> kSizes = {0, 1, 63, 64, 65, 1000, 4097, (size_t{1} << 20) + 3};
 
 void requireDevice() {
-  std::string why;
-  if (!cudaDeviceAvailable(&why)) {
-    std::printf("skipped: no CUDA device (%s)\n", why.c_str());
+  const grapevine::Status device = cudaDeviceAvailable();
+  if (!device.isOk()) {
+    std::printf("skipped: no CUDA device (%s)\n", device.message().c_str());
     std::fflush(stdout);
     std::exit(GRAPEVINE_SKIP_RETURN_CODE);
   }

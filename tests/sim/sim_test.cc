@@ -17,26 +17,17 @@
 #include "runtime/sim/link_model.h"
 #include "runtime/sim/simulator.h"
 #include "runtime/sim/worker_pool.h"
+#include "tests/test_util/config.h"
 
 using namespace grapevine;
 
 namespace {
 
 config::Config loadYaml(const std::string& yaml) {
-  config::LoadOptions o;
-  o.useEnvironment = false;
-  auto r = config::loadString(yaml, std::string(GRAPEVINE_BINARY_DIR) + "/sim_test.yaml", o);
-  INFO(config::formatDiagnostics(r.diagnostics));
-  REQUIRE(r.ok());
-  return r.config;
+  return test_util::loadYaml(yaml, "sim_test.yaml");
 }
 
-std::shared_ptr<engine::RunPlan> makePlan(const config::Config& c) {
-  auto plan = engine::makeRunPlan(c);
-  INFO(plan.status().toString());
-  REQUIRE(plan.isOk());
-  return *plan;
-}
+using test_util::makePlan;
 
 sim::SimResult simulate(const engine::RunPlan& plan, int threads, const std::string& out = "") {
   sim::SimOptions o;

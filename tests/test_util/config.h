@@ -1,0 +1,31 @@
+// Configs and run plans from inline YAML, for the engine, driver and simulator tests. The
+// environment is ignored (GRAPEVINE_* variables of the shell running the tests change nothing);
+// `name` is the file name diagnostics show, under the build folder.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+
+#include "runtime/config/loader.h"
+#include "runtime/engine/setup.h"
+
+namespace grapevine::test_util {
+
+inline config::Config loadYaml(const std::string& yaml, const std::string& name) {
+  config::LoadOptions o;
+  o.useEnvironment = false;
+  auto r = config::loadString(yaml, std::string(GRAPEVINE_BINARY_DIR) + "/" + name, o);
+  INFO(config::formatDiagnostics(r.diagnostics));
+  REQUIRE(r.ok());
+  return r.config;
+}
+
+inline std::shared_ptr<engine::RunPlan> makePlan(const config::Config& c) {
+  auto plan = engine::makeRunPlan(c);
+  INFO(plan.status().toString());
+  REQUIRE(plan.isOk());
+  return *plan;
+}
+
+}  // namespace grapevine::test_util
