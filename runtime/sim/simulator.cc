@@ -110,6 +110,277 @@ Result<nlohmann::json> evaluationPoint(const std::vector<std::unique_ptr<engine:
   return j;
 }
 
+// One run of runSimulation: the peers, their simulated state and the worker pool, with one method
+// per step of a round (see simulator.h). Owned and driven by the calling thread; the per-peer steps
+// run on the pool, each peer's state touched only by the index that owns it.
+class Simulation {
+ public:
+  Simulation(const engine::RunPlan& plan, const SimOptions& options)
+      : plan_(plan),
+        c_(plan.config),
+        options_(options),
+        dir_(options.outDir),
+        count_(static_cast<std::size_t>(plan.config.peers.count)),
+        link_(c_.network, c_.run.seed),
+        fixedCompute_(c_.network.computeMs > 0.0
+                          ? c_.network.computeMs * 1e-3 * std::max(1, c_.algorithm.localSteps)
+                          : -1.0),
+        pool_(options.threads) {
+    result_.threads = pool_.threads();
+    result_.rssBeforePeers = residentBytes();
+  }
+
+  // Builds every peer in parallel; the first error by rank.
+  Status createPeers() {
+    peers_.resize(count_);
+    states_.resize(count_);
+    pool_.parallelFor(count_, [&](std::size_t i) {
+      auto p = engine::makePeer(plan_, static_cast<int>(i), 0);
+      if (p.isOk())
+        peers_[i] = std::move(*p);
+      else
+        states_[i].status = p.status();
+    });
+    return firstError(states_);
+  }
+
+  // Creates outDir, truncates every peer's records and removes an old evals.jsonl.
+  Status prepareOutDir() const {
+    if (dir_.empty()) return Status::ok();
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) return unavailable("cannot create " + dir_ + ": " + ec.message());
+    for (int r = 0; r < c_.peers.count; ++r) {
+      std::FILE* f = std::fopen(path("peer-", r, ".jsonl").c_str(), "w");  // truncate
+      if (!f) return unavailable("cannot write " + path("peer-", r, ".jsonl"));
+      std::fclose(f);
+    }
+    std::error_code removeEc;
+    std::filesystem::remove(dir_ + "/evals.jsonl", removeEc);  // a fresh run starts a fresh file
+    return Status::ok();
+  }
+
+  // The wall clock of the records starts here.
+  void startClock() { start_ = Clock::now(); }
+
+  Status runRound(std::int64_t t) {
+    GV_RETURN_IF_ERROR(computePhase(t));
+    routeMessages();
+    deliveryPhase(t);
+    const engine::RoundReport due = engine::roundReport(c_, t);
+    const double wall = wallSeconds();
+    GV_RETURN_IF_ERROR(mixPhase(due, wall));
+    if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
+    reportProgress(t);
+    return Status::ok();
+  }
+
+  void endRounds() {
+    result_.roundsWallSeconds = wallSeconds();
+    result_.rssAfterRounds = residentBytes();
+  }
+
+  // Final evaluation, record, model and final.json of every peer, as `grapevine peer` writes them.
+  Status finishPeers() {
+    result_.peers.resize(count_);
+    pool_.parallelFor(count_, [&](std::size_t i) { finishPeer(i); });
+    GV_RETURN_IF_ERROR(firstError(states_));
+    result_.wallSeconds = wallSeconds();
+    return Status::ok();
+  }
+
+  // Clocks, losses and the summary (written to outDir); the peers are released first.
+  Result<SimResult> summarize() {
+    collectClocks();
+    peers_.clear();  // the summary evaluates the averaged model with a fresh workload
+    auto& summary = result_.summary;
+    summary = engine::makeSummary(plan_, result_.peers, result_.wallSeconds, "sim");
+    summary["simulated_seconds"] = result_.simulatedSeconds;
+    summary["sim"] = simBlock();
+    if (!dir_.empty()) GV_RETURN_IF_ERROR(engine::writeJsonFile(dir_ + "/summary.json", summary));
+    return std::move(result_);
+  }
+
+ private:
+  static constexpr std::size_t kFlushBytes = 1 << 16;
+
+  std::string path(const char* stem, int rank, const char* ext) const {
+    return dir_ + "/" + stem + std::to_string(rank) + ext;
+  }
+
+  double wallSeconds() const {
+    return std::chrono::duration<double>(Clock::now() - start_).count();
+  }
+
+  // Seconds of compute for a step that began at thread CPU time cpu0, before the peer's scale.
+  double computeSince(double cpu0) const {
+    return fixedCompute_ >= 0.0 ? fixedCompute_ : threadCpuSeconds() - cpu0;
+  }
+
+  // 1. Local steps and messages.
+  Status computePhase(std::int64_t t) {
+    pool_.parallelFor(count_, [&](std::size_t i) {
+      PeerState& s = states_[i];
+      const double cpu0 = threadCpuSeconds();
+      s.status = peers_[i]->beginRound(t);
+      const double compute = computeSince(cpu0);
+      s.ready = s.clock + compute * c_.network.computeScaleOf(static_cast<int>(i));
+      s.incoming.clear();
+      s.anyLost = false;
+      s.arrival = s.ready;
+    });
+    return firstError(states_);
+  }
+
+  // Who sends to whom, in increasing sender rank (O(edges), serial: it fixes the delivery order).
+  void routeMessages() {
+    for (std::size_t j = 0; j < count_; ++j) {
+      for (int i : peers_[j]->sendTo())
+        states_[static_cast<std::size_t>(i)].incoming.push_back(static_cast<int>(j));
+    }
+  }
+
+  // 2. Delivery: a receiver mutates only itself; senders' outgoing buffers are only read.
+  void deliveryPhase(std::int64_t t) {
+    pool_.parallelFor(count_, [&](std::size_t i) {
+      PeerState& s = states_[i];
+      const int to = static_cast<int>(i);
+      for (int j : s.incoming) {
+        if (link_.lost(j, to, t)) {
+          s.anyLost = true;
+          ++s.lost;
+          continue;
+        }
+        const auto bytes = peers_[static_cast<std::size_t>(j)]->outgoing(to);
+        peers_[i]->onMessage(j, bytes);
+        s.arrival = std::max(s.arrival, states_[static_cast<std::size_t>(j)].ready +
+                                            link_.delaySeconds(j, to, t, bytes.size()));
+      }
+    });
+  }
+
+  // 3. Mixing, clocks, records.
+  Status mixPhase(const engine::RoundReport& due, double wall) {
+    pool_.parallelFor(count_, [&](std::size_t i) { mixPeer(i, due, wall); });
+    return firstError(states_);
+  }
+
+  void mixPeer(std::size_t i, const engine::RoundReport& due, double wall) {
+    PeerState& s = states_[i];
+    engine::PeerCore& p = *peers_[i];
+    double end = s.arrival;
+    if (c_.algorithm.overlap) {
+      // The real driver computes the next gradient while it waits for its neighbours.
+      const double cpu0 = threadCpuSeconds();
+      p.precomputeGradient();
+      const double g = computeSince(cpu0);
+      end = std::max(end, s.ready + g * c_.network.computeScaleOf(static_cast<int>(i)));
+    }
+    if (s.anyLost) end = std::max(end, s.ready + c_.algorithm.roundTimeout);
+    s.clock = end;
+    const auto suspects = p.endRound();
+    if (due.due(suspects, {})) recordRound(i, due, suspects, wall);
+  }
+
+  // Appends peer i's round record to its pending text, flushed to its file in large writes.
+  void recordRound(std::size_t i, const engine::RoundReport& due, const std::vector<int>& suspects,
+                   double wall) {
+    PeerState& s = states_[i];
+    engine::PeerCore& p = *peers_[i];
+    std::optional<train::Workload::Eval> ev;
+    if (due.evaluate) {
+      ev = p.workload().evaluateTest(p.model());
+      s.testAccuracy = ev->accuracy;
+      s.testLoss = ev->loss;
+    }
+    auto rec = engine::reportRecord(p, wall, suspects, {}, ev ? &*ev : nullptr);
+    rec["sim_time"] = s.clock;
+    s.pending += rec.dump();
+    s.pending += '\n';
+    if (!dir_.empty() && s.pending.size() >= kFlushBytes) {
+      s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
+    }
+    if (dir_.empty()) s.pending.clear();
+  }
+
+  Status appendEvaluationPoint(std::int64_t t, double wall) {
+    auto point = evaluationPoint(peers_, states_, t, wall);
+    GV_RETURN_IF_ERROR(point.status());
+    std::string line = point->dump() + "\n";
+    return appendFile(dir_ + "/evals.jsonl", line);
+  }
+
+  void reportProgress(std::int64_t t) const {
+    if (!options_.onRound) return;
+    double latest = 0.0;
+    for (const auto& s : states_) latest = std::max(latest, s.clock);
+    options_.onRound(t, latest);
+  }
+
+  void finishPeer(std::size_t i) {
+    PeerState& s = states_[i];
+    engine::PeerCore& p = *peers_[i];
+    engine::PeerResult& r = result_.peers[i];
+    r = engine::collectResult(p, true);
+    if (dir_.empty()) return;
+    auto rec = engine::finalRecord(p, wallSeconds(), r.testAccuracy, r.testLoss);
+    rec["sim_time"] = s.clock;
+    s.pending += rec.dump();
+    s.pending += '\n';
+    const int rank = static_cast<int>(i);
+    s.status = appendFile(path("peer-", rank, ".jsonl"), s.pending);
+    if (!s.status.isOk() || !options_.writeModels) return;
+    s.status = engine::writeModel(path("model-", rank, ".bin"), r.model);
+    if (!s.status.isOk()) return;
+    auto j = engine::peerResultToJson(r);
+    j["wall_seconds"] = wallSeconds();
+    j["sim_time"] = s.clock;
+    s.status = engine::writeJsonFile(path("peer-", rank, ".final.json"), j);
+  }
+
+  void collectClocks() {
+    result_.clock.reserve(count_);
+    for (const auto& s : states_) {
+      result_.clock.push_back(s.clock);
+      result_.simulatedSeconds = std::max(result_.simulatedSeconds, s.clock);
+      result_.messagesLost += s.lost;
+    }
+  }
+
+  // The "sim" block of summary.json: threads, losses, speed, memory.
+  nlohmann::json simBlock() const {
+    const SimResult& r = result_;
+    const double perPeer =
+        r.rssAfterRounds > r.rssBeforePeers
+            ? static_cast<double>(r.rssAfterRounds - r.rssBeforePeers) / c_.peers.count
+            : 0.0;
+    return {
+        {"threads", r.threads},
+        {"messages_lost", r.messagesLost},
+        {"rounds_wall_seconds", r.roundsWallSeconds},
+        {"rounds_per_second",
+         r.roundsWallSeconds > 0 ? static_cast<double>(c_.run.rounds) / r.roundsWallSeconds : 0.0},
+        {"compute", fixedCompute_ >= 0.0 ? "fixed" : "measured"},
+        {"rss_before_peers_bytes", r.rssBeforePeers},
+        {"rss_after_rounds_bytes", r.rssAfterRounds},
+        {"rss_per_peer_bytes", perPeer},
+    };
+  }
+
+  const engine::RunPlan& plan_;
+  const config::Config& c_;
+  const SimOptions& options_;
+  const std::string& dir_;
+  const std::size_t count_;
+  const LinkModel link_;
+  const double fixedCompute_;  // seconds per round when network.compute_ms > 0, else -1 (measured)
+  WorkerPool pool_;
+  std::vector<std::unique_ptr<engine::PeerCore>> peers_;
+  std::vector<PeerState> states_;
+  Clock::time_point start_;
+  SimResult result_;
+};
+
 }  // namespace
 
 std::uint64_t residentBytes() {
@@ -123,191 +394,14 @@ std::uint64_t residentBytes() {
 }
 
 Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& options) {
-  const config::Config& c = plan.config;
-  const int n = c.peers.count;
-  const std::size_t count = static_cast<std::size_t>(n);
-  const LinkModel link(c.network, c.run.seed);
-  const double fixedCompute = c.network.computeMs > 0.0
-                                  ? c.network.computeMs * 1e-3 * std::max(1, c.algorithm.localSteps)
-                                  : -1.0;
-  const std::string& dir = options.outDir;
-  auto path = [&dir](const char* stem, int rank, const char* ext) {
-    return dir + "/" + stem + std::to_string(rank) + ext;
-  };
-
-  SimResult result;
-  WorkerPool pool(options.threads);
-  result.threads = pool.threads();
-  result.rssBeforePeers = residentBytes();
-
-  std::vector<std::unique_ptr<engine::PeerCore>> peers(count);
-  std::vector<PeerState> states(count);
-  pool.parallelFor(count, [&](std::size_t i) {
-    auto p = engine::makePeer(plan, static_cast<int>(i), 0);
-    if (p.isOk())
-      peers[i] = std::move(*p);
-    else
-      states[i].status = p.status();
-  });
-  GV_RETURN_IF_ERROR(firstError(states));
-
-  if (!dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return unavailable("cannot create " + dir + ": " + ec.message());
-    for (int r = 0; r < n; ++r) {
-      std::FILE* f = std::fopen(path("peer-", r, ".jsonl").c_str(), "w");  // truncate
-      if (!f) return unavailable("cannot write " + path("peer-", r, ".jsonl"));
-      std::fclose(f);
-    }
-    std::error_code removeEc;
-    std::filesystem::remove(dir + "/evals.jsonl", removeEc);  // a fresh run starts a fresh file
-  }
-
-  const auto start = Clock::now();
-  auto wallSeconds = [&start] {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
-  constexpr std::size_t kFlushBytes = 1 << 16;
-
-  for (std::int64_t t = 0; t < c.run.rounds; ++t) {
-    // 1. Local steps and messages.
-    pool.parallelFor(count, [&](std::size_t i) {
-      PeerState& s = states[i];
-      const double cpu0 = threadCpuSeconds();
-      s.status = peers[i]->beginRound(t);
-      const double compute = fixedCompute >= 0.0 ? fixedCompute : threadCpuSeconds() - cpu0;
-      s.ready = s.clock + compute * c.network.computeScaleOf(static_cast<int>(i));
-      s.incoming.clear();
-      s.anyLost = false;
-      s.arrival = s.ready;
-    });
-    GV_RETURN_IF_ERROR(firstError(states));
-    // Who sends to whom, in increasing sender rank (O(edges), serial: it fixes the delivery order).
-    for (std::size_t j = 0; j < count; ++j) {
-      for (int i : peers[j]->sendTo())
-        states[static_cast<std::size_t>(i)].incoming.push_back(static_cast<int>(j));
-    }
-    // 2. Delivery: a receiver mutates only itself; senders' outgoing buffers are only read.
-    pool.parallelFor(count, [&](std::size_t i) {
-      PeerState& s = states[i];
-      const int to = static_cast<int>(i);
-      for (int j : s.incoming) {
-        if (link.lost(j, to, t)) {
-          s.anyLost = true;
-          ++s.lost;
-          continue;
-        }
-        const auto bytes = peers[static_cast<std::size_t>(j)]->outgoing(to);
-        peers[i]->onMessage(j, bytes);
-        s.arrival = std::max(s.arrival, states[static_cast<std::size_t>(j)].ready +
-                                            link.delaySeconds(j, to, t, bytes.size()));
-      }
-    });
-    // 3. Mixing, clocks, records.
-    const engine::RoundReport due = engine::roundReport(c, t);
-    const double wall = wallSeconds();
-    pool.parallelFor(count, [&](std::size_t i) {
-      PeerState& s = states[i];
-      engine::PeerCore& p = *peers[i];
-      double end = s.arrival;
-      if (c.algorithm.overlap) {
-        // The real driver computes the next gradient while it waits for its neighbours.
-        const double cpu0 = threadCpuSeconds();
-        p.precomputeGradient();
-        const double g = fixedCompute >= 0.0 ? fixedCompute : threadCpuSeconds() - cpu0;
-        end = std::max(end, s.ready + g * c.network.computeScaleOf(static_cast<int>(i)));
-      }
-      if (s.anyLost) end = std::max(end, s.ready + c.algorithm.roundTimeout);
-      s.clock = end;
-      const auto suspects = p.endRound();
-      if (due.due(suspects, {})) {
-        std::optional<train::Workload::Eval> ev;
-        if (due.evaluate) {
-          ev = p.workload().evaluateTest(p.model());
-          s.testAccuracy = ev->accuracy;
-          s.testLoss = ev->loss;
-        }
-        auto rec = engine::reportRecord(p, wall, suspects, {}, ev ? &*ev : nullptr);
-        rec["sim_time"] = s.clock;
-        s.pending += rec.dump();
-        s.pending += '\n';
-        if (!dir.empty() && s.pending.size() >= kFlushBytes) {
-          s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
-        }
-        if (dir.empty()) s.pending.clear();
-      }
-    });
-    GV_RETURN_IF_ERROR(firstError(states));
-    if (due.evaluate && !dir.empty()) {
-      auto point = evaluationPoint(peers, states, t, wall);
-      GV_RETURN_IF_ERROR(point.status());
-      std::string line = point->dump() + "\n";
-      GV_RETURN_IF_ERROR(appendFile(dir + "/evals.jsonl", line));
-    }
-    if (options.onRound) {
-      double latest = 0.0;
-      for (const auto& s : states) latest = std::max(latest, s.clock);
-      options.onRound(t, latest);
-    }
-  }
-  result.roundsWallSeconds = wallSeconds();
-  result.rssAfterRounds = residentBytes();
-
-  // Final evaluation, record, model and final.json of every peer, as `grapevine peer` writes them.
-  result.peers.resize(count);
-  pool.parallelFor(count, [&](std::size_t i) {
-    PeerState& s = states[i];
-    engine::PeerCore& p = *peers[i];
-    engine::PeerResult& r = result.peers[i];
-    r = engine::collectResult(p, true);
-    if (dir.empty()) return;
-    auto rec = engine::finalRecord(p, wallSeconds(), r.testAccuracy, r.testLoss);
-    rec["sim_time"] = s.clock;
-    s.pending += rec.dump();
-    s.pending += '\n';
-    const int rank = static_cast<int>(i);
-    s.status = appendFile(path("peer-", rank, ".jsonl"), s.pending);
-    if (!s.status.isOk() || !options.writeModels) return;
-    s.status = engine::writeModel(path("model-", rank, ".bin"), r.model);
-    if (!s.status.isOk()) return;
-    auto j = engine::peerResultToJson(r);
-    j["wall_seconds"] = wallSeconds();
-    j["sim_time"] = s.clock;
-    s.status = engine::writeJsonFile(path("peer-", rank, ".final.json"), j);
-  });
-  GV_RETURN_IF_ERROR(firstError(states));
-  result.wallSeconds = wallSeconds();
-
-  result.clock.reserve(count);
-  for (const auto& s : states) {
-    result.clock.push_back(s.clock);
-    result.simulatedSeconds = std::max(result.simulatedSeconds, s.clock);
-    result.messagesLost += s.lost;
-  }
-  peers.clear();  // the summary evaluates the averaged model with a fresh workload
-
-  auto& summary = result.summary;
-  summary = engine::makeSummary(plan, result.peers, result.wallSeconds, "sim");
-  summary["simulated_seconds"] = result.simulatedSeconds;
-  const double perPeer =
-      result.rssAfterRounds > result.rssBeforePeers
-          ? static_cast<double>(result.rssAfterRounds - result.rssBeforePeers) / n
-          : 0.0;
-  summary["sim"] = {
-      {"threads", result.threads},
-      {"messages_lost", result.messagesLost},
-      {"rounds_wall_seconds", result.roundsWallSeconds},
-      {"rounds_per_second", result.roundsWallSeconds > 0
-                                ? static_cast<double>(c.run.rounds) / result.roundsWallSeconds
-                                : 0.0},
-      {"compute", fixedCompute >= 0.0 ? "fixed" : "measured"},
-      {"rss_before_peers_bytes", result.rssBeforePeers},
-      {"rss_after_rounds_bytes", result.rssAfterRounds},
-      {"rss_per_peer_bytes", perPeer},
-  };
-  if (!dir.empty()) GV_RETURN_IF_ERROR(engine::writeJsonFile(dir + "/summary.json", summary));
-  return result;
+  Simulation sim(plan, options);
+  GV_RETURN_IF_ERROR(sim.createPeers());
+  GV_RETURN_IF_ERROR(sim.prepareOutDir());
+  sim.startClock();
+  for (std::int64_t t = 0; t < plan.config.run.rounds; ++t) GV_RETURN_IF_ERROR(sim.runRound(t));
+  sim.endRounds();
+  GV_RETURN_IF_ERROR(sim.finishPeers());
+  return sim.summarize();
 }
 
 }  // namespace grapevine::sim

@@ -115,178 +115,281 @@ struct Slice {
   size_t offset, count;
 };
 
+// The input of every measurement: x (seeded normal values) cut into one slice per thread, and the
+// buffers the kernels write, allocated and touched once (first touch costs more than the work being
+// measured).
+struct BenchInput {
+  size_t n = 0;
+  int threads = 1;
+  std::vector<Slice> slices;
+  std::vector<float> x, acc, copy;
+  double norm2 = 0;  // ||x||^2
+  double gb = 0;     // GB of fp32 input
+};
+
+BenchInput makeInput(const BenchFlags& f) {
+  BenchInput in;
+  const size_t n = f.elements;
+  const int T = f.threads;
+  in.n = n;
+  in.threads = T;
+  for (int t = 0; t < T; ++t) {
+    const size_t a = n * static_cast<size_t>(t) / static_cast<size_t>(T);
+    const size_t b = n * static_cast<size_t>(t + 1) / static_cast<size_t>(T);
+    in.slices.push_back({a, b - a});
+  }
+  in.x.resize(n);
+  in.acc.assign(n, 0.0f);
+  in.copy.assign(n, 0.0f);
+  {
+    std::mt19937_64 rng(f.seed);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (auto& v : in.x) v = d(rng);
+  }
+  for (float v : in.x) in.norm2 += static_cast<double>(v) * v;
+  in.gb = static_cast<double>(n) * 4 / 1e9;
+  return in;
+}
+
+// Throughput of the baselines, GB/s of input.
+struct Baselines {
+  double memcpyGbps = 0;
+  double nthGbps = 0;  // exact top-k: copy + std::nth_element by magnitude
+};
+
+Baselines measureBaselines(const BenchFlags& f, BenchInput& in) {
+  const auto& slices = in.slices;
+  const double memcpySec = best(f.reps, [&] {
+    return timed(in.threads, [&](int t) {
+      std::memcpy(in.copy.data() + slices[t].offset, in.x.data() + slices[t].offset,
+                  slices[t].count * 4);
+    });
+  });
+  // Exact top-k baseline: copy + std::nth_element by magnitude (per slice, k = 1% of it).
+  const double nthSec = best(f.reps, [&] {
+    return timed(in.threads, [&](int t) {
+      const Slice s = slices[t];
+      std::memcpy(in.copy.data() + s.offset, in.x.data() + s.offset, s.count * 4);
+      const size_t k = std::max<size_t>(1, static_cast<size_t>(std::llround(0.01 * s.count)));
+      float* b = in.copy.data() + s.offset;
+      std::nth_element(b, b + (k - 1), b + s.count,
+                       [](float p, float q) { return std::fabs(p) > std::fabs(q); });
+    });
+  });
+  return {in.gb / memcpySec, in.gb / nthSec};
+}
+
+// One compressor per thread slice, with its wire buffer and, when the variant has a lossless stage,
+// its coder and buffers. encodeAll/decodeAll run every slice on its own thread and return the wall
+// seconds; a failure sets failed.
+class VariantRun {
+ public:
+  VariantRun(const Variant& v, BenchInput& in)
+      : v_(v),
+        in_(in),
+        bytes_(in.threads, 0),
+        coders_(in.threads),
+        packed_(in.threads),
+        unpacked_(in.threads),
+        packedBytes_(in.threads, 0) {}
+
+  // Builds the compressors; false after a message on stderr.
+  bool init() {
+    for (int t = 0; t < in_.threads; ++t) {
+      const size_t cnt = in_.slices[t].count;
+      const size_t rows = matrixRows(cnt);
+      auto c = compress::makeCompressor(v_.method, v_.options, rows, cnt / rows);
+      if (!c.isOk()) {
+        std::cerr << "bench compress: " << v_.name << ": " << c.status().toString() << "\n";
+        return false;
+      }
+      cs_.push_back(std::move(c).value());
+      bufs_.emplace_back(cs_.back()->maxEncodedBytes(cnt) / 8 + 1, 0);
+      if (v_.options.lossless != compress::Lossless::kNone) {
+        packed_[t].assign(compress::LosslessCoder::maxCompressedBytes(bufs_[t].size() * 8) / 8 + 1,
+                          0);
+        unpacked_[t].assign(bufs_[t].size(), 0);
+      }
+    }
+    return true;
+  }
+
+  double encodeAll(uint64_t key) {
+    return timed(in_.threads, [&](int t) { encodeSlice(t, key); });
+  }
+
+  double decodeAll(float w) {
+    return timed(in_.threads, [&](int t) { decodeSlice(t, w); });
+  }
+
+  bool failed() const { return failed_; }
+
+  // Bytes on the wire (after the lossless stage where it ran) over all slices.
+  size_t wireBytes() const {
+    size_t wire = 0;
+    for (int t = 0; t < in_.threads; ++t) wire += packedBytes_[t] > 0 ? packedBytes_[t] : bytes_[t];
+    return wire;
+  }
+
+  double countError() const {
+    double countErr = 0;
+    for (int t = 0; t < in_.threads; ++t)
+      countErr = std::max(countErr, std::fabs(cs_[t]->lastStats().countError));
+    return countErr;
+  }
+
+ private:
+  std::span<uint8_t> buf(int t) {
+    return std::span<uint8_t>(reinterpret_cast<uint8_t*>(bufs_[t].data()), bufs_[t].size() * 8);
+  }
+
+  void encodeSlice(int t, uint64_t key) {
+    const Slice s = in_.slices[t];
+    auto r = cs_[t]->encode({in_.x.data() + s.offset, s.count}, key + t, buf(t));
+    if (!r.isOk()) {
+      failed_ = true;
+      return;
+    }
+    bytes_[t] = *r;
+    packedBytes_[t] = 0;
+    if (v_.options.lossless != compress::Lossless::kNone) {
+      auto raw = buf(t).first(bytes_[t]);
+      auto p = coders_[t].compress(
+          v_.options.lossless, v_.options.zstd_level, raw, cs_[t]->floatRegion(raw),
+          {reinterpret_cast<uint8_t*>(packed_[t].data()), packed_[t].size() * 8});
+      packedBytes_[t] = p.isOk() ? *p : 0;
+    }
+  }
+
+  void decodeSlice(int t, float w) {
+    const Slice s = in_.slices[t];
+    std::span<const uint8_t> payload = buf(t).first(bytes_[t]);
+    if (packedBytes_[t] > 0) {  // undo the lossless stage first: part of decoding
+      std::span<uint8_t> raw(reinterpret_cast<uint8_t*>(unpacked_[t].data()), bytes_[t]);
+      if (!coders_[t]
+               .decompress(v_.options.lossless,
+                           {reinterpret_cast<const uint8_t*>(packed_[t].data()), packedBytes_[t]},
+                           raw)
+               .isOk()) {
+        failed_ = true;
+        return;
+      }
+      payload = raw;
+    }
+    if (!cs_[t]->decodeAccumulate(payload, w, {in_.acc.data() + s.offset, s.count}).isOk())
+      failed_ = true;
+  }
+
+  const Variant& v_;
+  BenchInput& in_;
+  std::vector<std::unique_ptr<compress::Compressor>> cs_;
+  std::vector<std::vector<uint64_t>> bufs_;
+  std::vector<size_t> bytes_;
+  std::vector<compress::LosslessCoder> coders_;
+  std::vector<std::vector<uint64_t>> packed_, unpacked_;
+  std::vector<size_t> packedBytes_;
+  bool failed_ = false;
+};
+
+// What one variant measured.
+struct VariantResult {
+  double encSec = 0, decSec = 0;
+  double err2 = 0;  // ||C(x) - x||^2
+  size_t wire = 0;
+  double countErr = 0;
+};
+
+// Encode and decode times (best of reps) and the error of one decode; kExitOk, or kExitFailure
+// after a message on stderr.
+int measureVariant(const BenchFlags& f, const Variant& v, BenchInput& in, VariantResult& out) {
+  VariantRun run(v, in);
+  if (!run.init()) return kExitFailure;
+  run.encodeAll(f.seed);  // warm-up: sizes scratch (top-k workspace, PowerSGD state)
+  uint64_t key = f.seed;
+  out.encSec = best(f.reps, [&] { return run.encodeAll(++key); });
+  std::fill(in.acc.begin(), in.acc.end(), 0.0f);
+  run.decodeAll(1.0f);
+  for (size_t i = 0; i < in.n; ++i) {
+    const double d = static_cast<double>(in.acc[i]) - in.x[i];
+    out.err2 += d * d;
+  }
+  out.decSec = best(f.reps, [&] { return run.decodeAll(0.5f); });
+  if (run.failed()) {
+    std::cerr << "bench compress: " << v.name << " failed to encode or decode\n";
+    return kExitFailure;
+  }
+  out.wire = run.wireBytes();
+  out.countErr = run.countError();
+  return kExitOk;
+}
+
+void writeTableHeader(std::ostream& table) {
+  table << std::left << std::setw(22) << "method" << std::right << std::setw(10) << "enc GB/s"
+        << std::setw(10) << "dec GB/s" << std::setw(10) << "bits/el" << std::setw(12) << "rel err"
+        << std::setw(11) << "enc/mcpy" << std::setw(11) << "dec/mcpy"
+        << "  notes\n";
+}
+
+// The JSON entry and the table row of one variant.
+void report(const Variant& v, const BenchInput& in, const Baselines& base, const VariantResult& r,
+            nlohmann::json& out, std::ostream& table) {
+  const double gb = in.gb;
+  const size_t n = in.n;
+  nlohmann::json j = {
+      {"method", v.name},
+      {"encode_gbps", gb / r.encSec},
+      {"decode_gbps", gb / r.decSec},
+      {"memcpy_gbps", base.memcpyGbps},
+      {"bits_per_element", 8.0 * static_cast<double>(r.wire) / static_cast<double>(n)},
+      {"rel_error", std::sqrt(r.err2 / in.norm2)},
+      {"elements", n},
+      {"threads", in.threads}};
+  std::string notes;
+  if (v.method == Method::kTopK) {
+    j["nth_element_gbps"] = base.nthGbps;
+    j["speedup_vs_nth_element"] = (gb / r.encSec) / base.nthGbps;
+    j["count_error"] = r.countErr;
+    std::ostringstream ns;
+    ns << std::fixed << std::setprecision(1) << (gb / r.encSec) / base.nthGbps << "x nth_element ("
+       << std::setprecision(2) << base.nthGbps << " GB/s), count err " << std::setprecision(4)
+       << r.countErr;
+    notes = ns.str();
+  }
+  out.push_back(j);
+  table << std::left << std::setw(22) << v.name << std::right << std::fixed << std::setprecision(2)
+        << std::setw(10) << gb / r.encSec << std::setw(10) << gb / r.decSec << std::setw(10)
+        << 8.0 * static_cast<double>(r.wire) / static_cast<double>(n) << std::setw(12)
+        << std::setprecision(6) << std::sqrt(r.err2 / in.norm2) << std::setprecision(2)
+        << std::setw(11) << (gb / r.encSec) / base.memcpyGbps << std::setw(11)
+        << (gb / r.decSec) / base.memcpyGbps << "  " << notes << "\n";
+}
+
+bool selected(const BenchFlags& f, const Variant& v) {
+  return f.methods.empty() || ("," + f.methods + ",").find("," + v.name + ",") != std::string::npos;
+}
+
 int runBenchCompress(const BenchFlags& f) {
   if (f.elements == 0 || f.threads < 1 || f.reps < 1) {
     std::cerr << "bench compress: --elements, --threads and --reps must be positive\n";
     return kExitBadInput;
   }
-  const size_t n = f.elements;
-  const int T = f.threads;
-  std::vector<Slice> slices;
-  for (int t = 0; t < T; ++t) {
-    const size_t a = n * static_cast<size_t>(t) / static_cast<size_t>(T);
-    const size_t b = n * static_cast<size_t>(t + 1) / static_cast<size_t>(T);
-    slices.push_back({a, b - a});
-  }
-  // Buffers, allocated and touched once (first touch costs more than the work being measured).
-  std::vector<float> x(n), acc(n, 0.0f), copy(n, 0.0f);
-  {
-    std::mt19937_64 rng(f.seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    for (auto& v : x) v = d(rng);
-  }
-  double norm2 = 0;
-  for (float v : x) norm2 += static_cast<double>(v) * v;
-  const double gb = static_cast<double>(n) * 4 / 1e9;
-
-  const double memcpySec = best(f.reps, [&] {
-    return timed(T, [&](int t) {
-      std::memcpy(copy.data() + slices[t].offset, x.data() + slices[t].offset, slices[t].count * 4);
-    });
-  });
-  const double memcpyGbps = gb / memcpySec;
-  // Exact top-k baseline: copy + std::nth_element by magnitude (per slice, k = 1% of it).
-  const double nthSec = best(f.reps, [&] {
-    return timed(T, [&](int t) {
-      const Slice s = slices[t];
-      std::memcpy(copy.data() + s.offset, x.data() + s.offset, s.count * 4);
-      const size_t k = std::max<size_t>(1, static_cast<size_t>(std::llround(0.01 * s.count)));
-      float* b = copy.data() + s.offset;
-      std::nth_element(b, b + (k - 1), b + s.count,
-                       [](float p, float q) { return std::fabs(p) > std::fabs(q); });
-    });
-  });
-  const double nthGbps = gb / nthSec;
-
+  BenchInput in = makeInput(f);
+  const Baselines base = measureBaselines(f, in);
   nlohmann::json out = nlohmann::json::array();
   std::ostringstream table;
-  table << std::left << std::setw(22) << "method" << std::right << std::setw(10) << "enc GB/s"
-        << std::setw(10) << "dec GB/s" << std::setw(10) << "bits/el" << std::setw(12) << "rel err"
-        << std::setw(11) << "enc/mcpy" << std::setw(11) << "dec/mcpy"
-        << "  notes\n";
+  writeTableHeader(table);
   for (const Variant& v : variants()) {
-    if (!f.methods.empty() && ("," + f.methods + ",").find("," + v.name + ",") == std::string::npos)
-      continue;
-    std::vector<std::unique_ptr<compress::Compressor>> cs;
-    std::vector<std::vector<uint64_t>> bufs;
-    std::vector<size_t> bytes(T, 0);
-    std::vector<compress::LosslessCoder> coders(T);
-    std::vector<std::vector<uint64_t>> packed(T), unpacked(T);
-    std::vector<size_t> packedBytes(T, 0);
-    for (int t = 0; t < T; ++t) {
-      const size_t cnt = slices[t].count;
-      const size_t rows = matrixRows(cnt);
-      auto c = compress::makeCompressor(v.method, v.options, rows, cnt / rows);
-      if (!c.isOk()) {
-        std::cerr << "bench compress: " << v.name << ": " << c.status().toString() << "\n";
-        return kExitFailure;
-      }
-      cs.push_back(std::move(c).value());
-      bufs.emplace_back(cs.back()->maxEncodedBytes(cnt) / 8 + 1, 0);
-      if (v.options.lossless != compress::Lossless::kNone) {
-        packed[t].assign(compress::LosslessCoder::maxCompressedBytes(bufs[t].size() * 8) / 8 + 1,
-                         0);
-        unpacked[t].assign(bufs[t].size(), 0);
-      }
-    }
-    auto buf = [&](int t) {
-      return std::span<uint8_t>(reinterpret_cast<uint8_t*>(bufs[t].data()), bufs[t].size() * 8);
-    };
-    bool failed = false;
-    auto encodeAll = [&](uint64_t key) {
-      return timed(T, [&](int t) {
-        const Slice s = slices[t];
-        auto r = cs[t]->encode({x.data() + s.offset, s.count}, key + t, buf(t));
-        if (!r.isOk()) {
-          failed = true;
-          return;
-        }
-        bytes[t] = *r;
-        packedBytes[t] = 0;
-        if (v.options.lossless != compress::Lossless::kNone) {
-          auto raw = buf(t).first(bytes[t]);
-          auto p = coders[t].compress(
-              v.options.lossless, v.options.zstd_level, raw, cs[t]->floatRegion(raw),
-              {reinterpret_cast<uint8_t*>(packed[t].data()), packed[t].size() * 8});
-          packedBytes[t] = p.isOk() ? *p : 0;
-        }
-      });
-    };
-    auto decodeAll = [&](float w) {
-      return timed(T, [&](int t) {
-        const Slice s = slices[t];
-        std::span<const uint8_t> payload = buf(t).first(bytes[t]);
-        if (packedBytes[t] > 0) {  // undo the lossless stage first: part of decoding
-          std::span<uint8_t> raw(reinterpret_cast<uint8_t*>(unpacked[t].data()), bytes[t]);
-          if (!coders[t]
-                   .decompress(v.options.lossless,
-                               {reinterpret_cast<const uint8_t*>(packed[t].data()), packedBytes[t]},
-                               raw)
-                   .isOk()) {
-            failed = true;
-            return;
-          }
-          payload = raw;
-        }
-        if (!cs[t]->decodeAccumulate(payload, w, {acc.data() + s.offset, s.count}).isOk())
-          failed = true;
-      });
-    };
-    encodeAll(f.seed);  // warm-up: sizes scratch (top-k workspace, PowerSGD state)
-    uint64_t key = f.seed;
-    const double encSec = best(f.reps, [&] { return encodeAll(++key); });
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    decodeAll(1.0f);
-    double err2 = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const double d = static_cast<double>(acc[i]) - x[i];
-      err2 += d * d;
-    }
-    const double decSec = best(f.reps, [&] { return decodeAll(0.5f); });
-    if (failed) {
-      std::cerr << "bench compress: " << v.name << " failed to encode or decode\n";
-      return kExitFailure;
-    }
-    size_t wire = 0;
-    double countErr = 0;
-    for (int t = 0; t < T; ++t) {
-      wire += packedBytes[t] > 0 ? packedBytes[t] : bytes[t];
-      countErr = std::max(countErr, std::fabs(cs[t]->lastStats().countError));
-    }
-    nlohmann::json j = {
-        {"method", v.name},
-        {"encode_gbps", gb / encSec},
-        {"decode_gbps", gb / decSec},
-        {"memcpy_gbps", memcpyGbps},
-        {"bits_per_element", 8.0 * static_cast<double>(wire) / static_cast<double>(n)},
-        {"rel_error", std::sqrt(err2 / norm2)},
-        {"elements", n},
-        {"threads", T}};
-    std::string notes;
-    if (v.method == Method::kTopK) {
-      j["nth_element_gbps"] = nthGbps;
-      j["speedup_vs_nth_element"] = (gb / encSec) / nthGbps;
-      j["count_error"] = countErr;
-      std::ostringstream ns;
-      ns << std::fixed << std::setprecision(1) << (gb / encSec) / nthGbps << "x nth_element ("
-         << std::setprecision(2) << nthGbps << " GB/s), count err " << std::setprecision(4)
-         << countErr;
-      notes = ns.str();
-    }
-    out.push_back(j);
-    table << std::left << std::setw(22) << v.name << std::right << std::fixed
-          << std::setprecision(2) << std::setw(10) << gb / encSec << std::setw(10) << gb / decSec
-          << std::setw(10) << 8.0 * static_cast<double>(wire) / static_cast<double>(n)
-          << std::setw(12) << std::setprecision(6) << std::sqrt(err2 / norm2)
-          << std::setprecision(2) << std::setw(11) << (gb / encSec) / memcpyGbps << std::setw(11)
-          << (gb / decSec) / memcpyGbps << "  " << notes << "\n";
+    if (!selected(f, v)) continue;
+    VariantResult r;
+    if (const int rc = measureVariant(f, v, in, r); rc != kExitOk) return rc;
+    report(v, in, base, r, out, table);
   }
   if (f.json) {
     std::cout << out.dump(2) << "\n";
   } else {
-    std::cout << "elements " << n << ", threads " << T << ", best of " << f.reps << ", kernels "
-              << kernels::cpuOps().name << " (" << kernels::cpuFeatures() << ")\n"
-              << "memcpy " << std::fixed << std::setprecision(2) << memcpyGbps << " GB/s\n"
+    std::cout << "elements " << in.n << ", threads " << in.threads << ", best of " << f.reps
+              << ", kernels " << kernels::cpuOps().name << " (" << kernels::cpuFeatures() << ")\n"
+              << "memcpy " << std::fixed << std::setprecision(2) << base.memcpyGbps << " GB/s\n"
               << table.str();
   }
   return kExitOk;

@@ -135,94 +135,145 @@ std::string describeStatus(int status) {
   return "stopped";
 }
 
-int runLaunch(const LaunchArgs& a) {
-  auto loaded = loadConfig(a.path, a.overrides);
+// One `grapevine launch`, step by step: plan (config, output folder, local peers), the emulated
+// network if asked for, start the peers, watch them until all have exited, then the summary. Each
+// step that can fail returns the command's exit code (kExitOk: go on). Single-threaded; the only
+// asynchronous input is g_signal, set by the SIGINT/SIGTERM handler installed in startPeers().
+class Launch {
+ public:
+  explicit Launch(const LaunchArgs& args) : args_(args) {}
+
+  int plan();
+  int startNetwork();  // no-op without --emulate / network.emulate: netns
+  void printPlan() const;
+  int startPeers();
+  void watch();  // returns when every peer has exited
+  int writeSummary();
+  int exitCode() const;
+
+ private:
+  int reapExited();  // returns how many peers still run
+  void forwardSignal(int running);
+  void showProgress(int running);
+  std::string progressLine();    // reads the peers' new records
+  nlohmann::json stopNetwork();  // the emulated links' totals (null without emulation)
+  std::vector<engine::PeerResult> readResults() const;
+  std::string peerFile(int rank, const std::string& suffix) const {
+    return out_ + "/peer-" + std::to_string(rank) + suffix;
+  }
+
+  const LaunchArgs& args_;
+  config::Config config_;
+  std::string out_;
+  std::vector<config::PeerAddress> addrs_;
+  std::vector<Child> children_;
+  // Emulated network: created before any peer starts, destroyed (emulator stopped, namespaces
+  // deleted) by stopNetwork() or with this object, on every return, after a signal too.
+  std::unique_ptr<netemu::Network> network_;
+  std::vector<std::string> peerOverrides_;
+  std::chrono::steady_clock::time_point start_;
+  bool tty_ = false;
+  int failed_ = 0;
+  bool forwarded_ = false;
+  std::chrono::steady_clock::time_point forwardedAt_;
+  std::chrono::steady_clock::time_point lastPrint_;
+};
+
+int Launch::plan() {
+  auto loaded = loadConfig(args_.path, args_.overrides);
   if (!loaded.isOk()) return kExitBadInput;
-  config::Config c = std::move(*loaded);
-  const std::string out = a.out.empty() ? c.output.dir : a.out;
+  config_ = std::move(*loaded);
+  out_ = args_.out.empty() ? config_.output.dir : args_.out;
   std::error_code ec;
-  std::filesystem::create_directories(out, ec);
+  std::filesystem::create_directories(out_, ec);
   if (ec) {
-    std::cerr << "grapevine launch: cannot create " << out << ": " << ec.message() << "\n";
+    std::cerr << "grapevine launch: cannot create " << out_ << ": " << ec.message() << "\n";
     return kExitFailure;
   }
   const auto local = localAddresses();
-  const auto addrs = c.peers.addresses();
-  std::vector<Child> children;
-  for (int r = 0; r < c.peers.count; ++r) {
-    if (!isLocal(addrs[r].host, local)) continue;
+  addrs_ = config_.peers.addresses();
+  for (int r = 0; r < config_.peers.count; ++r) {
+    if (!isLocal(addrs_[r].host, local)) continue;
     Child ch;
     ch.rank = r;
-    children.push_back(std::move(ch));
+    children_.push_back(std::move(ch));
   }
-  if (children.empty()) {
+  if (children_.empty()) {
     std::cerr
-        << "grapevine launch: no peer of " << a.path
+        << "grapevine launch: no peer of " << args_.path
         << " has a local host; start peers with `grapevine peer CONFIG --rank R` on their hosts\n";
     return kExitBadInput;
   }
-  // Emulated network: created before any peer starts, destroyed (emulator stopped, namespaces
-  // deleted) when `network` goes out of scope, on every return below, after a signal too.
-  std::unique_ptr<netemu::Network> network;
-  std::vector<std::string> peerOverrides = a.overrides;
-  if (a.emulate || c.network.emulate == config::Emulation::kNetns) {
-    if (static_cast<int>(children.size()) != c.peers.count) {
-      std::cerr << "grapevine launch: network emulation runs every peer on this host, but only "
-                << children.size() << " of " << c.peers.count << " peers have a local host\n";
-      return kExitBadInput;
-    }
-    if (const Status s = netemu::checkPrerequisites(); !s.isOk()) {
-      std::cerr << "grapevine launch: --emulate: " << s.message() << "\n";
-      return kExitBadInput;
-    }
-    auto made = netemu::Network::create(netemu::optionsFromConfig(c, a.mtu));
-    if (!made.isOk()) {
-      std::cerr << "grapevine launch: --emulate: " << made.status().toString() << "\n";
-      return kExitFailure;
-    }
-    network = std::move(*made);
-    // Peer r listens on (and is dialled at) its namespace's address, on the port it already had.
-    std::string list = "[";
-    for (int r = 0; r < c.peers.count; ++r) {
-      list += (r ? ", " : "") + std::string("{host: ") + network->address(r) +
-              ", port: " + std::to_string(addrs[r].port) + "}";
-    }
-    peerOverrides.push_back("peers.list=" + list + "]");
-    const auto& n = c.network;
-    char bandwidth[64] = "unlimited";
-    if (n.bandwidthMbit > 0)
-      std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
-    std::cout << "grapevine launch: emulated network " << network->namespaceName(0) << ".."
-              << network->namespaceName(c.peers.count - 1) << " (" << network->address(0)
-              << "...), links " << bandwidth << ", " << n.latencyMs << " ms (+0-" << n.jitterMs
-              << " ms), loss " << n.lossPercent << "%"
-              << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
+  peerOverrides_ = args_.overrides;
+  return kExitOk;
+}
+
+int Launch::startNetwork() {
+  const config::Config& c = config_;
+  if (!args_.emulate && c.network.emulate != config::Emulation::kNetns) return kExitOk;
+  if (static_cast<int>(children_.size()) != c.peers.count) {
+    std::cerr << "grapevine launch: network emulation runs every peer on this host, but only "
+              << children_.size() << " of " << c.peers.count << " peers have a local host\n";
+    return kExitBadInput;
   }
-  std::cout << "grapevine launch: " << children.size() << " of " << c.peers.count
+  if (const Status s = netemu::checkPrerequisites(); !s.isOk()) {
+    std::cerr << "grapevine launch: --emulate: " << s.message() << "\n";
+    return kExitBadInput;
+  }
+  auto made = netemu::Network::create(netemu::optionsFromConfig(c, args_.mtu));
+  if (!made.isOk()) {
+    std::cerr << "grapevine launch: --emulate: " << made.status().toString() << "\n";
+    return kExitFailure;
+  }
+  network_ = std::move(*made);
+  // Peer r listens on (and is dialled at) its namespace's address, on the port it already had.
+  std::string list = "[";
+  for (int r = 0; r < c.peers.count; ++r) {
+    list += (r ? ", " : "") + std::string("{host: ") + network_->address(r) +
+            ", port: " + std::to_string(addrs_[r].port) + "}";
+  }
+  peerOverrides_.push_back("peers.list=" + list + "]");
+  const auto& n = c.network;
+  char bandwidth[64] = "unlimited";
+  if (n.bandwidthMbit > 0) std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
+  std::cout << "grapevine launch: emulated network " << network_->namespaceName(0) << ".."
+            << network_->namespaceName(c.peers.count - 1) << " (" << network_->address(0)
+            << "...), links " << bandwidth << ", " << n.latencyMs << " ms (+0-" << n.jitterMs
+            << " ms), loss " << n.lossPercent << "%"
+            << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
+  return kExitOk;
+}
+
+void Launch::printPlan() const {
+  const config::Config& c = config_;
+  std::cout << "grapevine launch: " << children_.size() << " of " << c.peers.count
             << " peers on this host, " << topology::kindName(c.topology.kind) << ", "
             << algorithms::algorithmKindName(c.algorithm.name) << " + "
             << compress::methodName(c.compression.method) << " over " << c.transport.backend << ", "
-            << c.run.rounds << " rounds; output in " << out << "/\n"
+            << c.run.rounds << " rounds; output in " << out_ << "/\n"
             << std::flush;
+}
 
-  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+int Launch::startPeers() {
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   struct sigaction sa {};
   sa.sa_handler = onSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  const auto start = std::chrono::steady_clock::now();
-  for (auto& ch : children) {
-    ch.jsonl = out + "/peer-" + std::to_string(ch.rank) + ".jsonl";
-    ch.log = out + "/peer-" + std::to_string(ch.rank) + ".log";
+  start_ = std::chrono::steady_clock::now();
+  for (auto& ch : children_) {
+    ch.jsonl = peerFile(ch.rank, ".jsonl");
+    ch.log = peerFile(ch.rank, ".log");
     std::filesystem::remove(ch.jsonl, ec);
-    std::filesystem::remove(out + "/peer-" + std::to_string(ch.rank) + ".final.json", ec);
-    std::vector<std::string> argv = {self,    "peer", a.path, "--rank", std::to_string(ch.rank),
-                                     "--out", out};
-    if (network) {
-      auto prefix = network->execPrefix(ch.rank);
+    std::filesystem::remove(peerFile(ch.rank, ".final.json"), ec);
+    std::vector<std::string> argv = {self,    "peer", args_.path, "--rank", std::to_string(ch.rank),
+                                     "--out", out_};
+    if (network_) {
+      auto prefix = network_->execPrefix(ch.rank);
       argv.insert(argv.begin(), prefix.begin(), prefix.end());
     }
-    for (const auto& o : peerOverrides) {
+    for (const auto& o : peerOverrides_) {
       argv.push_back("--set");
       argv.push_back(o);
     }
@@ -237,133 +288,146 @@ int runLaunch(const LaunchArgs& a) {
                 << child.status().message() << "\n";
       return kExitFailure;
     }
-    ch.pid = child->release();  // reaped by the loop below
+    ch.pid = child->release();  // reaped by watch()
     ch.running = true;
   }
+  return kExitOk;
+}
 
-  const bool tty = isatty(STDOUT_FILENO) && !a.quiet;
-  auto lastPrint = std::chrono::steady_clock::now() - std::chrono::hours(1);
-  bool forwarded = false;
-  auto forwardedAt = std::chrono::steady_clock::now();
-  int failed = 0;
-  std::string progress;
+void Launch::watch() {
+  tty_ = isatty(STDOUT_FILENO) && !args_.quiet;
+  lastPrint_ = std::chrono::steady_clock::now() - std::chrono::hours(1);
   for (;;) {
-    int running = 0;
-    for (auto& ch : children) {
-      if (!ch.running) continue;
-      int status = 0;
-      const pid_t r = waitpid(ch.pid, &status, WNOHANG);
-      if (r == ch.pid) {
-        ch.running = false;
-        ch.status = status;
-        readNewRecords(ch);
-        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-          ++failed;
-          if (tty) std::cout << "\n";
-          std::cout << "grapevine launch: peer " << ch.rank << " " << describeStatus(status)
-                    << "; last lines of " << ch.log << ":\n"
-                    << tail(ch.log, 8) << std::flush;
-        }
-      } else {
-        ++running;
-      }
-    }
-    if (g_signal && !forwarded) {
-      std::cout << "\ngrapevine launch: " << strsignal(g_signal) << ": stopping " << running
-                << " peers\n"
-                << std::flush;
-      for (auto& ch : children) {
-        if (ch.running) kill(ch.pid, SIGINT);
-      }
-      forwarded = true;
-      forwardedAt = std::chrono::steady_clock::now();
-    }
-    if (forwarded && std::chrono::steady_clock::now() - forwardedAt > std::chrono::seconds(5)) {
-      for (auto& ch : children) {
-        if (ch.running) kill(ch.pid, SIGKILL);
-      }
-    }
-    // Progress: round / total, mean loss, min-max accuracy, MB sent, rounds/s, ETA.
-    const auto now = std::chrono::steady_clock::now();
-    const double elapsed = std::chrono::duration<double>(now - start).count();
-    if (now - lastPrint > std::chrono::milliseconds(tty ? 500 : 10000) || running == 0) {
-      lastPrint = now;
-      double lossSum = 0, accMin = INFINITY, accMax = -INFINITY, mbSent = 0;
-      long long minRound = -1;
-      int n = 0;
-      for (auto& ch : children) {
-        readNewRecords(ch);
-        if (ch.last.is_null()) continue;
-        ++n;
-        const long long r = ch.last.value("round", -1LL);
-        minRound = minRound < 0 ? r : std::min(minRound, r);
-        lossSum += ch.last.value("loss", 0.0);
-        mbSent += ch.last.value("bytes_sent", 0.0) / 1e6;
-        if (std::isfinite(ch.accuracy)) {
-          accMin = std::min(accMin, ch.accuracy);
-          accMax = std::max(accMax, ch.accuracy);
-        }
-      }
-      char line[256];
-      if (n == 0) {
-        std::snprintf(line, sizeof line, "starting %zu peers (%.0f s)", children.size(), elapsed);
-      } else {
-        const double done = static_cast<double>(minRound + 1);
-        const double rate = elapsed > 0 ? done / elapsed : 0;
-        const double eta = rate > 0 ? (c.run.rounds - done) / rate : 0;
-        char acc[64] = "acc n/a";
-        if (std::isfinite(accMin))
-          std::snprintf(acc, sizeof acc, "acc %.1f-%.1f%%", 100 * accMin, 100 * accMax);
-        std::snprintf(line, sizeof line,
-                      "round %lld/%lld  loss %.4f  %s  sent %.1f MB  %.1f rounds/s  ETA %.0f s",
-                      minRound + 1, static_cast<long long>(c.run.rounds), lossSum / n, acc, mbSent,
-                      rate, eta);
-      }
-      progress = line;
-      if (tty)
-        std::cout << "\r" << progress << "   " << std::flush;
-      else if (running > 0)
-        std::cout << progress << "\n" << std::flush;
-    }
+    const int running = reapExited();
+    forwardSignal(running);
+    showProgress(running);
     if (running == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (tty) std::cout << "\n";
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nlohmann::json emulated;
-  if (network) {
-    LinkTotals t;
-    for (int i = 0; i < network->peers(); ++i) {
-      for (int j = 0; j < network->peers(); ++j) {
-        if (auto s = network->stats(i, j); s.isOk()) t.add(*s);
-      }
-    }
-    emulated = {{"mode", "netns"},
-                {"packets", t.packets},
-                {"bytes", t.bytes},
-                {"dropped_loss", t.droppedLoss},
-                {"dropped_queue", t.droppedQueue},
-                {"dropped_write", t.droppedWrite}};
-    network.reset();  // peers are gone: stop the emulator, delete the namespaces now
-  }
+  if (tty_) std::cout << "\n";
+}
 
-  // Summary from every peer's final record and model.
-  auto plan = engine::makeRunPlan(c);
-  if (!plan.isOk()) {
-    std::cerr << "grapevine launch: " << plan.status().toString() << "\n";
-    return kExitFailure;
+int Launch::reapExited() {
+  int running = 0;
+  for (auto& ch : children_) {
+    if (!ch.running) continue;
+    int status = 0;
+    const pid_t r = waitpid(ch.pid, &status, WNOHANG);
+    if (r != ch.pid) {
+      ++running;
+      continue;
+    }
+    ch.running = false;
+    ch.status = status;
+    readNewRecords(ch);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      ++failed_;
+      if (tty_) std::cout << "\n";
+      std::cout << "grapevine launch: peer " << ch.rank << " " << describeStatus(status)
+                << "; last lines of " << ch.log << ":\n"
+                << tail(ch.log, 8) << std::flush;
+    }
   }
+  return running;
+}
+
+// SIGINT/SIGTERM: forwarded once as SIGINT; peers still running 5 s later are killed.
+void Launch::forwardSignal(int running) {
+  if (g_signal && !forwarded_) {
+    std::cout << "\ngrapevine launch: " << strsignal(g_signal) << ": stopping " << running
+              << " peers\n"
+              << std::flush;
+    for (auto& ch : children_) {
+      if (ch.running) kill(ch.pid, SIGINT);
+    }
+    forwarded_ = true;
+    forwardedAt_ = std::chrono::steady_clock::now();
+  }
+  if (forwarded_ && std::chrono::steady_clock::now() - forwardedAt_ > std::chrono::seconds(5)) {
+    for (auto& ch : children_) {
+      if (ch.running) kill(ch.pid, SIGKILL);
+    }
+  }
+}
+
+// Every 0.5 s on a terminal (10 s otherwise) and once when the last peer has exited.
+void Launch::showProgress(int running) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!(now - lastPrint_ > std::chrono::milliseconds(tty_ ? 500 : 10000) || running == 0)) return;
+  lastPrint_ = now;
+  const std::string progress = progressLine();
+  if (tty_)
+    std::cout << "\r" << progress << "   " << std::flush;
+  else if (running > 0)
+    std::cout << progress << "\n" << std::flush;
+}
+
+// Round / total, mean loss, min-max accuracy, MB sent, rounds/s, ETA.
+std::string Launch::progressLine() {
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  double lossSum = 0, accMin = INFINITY, accMax = -INFINITY, mbSent = 0;
+  long long minRound = -1;
+  int n = 0;
+  for (auto& ch : children_) {
+    readNewRecords(ch);
+    if (ch.last.is_null()) continue;
+    ++n;
+    const long long r = ch.last.value("round", -1LL);
+    minRound = minRound < 0 ? r : std::min(minRound, r);
+    lossSum += ch.last.value("loss", 0.0);
+    mbSent += ch.last.value("bytes_sent", 0.0) / 1e6;
+    if (std::isfinite(ch.accuracy)) {
+      accMin = std::min(accMin, ch.accuracy);
+      accMax = std::max(accMax, ch.accuracy);
+    }
+  }
+  char line[256];
+  if (n == 0) {
+    std::snprintf(line, sizeof line, "starting %zu peers (%.0f s)", children_.size(), elapsed);
+    return line;
+  }
+  const double done = static_cast<double>(minRound + 1);
+  const double rate = elapsed > 0 ? done / elapsed : 0;
+  const double eta = rate > 0 ? (config_.run.rounds - done) / rate : 0;
+  char acc[64] = "acc n/a";
+  if (std::isfinite(accMin))
+    std::snprintf(acc, sizeof acc, "acc %.1f-%.1f%%", 100 * accMin, 100 * accMax);
+  std::snprintf(line, sizeof line,
+                "round %lld/%lld  loss %.4f  %s  sent %.1f MB  %.1f rounds/s  ETA %.0f s",
+                minRound + 1, static_cast<long long>(config_.run.rounds), lossSum / n, acc, mbSent,
+                rate, eta);
+  return line;
+}
+
+nlohmann::json Launch::stopNetwork() {
+  if (!network_) return nullptr;
+  LinkTotals t;
+  for (int i = 0; i < network_->peers(); ++i) {
+    for (int j = 0; j < network_->peers(); ++j) {
+      if (auto s = network_->stats(i, j); s.isOk()) t.add(*s);
+    }
+  }
+  network_.reset();  // peers are gone: stop the emulator, delete the namespaces now
+  return {{"mode", "netns"},
+          {"packets", t.packets},
+          {"bytes", t.bytes},
+          {"dropped_loss", t.droppedLoss},
+          {"dropped_queue", t.droppedQueue},
+          {"dropped_write", t.droppedWrite}};
+}
+
+// Every peer's final record and model; a peer without them counts as not finished.
+std::vector<engine::PeerResult> Launch::readResults() const {
   std::vector<engine::PeerResult> results;
-  for (const auto& ch : children) {
-    const std::string finalPath = out + "/peer-" + std::to_string(ch.rank) + ".final.json";
-    std::ifstream in(finalPath);
+  for (const auto& ch : children_) {
+    std::ifstream in(peerFile(ch.rank, ".final.json"));
     engine::PeerResult r;
     r.rank = ch.rank;
     if (in) {
       try {
         r = engine::peerResultFromJson(nlohmann::json::parse(in));
-        auto m = engine::readModel(out + "/model-" + std::to_string(ch.rank) + ".bin",
+        auto m = engine::readModel(out_ + "/model-" + std::to_string(ch.rank) + ".bin",
                                    static_cast<std::size_t>(r.modelSize));
         if (m.isOk())
           r.model = std::move(*m);
@@ -375,17 +439,44 @@ int runLaunch(const LaunchArgs& a) {
     }
     results.push_back(std::move(r));
   }
-  auto summary = engine::makeSummary(**plan, results, wall, c.transport.backend);
-  summary["launched_peers"] = children.size();
-  summary["failed_peers"] = failed;
+  return results;
+}
+
+int Launch::writeSummary() {
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const nlohmann::json emulated = stopNetwork();
+  auto plan = engine::makeRunPlan(config_);
+  if (!plan.isOk()) {
+    std::cerr << "grapevine launch: " << plan.status().toString() << "\n";
+    return kExitFailure;
+  }
+  auto summary = engine::makeSummary(**plan, readResults(), wall, config_.transport.backend);
+  summary["launched_peers"] = children_.size();
+  summary["failed_peers"] = failed_;
   if (!emulated.is_null()) summary["network_emulation"] = emulated;
-  if (Status st = engine::writeJsonFile(out + "/summary.json", summary); !st.isOk()) {
+  if (Status st = engine::writeJsonFile(out_ + "/summary.json", summary); !st.isOk()) {
     std::cerr << "grapevine launch: " << st.toString() << "\n";
     return kExitFailure;
   }
-  std::cout << "\n" << engine::summaryTable(summary) << "summary: " << out << "/summary.json\n";
+  std::cout << "\n" << engine::summaryTable(summary) << "summary: " << out_ << "/summary.json\n";
+  return kExitOk;
+}
+
+int Launch::exitCode() const {
   if (g_signal) return kExitFailure;
-  return failed == static_cast<int>(children.size()) ? kExitFailure : kExitOk;
+  return failed_ == static_cast<int>(children_.size()) ? kExitFailure : kExitOk;
+}
+
+int runLaunch(const LaunchArgs& a) {
+  Launch launch(a);
+  if (int rc = launch.plan(); rc != kExitOk) return rc;
+  if (int rc = launch.startNetwork(); rc != kExitOk) return rc;
+  launch.printPlan();
+  if (int rc = launch.startPeers(); rc != kExitOk) return rc;
+  launch.watch();
+  if (int rc = launch.writeSummary(); rc != kExitOk) return rc;
+  return launch.exitCode();
 }
 
 }  // namespace

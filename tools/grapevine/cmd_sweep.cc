@@ -78,7 +78,7 @@ std::string duration(double s) {
 }
 
 // Starts `argv` with stdout and stderr to `log`; returns the pid (or -1). The caller reaps it
-// (waitpid(-1) in runSweep).
+// (waitpid(-1) in SweepRun::runCells).
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   SpawnOptions o;
   o.argv = argv;
@@ -93,104 +93,152 @@ struct Running {
   Clock::time_point start;
 };
 
-int runSweep(const SweepArgs& a) {
+// One `grapevine sweep`, step by step: plan the cells (sweep file, output folder, base config),
+// check that each is a valid config, describe them (sweep.json and a header line), run the cells
+// not kept from an earlier run, tabulate results.csv and cells.csv, report. Single-threaded; the
+// only asynchronous input is gInterrupted, set by the handler runCells() installs while cells run.
+class SweepRun {
+ public:
+  explicit SweepRun(const SweepArgs& args) : args_(args) {}
+
+  int plan();
+  int checkCells();  // every cell must be a valid config before anything runs
+  void writeMeta() const;
+  void printPlan() const;
+  void printCells() const;  // --dry-run
+  void runCells();          // returns when every started cell has exited
+  void writeTables();
+  int report() const;
+
+ private:
+  void startCells();                       // up to jobs_ at once
+  bool finishCell(pid_t pid, int status);  // false: not one of our cells
+  void showProgress() const;
+  bool tabulateCell(const sweep::Cell& c, std::ostream& results, std::ostream& cellsCsv) const;
+  fs::path cellDir(const sweep::Cell& c) const { return fs::path(out_) / "cells" / c.id; }
+
+  const SweepArgs& args_;
+  sweep::SweepSpec spec_;
+  std::string out_;
+  std::string basePath_;
+  std::vector<sweep::Cell> cells_;
+  std::vector<std::string> cellConfigs_;  // each cell's full config, as YAML
+  int jobs_ = 1;
+  int threads_ = 1;  // per simulated cell
+  std::string exe_;
+  bool tty_ = false;
+  Clock::time_point start_;
+  std::vector<std::size_t> todo_;  // cells to run, in order; next_ is the next to start
+  std::size_t next_ = 0;
+  int kept_ = 0;
+  std::map<pid_t, Running> running_;
+  std::size_t finished_ = 0;
+  double cellSecondsSum_ = 0;
+  std::vector<std::string> failed_;  // "<id> (<why>)"
+  int tabulated_ = 0;
+};
+
+int SweepRun::plan() {
   std::vector<config::Diagnostic> diags;
-  auto specOr = sweep::loadSweep(a.path, &diags);
+  auto specOr = sweep::loadSweep(args_.path, &diags);
   std::cerr << config::formatDiagnostics(diags);
   if (!specOr.isOk()) {
     if (diags.empty()) std::cerr << "grapevine sweep: " << specOr.status().message() << "\n";
     return kExitBadInput;
   }
-  sweep::SweepSpec spec = std::move(specOr).value();
-  if (!a.mode.empty()) spec.mode = a.mode;
-  const std::string out = a.out.empty() ? "runs/sweeps/" + spec.name : a.out;
+  spec_ = std::move(specOr).value();
+  if (!args_.mode.empty()) spec_.mode = args_.mode;
+  out_ = args_.out.empty() ? "runs/sweeps/" + spec_.name : args_.out;
   std::error_code ec;
-  fs::create_directories(fs::path(out) / "cells", ec);
+  fs::create_directories(fs::path(out_) / "cells", ec);
   if (ec) {
-    std::cerr << "grapevine sweep: cannot create " << out << ": " << ec.message() << "\n";
+    std::cerr << "grapevine sweep: cannot create " << out_ << ": " << ec.message() << "\n";
     return kExitFailure;
   }
   // The base config: a file, or the inline mapping written next to the results.
-  std::string basePath = spec.baseConfig;
-  if (basePath.empty()) {
-    basePath = (fs::path(out) / "base.yaml").string();
-    writeFile(basePath, spec.inlineConfig);
+  basePath_ = spec_.baseConfig;
+  if (basePath_.empty()) {
+    basePath_ = (fs::path(out_) / "base.yaml").string();
+    writeFile(basePath_, spec_.inlineConfig);
   }
-  const std::string baseText = readFile(basePath);
-  const auto cells = sweep::expand(spec, baseText);
+  cells_ = sweep::expand(spec_, readFile(basePath_));
+  return kExitOk;
+}
 
-  // Every cell must be a valid config before anything runs. The environment is not read: a sweep is
-  // defined by its files alone.
-  std::vector<std::string> cellConfigs(cells.size());
-  std::vector<double> spectralGapHint(cells.size(), 0.0);
+// The environment is not read: a sweep is defined by its files alone.
+int SweepRun::checkCells() {
+  cellConfigs_.assign(cells_.size(), std::string());
   int invalid = 0;
-  for (std::size_t i = 0; i < cells.size(); ++i) {
+  for (std::size_t i = 0; i < cells_.size(); ++i) {
     config::LoadOptions o;
     o.useEnvironment = false;
-    o.overrides = cells[i].overrides;
-    o.overrides.push_back("output.dir=" + (fs::path(out) / "cells" / cells[i].id).string());
-    auto r = config::loadFile(basePath, o);
+    o.overrides = cells_[i].overrides;
+    o.overrides.push_back("output.dir=" + cellDir(cells_[i]).string());
+    auto r = config::loadFile(basePath_, o);
     if (!r.ok()) {
       std::string labels;
-      for (const auto& l : cells[i].labels) labels += (labels.empty() ? "" : ", ") + l;
-      std::cerr << "grapevine sweep: cell " << cells[i].id << " (" << labels
+      for (const auto& l : cells_[i].labels) labels += (labels.empty() ? "" : ", ") + l;
+      std::cerr << "grapevine sweep: cell " << cells_[i].id << " (" << labels
                 << ") is not a valid config:\n"
                 << config::formatDiagnostics(r.diagnostics);
       ++invalid;
       continue;
     }
-    cellConfigs[i] = config::toYaml(r.config);
+    cellConfigs_[i] = config::toYaml(r.config);
   }
   if (invalid) {
-    std::cerr << "grapevine sweep: " << invalid << " of " << cells.size()
+    std::cerr << "grapevine sweep: " << invalid << " of " << cells_.size()
               << " cells are invalid; nothing ran\n";
     return kExitBadInput;
   }
+  return kExitOk;
+}
 
-  // What the sweep is, for `grapevine plot` and for people.
+// What the sweep is, for `grapevine plot` and for people.
+void SweepRun::writeMeta() const {
   nlohmann::json meta;
-  meta["name"] = spec.name;
-  meta["sweep_file"] = fs::absolute(a.path).string();
-  meta["base_config"] = basePath;
-  meta["mode"] = spec.mode;
+  meta["name"] = spec_.name;
+  meta["sweep_file"] = fs::absolute(args_.path).string();
+  meta["base_config"] = basePath_;
+  meta["mode"] = spec_.mode;
   meta["target_accuracy"] =
-      spec.targetAccuracy ? nlohmann::json(*spec.targetAccuracy) : nlohmann::json(nullptr);
-  for (const auto& ax : spec.axes) {
+      spec_.targetAccuracy ? nlohmann::json(*spec_.targetAccuracy) : nlohmann::json(nullptr);
+  for (const auto& ax : spec_.axes) {
     nlohmann::json j;
     j["key"] = ax.key;
     for (const auto& v : ax.values) j["labels"].push_back(v.label);
     meta["axes"].push_back(j);
   }
-  for (const auto& c : cells) meta["cells"].push_back({{"id", c.id}, {"labels", c.labels}});
-  writeFile((fs::path(out) / "sweep.json").string(), meta.dump(2) + "\n");
+  for (const auto& c : cells_) meta["cells"].push_back({{"id", c.id}, {"labels", c.labels}});
+  writeFile((fs::path(out_) / "sweep.json").string(), meta.dump(2) + "\n");
+}
 
-  std::cout << "grapevine sweep: " << spec.name << ": " << cells.size() << " cells (";
-  for (std::size_t i = 0; i < spec.axes.size(); ++i) {
-    std::cout << (i ? " x " : "") << spec.axes[i].values.size() << " " << spec.axes[i].key;
+void SweepRun::printPlan() const {
+  std::cout << "grapevine sweep: " << spec_.name << ": " << cells_.size() << " cells (";
+  for (std::size_t i = 0; i < spec_.axes.size(); ++i) {
+    std::cout << (i ? " x " : "") << spec_.axes[i].values.size() << " " << spec_.axes[i].key;
   }
-  std::cout << "), mode " << spec.mode << ", output in " << out << "/\n";
-  if (a.dryRun) {
-    for (std::size_t i = 0; i < cells.size(); ++i) {
-      std::cout << "  " << cells[i].id;
-      for (const auto& o : cells[i].overrides) std::cout << "  " << o;
-      std::cout << "\n";
-    }
-    return kExitOk;
-  }
+  std::cout << "), mode " << spec_.mode << ", output in " << out_ << "/\n";
+}
 
-  const int jobs =
-      spec.mode == "launch" ? 1 : std::max(1, a.jobs);  // launched peers use fixed ports
+void SweepRun::printCells() const {
+  for (const auto& c : cells_) {
+    std::cout << "  " << c.id;
+    for (const auto& o : c.overrides) std::cout << "  " << o;
+    std::cout << "\n";
+  }
+}
+
+void SweepRun::runCells() {
+  jobs_ = spec_.mode == "launch" ? 1 : std::max(1, args_.jobs);  // launched peers use fixed ports
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = a.threads > 0 ? a.threads : std::max(1, static_cast<int>(cores) / jobs);
-  const std::string exe = selfExe();
-
-  std::vector<std::size_t> todo;
-  int kept = 0;
-  for (std::size_t i = 0; i < cells.size(); ++i) {
-    if (fs::exists(fs::path(out) / "cells" / cells[i].id / "done.json"))
-      ++kept;
+  threads_ = args_.threads > 0 ? args_.threads : std::max(1, static_cast<int>(cores) / jobs_);
+  exe_ = selfExe();
+  for (std::size_t i = 0; i < cells_.size(); ++i) {
+    if (fs::exists(cellDir(cells_[i]) / "done.json"))
+      ++kept_;
     else
-      todo.push_back(i);
+      todo_.push_back(i);
   }
   struct sigaction sa {
   }, oldInt{}, oldTerm{};
@@ -198,93 +246,103 @@ int runSweep(const SweepArgs& a) {
   sigaction(SIGINT, &sa, &oldInt);
   sigaction(SIGTERM, &sa, &oldTerm);
 
-  const bool tty = isatty(STDOUT_FILENO) && !a.quiet;
-  const auto start = Clock::now();
-  std::map<pid_t, Running> running;
-  std::vector<std::string> failed;
-  std::size_t next = 0, finished = 0;
-  double cellSecondsSum = 0;
-  auto progress = [&] {
-    if (a.quiet) return;
-    const std::size_t done = static_cast<std::size_t>(kept) + finished;
-    const int width = 30;
-    const int filled = static_cast<int>(width * done / std::max<std::size_t>(1, cells.size()));
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    std::string eta = "?";
-    if (finished > 0) {
-      const double perCell = cellSecondsSum / static_cast<double>(finished);
-      const double left = static_cast<double>(todo.size() - finished) * perCell / jobs;
-      eta = duration(left);
-    }
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "[%s%s] %zu/%zu cells (%d kept, %zu failed, %zu running)  %s elapsed, eta %s",
-                  std::string(static_cast<std::size_t>(filled), '#').c_str(),
-                  std::string(static_cast<std::size_t>(width - filled), '.').c_str(), done,
-                  cells.size(), kept, failed.size(), running.size(), duration(elapsed).c_str(),
-                  eta.c_str());
-    if (tty)
-      std::cout << "\r" << line << "   " << std::flush;
-    else
-      std::cout << line << "\n" << std::flush;
-  };
-  progress();
-  while ((next < todo.size() && !gInterrupted) || !running.empty()) {
-    while (!gInterrupted && next < todo.size() && static_cast<int>(running.size()) < jobs) {
-      const std::size_t i = todo[next++];
-      const fs::path dir = fs::path(out) / "cells" / cells[i].id;
-      fs::create_directories(dir, ec);
-      const std::string cfg = (dir / "config.yaml").string();
-      std::string header = "# sweep " + spec.name + ", cell " + cells[i].id + ":";
-      for (const auto& o : cells[i].overrides) header += " " + o;
-      writeFile(cfg, header + "\n" + cellConfigs[i]);
-      std::vector<std::string> argv = {exe, spec.mode, cfg, "--out", dir.string(), "--quiet"};
-      if (spec.mode == "sim") {
-        argv.insert(argv.end(), {"--no-models", "--threads", std::to_string(threads)});
-      }
-      const pid_t pid = spawn(argv, (dir / "log.txt").string());
-      if (pid < 0) {
-        failed.push_back(cells[i].id + " (fork failed)");
-        continue;
-      }
-      running[pid] = {i, Clock::now()};
-    }
+  tty_ = isatty(STDOUT_FILENO) && !args_.quiet;
+  start_ = Clock::now();
+  showProgress();
+  while ((next_ < todo_.size() && !gInterrupted) || !running_.empty()) {
+    startCells();
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, 0);
     if (pid < 0) {
       if (errno == EINTR) continue;
       break;
     }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    const std::size_t i = it->second.cell;
-    const double secs = std::chrono::duration<double>(Clock::now() - it->second.start).count();
-    running.erase(it);
-    ++finished;
-    cellSecondsSum += secs;
-    const fs::path dir = fs::path(out) / "cells" / cells[i].id;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-      nlohmann::json done;
-      done["id"] = cells[i].id;
-      done["labels"] = cells[i].labels;
-      done["overrides"] = cells[i].overrides;
-      done["seconds"] = secs;
-      writeFile((dir / "done.json").string(), done.dump(2) + "\n");
-    } else {
-      std::string why = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                          : "signal " + std::to_string(WTERMSIG(status));
-      failed.push_back(cells[i].id + " (" + why + ", see " + (dir / "log.txt").string() + ")");
-    }
-    progress();
+    if (finishCell(pid, status)) showProgress();
   }
-  if (tty) std::cout << "\n";
+  if (tty_) std::cout << "\n";
   sigaction(SIGINT, &oldInt, nullptr);
   sigaction(SIGTERM, &oldTerm, nullptr);
+}
 
-  // The tables, from every finished cell (this run's and kept ones).
+// Each cell runs as `grapevine sim|launch DIR/config.yaml --out DIR`, its output in DIR/log.txt.
+void SweepRun::startCells() {
+  while (!gInterrupted && next_ < todo_.size() && static_cast<int>(running_.size()) < jobs_) {
+    const std::size_t i = todo_[next_++];
+    const fs::path dir = cellDir(cells_[i]);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string cfg = (dir / "config.yaml").string();
+    std::string header = "# sweep " + spec_.name + ", cell " + cells_[i].id + ":";
+    for (const auto& o : cells_[i].overrides) header += " " + o;
+    writeFile(cfg, header + "\n" + cellConfigs_[i]);
+    std::vector<std::string> argv = {exe_, spec_.mode, cfg, "--out", dir.string(), "--quiet"};
+    if (spec_.mode == "sim") {
+      argv.insert(argv.end(), {"--no-models", "--threads", std::to_string(threads_)});
+    }
+    const pid_t pid = spawn(argv, (dir / "log.txt").string());
+    if (pid < 0) {
+      failed_.push_back(cells_[i].id + " (fork failed)");
+      continue;
+    }
+    running_[pid] = {i, Clock::now()};
+  }
+}
+
+// A cell that exited 0 gets DIR/done.json, which keeps it on the next run.
+bool SweepRun::finishCell(pid_t pid, int status) {
+  auto it = running_.find(pid);
+  if (it == running_.end()) return false;
+  const std::size_t i = it->second.cell;
+  const double secs = std::chrono::duration<double>(Clock::now() - it->second.start).count();
+  running_.erase(it);
+  ++finished_;
+  cellSecondsSum_ += secs;
+  const fs::path dir = cellDir(cells_[i]);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    nlohmann::json done;
+    done["id"] = cells_[i].id;
+    done["labels"] = cells_[i].labels;
+    done["overrides"] = cells_[i].overrides;
+    done["seconds"] = secs;
+    writeFile((dir / "done.json").string(), done.dump(2) + "\n");
+  } else {
+    std::string why = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                        : "signal " + std::to_string(WTERMSIG(status));
+    failed_.push_back(cells_[i].id + " (" + why + ", see " + (dir / "log.txt").string() + ")");
+  }
+  return true;
+}
+
+void SweepRun::showProgress() const {
+  if (args_.quiet) return;
+  const std::size_t done = static_cast<std::size_t>(kept_) + finished_;
+  const int width = 30;
+  const int filled = static_cast<int>(width * done / std::max<std::size_t>(1, cells_.size()));
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  std::string eta = "?";
+  if (finished_ > 0) {
+    const double perCell = cellSecondsSum_ / static_cast<double>(finished_);
+    const double left = static_cast<double>(todo_.size() - finished_) * perCell / jobs_;
+    eta = duration(left);
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "[%s%s] %zu/%zu cells (%d kept, %zu failed, %zu running)  %s elapsed, eta %s",
+                std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                std::string(static_cast<std::size_t>(width - filled), '.').c_str(), done,
+                cells_.size(), kept_, failed_.size(), running_.size(), duration(elapsed).c_str(),
+                eta.c_str());
+  if (tty_)
+    std::cout << "\r" << line << "   " << std::flush;
+  else
+    std::cout << line << "\n" << std::flush;
+}
+
+// The tables, from every finished cell (this run's and kept ones).
+void SweepRun::writeTables() {
   std::ostringstream results, cellsCsv;
   std::string axisHeader;
-  for (const auto& ax : spec.axes) axisHeader += sweep::csvField(ax.key) + ",";
+  for (const auto& ax : spec_.axes) axisHeader += sweep::csvField(ax.key) + ",";
   results << "cell," << axisHeader
           << "round,sim_time_s,wall_time_s,bytes_sent_per_peer,train_loss,test_accuracy,"
              "averaged_model_accuracy,consensus_distance,spectral_gap\n";
@@ -294,68 +352,90 @@ int runSweep(const SweepArgs& a) {
          "accuracy,"
          "consensus_distance,spectral_gap,target_accuracy,rounds_to_target,sim_time_to_target_s,"
          "wall_time_to_target_s,bytes_to_target_per_peer\n";
-  int tabulated = 0;
-  for (const auto& c : cells) {
-    const fs::path dir = fs::path(out) / "cells" / c.id;
-    std::string labels;
-    for (const auto& l : c.labels) labels += sweep::csvField(l) + ",";
-    if (!fs::exists(dir / "done.json")) {
-      cellsCsv << c.id << "," << labels << (gInterrupted ? "interrupted" : "failed")
-               << ",,,,,,,,,,,,,\n";
-      continue;
-    }
-    std::optional<double> gap;
-    auto summary = nlohmann::json::parse(readFile((dir / "summary.json").string()), nullptr, false);
-    if (summary.is_object() && summary.contains("spectral_gap") &&
-        summary["spectral_gap"].is_number()) {
-      gap = summary["spectral_gap"].get<double>();
-    }
-    auto points = sweep::readEvalPoints(dir.string());
-    if (!points.isOk()) {
-      cellsCsv << c.id << "," << labels << "unreadable,,,,,,,,,,,,,\n";
-      continue;
-    }
-    ++tabulated;
-    for (const auto& p : *points) {
-      results << c.id << "," << labels << p.round << "," << sweep::csvNumber(p.simTime) << ","
-              << sweep::csvNumber(p.wallTime) << "," << sweep::csvNumber(p.bytesSentPerPeer) << ","
-              << sweep::csvNumber(p.trainLoss) << "," << sweep::csvNumber(p.testAccuracy) << ","
-              << sweep::csvNumber(p.averagedAccuracy) << ","
-              << sweep::csvNumber(p.consensusDistance) << "," << sweep::csvNumber(gap) << "\n";
-    }
-    const sweep::EvalPoint last = points->empty() ? sweep::EvalPoint{} : points->back();
-    cellsCsv << c.id << "," << labels << "done," << last.round << ","
-             << sweep::csvNumber(last.simTime) << "," << sweep::csvNumber(last.wallTime) << ","
-             << sweep::csvNumber(last.bytesSentPerPeer) << ","
-             << sweep::csvNumber(last.testAccuracy) << ","
-             << sweep::csvNumber(last.averagedAccuracy) << ","
-             << sweep::csvNumber(last.consensusDistance) << "," << sweep::csvNumber(gap) << ","
-             << sweep::csvNumber(spec.targetAccuracy) << ",";
-    std::optional<sweep::EvalPoint> hit;
-    if (spec.targetAccuracy) hit = sweep::firstReaching(*points, *spec.targetAccuracy);
-    if (hit) {
-      cellsCsv << hit->round << "," << sweep::csvNumber(hit->simTime) << ","
-               << sweep::csvNumber(hit->wallTime) << "," << sweep::csvNumber(hit->bytesSentPerPeer)
-               << "\n";
-    } else {
-      cellsCsv << ",,,\n";
-    }
+  for (const auto& c : cells_) {
+    if (tabulateCell(c, results, cellsCsv)) ++tabulated_;
   }
-  writeFile((fs::path(out) / "results.csv").string(), results.str());
-  writeFile((fs::path(out) / "cells.csv").string(), cellsCsv.str());
+  writeFile((fs::path(out_) / "results.csv").string(), results.str());
+  writeFile((fs::path(out_) / "cells.csv").string(), cellsCsv.str());
+}
 
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  std::cout << "grapevine sweep: " << finished - failed.size() << " cells ran, " << kept
-            << " kept, " << failed.size() << " failed, in " << duration(elapsed) << "\n"
-            << "  " << out << "/results.csv  (" << tabulated << " cells, one row per evaluation)\n"
-            << "  " << out << "/cells.csv\n"
-            << "  plots: grapevine plot " << out << "\n";
-  for (const auto& f : failed) std::cerr << "grapevine sweep: cell " << f << "\n";
+// Writes the cell's row of cells.csv and, when it finished, its rows of results.csv (then true).
+bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
+                            std::ostream& cellsCsv) const {
+  const fs::path dir = cellDir(c);
+  std::string labels;
+  for (const auto& l : c.labels) labels += sweep::csvField(l) + ",";
+  if (!fs::exists(dir / "done.json")) {
+    cellsCsv << c.id << "," << labels << (gInterrupted ? "interrupted" : "failed")
+             << ",,,,,,,,,,,,,\n";
+    return false;
+  }
+  std::optional<double> gap;
+  auto summary = nlohmann::json::parse(readFile((dir / "summary.json").string()), nullptr, false);
+  if (summary.is_object() && summary.contains("spectral_gap") &&
+      summary["spectral_gap"].is_number()) {
+    gap = summary["spectral_gap"].get<double>();
+  }
+  auto points = sweep::readEvalPoints(dir.string());
+  if (!points.isOk()) {
+    cellsCsv << c.id << "," << labels << "unreadable,,,,,,,,,,,,,\n";
+    return false;
+  }
+  for (const auto& p : *points) {
+    results << c.id << "," << labels << p.round << "," << sweep::csvNumber(p.simTime) << ","
+            << sweep::csvNumber(p.wallTime) << "," << sweep::csvNumber(p.bytesSentPerPeer) << ","
+            << sweep::csvNumber(p.trainLoss) << "," << sweep::csvNumber(p.testAccuracy) << ","
+            << sweep::csvNumber(p.averagedAccuracy) << "," << sweep::csvNumber(p.consensusDistance)
+            << "," << sweep::csvNumber(gap) << "\n";
+  }
+  const sweep::EvalPoint last = points->empty() ? sweep::EvalPoint{} : points->back();
+  cellsCsv << c.id << "," << labels << "done," << last.round << ","
+           << sweep::csvNumber(last.simTime) << "," << sweep::csvNumber(last.wallTime) << ","
+           << sweep::csvNumber(last.bytesSentPerPeer) << "," << sweep::csvNumber(last.testAccuracy)
+           << "," << sweep::csvNumber(last.averagedAccuracy) << ","
+           << sweep::csvNumber(last.consensusDistance) << "," << sweep::csvNumber(gap) << ","
+           << sweep::csvNumber(spec_.targetAccuracy) << ",";
+  std::optional<sweep::EvalPoint> hit;
+  if (spec_.targetAccuracy) hit = sweep::firstReaching(*points, *spec_.targetAccuracy);
+  if (hit) {
+    cellsCsv << hit->round << "," << sweep::csvNumber(hit->simTime) << ","
+             << sweep::csvNumber(hit->wallTime) << "," << sweep::csvNumber(hit->bytesSentPerPeer)
+             << "\n";
+  } else {
+    cellsCsv << ",,,\n";
+  }
+  return true;
+}
+
+int SweepRun::report() const {
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  std::cout << "grapevine sweep: " << finished_ - failed_.size() << " cells ran, " << kept_
+            << " kept, " << failed_.size() << " failed, in " << duration(elapsed) << "\n"
+            << "  " << out_ << "/results.csv  (" << tabulated_
+            << " cells, one row per evaluation)\n"
+            << "  " << out_ << "/cells.csv\n"
+            << "  plots: grapevine plot " << out_ << "\n";
+  for (const auto& f : failed_) std::cerr << "grapevine sweep: cell " << f << "\n";
   if (gInterrupted) {
     std::cerr << "grapevine sweep: interrupted; run the same command again to resume\n";
     return 130;
   }
-  return failed.empty() ? kExitOk : kExitFailure;
+  return failed_.empty() ? kExitOk : kExitFailure;
+}
+
+int runSweep(const SweepArgs& a) {
+  SweepRun run(a);
+  if (int rc = run.plan(); rc != kExitOk) return rc;
+  if (int rc = run.checkCells(); rc != kExitOk) return rc;
+  run.writeMeta();
+  run.printPlan();
+  if (a.dryRun) {
+    run.printCells();
+    return kExitOk;
+  }
+  run.runCells();
+  run.writeTables();
+  return run.report();
 }
 
 }  // namespace
