@@ -3,6 +3,7 @@
 #include <map>
 
 #include "runtime/algorithms/algorithm.h"
+#include "runtime/common/enum_names.h"
 #include "runtime/common/hash.h"
 
 namespace grapevine::algorithms {
@@ -12,20 +13,15 @@ constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco", "deepsqueez
 }  // namespace
 
 std::string_view algorithmKindName(AlgorithmKind kind) {
-  const auto i = static_cast<std::size_t>(kind);
-  return i < std::size(kAlgorithmKindNames) ? kAlgorithmKindNames[i] : "unknown";
+  return enumName(kAlgorithmKindNames, kind);
 }
 
 std::optional<AlgorithmKind> parseAlgorithmKind(std::string_view name) {
-  for (std::size_t i = 0; i < std::size(kAlgorithmKindNames); ++i) {
-    if (kAlgorithmKindNames[i] == name) return static_cast<AlgorithmKind>(i);
-  }
-  return std::nullopt;
+  return parseEnum<AlgorithmKind>(kAlgorithmKindNames, name);
 }
 
 const std::vector<std::string_view>& algorithmKindNames() {
-  static const std::vector<std::string_view> names(std::begin(kAlgorithmKindNames),
-                                                   std::end(kAlgorithmKindNames));
+  static const std::vector<std::string_view> names = enumNameList(kAlgorithmKindNames);
   return names;
 }
 

@@ -6,6 +6,8 @@
 #include <iterator>
 #include <mutex>
 
+#include "runtime/common/enum_names.h"
+
 namespace grapevine::log {
 namespace {
 std::atomic<Level> g_level{Level::kInfo};
@@ -17,24 +19,20 @@ const auto g_start = std::chrono::steady_clock::now();
 constexpr std::string_view kLevelNames[] = {"debug", "info", "warn", "error", "off"};
 }  // namespace
 
+#include "runtime/common/enum_names.h"
+
 void setLevel(Level level) { g_level = level; }
 Level level() { return g_level; }
 
 const std::vector<std::string_view>& levelNames() {
-  static const std::vector<std::string_view> names(std::begin(kLevelNames), std::end(kLevelNames));
+  static const std::vector<std::string_view> names = enumNameList(kLevelNames);
   return names;
 }
 
-std::string_view levelName(Level level) {
-  const auto i = static_cast<std::size_t>(level);
-  return i < std::size(kLevelNames) ? kLevelNames[i] : "?";
-}
+std::string_view levelName(Level level) { return enumName(kLevelNames, level, "?"); }
 
 std::optional<Level> parseLevel(std::string_view text) {
-  for (std::size_t i = 0; i < std::size(kLevelNames); ++i) {
-    if (kLevelNames[i] == text) return static_cast<Level>(i);
-  }
-  return std::nullopt;
+  return parseEnum<Level>(kLevelNames, text);
 }
 
 void setPrefix(std::string prefix) {

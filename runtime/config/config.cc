@@ -4,27 +4,24 @@
 #include <iterator>
 #include <limits>
 
+#include "runtime/common/enum_names.h"
+
 namespace grapevine::config {
 namespace {
 // Indexed by Emulation.
 constexpr std::string_view kEmulationNames[] = {"none", "netns"};
 }  // namespace
 
-std::string_view emulationName(Emulation emulation) {
-  const auto i = static_cast<std::size_t>(emulation);
-  return i < std::size(kEmulationNames) ? kEmulationNames[i] : "unknown";
-}
+#include "runtime/common/enum_names.h"
+
+std::string_view emulationName(Emulation emulation) { return enumName(kEmulationNames, emulation); }
 
 std::optional<Emulation> parseEmulation(std::string_view name) {
-  for (std::size_t i = 0; i < std::size(kEmulationNames); ++i) {
-    if (kEmulationNames[i] == name) return static_cast<Emulation>(i);
-  }
-  return std::nullopt;
+  return parseEnum<Emulation>(kEmulationNames, name);
 }
 
 const std::vector<std::string_view>& emulationNames() {
-  static const std::vector<std::string_view> names(std::begin(kEmulationNames),
-                                                   std::end(kEmulationNames));
+  static const std::vector<std::string_view> names = enumNameList(kEmulationNames);
   return names;
 }
 

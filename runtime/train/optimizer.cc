@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "runtime/common/enum_names.h"
+
 namespace grapevine::train {
 
 namespace {
@@ -16,45 +18,29 @@ namespace {
 constexpr std::string_view kMomentumKindNames[] = {"local", "quasi-global"};
 constexpr std::string_view kLrScheduleKindNames[] = {"constant", "cosine", "step"};
 
-template <typename E, std::size_t N>
-std::string_view nameOf(const std::string_view (&names)[N], E kind) {
-  const auto i = static_cast<std::size_t>(kind);
-  return i < N ? names[i] : "unknown";
-}
-
-template <typename E, std::size_t N>
-std::optional<E> parseName(const std::string_view (&names)[N], std::string_view name) {
-  for (std::size_t i = 0; i < N; ++i) {
-    if (names[i] == name) return static_cast<E>(i);
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
-std::string_view momentumKindName(MomentumKind kind) { return nameOf(kMomentumKindNames, kind); }
+std::string_view momentumKindName(MomentumKind kind) { return enumName(kMomentumKindNames, kind); }
 
 std::optional<MomentumKind> parseMomentumKind(std::string_view name) {
-  return parseName<MomentumKind>(kMomentumKindNames, name);
+  return parseEnum<MomentumKind>(kMomentumKindNames, name);
 }
 
 const std::vector<std::string_view>& momentumKindNames() {
-  static const std::vector<std::string_view> names(std::begin(kMomentumKindNames),
-                                                   std::end(kMomentumKindNames));
+  static const std::vector<std::string_view> names = enumNameList(kMomentumKindNames);
   return names;
 }
 
 std::string_view lrScheduleKindName(LrScheduleKind kind) {
-  return nameOf(kLrScheduleKindNames, kind);
+  return enumName(kLrScheduleKindNames, kind);
 }
 
 std::optional<LrScheduleKind> parseLrScheduleKind(std::string_view name) {
-  return parseName<LrScheduleKind>(kLrScheduleKindNames, name);
+  return parseEnum<LrScheduleKind>(kLrScheduleKindNames, name);
 }
 
 const std::vector<std::string_view>& lrScheduleKindNames() {
-  static const std::vector<std::string_view> names(std::begin(kLrScheduleKindNames),
-                                                   std::end(kLrScheduleKindNames));
+  static const std::vector<std::string_view> names = enumNameList(kLrScheduleKindNames);
   return names;
 }
 
