@@ -19,8 +19,6 @@ const auto g_start = std::chrono::steady_clock::now();
 constexpr std::string_view kLevelNames[] = {"debug", "info", "warn", "error", "off"};
 }  // namespace
 
-#include "runtime/common/enum_names.h"
-
 void setLevel(Level level) { g_level = level; }
 Level level() { return g_level; }
 

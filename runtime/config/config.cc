@@ -12,8 +12,6 @@ namespace {
 constexpr std::string_view kEmulationNames[] = {"none", "netns"};
 }  // namespace
 
-#include "runtime/common/enum_names.h"
-
 std::string_view emulationName(Emulation emulation) { return enumName(kEmulationNames, emulation); }
 
 std::optional<Emulation> parseEmulation(std::string_view name) {
