@@ -174,23 +174,17 @@ Result<Subprocess> Subprocess::spawn(const SpawnOptions& o) {
     envp.push_back(nullptr);
   }
   char** envArray = envp.empty() ? environ : envp.data();
-  pid_t pid = -1;
-  int ours[3] = {-1, -1, -1};
-  GV_RETURN_IF_ERROR(forkWith(
-      o, [&] { ::execvpe(argv[0], argv.data(), envArray); }, &pid, ours));
-  Subprocess s;
-  s.pid_ = pid;
-  s.in_ = ours[0];
-  s.out_ = ours[1];
-  s.err_ = ours[2];
-  return s;
+  return start(o, [&] { ::execvpe(argv[0], argv.data(), envArray); });
 }
 
 Result<Subprocess> Subprocess::forkCall(const std::function<int()>& body, const SpawnOptions& o) {
+  return start(o, [&] { ::_exit(body()); });
+}
+
+Result<Subprocess> Subprocess::start(const SpawnOptions& o, const std::function<void()>& inChild) {
   pid_t pid = -1;
   int ours[3] = {-1, -1, -1};
-  GV_RETURN_IF_ERROR(forkWith(
-      o, [&] { ::_exit(body()); }, &pid, ours));
+  GV_RETURN_IF_ERROR(forkWith(o, inChild, &pid, ours));
   Subprocess s;
   s.pid_ = pid;
   s.in_ = ours[0];

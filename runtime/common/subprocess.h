@@ -108,6 +108,10 @@ class Subprocess {
   int status() const { return status_; }
 
  private:
+  // Forks with options' redirections, runs `inChild` in the child (it must not return), and returns
+  // the parent's handle holding the child's pid and our ends of its pipes.
+  static Result<Subprocess> start(const SpawnOptions& options,
+                                  const std::function<void()>& inChild);
   void closeFds();
 
   pid_t pid_ = -1;
