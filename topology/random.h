@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <random>
 
+#include "runtime/common/random_bits.h"
+
 namespace grapevine::topology::detail {
 
 // Uniform integer in [0, bound), bound > 0: rejection sampling, so there is no modulo bias.
@@ -21,8 +23,6 @@ inline std::uint64_t uniformBelow(std::mt19937_64& rng, std::uint64_t bound) {
 }
 
 // Uniform double in [0, 1) with 53 random bits.
-inline double uniform01(std::mt19937_64& rng) {
-  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
-}
+inline double uniform01(std::mt19937_64& rng) { return unitInterval(rng()); }
 
 }  // namespace grapevine::topology::detail

@@ -11,12 +11,9 @@
 
 #include <cstdint>
 
-namespace grapevine {
+#include "runtime/common/random_bits.h"
 
-// 64 random bits -> a uniform double in [0, 1): the top 53 bits, exactly representable.
-inline double unitInterval(std::uint64_t bits) {
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
+namespace grapevine {
 
 // The extra one-way delay for `jitter` (any unit; the result has the same one) and 64 random bits:
 // uniform in [0, jitter). 0 when jitter <= 0.

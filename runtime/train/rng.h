@@ -14,6 +14,8 @@
 #include <span>
 #include <utility>
 
+#include "runtime/common/random_bits.h"
+
 namespace grapevine::train {
 
 // SplitMix64 step: a good 64-bit mixer, used to derive seeds and stream keys.
@@ -55,7 +57,7 @@ class Rng {
   }
 
   // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  double uniform() { return unitInterval(next()); }
   // Uniform in (0, 1]: safe for log().
   double uniformPositive() { return 1.0 - uniform(); }
 
