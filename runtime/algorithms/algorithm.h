@@ -4,7 +4,9 @@
 //   neighbour receive(j, w_ij, bytes)  -> for each neighbour message of this round, as it arrives
 //   mix(x)                   -> x <- x_half + (the algorithm's consensus term), over the neighbours
 //                               whose messages arrived; a missing (suspect) neighbour's weight goes
-//                               to the peer's own copy for that round.
+//                               to the peer's own copy for that round. Neighbours are summed in
+//                               increasing rank, whatever order their messages arrived in, so a
+//                               real run computes bit for bit what the simulator computes.
 // Update rules (docs/algorithms.md):
 //   dsgd:        x <- sum_j w_ij x_half_j                          (full models on the wire)
 //   choco:       q = C(x_half - xhat_i); xhat_j += q_j for j = i and each neighbour;

@@ -29,21 +29,70 @@ std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.
 
 namespace {
 
+// Each neighbour's decoded message of the current round, kept apart so that mix() sums them in a
+// fixed order (increasing neighbour rank), whatever order they arrived in: float sums depend on the
+// order, and a real run must compute bit for bit what the simulator computes.
+class ReceivedMessages {
+ public:
+  ReceivedMessages(std::size_t dim, const std::vector<int>& neighbours) {
+    for (int j : neighbours) slots_[j].assign(dim, 0.0f);
+  }
+  // Decodes neighbour j's message into its slot (weight 1). On error the slot holds zeros.
+  Status decode(MessageCodec& codec, int j, std::span<const std::uint8_t> m, std::uint64_t round) {
+    auto it = slots_.find(j);
+    if (it == slots_.end()) return invalidArgument("no slot for peer " + std::to_string(j));
+    std::fill(it->second.begin(), it->second.end(), 0.0f);
+    return codec.decodeAccumulate(m, round, j, 1.0f, it->second);
+  }
+  // The (slot, w_ij) of the arrived neighbours, by increasing rank.
+  std::vector<std::pair<const float*, double>> terms(const MixWeights& arrived) const {
+    std::vector<std::pair<int, double>> byRank = arrived.neighbours;
+    std::sort(byRank.begin(), byRank.end());
+    std::vector<std::pair<const float*, double>> out;
+    for (const auto& [j, w] : byRank) {
+      const auto it = slots_.find(j);
+      if (it != slots_.end()) out.emplace_back(it->second.data(), w);
+    }
+    return out;
+  }
+  void drop(int j) { slots_.erase(j); }
+
+ private:
+  std::map<int, std::vector<float>> slots_;
+};
+
+// x[k] <- base(k) + sum_t w_t * r_t[k], the sum in double in the terms' order, x rounded once.
+// Tiles of the model, each term streamed through in turn (the partial sums stay in L1).
+template <typename Base>
+void addWeighted(std::span<float> x, const std::vector<std::pair<const float*, double>>& terms,
+                 Base base) {
+  constexpr std::size_t kTile = 1024;
+  double t[kTile];
+  for (std::size_t k0 = 0; k0 < x.size(); k0 += kTile) {
+    const std::size_t m = std::min(kTile, x.size() - k0);
+    for (std::size_t k = 0; k < m; ++k) t[k] = base(k0 + k);
+    for (const auto& [r, w] : terms) {
+      const float* rr = r + k0;
+      for (std::size_t k = 0; k < m; ++k) t[k] += w * static_cast<double>(rr[k]);
+    }
+    for (std::size_t k = 0; k < m; ++k) x[k0 + k] = static_cast<float>(t[k]);
+  }
+}
+
 // D-PSGD (adapt-then-combine): the message is x_half itself; x <- w_ii x_half + sum_j w_ij
 // x_half_j.
 class Dsgd final : public Algorithm {
  public:
-  Dsgd(std::size_t dim, std::unique_ptr<MessageCodec> codec)
-      : Algorithm(std::move(codec)), acc_(dim), self_(dim) {}
+  Dsgd(std::size_t dim, const std::vector<int>& neighbours, std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)), received_(dim, neighbours), self_(dim) {}
   std::string_view name() const override { return algorithmKindName(AlgorithmKind::kDsgd); }
 
   Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                               std::span<std::uint8_t> out) override {
-    std::fill(acc_.begin(), acc_.end(), 0.0f);
     return codec_->encode(x, round, out, self_);
   }
-  Status receive(int j, double w, std::span<const std::uint8_t> m, std::uint64_t round) override {
-    return codec_->decodeAccumulate(m, round, j, static_cast<float>(w), acc_);
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    return received_.decode(*codec_, j, m, round);
   }
   Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
     return Status::ok();  // a past round's model is useless now
@@ -51,14 +100,17 @@ class Dsgd final : public Algorithm {
   void mix(std::span<float> x, const MixWeights& arrived) override {
     double wsum = 0;
     for (const auto& [j, w] : arrived.neighbours) wsum += w;
-    const float selfW = static_cast<float>(1.0 - wsum);
+    const double selfW = 1.0 - wsum;
     // self_ is what receivers decoded of our message; with the lossless `none` codec it equals x.
-    for (std::size_t k = 0; k < x.size(); ++k) x[k] = selfW * self_[k] + acc_[k];
+    const float* self = self_.data();
+    addWeighted(x, received_.terms(arrived),
+                [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
   }
+  void dropNeighbour(int j) override { received_.drop(j); }
 
  private:
-  std::vector<float> acc_;   // sum_j w_ij x_half_j over arrived neighbours
-  std::vector<float> self_;  // decoded own message
+  ReceivedMessages received_;  // x_half_j of this round, per neighbour
+  std::vector<float> self_;    // decoded own message
 };
 
 // CHOCO-SGD (Koloskova et al. 2019). One public-copy replica per neighbour, so weights may change
@@ -93,8 +145,10 @@ class Choco final : public Algorithm {
     // x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i). The consensus term is summed in double
     // and added once, so x is rounded once per round (the mean of the models drifts only by that
     // rounding).
+    std::vector<std::pair<int, double>> byRank = arrived.neighbours;  // fixed order: by rank
+    std::sort(byRank.begin(), byRank.end());
     std::vector<std::pair<const float*, double>> terms;
-    for (const auto& [j, w] : arrived.neighbours) {
+    for (const auto& [j, w] : byRank) {
       const auto it = replicas_.find(j);
       if (it != replicas_.end()) terms.emplace_back(it->second.data(), gamma_ * w);
     }
@@ -144,8 +198,14 @@ class Choco final : public Algorithm {
 // DeepSqueeze (Tang et al. 2019): error-compensated compressed gossip of the model itself.
 class DeepSqueeze final : public Algorithm {
  public:
-  DeepSqueeze(std::size_t dim, double gamma, std::unique_ptr<MessageCodec> codec)
-      : Algorithm(std::move(codec)), gamma_(gamma), e_(dim, 0.0f), v_(dim), c_(dim), acc_(dim) {}
+  DeepSqueeze(std::size_t dim, double gamma, const std::vector<int>& neighbours,
+              std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)),
+        gamma_(gamma),
+        e_(dim, 0.0f),
+        v_(dim),
+        c_(dim),
+        received_(dim, neighbours) {}
   std::string_view name() const override { return algorithmKindName(AlgorithmKind::kDeepSqueeze); }
 
   Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
@@ -154,27 +214,35 @@ class DeepSqueeze final : public Algorithm {
     auto n = codec_->encode(v_, round, out, c_);
     if (!n.isOk()) return n;
     for (std::size_t k = 0; k < x.size(); ++k) e_[k] = v_[k] - c_[k];
-    std::fill(acc_.begin(), acc_.end(), 0.0f);
     return n;
   }
-  Status receive(int j, double w, std::span<const std::uint8_t> m, std::uint64_t round) override {
-    return codec_->decodeAccumulate(m, round, j, static_cast<float>(w), acc_);
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    return received_.decode(*codec_, j, m, round);
   }
   Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
     return Status::ok();
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
+    // x <- x_half + gamma * sum_j w_ij (c_j - c_i), j over arrived neighbours (in rank order).
     double wsum = 0;
-    for (const auto& [j, w] : arrived.neighbours) wsum += w;
-    // x <- x_half + gamma * (sum_j w_ij c_j - (sum_j w_ij) c_i), j over arrived neighbours
-    const float g = static_cast<float>(gamma_);
-    const float ws = static_cast<float>(wsum);
-    for (std::size_t k = 0; k < x.size(); ++k) x[k] += g * (acc_[k] - ws * c_[k]);
+    MixWeights scaled;
+    for (const auto& [j, w] : arrived.neighbours) {
+      wsum += w;
+      scaled.neighbours.emplace_back(j, gamma_ * w);
+    }
+    const double selfW = -gamma_ * wsum;
+    const float* c = c_.data();
+    const float* xh = x.data();
+    addWeighted(x, received_.terms(scaled), [&](std::size_t k) {
+      return static_cast<double>(xh[k]) + selfW * static_cast<double>(c[k]);
+    });
   }
+  void dropNeighbour(int j) override { received_.drop(j); }
 
  private:
   double gamma_;
-  std::vector<float> e_, v_, c_, acc_;
+  std::vector<float> e_, v_, c_;
+  ReceivedMessages received_;  // c_j of this round, per neighbour
 };
 
 }  // namespace
@@ -188,12 +256,13 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
   }
   switch (o.kind) {
     case AlgorithmKind::kDsgd:
-      return std::unique_ptr<Algorithm>(new Dsgd(dim, std::move(codec)));
+      return std::unique_ptr<Algorithm>(new Dsgd(dim, neighbours, std::move(codec)));
     case AlgorithmKind::kChoco:
       return std::unique_ptr<Algorithm>(
           new Choco(dim, o.consensusStep, neighbours, o.initialPublicCopy, std::move(codec)));
     case AlgorithmKind::kDeepSqueeze:
-      return std::unique_ptr<Algorithm>(new DeepSqueeze(dim, o.consensusStep, std::move(codec)));
+      return std::unique_ptr<Algorithm>(
+          new DeepSqueeze(dim, o.consensusStep, neighbours, std::move(codec)));
   }
   return invalidArgument("unknown algorithm kind " + std::to_string(static_cast<int>(o.kind)));
 }

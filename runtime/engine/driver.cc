@@ -336,14 +336,14 @@ Status PeerProcess::startRound(std::int64_t round) {
 void PeerProcess::awaitNeighbours() {
   const auto waitStart = Clock::now();
   const auto deadline = waitStart + toDuration(plan_.config.algorithm.roundTimeout);
+  // Overlap: the next gradient is computed here, while the round's messages are in flight, at the
+  // model before mixing (x_half) — always, whatever has arrived yet, as the simulator does.
+  if (plan_.config.algorithm.overlap) core_->precomputeGradient();
   for (;;) {
     drainInbox();
     if (core_->roundComplete()) break;
     if (stopRequested()) break;
     if (Clock::now() >= deadline) break;
-    if (plan_.config.algorithm.overlap) {
-      core_->precomputeGradient();  // no-op once done
-    }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(250)),
                    [this] { return !inbox_.empty() || stopRequested(); });

@@ -242,8 +242,10 @@ std::vector<int> PeerCore::endRound() {
   std::vector<int> suspects;
   const auto plan = schedule_.plan(options_.rank, round_);
   for (const auto& [j, w] : plan.weights) {
-    if (dead_.count(j)) continue;
     const Edge& e = edges_.at(j);
+    // A neighbour that died after its message of this round arrived (typically: it finished its
+    // last round and closed) still counts in this round's mix, as it does in the simulator.
+    if (dead_.count(j) && !e.arrived) continue;
     if (!e.arrived) {
       suspects.push_back(j);
       continue;
@@ -255,13 +257,19 @@ std::vector<int> PeerCore::endRound() {
   counters_.suspectRounds += suspects.size();
   algorithm_->mix(x_, mw);
   optimizer_->afterMixing(xBefore_, x_, lastLr_);
+  for (int j : pendingDrops_) algorithm_->dropNeighbour(j);
+  pendingDrops_.clear();
   return suspects;
 }
 
 void PeerCore::markDead(int j) {
   if (!edges_.count(j) || dead_.count(j)) return;
   dead_[j] = true;
-  algorithm_->dropNeighbour(j);
+  // Its state is still needed for this round's mix when its message of this round arrived.
+  if (edges_.at(j).arrived)
+    pendingDrops_.push_back(j);
+  else
+    algorithm_->dropNeighbour(j);
 }
 
 }  // namespace grapevine::engine

@@ -6,7 +6,8 @@
 //   beginRound(t)                      local step(s) on x, then the message for round t
 //   outgoing(j) for j in sendTo()      the bytes to send to neighbour j
 //   onMessage(j, bytes)                each message from a neighbour, in per-edge arrival order
-//   [precomputeGradient()]             optional: overlap the next gradient with communication
+//   [precomputeGradient()]             algorithm.overlap: the next round's gradient, at x_half (the
+//                                      model before mixing); drivers call it every round or never
 //   endRound()                         mix over the neighbours whose round-t message arrived
 //
 // A neighbour whose round-t message has not arrived at endRound() is suspect for that round: its
@@ -122,6 +123,7 @@ class PeerCore {
   std::vector<int> neighbours_;  // union over the schedule
   std::map<int, Edge> edges_;
   std::map<int, bool> dead_;
+  std::vector<int> pendingDrops_;  // died this round after their message arrived: drop after mix
   std::vector<int> sendTo_, expected_;
   std::vector<std::uint8_t> message_;
   std::size_t messageBytes_ = 0;

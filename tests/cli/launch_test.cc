@@ -16,11 +16,14 @@
 #include <thread>
 
 #include "runtime/common/subprocess.h"
+#include "tests/test_util/cli.h"
 #include "tests/test_util/skip.h"
 
 namespace {
 
-const std::string kBin = std::string(GRAPEVINE_BINARY_DIR) + "/bin/grapevine";
+using grapevine::test_util::readSummary;
+using grapevine::test_util::runQuiet;
+const std::string kBin = grapevine::test_util::grapevineBin();
 const std::string kConfig = std::string(GRAPEVINE_SOURCE_DIR) + "/configs/ring8.yaml";
 
 std::string scratch(const std::string& name) {
@@ -29,39 +32,23 @@ std::string scratch(const std::string& name) {
   return dir;
 }
 
-int run(const std::string& cmd) {
-  const int st = std::system((cmd + " > /dev/null 2>&1").c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-nlohmann::json summary(const std::string& dir) {
-  std::ifstream in(dir + "/summary.json");
-  REQUIRE(in);
-  return nlohmann::json::parse(in);
-}
-
 }  // namespace
 
 TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points of D-PSGD",
           "[slow]") {
   // UCX is optional (GRAPEVINE_UCX=OFF, or not usable here): then this case is reported as skipped.
-  FILE* info = popen((kBin + " info --transports").c_str(), "r");
-  REQUIRE(info);
   std::string text;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, info)) text += buf;
-  pclose(info);
-  if (text.find("ucx  usable") == std::string::npos) {
+  if (!grapevine::test_util::transportUsable("ucx", &text)) {
     GV_SKIP("the ucx transport is not usable in this build:\n" << text);
   }
   const std::string common = " --set run.rounds=1000 --set peers.base_port=31100 --quiet";
   const std::string choco = scratch("choco");
   const std::string dsgd = scratch("dsgd");
-  REQUIRE(run(kBin + " launch " + kConfig + " --out " + choco + common) == 0);
-  REQUIRE(run(kBin + " launch " + kConfig + " --out " + dsgd + common +
+  REQUIRE(runQuiet(kBin + " launch " + kConfig + " --out " + choco + common) == 0);
+  REQUIRE(runQuiet(kBin + " launch " + kConfig + " --out " + dsgd + common +
               " --set algorithm.name=dsgd --set compression.method=none") == 0);
-  const auto c = summary(choco);
-  const auto d = summary(dsgd);
+  const auto c = readSummary(choco);
+  const auto d = readSummary(dsgd);
   INFO("choco " << c.dump() << "\ndsgd " << d.dump());
   CHECK(c["transport"] == "ucx");
   CHECK(c["rounds"] == 1000);
@@ -149,7 +136,7 @@ TEST_CASE("a peer killed mid-run is declared dead within 2 s; the others finish 
   const int status = launcher->wait();
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // 7 of 8 finished
-  const auto s = summary(out);
+  const auto s = readSummary(out);
   INFO(s.dump());
   CHECK(s["peers_finished"] == 7);
   CHECK(s["failed_peers"] == 1);
@@ -196,6 +183,6 @@ TEST_CASE("SIGINT stops every peer within 2 s and still writes models, records a
     CHECK(j["finished"] == false);
     CHECK(j["rounds"].get<long long>() > 0);
   }
-  const auto s = summary(out);
+  const auto s = readSummary(out);
   CHECK(s["peers_finished"] == 0);
 }

@@ -1,0 +1,149 @@
+// The contract of issue 13: with the same config and seed, and no neighbour suspect or dead,
+// `grapevine sim` and `grapevine launch` (real processes, over tcp and ucx) produce bit-identical
+// models and summaries. Each case runs the simulator once and launch once per backend, then
+// compares every model file byte for byte and the summary's results field by field.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/test_util/cli.h"
+#include "tests/test_util/skip.h"
+
+namespace {
+
+using grapevine::test_util::grapevineBin;
+using grapevine::test_util::readSummary;
+using grapevine::test_util::runQuiet;
+
+std::string scratch(const std::string& name) {
+  const std::string dir = std::string(GRAPEVINE_BINARY_DIR) + "/identity_test_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A 16-peer quadratic problem, f_i(x) = 1/2 |a_i x - b_i|^2 with d = 20 (a fixed, portable
+// generator: the file is the same on every machine).
+void writeQuadratic(const std::string& path) {
+  std::uint64_t s = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return static_cast<double>(s >> 11) / 9007199254740992.0;  // [0, 1)
+  };
+  nlohmann::json a = nlohmann::json::array(), b = nlohmann::json::array();
+  for (int i = 0; i < 16; ++i) {
+    a.push_back(0.5 + 1.5 * next());
+    nlohmann::json row = nlohmann::json::array();
+    for (int k = 0; k < 20; ++k) row.push_back(4.0 * next() - 2.0);
+    b.push_back(row);
+  }
+  std::ofstream(path) << nlohmann::json{{"a", a}, {"b", b}}.dump();
+}
+
+// Runs `config` through `grapevine sim` and `grapevine launch` on each usable backend and checks
+// the results are bit-identical.
+void checkIdentical(const std::string& name, const std::string& yaml, int peers) {
+  const std::string dir = scratch(name);
+  writeQuadratic(dir + "/quad16.json");
+  const std::string config = dir + "/config.yaml";
+  std::ofstream(config) << yaml;
+  const std::string bin = grapevineBin();
+  REQUIRE(runQuiet(bin + " sim " + config + " --out " + dir + "/sim --quiet") == 0);
+  const auto sim = readSummary(dir + "/sim");
+
+  std::vector<std::string> backends = {"tcp"};
+  std::string info;
+  if (grapevine::test_util::transportUsable("ucx", &info)) backends.push_back("ucx");
+  int port = 31400;
+  for (const auto& backend : backends) {
+    INFO("backend " << backend);
+    const std::string out = dir + "/launch-" + backend;
+    REQUIRE(runQuiet(bin + " launch " + config + " --out " + out +
+                     " --set transport.backend=" + backend +
+                     " --set peers.base_port=" + std::to_string(port) + " --quiet") == 0);
+    port += 50;
+    const auto real = readSummary(out);
+    // The contract's precondition: nobody was suspect or dead (a generous round timeout).
+    REQUIRE(real["peers_finished"] == peers);
+    for (const auto& p : real["per_peer"]) REQUIRE(p["suspect_rounds"] == 0);
+    for (int r = 0; r < peers; ++r) {
+      INFO("rank " << r);
+      const std::string model = "/model-" + std::to_string(r) + ".bin";
+      CHECK(readFile(dir + "/sim" + model) == readFile(out + model));
+    }
+    for (const char* key :
+         {"test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
+          "averaged_model_accuracy", "averaged_model_loss", "consensus_distance_final",
+          "consensus_error", "optimum_distance", "bytes_sent_total", "bytes_received_total",
+          "bytes_dense_equivalent", "rounds", "peers_finished"}) {
+      INFO(key);
+      CHECK(sim.value(key, nlohmann::json()) == real.value(key, nlohmann::json()));
+    }
+    for (int r = 0; r < peers; ++r) {
+      INFO("per_peer " << r);
+      for (const char* key : {"test_accuracy", "test_loss", "bytes_sent", "bytes_received",
+                              "rounds", "dropped_frames"}) {
+        INFO(key);
+        CHECK(sim["per_peer"][r][key] == real["per_peer"][r][key]);
+      }
+    }
+  }
+}
+
+std::string quadratic(const std::string& momentum, const std::string& extra) {
+  return "run: { seed: 3, rounds: 300 }\n"
+         "peers: { count: 16 }\n"
+         "topology: { kind: torus, dims: [4, 4] }\n"  // 4 neighbours: the sum order matters
+         "workload: { name: quadratic, data: quad16.json }\n"
+         "algorithm: { name: dsgd, round_timeout: 120 " +
+         extra +
+         "}\n"
+         "compression: { method: none }\n"
+         "optimizer: { lr: 0.001, momentum: 0.9, nesterov: false, schedule: constant, "
+         "momentum_kind: " +
+         momentum + " }\n";
+}
+
+}  // namespace
+
+TEST_CASE("sim and launch are bit-identical: quadratic, D-PSGD, local momentum", "[slow]") {
+  checkIdentical("local", quadratic("local", ""), 16);
+}
+
+TEST_CASE("sim and launch are bit-identical: quadratic, D-PSGD, quasi-global momentum, overlap",
+          "[slow]") {
+  checkIdentical("qgm", quadratic("quasi-global", ", overlap: true"), 16);
+}
+
+TEST_CASE("sim and launch are bit-identical: Fashion-MNIST MLP, CHOCO + top-k, DeepSqueeze",
+          "[slow]") {
+  const std::string common =
+      "run: { seed: 5, rounds: 200 }\n"
+      "peers: { count: 6 }\n"
+      "topology: { kind: torus, dims: [2, 3] }\n"
+      "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, batch_size: 32 }\n"
+      "workload: { name: fashion-mnist-mlp, hidden: [32], eval_every: 100, "
+      "eval_samples: 2000 }\n";
+  checkIdentical("choco",
+                 common +
+                     "algorithm: { name: choco, consensus_step: 0.2, round_timeout: 120 }\n"
+                     "compression: { method: top-k, ratio: 0.05 }\n",
+                 6);
+  checkIdentical("deepsqueeze",
+                 common +
+                     "algorithm: { name: deepsqueeze, consensus_step: 0.2, round_timeout: 120 }\n"
+                     "compression: { method: sign }\n",
+                 6);
+}
