@@ -70,9 +70,8 @@ void checkIdentical(const std::string& name, const std::string& yaml, int peers)
   for (const auto& backend : backends) {
     INFO("backend " << backend);
     const std::string out = dir + "/launch-" + backend;
-    REQUIRE(runQuiet(bin + " launch " + config + " --out " + out +
-                     " --set transport.backend=" + backend +
-                     " --set peers.base_port=" + std::to_string(port) + " --quiet") == 0);
+    REQUIRE(runQuiet(bin + " launch " + config + " --out " + out + " --set transport.backend=" +
+                     backend + " --set peers.base_port=" + std::to_string(port) + " --quiet") == 0);
     port += 50;
     const auto real = readSummary(out);
     // The contract's precondition: nobody was suspect or dead (a generous round timeout).
@@ -84,10 +83,10 @@ void checkIdentical(const std::string& name, const std::string& yaml, int peers)
       CHECK(readFile(dir + "/sim" + model) == readFile(out + model));
     }
     for (const char* key :
-         {"test_accuracy_mean", "test_accuracy_min", "test_accuracy_max",
-          "averaged_model_accuracy", "averaged_model_loss", "consensus_distance_final",
-          "consensus_error", "optimum_distance", "bytes_sent_total", "bytes_received_total",
-          "bytes_dense_equivalent", "rounds", "peers_finished"}) {
+         {"test_accuracy_mean", "test_accuracy_min", "test_accuracy_max", "averaged_model_accuracy",
+          "averaged_model_loss", "consensus_distance_final", "consensus_error", "optimum_distance",
+          "bytes_sent_total", "bytes_received_total", "bytes_dense_equivalent", "rounds",
+          "peers_finished"}) {
       INFO(key);
       CHECK(sim.value(key, nlohmann::json()) == real.value(key, nlohmann::json()));
     }

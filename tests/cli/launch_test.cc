@@ -46,7 +46,7 @@ TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points 
   const std::string dsgd = scratch("dsgd");
   REQUIRE(runQuiet(kBin + " launch " + kConfig + " --out " + choco + common) == 0);
   REQUIRE(runQuiet(kBin + " launch " + kConfig + " --out " + dsgd + common +
-              " --set algorithm.name=dsgd --set compression.method=none") == 0);
+                   " --set algorithm.name=dsgd --set compression.method=none") == 0);
   const auto c = readSummary(choco);
   const auto d = readSummary(dsgd);
   INFO("choco " << c.dump() << "\ndsgd " << d.dump());
