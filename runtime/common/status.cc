@@ -30,6 +30,8 @@ std::string_view errorCodeName(ErrorCode code) {
       return "unimplemented";
     case ErrorCode::kInternal:
       return "internal";
+    case ErrorCode::kAborted:
+      return "aborted";
   }
   return "unknown";
 }

@@ -32,6 +32,7 @@ enum class ErrorCode {
   kResourceExhausted,  // a size above a configured maximum
   kUnimplemented,      // a backend or method that is not built or not viable here
   kInternal,
+  kAborted,  // stopped on purpose, not a fault of the code or the input: training diverged
 };
 
 std::string_view errorCodeName(ErrorCode code);
@@ -72,6 +73,7 @@ inline Status resourceExhausted(std::string m) {
 }
 inline Status unimplemented(std::string m) { return {ErrorCode::kUnimplemented, std::move(m)}; }
 inline Status internalError(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
+inline Status aborted(std::string m) { return {ErrorCode::kAborted, std::move(m)}; }
 
 // A value or an error. Accessing value() of an error is a programming bug (asserted).
 template <typename T>

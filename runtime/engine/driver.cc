@@ -1,6 +1,7 @@
 #include "runtime/engine/driver.h"
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -51,6 +52,7 @@ class PeerProcess {
     std::int64_t rounds = 0;  // rounds completed
     bool stopped = false;     // options.stop was raised before the last round
     bool finished = false;    // ran every round
+    bool diverged = false;    // training diverged (here or at a peer whose notice reached us)
   };
 
   // ---- training thread: the steps of run() ----
@@ -62,6 +64,9 @@ class PeerProcess {
   // Lingers (when the rounds finished) until every live neighbour has our last message, then
   // waits briefly for the last sends.
   void linger(bool finished);
+  // After a divergence: sends the notice to every live neighbour (they stop and pass it on, so
+  // nobody waits for us) and waits briefly for those sends.
+  void sendDivergenceNotices();
   // The final evaluation, record, model and DIR/peer-<rank>.final.json.
   Status finish(const RoundsOutcome& outcome);
   // Closes every neighbour and the data Context on the loop thread and waits for that to have
@@ -227,9 +232,15 @@ Status PeerProcess::run() {
   // ~PeerProcess.
   GV_RETURN_IF_ERROR(boot());
   GV_ASSIGN_OR_RETURN(const RoundsOutcome outcome, runRounds());
-  linger(outcome.finished);
+  if (outcome.diverged)
+    sendDivergenceNotices();
+  else
+    linger(outcome.finished);
   GV_RETURN_IF_ERROR(finish(outcome));
   shutdown();
+  if (outcome.diverged) {
+    return aborted(divergenceMessage(*core_->divergence(), std::nan("")));
+  }
   return Status::ok();
 }
 
@@ -305,8 +316,15 @@ Result<PeerProcess::RoundsOutcome> PeerProcess::runRounds() {
       break;
     }
     GV_RETURN_IF_ERROR(startRound(round));
-    awaitNeighbours();
-    const auto suspects = mixRound(round);
+    std::vector<int> suspects;
+    if (!core_->divergence()) awaitNeighbours();
+    if (!core_->divergence()) suspects = mixRound(round);
+    if (core_->divergence()) {
+      core_->abandonRound();
+      outcome.diverged = true;
+      log::error(divergenceMessage(*core_->divergence(), std::nan("")));
+      break;
+    }
     GV_RETURN_IF_ERROR(report(round, suspects));
   }
   outcome.finished = outcome.rounds == rounds;
@@ -341,6 +359,7 @@ void PeerProcess::awaitNeighbours() {
   if (plan_.config.algorithm.overlap) core_->precomputeGradient();
   for (;;) {
     drainInbox();
+    if (core_->divergence()) break;  // a neighbour's notice
     if (core_->roundComplete()) break;
     if (stopRequested()) break;
     if (Clock::now() >= deadline) break;
@@ -403,18 +422,43 @@ void PeerProcess::linger(bool finished) {
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
 
+void PeerProcess::sendDivergenceNotices() {
+  std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
+  for (int j : core_->neighbours()) {
+    if (!core_->isDead(j)) sends.emplace_back(j, core_->divergenceNotice(j));
+  }
+  // The round's own sends may still be pending: their buffers are untouched (notices have their
+  // own).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pendingSends_ += static_cast<int>(sends.size());
+  }
+  loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
+  waitSends(Clock::now() + std::chrono::seconds(5));
+}
+
 Status PeerProcess::finish(const RoundsOutcome& outcome) {
   const std::string rank = std::to_string(options_.rank);
   PeerResult result = collectResult(*core_, outcome.finished && !outcome.stopped);
-  GV_RETURN_IF_ERROR(
-      records_.write(finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss)));
+  auto last = finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss);
+  if (outcome.diverged) {
+    last["diverged"] = true;
+    last["diverged_round"] = core_->divergence()->round;
+    last["diverged_peer"] = core_->divergence()->origin;
+  }
+  GV_RETURN_IF_ERROR(records_.write(last));
   GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", result.model));
   auto j = peerResultToJson(result);
   j["wall_seconds"] = seconds();
   GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));
-  log::info(outcome.stopped ? "stopped at round " : "finished ",
-            outcome.stopped ? std::to_string(outcome.rounds) : "all rounds", " in ", seconds(),
-            " s");
+  if (outcome.diverged) {
+    log::info("stopped at round ", outcome.rounds, " (diverged); the last finite model is in ",
+              outDir_, "/model-", rank, ".bin");
+  } else {
+    log::info(outcome.stopped ? "stopped at round " : "finished ",
+              outcome.stopped ? std::to_string(outcome.rounds) : "all rounds", " in ", seconds(),
+              " s");
+  }
   return Status::ok();
 }
 

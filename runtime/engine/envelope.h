@@ -22,6 +22,7 @@ enum EnvelopeFlags : std::uint16_t {
   kFlagHasHash = 1,        // publicHash is set (replica check round)
   kFlagResyncRequest = 2,  // the sender's replica of the receiver drifted: send your public copy
   kFlagSnapshot = 4,       // the payload ends with the sender's public copy (dense fp32)
+  kFlagDiverged = 8,  // a divergence notice: the run diverged, stop (the message is the notice)
 };
 
 struct Envelope {

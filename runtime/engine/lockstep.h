@@ -19,6 +19,7 @@ struct LockstepHooks {
   std::function<bool(int from, int to, std::int64_t round)> deliver;
 };
 
+// A divergence (PeerCore::divergence()) stops the run with kAborted and divergenceMessage().
 Status runLockstep(std::vector<std::unique_ptr<PeerCore>>& peers, std::int64_t firstRound,
                    std::int64_t rounds, const LockstepHooks& hooks = {});
 

@@ -1,11 +1,36 @@
 #include "runtime/engine/peer_core.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <sstream>
 
+#include "runtime/common/byte_order.h"
 #include "runtime/engine/envelope.h"
 
 namespace grapevine::engine {
+
+namespace {
+
+double norm(std::span<const float> x) {
+  double s = 0.0;
+  for (float v : x) s += static_cast<double>(v) * v;
+  return std::sqrt(s);
+}
+
+// Divergence thresholds (see PeerCore::divergence()).
+constexpr double kLossEmaWeight = 0.1;   // of the newest round in the loss average
+constexpr double kLossGrowth = 1000.0;   // x the lowest loss average
+constexpr double kLossOverFirst = 10.0;  // x the first round's loss
+constexpr double kNormGrowth = 1000.0;   // x max(initial |x|, 1)
+
+// Notice payload: origin u32, round u64, loss f64, model norm f64, reason length u16, reason.
+constexpr std::size_t kNoticeFixedBytes = 4 + 8 + 8 + 8 + 2;
+constexpr std::size_t kNoticeMaxReason = 512;
+
+}  // namespace
 
 PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& schedule,
                    std::unique_ptr<train::Workload> workload,
@@ -23,12 +48,106 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
   xBefore_.resize(n);
   neighbours_ = schedule_.allNeighbours(options_.rank);
   message_.resize(algorithm_->maxMessageBytes());
-  wireCapacity_ = kEnvelopeBytes + message_.size() + n * sizeof(float);
+  wireCapacity_ = std::max(kEnvelopeBytes + message_.size() + n * sizeof(float),
+                           kEnvelopeBytes + kNoticeFixedBytes + kNoticeMaxReason);
   for (int j : neighbours_) {
     Edge& e = edges_[j];
     e.out.resize(wireCapacity_);
   }
+  initialNorm_ = norm(x_);
 }
+
+bool PeerCore::checkHealth(double loss, bool afterMixing) {
+  const double n = norm(x_);
+  std::string reason;
+  if (!afterMixing) {
+    if (round_ == 0) {
+      firstLoss_ = loss;
+      lossEma_ = minLossEma_ = loss;
+    } else {
+      lossEma_ = (1.0 - kLossEmaWeight) * lossEma_ + kLossEmaWeight * loss;
+      minLossEma_ = std::min(minLossEma_, lossEma_);
+    }
+  }
+  if (!std::isfinite(loss)) {
+    reason = "the loss is not finite";
+  } else if (!std::isfinite(n)) {
+    reason = afterMixing ? "the model is not finite after mixing" : "the model is not finite";
+  } else if (n > kNormGrowth * std::max(initialNorm_, 1.0)) {
+    reason = "the model norm grew over " + std::to_string(static_cast<int>(kNormGrowth)) +
+             "x its initial value" + (afterMixing ? " in mixing" : "");
+  } else if (!afterMixing && lossEma_ > kLossGrowth * minLossEma_ &&
+             lossEma_ > kLossOverFirst * firstLoss_) {
+    reason = "the loss average grew over " + std::to_string(static_cast<int>(kLossGrowth)) +
+             "x its lowest";
+  }
+  if (reason.empty()) return true;
+  divergence_ = Divergence{round_, options_.rank, loss, n, reason};
+  return false;
+}
+
+std::string divergenceMessage(const Divergence& d, double consensusDistance) {
+  std::ostringstream os;
+  os << "diverged at round " << d.round << " (peer " << d.origin << ": " << d.reason << "; loss "
+     << d.loss << ", model norm " << d.modelNorm;
+  if (!std::isnan(consensusDistance)) os << ", consensus distance " << consensusDistance;
+  os << "): lower optimizer.lr or algorithm.consensus_step";
+  return os.str();
+}
+
+void PeerCore::abandonRound() {
+  std::copy(xBefore_.begin(), xBefore_.end(), x_.begin());
+  round_ = std::max<std::int64_t>(round_ - 1, -1);
+  sendTo_.clear();
+  gradientReady_ = false;
+}
+
+std::span<const std::uint8_t> PeerCore::divergenceNotice(int j) {
+  Edge& e = edges_.at(j);
+  const Divergence& d = *divergence_;
+  const std::string reason = d.reason.substr(0, kNoticeMaxReason);
+  const std::size_t payload = kNoticeFixedBytes + reason.size();
+  e.notice.assign(kEnvelopeBytes + payload, 0);
+  std::uint8_t* p = e.notice.data() + kEnvelopeBytes;
+  storeLe(p, static_cast<std::uint32_t>(d.origin));
+  storeLe(p + 4, static_cast<std::uint64_t>(d.round));
+  storeLe(p + 12, std::bit_cast<std::uint64_t>(d.loss));
+  storeLe(p + 20, std::bit_cast<std::uint64_t>(d.modelNorm));
+  storeLe(p + 28, static_cast<std::uint16_t>(reason.size()));
+  std::memcpy(p + kNoticeFixedBytes, reason.data(), reason.size());
+  Envelope env;
+  env.flags = kFlagDiverged;
+  env.sender = static_cast<std::uint32_t>(options_.rank);
+  env.incarnation = options_.incarnation;
+  env.sequence = e.nextSeqOut++;
+  env.round = static_cast<std::uint64_t>(std::max<std::int64_t>(round_, 0));
+  env.liveDegree = static_cast<std::uint32_t>(liveDegree());
+  env.messageBytes = static_cast<std::uint32_t>(payload);
+  env.payloadCrc = payloadChecksum(std::span<const std::uint8_t>(e.notice).subspan(kEnvelopeBytes));
+  writeEnvelope(env, e.notice);
+  return e.notice;
+}
+
+namespace {
+
+// Reads a divergence notice's payload; nullopt when malformed.
+std::optional<Divergence> readNotice(std::span<const std::uint8_t> m) {
+  if (m.size() < kNoticeFixedBytes) return std::nullopt;
+  const std::uint8_t* p = m.data();
+  const auto len = loadLe<std::uint16_t>(p + 28);
+  if (len > kNoticeMaxReason || m.size() != kNoticeFixedBytes + len) return std::nullopt;
+  const auto round = loadLe<std::uint64_t>(p + 4);
+  if (round > static_cast<std::uint64_t>(INT64_MAX)) return std::nullopt;
+  Divergence d;
+  d.origin = static_cast<int>(loadLe<std::uint32_t>(p));
+  d.round = static_cast<std::int64_t>(round);
+  d.loss = std::bit_cast<double>(loadLe<std::uint64_t>(p + 12));
+  d.modelNorm = std::bit_cast<double>(loadLe<std::uint64_t>(p + 20));
+  d.reason.assign(reinterpret_cast<const char*>(p + kNoticeFixedBytes), len);
+  return d;
+}
+
+}  // namespace
 
 std::vector<int> PeerCore::liveOf(const std::vector<int>& peers) const {
   std::vector<int> out;
@@ -62,6 +181,11 @@ Status PeerCore::beginRound(std::int64_t round) {
   }
   gradientReady_ = false;
   lastLoss_ = loss / options_.localSteps;
+  if (divergence_ || !checkHealth(lastLoss_, false)) {
+    sendTo_.clear();  // nothing goes out: the driver abandons the round
+    expected_.clear();
+    return Status::ok();
+  }
 
   const topology::PeerPlan plan = schedule_.plan(options_.rank, round);
   sendTo_ = liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.sendTo);
@@ -152,8 +276,17 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     e.resyncRequested = algorithm_->publicCopyHash() != 0;
   }
   e.nextSeqIn = env->sequence + 1;
-  e.lastRound = std::max(e.lastRound, static_cast<std::int64_t>(env->round));
   counters_.bytesReceived += bytes.size();
+  if (env->flags & kFlagDiverged) {
+    auto notice = readNotice(bytes.subspan(kEnvelopeBytes, env->messageBytes));
+    if (!notice) {
+      drop("bad_notice");
+    } else if (!divergence_) {
+      divergence_ = std::move(*notice);
+    }
+    return;
+  }
+  e.lastRound = std::max(e.lastRound, static_cast<std::int64_t>(env->round));
   if (env->round > static_cast<std::uint64_t>(round_)) {
     std::vector<std::uint8_t> buf;
     if (!e.spare.empty()) {
@@ -257,6 +390,7 @@ std::vector<int> PeerCore::endRound() {
   counters_.suspectRounds += suspects.size();
   algorithm_->mix(x_, mw);
   optimizer_->afterMixing(xBefore_, x_, lastLr_);
+  if (!divergence_) checkHealth(lastLoss_, true);
   for (int j : pendingDrops_) algorithm_->dropNeighbour(j);
   pendingDrops_.clear();
   return suspects;

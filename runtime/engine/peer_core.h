@@ -19,6 +19,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -56,6 +57,21 @@ struct PeerCounters {
   std::map<std::string, std::uint64_t> dropped;  // by reason: crc, bad_magic, duplicate, ...
 };
 
+// Why a run stops early: training diverged, here (origin == this peer's rank) or at a peer whose
+// notice reached this one through its neighbours.
+struct Divergence {
+  std::int64_t round = 0;  // the round in which `origin` detected it
+  int origin = 0;
+  double loss = 0.0;       // the origin's local loss then (NaN when not finite)
+  double modelNorm = 0.0;  // the origin's |x| then (NaN when not finite)
+  std::string reason;      // what was detected, e.g. "the loss is not finite"
+};
+
+// "diverged at round R (peer P: REASON; loss L, model norm N[, consensus distance D]): lower
+// optimizer.lr or algorithm.consensus_step" — what `peer`, `launch` and `sim` print (exit code 3).
+// consensusDistance: NaN where unknown (a real peer sees only its neighbours).
+std::string divergenceMessage(const Divergence& d, double consensusDistance);
+
 class PeerCore {
  public:
   PeerCore(const PeerCoreOptions& options, const topology::Schedule& schedule,
@@ -74,6 +90,19 @@ class PeerCore {
   void precomputeGradient();
   // Mixes; returns the neighbours that were suspect this round.
   std::vector<int> endRound();
+
+  // Divergence. beginRound() checks the model and loss after the local steps (before the compressor
+  // sees them) and endRound() the model after mixing: a non-finite loss or model, a loss average
+  // 1000x its lowest and 10x the first round's, or |x| 1000x the initial norm (or 1000 for a zero
+  // initial model) set divergence(). Then beginRound() sends nothing (sendTo() is empty) and the
+  // driver abandons the round. A neighbour's divergence notice (onMessage) sets it too.
+  const std::optional<Divergence>& divergence() const { return divergence_; }
+  // Stops the current round after a divergence: the model goes back to its value at the start of
+  // the round (the last finite one) and round() to the last completed round.
+  void abandonRound();
+  // The divergence notice for neighbour j (an envelope with kFlagDiverged carrying divergence()),
+  // in a buffer of its own (the round's message may still be in flight). Requires divergence().
+  std::span<const std::uint8_t> divergenceNotice(int neighbour);
   // Drops the edge for good (connection failed or heartbeats stopped).
   void markDead(int neighbour);
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
@@ -101,12 +130,15 @@ class PeerCore {
     bool resyncRequested = false;                  // we asked it for a snapshot
     bool sendSnapshot = false;                     // it asked us for one
     std::vector<std::uint8_t> out;                 // envelope + message (+ snapshot), reused
+    std::vector<std::uint8_t> notice;              // envelope + divergence notice
     std::size_t outBytes = 0;                      // of `out`, this round
     std::deque<std::vector<std::uint8_t>> ahead;   // messages of future rounds, in order
     std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
   };
 
   void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
+  // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.
+  bool checkHealth(double loss, bool afterMixing);
   void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
   std::vector<int> liveOf(const std::vector<int>& peers) const;
 
@@ -123,6 +155,9 @@ class PeerCore {
   std::vector<int> neighbours_;  // union over the schedule
   std::map<int, Edge> edges_;
   std::map<int, bool> dead_;
+  std::optional<Divergence> divergence_;
+  double initialNorm_ = 0.0;
+  double firstLoss_ = 0.0, lossEma_ = 0.0, minLossEma_ = 0.0;  // loss history (from round 0)
   std::vector<int> pendingDrops_;  // died this round after their message arrived: drop after mix
   std::vector<int> sendTo_, expected_;
   std::vector<std::uint8_t> message_;

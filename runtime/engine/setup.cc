@@ -41,7 +41,9 @@ train::OptimizerOptions optimizerOptions(const config::Config& c) {
   o.schedule.gamma = c.optimizer.stepGamma;
   o.schedule.minLr = c.optimizer.minLr;
   o.momentum = c.optimizer.momentum;
-  o.nesterov = c.optimizer.nesterov;
+  // nesterov is on by default; with momentum 0 it has no effect (validate warns), it is not an
+  // error.
+  o.nesterov = c.optimizer.nesterov && c.optimizer.momentum > 0.0;
   o.weightDecay = c.optimizer.weightDecay;
   o.momentumKind = c.optimizer.momentumKind;
   return o;

@@ -27,6 +27,7 @@ PeerResult collectResult(PeerCore& peer, bool finished) {
   r.resyncs = c.resyncs;
   r.model.assign(peer.model().begin(), peer.model().end());
   r.modelSize = r.model.size();
+  r.divergence = peer.divergence();
   return r;
 }
 
@@ -35,21 +36,31 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
     if (!std::isfinite(v)) return nullptr;
     return v;
   };
-  return {{"rank", r.rank},
-          {"finished", r.finished},
-          {"rounds", r.rounds},
-          {"test_accuracy", num(r.testAccuracy)},
-          {"test_loss", num(r.testLoss)},
-          {"train_loss", num(r.trainLoss)},
-          {"bytes_sent", r.bytesSent},
-          {"bytes_received", r.bytesReceived},
-          {"bytes_dense_equivalent", r.bytesDenseEquivalent},
-          {"suspect_rounds", r.suspectRounds},
-          {"dead_neighbours", r.deadNeighbours},
-          {"dropped_frames", r.droppedFrames},
-          {"replica_mismatches", r.replicaMismatches},
-          {"resyncs", r.resyncs},
-          {"model_size", r.modelSize}};
+  nlohmann::json j = {{"rank", r.rank},
+                      {"finished", r.finished},
+                      {"rounds", r.rounds},
+                      {"test_accuracy", num(r.testAccuracy)},
+                      {"test_loss", num(r.testLoss)},
+                      {"train_loss", num(r.trainLoss)},
+                      {"bytes_sent", r.bytesSent},
+                      {"bytes_received", r.bytesReceived},
+                      {"bytes_dense_equivalent", r.bytesDenseEquivalent},
+                      {"suspect_rounds", r.suspectRounds},
+                      {"dead_neighbours", r.deadNeighbours},
+                      {"dropped_frames", r.droppedFrames},
+                      {"replica_mismatches", r.replicaMismatches},
+                      {"resyncs", r.resyncs},
+                      {"model_size", r.modelSize},
+                      {"diverged", r.divergence.has_value()}};
+  if (r.divergence) {
+    const Divergence& d = *r.divergence;
+    j["diverged_round"] = d.round;
+    j["diverged_peer"] = d.origin;
+    j["diverged_reason"] = d.reason;
+    j["diverged_loss"] = num(d.loss);
+    j["diverged_model_norm"] = num(d.modelNorm);
+  }
+  return j;
 }
 
 PeerResult peerResultFromJson(const nlohmann::json& j) {
@@ -73,6 +84,15 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.replicaMismatches = j.at("replica_mismatches").get<std::uint64_t>();
   r.resyncs = j.at("resyncs").get<std::uint64_t>();
   r.modelSize = j.at("model_size").get<std::uint64_t>();
+  if (j.value("diverged", false)) {
+    Divergence d;
+    d.round = j.at("diverged_round").get<std::int64_t>();
+    d.origin = j.at("diverged_peer").get<int>();
+    d.reason = j.at("diverged_reason").get<std::string>();
+    d.loss = numOr("diverged_loss");
+    d.modelNorm = numOr("diverged_model_norm");
+    r.divergence = d;
+  }
   return r;
 }
 
@@ -102,6 +122,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   int finished = 0, withAcc = 0;
   std::uint64_t sent = 0, dense = 0, received = 0;
   std::vector<const PeerResult*> done;
+  const Divergence* firstDivergence = nullptr;
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : peers) {
     sent += p.bytesSent;
@@ -117,9 +138,16 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
                     {"suspect_rounds", p.suspectRounds},
                     {"dropped_frames", p.droppedFrames},
                     {"replica_mismatches", p.replicaMismatches},
-                    {"resyncs", p.resyncs}});
-    if (!p.finished || p.model.empty()) continue;
-    ++finished;
+                    {"resyncs", p.resyncs},
+                    {"diverged", p.divergence.has_value()}});
+    if (p.divergence && (!firstDivergence || p.divergence->round < firstDivergence->round ||
+                         (p.divergence->round == firstDivergence->round &&
+                          p.divergence->origin < firstDivergence->origin))) {
+      firstDivergence = &*p.divergence;
+    }
+    if (p.finished) ++finished;
+    // A diverged run's peers stopped early: their last finite models stand for the run.
+    if (!(p.finished || p.divergence) || p.model.empty()) continue;
     done.push_back(&p);
     if (std::isfinite(p.testAccuracy)) {
       ++withAcc;
@@ -129,6 +157,13 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     }
   }
   s["peers_finished"] = finished;
+  s["diverged"] = firstDivergence != nullptr;
+  if (firstDivergence) {
+    s["diverged_round"] = firstDivergence->round;
+    s["diverged_peer"] = firstDivergence->origin;
+    s["diverged_reason"] = firstDivergence->reason;
+    s["diverged_message"] = divergenceMessage(*firstDivergence, std::nan(""));
+  }
   s["test_accuracy_mean"] = withAcc ? num(accSum / withAcc) : nlohmann::json(nullptr);
   s["test_accuracy_min"] = withAcc ? num(accMin) : nlohmann::json(nullptr);
   s["test_accuracy_max"] = withAcc ? num(accMax) : nlohmann::json(nullptr);
@@ -231,6 +266,8 @@ std::string summaryTable(const nlohmann::json& s) {
   std::snprintf(line, sizeof line, "%-28s  %d of %d\n", "peers finished",
                 s.value("peers_finished", 0), s.value("peers", 0));
   out += line;
+  if (s.value("diverged", false))
+    out += "DIVERGED                      " + s.value("diverged_message", std::string()) + "\n";
   return out;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct PeerResult {
   std::uint64_t resyncs = 0;
   std::uint64_t modelSize = 0;
   std::vector<float> model;  // final parameters (empty when the peer did not finish)
+  // Training diverged (here or at a peer whose notice reached this one): the model is the last
+  // finite one, from the start of the abandoned round.
+  std::optional<Divergence> divergence;
 };
 
 // DIR/peer-<rank>.final.json (everything but the model, which goes to DIR/model-<rank>.bin).
@@ -39,7 +43,9 @@ PeerResult collectResult(PeerCore& peer, bool finished);
 // Builds summary.json: rounds, wall_seconds, transport, test_accuracy_{mean,min,max},
 // averaged_model_accuracy, consensus_distance_final, bytes_sent_total, bytes_dense_equivalent,
 // plus per-peer rows, spectral gap, and for quadratic/consensus optimum_distance and
-// consensus_error.
+// consensus_error; "diverged" (always) and, when true, "diverged_round" (the earliest round a peer
+// detected it), "diverged_peer", "diverged_reason" and "diverged_message". The accuracies and
+// distances of a diverged run are those of the peers' last finite models.
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
                            double wallSeconds, const std::string& transport);
 

@@ -163,21 +163,63 @@ class Simulation {
   // The wall clock of the records starts here.
   void startClock() { start_ = Clock::now(); }
 
-  Status runRound(std::int64_t t) {
+  // One round; false when training diverged in it (the run stops).
+  Result<bool> runRound(std::int64_t t) {
     GV_RETURN_IF_ERROR(computePhase(t));
+    if (stopOnDivergence(false)) return false;
     routeMessages();
     deliveryPhase(t);
     const engine::RoundReport due = engine::roundReport(c_, t);
     const double wall = wallSeconds();
     GV_RETURN_IF_ERROR(mixPhase(due, wall));
+    if (stopOnDivergence(true)) return false;
     if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
-    return Status::ok();
+    return true;
   }
 
   void endRounds() {
     result_.roundsWallSeconds = wallSeconds();
     result_.rssAfterRounds = residentBytes();
+  }
+
+  // After the local steps (every peer then abandons the round) or after mixing (the peers that
+  // diverged abandon it): true when a peer diverged. The message carries the exact consensus
+  // distance of the models as they were.
+  bool stopOnDivergence(bool afterMixing) {
+    const engine::Divergence* first = nullptr;
+    for (const auto& p : peers_) {
+      if (p->divergence()) {
+        first = &*p->divergence();
+        break;
+      }
+    }
+    if (!first) return false;
+    result_.divergence = *first;
+    result_.divergenceMessage = engine::divergenceMessage(*first, consensusDistance());
+    for (auto& p : peers_) {
+      if (!afterMixing || p->divergence()) p->abandonRound();
+    }
+    return true;
+  }
+
+  // (1/n) sum_i |x_i - xbar|^2 / |xbar|^2 over the current models (NaN once one is not finite).
+  double consensusDistance() const {
+    const std::size_t n = peers_.front()->model().size();
+    std::vector<double> mean(n, 0.0);
+    for (const auto& p : peers_) {
+      const auto m = p->model();
+      for (std::size_t k = 0; k < n; ++k) mean[k] += m[k];
+    }
+    for (double& v : mean) v /= static_cast<double>(peers_.size());
+    double meanNorm = 0.0, dist = 0.0;
+    for (double v : mean) meanNorm += v * v;
+    for (const auto& p : peers_) {
+      const auto m = p->model();
+      for (std::size_t k = 0; k < n; ++k) dist += (m[k] - mean[k]) * (m[k] - mean[k]);
+    }
+    dist /= static_cast<double>(peers_.size());
+    return meanNorm > 0 ? dist / meanNorm : dist;
   }
 
   // Final evaluation, record, model and final.json of every peer, as `grapevine peer` writes them.
@@ -197,6 +239,7 @@ class Simulation {
     summary = engine::makeSummary(plan_, result_.peers, result_.wallSeconds, "sim");
     summary["simulated_seconds"] = result_.simulatedSeconds;
     summary["sim"] = simBlock();
+    if (result_.divergence) summary["diverged_message"] = result_.divergenceMessage;
     if (!dir_.empty()) GV_RETURN_IF_ERROR(engine::writeJsonFile(dir_ + "/summary.json", summary));
     return std::move(result_);
   }
@@ -279,6 +322,7 @@ class Simulation {
     if (s.anyLost) end = std::max(end, s.ready + c_.algorithm.roundTimeout);
     s.clock = end;
     const auto suspects = p.endRound();
+    if (p.divergence()) return;  // the round is abandoned (stopOnDivergence)
     if (due.due(suspects, {})) recordRound(i, due, suspects, wall);
   }
 
@@ -321,10 +365,17 @@ class Simulation {
     PeerState& s = states_[i];
     engine::PeerCore& p = *peers_[i];
     engine::PeerResult& r = result_.peers[i];
-    r = engine::collectResult(p, true);
+    r = engine::collectResult(p, !result_.divergence);
+    // Every peer of a diverged run stopped because of it (in a real run the notices tell them).
+    if (result_.divergence) r.divergence = result_.divergence;
     if (dir_.empty()) return;
     auto rec = engine::finalRecord(p, wallSeconds(), r.testAccuracy, r.testLoss);
     rec["sim_time"] = s.clock;
+    if (result_.divergence) {
+      rec["diverged"] = true;
+      rec["diverged_round"] = result_.divergence->round;
+      rec["diverged_peer"] = result_.divergence->origin;
+    }
     s.pending += rec.dump();
     s.pending += '\n';
     const int rank = static_cast<int>(i);
@@ -398,7 +449,10 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
   GV_RETURN_IF_ERROR(sim.createPeers());
   GV_RETURN_IF_ERROR(sim.prepareOutDir());
   sim.startClock();
-  for (std::int64_t t = 0; t < plan.config.run.rounds; ++t) GV_RETURN_IF_ERROR(sim.runRound(t));
+  for (std::int64_t t = 0; t < plan.config.run.rounds; ++t) {
+    GV_ASSIGN_OR_RETURN(const bool goOn, sim.runRound(t));
+    if (!goOn) break;
+  }
   sim.endRounds();
   GV_RETURN_IF_ERROR(sim.finishPeers());
   return sim.summarize();

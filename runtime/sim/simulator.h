@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,10 +56,16 @@ struct SimResult {
   std::uint64_t rssBeforePeers = 0;  // bytes, after the shared data was loaded
   std::uint64_t rssAfterRounds = 0;  // bytes, before the final results were collected
   nlohmann::json summary;            // engine::makeSummary + simulated_seconds and a "sim" block
+  // Training diverged: the run stopped in that round (the peers that diverged, or every peer when
+  // it showed after the local steps, abandoned it and keep their last finite model); the message
+  // (divergenceMessage with the exact consensus distance) is also the summary's diverged_message.
+  std::optional<engine::Divergence> divergence;
+  std::string divergenceMessage;
 };
 
-// Runs plan.config.run.rounds rounds of plan.config.peers.count peers. Returns the first error of
-// any peer (by rank) from construction or beginRound, or an I/O error writing outDir.
+// Runs plan.config.run.rounds rounds of plan.config.peers.count peers, or until training diverges
+// (SimResult::divergence; still a result, with models, records and summary). Returns the first
+// error of any peer (by rank) from construction or beginRound, or an I/O error writing outDir.
 Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& options);
 
 // Resident set size of this process in bytes (0 when /proc is not readable).

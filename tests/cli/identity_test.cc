@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/test_util/cli.h"
+#include "tests/test_util/quadratic.h"
 #include "tests/test_util/skip.h"
 
 namespace {
@@ -32,31 +33,11 @@ std::string readFile(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// A 16-peer quadratic problem, f_i(x) = 1/2 |a_i x - b_i|^2 with d = 20 (a fixed, portable
-// generator: the file is the same on every machine).
-void writeQuadratic(const std::string& path) {
-  std::uint64_t s = 0x9E3779B97F4A7C15ull;
-  auto next = [&] {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return static_cast<double>(s >> 11) / 9007199254740992.0;  // [0, 1)
-  };
-  nlohmann::json a = nlohmann::json::array(), b = nlohmann::json::array();
-  for (int i = 0; i < 16; ++i) {
-    a.push_back(0.5 + 1.5 * next());
-    nlohmann::json row = nlohmann::json::array();
-    for (int k = 0; k < 20; ++k) row.push_back(4.0 * next() - 2.0);
-    b.push_back(row);
-  }
-  std::ofstream(path) << nlohmann::json{{"a", a}, {"b", b}}.dump();
-}
-
 // Runs `config` through `grapevine sim` and `grapevine launch` on each usable backend and checks
 // the results are bit-identical.
 void checkIdentical(const std::string& name, const std::string& yaml, int peers) {
   const std::string dir = scratch(name);
-  writeQuadratic(dir + "/quad16.json");
+  grapevine::test_util::writeQuadraticData(dir + "/quad16.json", 16, 20);
   const std::string config = dir + "/config.yaml";
   std::ofstream(config) << yaml;
   const std::string bin = grapevineBin();

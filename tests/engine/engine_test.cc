@@ -265,8 +265,13 @@ workload: { name: fashion-mnist-softmax }
 )";
   Run a = makeRun(loadYaml(yaml));
   Run b = makeRun(loadYaml(yaml));
-  REQUIRE(engine::runLockstep(a.peers, 0, 20).isOk());
-  REQUIRE(engine::runLockstep(b.peers, 0, 20).isOk());
+  // Whatever the outcome (a divergence stops a run too), it is the same for the same seed.
+  const Status sa = engine::runLockstep(a.peers, 0, 20);
+  const Status sb = engine::runLockstep(b.peers, 0, 20);
+  INFO(sa.toString());
+  REQUIRE((sa.isOk() || sa.code() == ErrorCode::kAborted));
+  CHECK(sa.code() == sb.code());
+  CHECK(sa.message() == sb.message());
   for (size_t i = 0; i < a.peers.size(); ++i) {
     const auto x = a.peers[i]->model();
     const auto y = b.peers[i]->model();
@@ -575,4 +580,49 @@ workload: { name: consensus, dim: 4096 }
     REQUIRE_FALSE(s.isOk());
     for (float x : acc2) REQUIRE(x == 0.25f);
   }
+}
+
+TEST_CASE("a diverging run stops with kAborted, names the round and keeps finite models") {
+  const std::string path = writeQuadratic(8, 10, 7);
+  const auto c = loadYaml(R"(
+peers: { count: 8 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.3 }
+compression: { method: top-k, ratio: 0.5 }
+optimizer: { lr: 20.0, momentum: 0.0, nesterov: false }
+workload: { name: quadratic, data: ")" +
+                          path + R"(" }
+)");
+  Run run = makeRun(c);
+  const Status st = engine::runLockstep(run.peers, 0, 500);
+  INFO(st.toString());
+  REQUIRE(st.code() == ErrorCode::kAborted);
+  CHECK(st.message().rfind("diverged at round ", 0) == 0);
+  CHECK(st.message().find("lower optimizer.lr or algorithm.consensus_step") != std::string::npos);
+  bool someDiverged = false;
+  for (const auto& p : run.peers) {
+    for (float v : p->model()) REQUIRE(std::isfinite(v));
+    if (p->divergence()) {
+      someDiverged = true;
+      CHECK(p->divergence()->origin == p->rank());
+      CHECK(p->round() + 1 == p->divergence()->round);  // the diverged round was abandoned
+    }
+  }
+  CHECK(someDiverged);
+}
+
+TEST_CASE("a stable run never reports a divergence") {
+  const std::string path = writeQuadratic(8, 10, 7);
+  const auto c = loadYaml(R"(
+peers: { count: 8 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.3 }
+compression: { method: top-k, ratio: 0.5 }
+optimizer: { lr: 0.1, momentum: 0.9, nesterov: true }
+workload: { name: quadratic, data: ")" +
+                          path + R"(" }
+)");
+  Run run = makeRun(c);
+  REQUIRE(engine::runLockstep(run.peers, 0, 500).isOk());
+  for (const auto& p : run.peers) CHECK_FALSE(p->divergence());
 }

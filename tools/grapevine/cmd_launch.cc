@@ -174,6 +174,7 @@ class Launch {
   std::chrono::steady_clock::time_point start_;
   bool tty_ = false;
   int failed_ = 0;
+  int diverged_ = 0;  // peers that exited with kExitDiverged
   bool forwarded_ = false;
   std::chrono::steady_clock::time_point forwardedAt_;
   std::chrono::steady_clock::time_point lastPrint_;
@@ -320,7 +321,9 @@ int Launch::reapExited() {
     ch.running = false;
     ch.status = status;
     readNewRecords(ch);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) {
+      ++diverged_;  // said once, by the summary (every peer of the run stops the same way)
+    } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       ++failed_;
       if (tty_) std::cout << "\n";
       std::cout << "grapevine launch: peer " << ch.rank << " " << describeStatus(status)
@@ -460,11 +463,15 @@ int Launch::writeSummary() {
     return kExitFailure;
   }
   std::cout << "\n" << engine::summaryTable(summary) << "summary: " << out_ << "/summary.json\n";
+  if (summary.value("diverged", false)) {
+    std::cerr << "error: " << summary.value("diverged_message", std::string()) << "\n";
+  }
   return kExitOk;
 }
 
 int Launch::exitCode() const {
   if (g_signal) return kExitFailure;
+  if (diverged_ > 0) return kExitDiverged;
   return failed_ == static_cast<int>(children_.size()) ? kExitFailure : kExitOk;
 }
 

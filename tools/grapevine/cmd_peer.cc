@@ -68,6 +68,10 @@ int runPeer(const PeerArgs& a) {
   o.outDir = a.out;
   o.stop = &g_stop;
   Status st = engine::runPeerProcess(**plan, o);
+  if (st.code() == ErrorCode::kAborted) {
+    std::cerr << "error: " << st.message() << "\n";
+    return kExitDiverged;
+  }
   if (!st.isOk()) {
     log::error(st.toString());
     return kExitFailure;

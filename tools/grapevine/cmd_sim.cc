@@ -98,6 +98,10 @@ int runSim(const SimArgs& a) {
       static_cast<unsigned long long>(r->messagesLost), "memory per simulated peer",
       s["sim"]["rss_per_peer_bytes"].get<double>() / 1024.0);
   std::cout << "\n" << engine::summaryTable(s) << line << "summary: " << out << "/summary.json\n";
+  if (r->divergence) {
+    std::cerr << "error: " << r->divergenceMessage << "\n";
+    return kExitDiverged;
+  }
   return kExitOk;
 }
 

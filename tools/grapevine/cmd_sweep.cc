@@ -134,7 +134,8 @@ class SweepRun {
   std::map<pid_t, Running> running_;
   std::size_t finished_ = 0;
   double cellSecondsSum_ = 0;
-  std::vector<std::string> failed_;  // "<id> (<why>)"
+  std::vector<std::string> failed_;    // "<id> (<why>)"
+  std::vector<std::string> diverged_;  // ids of this run's cells whose training diverged
   int tabulated_ = 0;
 };
 
@@ -298,12 +299,16 @@ bool SweepRun::finishCell(pid_t pid, int status) {
   ++finished_;
   cellSecondsSum_ += secs;
   const fs::path dir = cellDir(cells_[i]);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  // A cell whose training diverged (exit 3) is a result too: kept, and tabulated as diverged.
+  const bool diverged = WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged;
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || diverged)) {
     nlohmann::json done;
     done["id"] = cells_[i].id;
     done["labels"] = cells_[i].labels;
     done["overrides"] = cells_[i].overrides;
     done["seconds"] = secs;
+    done["diverged"] = diverged;
+    if (diverged) diverged_.push_back(cells_[i].id);
     writeFile((dir / "done.json").string(), done.dump(2) + "\n");
   } else {
     std::string why = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
@@ -351,7 +356,7 @@ void SweepRun::writeTables() {
       << "status,rounds,sim_time_s,wall_time_s,bytes_sent_per_peer,test_accuracy,averaged_model_"
          "accuracy,"
          "consensus_distance,spectral_gap,target_accuracy,rounds_to_target,sim_time_to_target_s,"
-         "wall_time_to_target_s,bytes_to_target_per_peer\n";
+         "wall_time_to_target_s,bytes_to_target_per_peer,diverged_round\n";
   for (const auto& c : cells_) {
     if (tabulateCell(c, results, cellsCsv)) ++tabulated_;
   }
@@ -367,7 +372,7 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
   for (const auto& l : c.labels) labels += sweep::csvField(l) + ",";
   if (!fs::exists(dir / "done.json")) {
     cellsCsv << c.id << "," << labels << (gInterrupted ? "interrupted" : "failed")
-             << ",,,,,,,,,,,,,\n";
+             << ",,,,,,,,,,,,,,\n";
     return false;
   }
   std::optional<double> gap;
@@ -378,7 +383,7 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
   }
   auto points = sweep::readEvalPoints(dir.string());
   if (!points.isOk()) {
-    cellsCsv << c.id << "," << labels << "unreadable,,,,,,,,,,,,,\n";
+    cellsCsv << c.id << "," << labels << "unreadable,,,,,,,,,,,,,,\n";
     return false;
   }
   for (const auto& p : *points) {
@@ -389,7 +394,12 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
             << "," << sweep::csvNumber(gap) << "\n";
   }
   const sweep::EvalPoint last = points->empty() ? sweep::EvalPoint{} : points->back();
-  cellsCsv << c.id << "," << labels << "done," << last.round << ","
+  std::optional<std::int64_t> divergedRound;
+  if (summary.is_object() && summary.value("diverged", false) &&
+      summary.contains("diverged_round") && summary["diverged_round"].is_number_integer()) {
+    divergedRound = summary["diverged_round"].get<std::int64_t>();
+  }
+  cellsCsv << c.id << "," << labels << (divergedRound ? "diverged," : "done,") << last.round << ","
            << sweep::csvNumber(last.simTime) << "," << sweep::csvNumber(last.wallTime) << ","
            << sweep::csvNumber(last.bytesSentPerPeer) << "," << sweep::csvNumber(last.testAccuracy)
            << "," << sweep::csvNumber(last.averagedAccuracy) << ","
@@ -400,22 +410,27 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
   if (hit) {
     cellsCsv << hit->round << "," << sweep::csvNumber(hit->simTime) << ","
              << sweep::csvNumber(hit->wallTime) << "," << sweep::csvNumber(hit->bytesSentPerPeer)
-             << "\n";
+             << ",";
   } else {
-    cellsCsv << ",,,\n";
+    cellsCsv << ",,,,";
   }
+  cellsCsv << (divergedRound ? std::to_string(*divergedRound) : std::string()) << "\n";
   return true;
 }
 
 int SweepRun::report() const {
   const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
   std::cout << "grapevine sweep: " << finished_ - failed_.size() << " cells ran, " << kept_
-            << " kept, " << failed_.size() << " failed, in " << duration(elapsed) << "\n"
+            << " kept, " << failed_.size() << " failed, " << diverged_.size() << " diverged, in "
+            << duration(elapsed) << "\n"
             << "  " << out_ << "/results.csv  (" << tabulated_
             << " cells, one row per evaluation)\n"
             << "  " << out_ << "/cells.csv\n"
             << "  plots: grapevine plot " << out_ << "\n";
   for (const auto& f : failed_) std::cerr << "grapevine sweep: cell " << f << "\n";
+  for (const auto& d : diverged_) {
+    std::cout << "grapevine sweep: cell " << d << " diverged (cells.csv: diverged_round)\n";
+  }
   if (gInterrupted) {
     std::cerr << "grapevine sweep: interrupted; run the same command again to resume\n";
     return 130;

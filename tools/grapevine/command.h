@@ -1,7 +1,8 @@
 // Subcommands of the `grapevine` CLI. Each lives in its own cmd_<name>.cc and registers itself on
 // the root CLI::App; main() runs the one the user named and returns its exit code.
 //
-// Exit codes: 0 success, 1 runtime failure, 2 bad input (config, flags, files).
+// Exit codes: 0 success, 1 runtime failure, 2 bad input (config, flags, files), 3 training
+// diverged (peer, launch, sim; the summary says where).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@ namespace grapevine::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitDiverged = 3;
 
 struct Command {
   CLI::App* app = nullptr;   // the subcommand, owned by the root app
