@@ -238,8 +238,14 @@ std::string summaryTable(const nlohmann::json& s) {
                 s.value("algorithm", "").c_str(), s.value("compression", "").c_str(),
                 s.value("transport", "").c_str());
   out += line;
-  std::snprintf(line, sizeof line, "%-28s %lld in %.1f s\n", "rounds",
-                static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
+  if (s.value("diverged", false)) {
+    std::snprintf(line, sizeof line, "%-28s %lld of %lld (stopped: diverged) in %.1f s\n",
+                  "rounds", static_cast<long long>(s.value("diverged_round", 0)),
+                  static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
+  } else {
+    std::snprintf(line, sizeof line, "%-28s %lld in %.1f s\n", "rounds",
+                  static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
+  }
   out += line;
   if (s.contains("test_accuracy_mean") && !s["test_accuracy_mean"].is_null()) {
     out += "test accuracy (mean/min/max)  " + pct(s["test_accuracy_mean"]) + " / " +
