@@ -254,7 +254,7 @@ std::vector<int> PeerCore::endRound() {
   }
   counters_.suspectRounds += suspects.size();
   algorithm_->mix(x_, mw);
-  optimizer_->afterMixing(xBefore_, x_, lastLr_);
+  optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
   return suspects;
 }
 
