@@ -22,8 +22,8 @@ Outcome validate(const std::string& config, const std::string& extra = "") {
   REQUIRE(std::filesystem::exists(bin));
   const auto log = std::filesystem::temp_directory_path() /
                    ("gv_validate_" + std::to_string(::getpid()) + ".log");
-  const std::string cmd = bin + " validate " + config + " " + extra + " > /dev/null 2> " +
-                          log.string();
+  const std::string cmd =
+      bin + " validate " + config + " " + extra + " > /dev/null 2> " + log.string();
   const int rc = std::system(cmd.c_str());
   Outcome o;
   if (WIFEXITED(rc)) o.exitCode = WEXITSTATUS(rc);
