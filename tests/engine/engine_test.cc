@@ -1,7 +1,8 @@
 // The engine's round logic in one process (lockstep driver, the same bytes a real run sends):
 // oracles for exact gossip, linear convergence of CHOCO, mass conservation, the constant-step
-// limits of CHOCO and D-PSGD (with both momentum kinds) against direct linear solves, determinism,
-// and robustness against corrupted, duplicated and lost messages.
+// limits of CHOCO and D-PSGD (with both momentum kinds, and local steps) against direct linear
+// solves, consensus under unbiased compressors, determinism, and robustness against corrupted,
+// duplicated and lost messages.
 #include <Eigen/Dense>
 #include <algorithm>
 #include <catch2/catch.hpp>
