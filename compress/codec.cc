@@ -31,6 +31,7 @@ struct Chunk {
   Lossless lossless = Lossless::kNone;
   int zstd_level = 1;
   bool error_feedback = false;
+  float decode_scale = 1.0f;  // 1/(1 + omega) for unbiased methods of a contractive codec, else 1
 };
 
 // 8-byte aligned byte storage (payloads hold float arrays at 4-byte aligned offsets).
@@ -49,6 +50,8 @@ struct ModelCodec::State {
   std::vector<TensorLayout> layout;
   std::vector<Method> methods;  // per tensor
   std::vector<Chunk> chunks;
+  std::vector<size_t> first_chunk;  // per tensor: index of its first chunk in `chunks`
+  bool contractive = false;         // Options::contractive (model-wide)
   uint32_t sender = 0;
   size_t elements = 0;
   size_t max_frame = 0;
@@ -79,6 +82,7 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
   if (layout.size() > 0xFFFFFFFFu) return invalidArgument("too many tensors");
   auto s = std::make_unique<State>();
   s->sender = sender;
+  s->contractive = options.contractive;
   s->ops = &ops;
   // Layout: count = product(shape), slices do not overlap.
   std::vector<std::pair<size_t, size_t>> spans;
@@ -122,6 +126,7 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
     const size_t chunkElems =
         m == Method::kLowRank ? std::max<size_t>(t.count, 1) : o.chunk_elements;
     const size_t nChunks = std::max<size_t>(1, (t.count + chunkElems - 1) / chunkElems);
+    s->first_chunk.push_back(s->chunks.size());
     if (nChunks > 0xFFFFFFFFu || chunkElems > 0xFFFFFFFFu) {
       return invalidArgument("tensor '" + t.name + "' is too large for one frame's element count");
     }
@@ -138,6 +143,12 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
       ch.lossless = o.lossless;
       ch.zstd_level = o.zstd_level;
       ch.error_feedback = o.error_feedback;
+      if (options.contractive) {
+        // omega for this chunk's real element count (QSGD's bucket is the chunk).
+        const Properties p = ch.compressor->properties(ch.elements);
+        if (p.unbiased && p.omega > 0.0)
+          ch.decode_scale = static_cast<float>(1.0 / (1.0 + p.omega));
+      }
       const size_t payload = ch.compressor->maxEncodedBytes(ch.elements);
       if (kHeaderBytes + payload > o.max_frame_bytes) {
         return invalidArgument("tensor '" + t.name + "': a frame could reach " +
@@ -243,6 +254,25 @@ Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float 
     return corrupt("range", "elements [" + std::to_string(h.element_offset) + ", +" +
                                 std::to_string(h.element_count) + ") outside tensor '" + t.name +
                                 "'");
+  }
+  if (s.contractive) {
+    // The scale is this codec's for the chunk, so the frame must be the chunk this layout and
+    // these options make (a peer with other options would be scaled wrongly).
+    const size_t tensorChunks =
+        (h.tensor_id + 1 < s.first_chunk.size() ? s.first_chunk[h.tensor_id + 1]
+                                                : s.chunks.size()) -
+        s.first_chunk[h.tensor_id];
+    const Chunk* ch = h.chunk_index < tensorChunks
+                          ? &s.chunks[s.first_chunk[h.tensor_id] + h.chunk_index]
+                          : nullptr;
+    if (!ch || ch->offset != h.element_offset || ch->elements != h.element_count ||
+        ch->compressor->method() != h.method) {
+      return corrupt("chunk", "frame (tensor " + std::to_string(h.tensor_id) + ", chunk " +
+                                  std::to_string(h.chunk_index) + ", " +
+                                  std::string(methodName(h.method)) +
+                                  ") is not a chunk this contractive codec makes");
+    }
+    weight *= ch->decode_scale;
   }
   std::span<const uint8_t> payload = frame.subspan(kHeaderBytes, h.payload_length);
   if (h.flags & (kFlagZstd | kFlagExponent)) {

@@ -68,6 +68,14 @@ struct Options {
   bool unbiased = false;                   // rand-k: scale kept values by n/k (per stratum)
   Rounding rounding = Rounding::kNearest;  // int8/int4
   bool error_feedback = false;
+  // Decode an unbiased method's C(x) (qsgd, rand-k with unbiased, int8/int4 stochastic) as
+  // C(x) / (1 + omega), omega its variance factor for the chunk's element count
+  // (Compressor::properties): the scaled operator is a contraction with delta = 1/(1 + omega),
+  // which CHOCO needs (Koloskova et al. 2019; unscaled, a method with omega >= 1 makes the public
+  // copies diverge). Not a config key: the engine sets it for algorithm.name choco. The sender's
+  // self-decode and every receiver derive the same factor from their (identical) layout and
+  // options; the wire format is unchanged. Biased methods are decoded as before.
+  bool contractive = false;
   Lossless lossless = Lossless::kNone;
   int zstd_level = 1;         // 1..19 (zstd and the exponent coder's exponent plane)
   size_t dense_below = 1024;  // tensors with fewer elements are sent `none`

@@ -455,6 +455,26 @@ class Loader {
             "with " +
                 std::string(compress::methodName(c.compression.method)));
     }
+    // Error feedback (a per-sender residual e added to the next delta) helps an algorithm that
+    // would otherwise lose the compression error. CHOCO and DeepSqueeze never lose it, so a second
+    // residual feeds the same error back twice and the models run away (sim, 8-peer ring MLP, sign,
+    // step 0.4, 300 rounds: CHOCO 85% -> 17% with it, DeepSqueeze 81% -> 11%). docs/algorithms.md
+    // lists which option each algorithm uses.
+    if (c.compression.errorFeedback && !dsgd) {
+      const bool choco = c.algorithm.name == algorithms::AlgorithmKind::kChoco;
+      error(keyWhere("compression.error_feedback"), "compression.error_feedback",
+            std::string("true cannot be used with algorithm.name: ") +
+                std::string(algorithms::algorithmKindName(c.algorithm.name)) + ": " +
+                (choco ? "CHOCO's public copies already carry the compression residual (each "
+                         "round sends C(x - x_hat), the part not yet delivered)"
+                       : "DeepSqueeze already feeds its compression error back (e <- v - C(v))") +
+                ", so a second residual counts it twice and diverges; set "
+                "compression.error_feedback: false");
+    }
+    if (c.compression.errorFeedback && dsgd && c.compression.method == compress::Method::kNone) {
+      warning(keyWhere("compression.error_feedback"), "compression.error_feedback",
+              "has no effect: dsgd sends exact fp32 models, there is no residual");
+    }
     if (!dsgd && c.compression.method == compress::Method::kNone &&
         c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",

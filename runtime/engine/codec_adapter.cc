@@ -160,6 +160,11 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
   GV_ASSIGN_OR_RETURN(auto o, compressOptions(c));
   // D-PSGD exchanges full models: always exact fp32 (the config validator refuses other methods).
   if (c.algorithm.name == algorithms::AlgorithmKind::kDsgd) o.method = compress::Method::kNone;
+  // CHOCO's public copies, and DeepSqueeze's error e <- v - C(v), stay bounded only under a
+  // contractive compressor: unbiased methods (qsgd, unbiased rand-k, stochastic int8/int4) are
+  // decoded as C/(1 + omega) (compress::Options::contractive; every peer derives the same factor
+  // from the same config, nothing on the wire). Unscaled, qsgd diverges with both.
+  if (c.algorithm.name != algorithms::AlgorithmKind::kDsgd) o.contractive = true;
   GV_ASSIGN_OR_RETURN(auto codec,
                       compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
   GV_ASSIGN_OR_RETURN(const std::size_t denseBytes, denseMessageBytes(tl, o, rank));

@@ -389,7 +389,7 @@ std::vector<int> PeerCore::endRound() {
   }
   counters_.suspectRounds += suspects.size();
   algorithm_->mix(x_, mw);
-  optimizer_->afterMixing(xBefore_, x_, lastLr_);
+  optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
   if (!divergence_) checkHealth(lastLoss_, true);
   for (int j : pendingDrops_) algorithm_->dropNeighbour(j);
   pendingDrops_.clear();

@@ -172,15 +172,19 @@ void Optimizer::direction(std::span<const float> g, std::span<const float> x, st
   }
 }
 
-void Optimizer::afterMixing(std::span<const float> xBeforeStep, std::span<const float> xAfterMixing,
-                            double lr) {
-  if (options_.momentumKind != MomentumKind::kQuasiGlobal || buffer_.empty() || !(lr > 0.0)) return;
-  assert(xBeforeStep.size() == buffer_.size() && xAfterMixing.size() == buffer_.size());
+void Optimizer::afterMixing(std::span<const float> xBeforeSteps,
+                            std::span<const float> xAfterMixing, double lr, int localSteps) {
+  assert(localSteps >= 1);
+  // Per local step and per unit of lr: the buffer stays on one step's scale for any H.
+  const double lrSum = lr * localSteps;
+  if (options_.momentumKind != MomentumKind::kQuasiGlobal || buffer_.empty() || !(lrSum > 0.0))
+    return;
+  assert(xBeforeSteps.size() == buffer_.size() && xAfterMixing.size() == buffer_.size());
   const float beta = static_cast<float>(options_.momentum);
-  const float invLr = static_cast<float>(1.0 / lr);
+  const float invLrSum = static_cast<float>(1.0 / lrSum);
   float* m = buffer_.data();
   for (std::size_t i = 0; i < buffer_.size(); ++i) {
-    const float d = (xBeforeStep[i] - xAfterMixing[i]) * invLr;
+    const float d = (xBeforeSteps[i] - xAfterMixing[i]) * invLrSum;
     m[i] = beta * m[i] + (1.0f - beta) * d;
   }
 }

@@ -9,10 +9,15 @@
 //                 u = m                   (heavy ball)    u = g' + beta * m   (nesterov, new m)
 //   quasi-global: u = g' + beta * mhat    (heavy ball)    u = g' + beta * (beta * mhat + g')
 //                 (nesterov; Lin et al. 2021, QG-DSGDm-N), mhat untouched by direction();
-//                 afterMixing(x_before_step, x_after_mixing, lr):
-//                   d = (x_before_step - x_after_mixing) / lr;  mhat <- beta * mhat + (1 - beta) *
-//                   d
-//                 (lr == 0 leaves mhat unchanged: d is undefined). mhat starts at 0.
+//                 afterMixing(x_before_steps, x_after_mixing, lr, H), once per round, after the
+//                 round's H = algorithm.local_steps local steps (each with the round's lr) and
+//                 the mixing:
+//                   d = (x_before_steps - x_after_mixing) / (lr * H)
+//                   mhat <- beta * mhat + (1 - beta) * d
+//                 d is the round's model change per local step and per unit of lr. (Dividing by
+//                 lr alone makes d about H step directions, and the buffer's gain
+//                 beta * (1 + (1 - beta) * H) exceeds 1: it diverges, e.g. beta 0.9 with H = 2.)
+//                 lr * H == 0 leaves mhat unchanged: d is undefined. mhat starts at 0.
 // With beta == 0 both kinds reduce to u = g'.
 //
 // Thread contract: one Optimizer per peer, used from its training thread; no allocation after
@@ -85,9 +90,10 @@ class Optimizer {
                  std::int64_t round);
 
   // Quasi-global momentum only (a no-op for local): after the algorithm's mixing, with the model
-  // before this round's local step, the model after mixing, and the lr that step used.
-  void afterMixing(std::span<const float> xBeforeStep, std::span<const float> xAfterMixing,
-                   double lr);
+  // before this round's local steps, the model after mixing, the lr those steps used and their
+  // number (algorithm.local_steps, >= 1).
+  void afterMixing(std::span<const float> xBeforeSteps, std::span<const float> xAfterMixing,
+                   double lr, int localSteps);
 
   // The momentum buffer (m for local, mhat for quasi-global); empty when momentum == 0.
   std::span<const float> momentumBuffer() const { return buffer_; }

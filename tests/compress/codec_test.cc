@@ -529,3 +529,143 @@ TEST_CASE("checkFrame agrees with decodeAccumulate on every method and never tou
   CHECK(rejected > 50);  // the mutations exercise the error paths, not only benign value changes
   CHECK(accepted > 50);
 }
+
+TEST_CASE("omega of the unbiased methods for the real chunk sizes", "[codec][contractive]") {
+  // QSGD on a bucket of b entries with s levels: omega = min(b / s^2, sqrt(b) / s).
+  Options q;
+  q.levels = 16;
+  auto qsgd = makeCompressor(Method::kQsgd, q, 0, 0);
+  REQUIRE(qsgd.isOk());
+  CHECK((*qsgd)->properties(100352).omega == Approx(std::sqrt(100352.0) / 16));  // 784 x 128
+  CHECK((*qsgd)->properties(1280).omega == Approx(std::sqrt(1280.0) / 16));      // 128 x 10
+  CHECK((*qsgd)->properties(100).omega == Approx(100.0 / 256));                  // b < s^2
+  CHECK((*qsgd)->properties(256).omega == Approx(1.0));                          // both equal
+  // rand-k scaled by the stratum size (n/k when k divides n): omega = ceil(n/k) - 1.
+  Options r;
+  r.ratio = 0.05;
+  r.unbiased = true;
+  auto randk = makeCompressor(Method::kRandK, r, 0, 0);
+  REQUIRE(randk.isOk());
+  CHECK((*randk)->properties(1000).omega == Approx(19.0));  // k = 50
+  CHECK((*randk)->properties(1001).omega == Approx(20.0));  // k = 50, strata of 20 and 21
+  CHECK((*randk)->properties(100352).omega == Approx(19.0));
+  // Stochastic int4, blocks of 256: omega = B / (4 L^2) with L = 7.
+  Options i4;
+  i4.rounding = Rounding::kStochastic;
+  auto int4 = makeCompressor(Method::kInt4, i4, 0, 0);
+  REQUIRE(int4.isOk());
+  CHECK((*int4)->properties(100352).omega == Approx(256.0 / 196));
+}
+
+TEST_CASE("a contractive codec decodes unbiased methods as C / (1 + omega) of each chunk",
+          "[codec][contractive]") {
+  // w2 (10000 elements) in chunks of 4096, 4096 and 1808: each chunk has its own omega.
+  auto x = gaussian(modelSize(), 17);
+  struct Case {
+    const char* name;
+    Method method;
+    bool unbiased;
+  };
+  for (const Case& cs : {Case{"qsgd", Method::kQsgd, false}, Case{"rand-k", Method::kRandK, true},
+                         Case{"top-k", Method::kTopK, false}}) {
+    INFO(cs.name);
+    Options o;
+    o.method = cs.method;
+    o.levels = 16;
+    o.ratio = 0.1;
+    o.unbiased = cs.unbiased;
+    o.chunk_elements = 4096;
+    Options oc = o;
+    oc.contractive = true;
+    ModelCodec plain = makeCodec(o), scaled = makeCodec(oc), receiver = makeCodec(oc, 5);
+    EncodeContext ctx;
+    ctx.seed = 9;
+    ctx.round = 4;
+    const auto frames = encodeAll(plain, x, ctx);
+    // The wire does not change: the contractive sender makes the same bytes.
+    CHECK(encodeAll(scaled, x, ctx) == frames);
+    std::vector<float> a(modelSize(), 0.0f), b(modelSize(), 0.0f), c(modelSize(), 0.0f);
+    for (const auto& f : frames) {
+      REQUIRE(plain.decodeAccumulate(f, 1.0f, a).isOk());
+      REQUIRE(scaled.decodeAccumulate(f, 1.0f, b).isOk());
+      REQUIRE(receiver.decodeAccumulate(f, 1.0f, c).isOk());  // another peer: the same bits
+    }
+    CHECK(b == c);
+    const auto layout = smallModel();
+    for (const auto& f : frames) {
+      const FrameHeader h = *parseFrame(f, {}, kernels::cpuOps());
+      const TensorLayout& t = layout[h.tensor_id];
+      const size_t n = h.element_count, at = t.offset + h.element_offset;
+      double omega = 0.0;
+      if (h.method == Method::kQsgd) {
+        omega = std::min(n / 256.0, std::sqrt(double(n)) / 16);
+      } else if (h.method == Method::kRandK) {
+        const size_t k = static_cast<size_t>(std::llround(0.1 * n));
+        omega = double((n + k - 1) / k) - 1.0;
+      }
+      const float scale = static_cast<float>(1.0 / (1.0 + omega));
+      INFO("tensor " << t.name << " chunk " << h.chunk_index << " n " << n << " omega " << omega);
+      for (size_t i = at; i < at + n; ++i) REQUIRE(b[i] == scale * a[i]);
+    }
+  }
+}
+
+TEST_CASE("qsgd / (1 + omega) is a contraction where plain qsgd is not", "[codec][contractive]") {
+  // E||x - C(x)||^2 <= (1 - delta) ||x||^2 with delta = 1/(1 + omega): what CHOCO's public copies
+  // need. Unscaled qsgd (omega ~ 4 here) multiplies the error instead.
+  const std::vector<TensorLayout> layout = {{"w", {4096}, 0, 4096}};
+  Options o;
+  o.method = Method::kQsgd;
+  o.levels = 16;
+  Options oc = o;
+  oc.contractive = true;
+  auto plain = ModelCodec::create(layout, o, 0);
+  auto scaled = ModelCodec::create(layout, oc, 0);
+  REQUIRE(plain.isOk());
+  REQUIRE(scaled.isOk());
+  const auto x = gaussian(4096, 3);
+  const double omega = std::sqrt(4096.0) / 16, delta = 1.0 / (1.0 + omega);
+  double errPlain = 0, errScaled = 0;
+  const int draws = 64;
+  for (int d = 0; d < draws; ++d) {
+    EncodeContext ctx;
+    ctx.round = static_cast<uint64_t>(d);
+    std::vector<float> a(4096, 0.0f), b(4096, 0.0f);
+    std::vector<Frame> frames = encodeAll(*plain, x, ctx);
+    for (const auto& f : frames) {
+      REQUIRE(plain->decodeAccumulate(f, 1.0f, a).isOk());
+      REQUIRE(scaled->decodeAccumulate(f, 1.0f, b).isOk());
+    }
+    errPlain += sqDiff(a, x) / draws;
+    errScaled += sqDiff(b, x) / draws;
+  }
+  INFO("plain " << errPlain / sq(x) << ", scaled " << errScaled / sq(x) << ", 1 - delta "
+                << 1 - delta);
+  CHECK(errPlain > sq(x));
+  CHECK(errScaled <= (1.0 - delta) * sq(x));
+}
+
+TEST_CASE("a contractive codec rejects a frame that is not one of its chunks",
+          "[codec][contractive][corrupt]") {
+  Options o;
+  o.method = Method::kQsgd;
+  o.chunk_elements = 4096;
+  Options other = o;
+  other.chunk_elements = 8192;  // another chunking: (w2, chunk 0) has 8192 elements there
+  other.contractive = true;
+  ModelCodec sender = makeCodec(o);
+  ModelCodec receiver = makeCodec(other);
+  const auto x = gaussian(modelSize(), 2);
+  const auto frames = encodeAll(sender, x, EncodeContext{});
+  std::vector<float> acc(modelSize(), 0.0f);
+  bool rejected = false;
+  for (const auto& f : frames) {
+    auto r = receiver.decodeAccumulate(f, 1.0f, acc);
+    if (!r.isOk()) {
+      CHECK(r.status().code() == ErrorCode::kDataLoss);
+      CHECK(r.status().message().find("chunk") != std::string::npos);
+      rejected = true;
+    }
+  }
+  CHECK(rejected);
+}

@@ -178,6 +178,32 @@ TEST_CASE("tabs, syntax errors, empty files and cross-key rules") {
   CHECK(contains(allDiagnostics(loadFile("/nonexistent/x.yaml", noEnv())), "cannot open the file"));
 }
 
+TEST_CASE("error feedback is refused where the algorithm already carries the residual") {
+  const std::string choco = allDiagnostics(loadInvalid("choco_error_feedback.yaml"));
+  CHECK(contains(choco, "choco_error_feedback.yaml:5:"));
+  CHECK(contains(choco,
+                 "error: compression.error_feedback: true cannot be used with "
+                 "algorithm.name: choco: CHOCO's public copies already carry the "
+                 "compression residual"));
+  CHECK(contains(choco, "set compression.error_feedback: false"));
+  const std::string deep = allDiagnostics(loadInvalid("deepsqueeze_error_feedback.yaml"));
+  CHECK(contains(deep,
+                 "error: compression.error_feedback: true cannot be used with "
+                 "algorithm.name: deepsqueeze: DeepSqueeze already feeds its compression "
+                 "error back"));
+  // The same configs without error feedback are fine; dsgd (uncompressed) only gets a warning.
+  const std::string ok =
+      "peers: { count: 8 }\nalgorithm: { name: choco }\n"
+      "compression: { method: sign, error_feedback: false }\n";
+  CHECK(loadString(ok, "ok.yaml", noEnv()).ok());
+  const auto dsgd = loadString(
+      "peers: { count: 4 }\nalgorithm: { name: dsgd }\n"
+      "compression: { error_feedback: true }\n",
+      "dsgd.yaml", noEnv());
+  CHECK(dsgd.ok());
+  CHECK(contains(allDiagnostics(dsgd), "warning: compression.error_feedback: has no effect"));
+}
+
 TEST_CASE("hostile input: deep nesting, huge files, binary garbage never crash") {
   SECTION("deep flow nesting") {
     std::string deep = "run: " + std::string(100000, '[') + std::string(100000, ']') + "\n";

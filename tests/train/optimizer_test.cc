@@ -35,8 +35,8 @@ TEST_CASE("local heavy-ball momentum", "[train][optimizer]") {
   Optimizer opt(make(0.5, false, MomentumKind::kLocal), 2);
   std::vector<float> u(2);
   opt.direction(kG0, kX0, u, 0);
-  checkVec(u, {1.2f, -1.6f});       // m = g'
-  opt.afterMixing(kX0, kX1, 0.25);  // no-op for local momentum
+  checkVec(u, {1.2f, -1.6f});          // m = g'
+  opt.afterMixing(kX0, kX1, 0.25, 1);  // no-op for local momentum
   opt.direction(kG1, kX1, u, 1);
   checkVec(u, {1.1f, -0.7f});  // m = 0.5 m + g'
 }
@@ -64,7 +64,7 @@ TEST_CASE("quasi-global momentum follows the mixed model's displacement", "[trai
     }
     // The step and mixing moved x from [2, 4] to [1.5, 4.5] with lr 0.25: d = [2, -2],
     // mhat = 0.5 * 0 + 0.5 * d = [1, -1].
-    opt.afterMixing(kX0, std::vector<float>{1.5f, 4.5f}, 0.25);
+    opt.afterMixing(kX0, std::vector<float>{1.5f, 4.5f}, 0.25, 1);
     checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()), {1, -1});
     opt.direction(kG1, kX1, u, 1);
     if (nesterov) {
@@ -73,8 +73,57 @@ TEST_CASE("quasi-global momentum follows the mixed model's displacement", "[trai
       checkVec(u, {1.0f, -0.4f});  // g' + 0.5 mhat
     }
     // direction() leaves mhat alone; lr 0 leaves it alone too.
-    opt.afterMixing(kX0, kX1, 0.0);
+    opt.afterMixing(kX0, kX1, 0.0, 1);
     checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()), {1, -1});
+  }
+}
+
+TEST_CASE("quasi-global momentum divides a round's change by lr * local_steps",
+          "[train][optimizer]") {
+  // The same displacement [2, 4] -> [1.5, 4.5] over H = 2 steps of lr 0.25: d = [1, -1] (per step),
+  // mhat = 0.5 * d. Over H = 4 steps: d = [0.5, -0.5].
+  for (const auto& [steps, want] : {std::pair<int, float>{1, 1.0f}, {2, 0.5f}, {4, 0.25f}}) {
+    Optimizer opt(make(0.5, false, MomentumKind::kQuasiGlobal), 2);
+    opt.afterMixing(kX0, std::vector<float>{1.5f, 4.5f}, 0.25, steps);
+    INFO("local steps " << steps);
+    checkVec(std::vector<float>(opt.momentumBuffer().begin(), opt.momentumBuffer().end()),
+             {want, -want});
+  }
+}
+
+namespace {
+// One peer alone (no mixing) on the flat f(x) = 0.1 x^2 / 2 (where the buffer's own gain, not
+// the gradient, decides stability), rounds of H local steps as PeerCore takes them (x <- x - lr * u
+// per step, afterMixing once per round), told `reportedSteps` steps. Returns the final
+// |x| + |mhat| (inf or nan once it blew up).
+double qgmRun(bool nesterov, int steps, int reportedSteps, int rounds) {
+  Optimizer opt(make(0.9, nesterov, MomentumKind::kQuasiGlobal, 0.0), 1);
+  const double lr = 0.1;
+  std::vector<float> x{1.0f}, before(1), g(1), u(1);
+  for (int t = 0; t < rounds; ++t) {
+    before = x;
+    for (int s = 0; s < steps; ++s) {
+      g[0] = 0.1f * x[0];
+      opt.direction(g, x, u, t);
+      x[0] -= static_cast<float>(lr) * u[0];
+    }
+    opt.afterMixing(before, x, lr, reportedSteps);
+  }
+  return std::fabs(x[0]) + std::fabs(opt.momentumBuffer()[0]);
+}
+}  // namespace
+
+TEST_CASE("quasi-global momentum with local steps converges; dividing by lr alone diverges",
+          "[train][optimizer]") {
+  for (bool nesterov : {false, true}) {
+    for (int steps : {2, 4}) {
+      INFO((nesterov ? "nesterov" : "heavy ball") << ", H = " << steps);
+      // Told the true H, the optimizer reaches the minimum x = 0 (and mhat = 0 there).
+      CHECK(qgmRun(nesterov, steps, steps, 2000) < 1e-6);
+      // Told one step (d = change / lr, the old rule), the buffer's gain 0.9 (1 + 0.1 H) > 1.
+      const double wrong = qgmRun(nesterov, steps, 1, 2000);
+      CHECK(!(wrong < 1.0));
+    }
   }
 }
 

@@ -1,0 +1,56 @@
+// `grapevine validate` on refused combinations: exit 2 and a message naming the keys and saying
+// why (runs build/bin/grapevine, built before this test).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct Outcome {
+  int exitCode = -1;
+  std::string err;
+};
+
+Outcome validate(const std::string& config, const std::string& extra = "") {
+  const std::string bin = std::string(GRAPEVINE_BINARY_DIR) + "/bin/grapevine";
+  REQUIRE(std::filesystem::exists(bin));
+  const auto log = std::filesystem::temp_directory_path() /
+                   ("gv_validate_" + std::to_string(::getpid()) + ".log");
+  const std::string cmd =
+      bin + " validate " + config + " " + extra + " > /dev/null 2> " + log.string();
+  const int rc = std::system(cmd.c_str());
+  Outcome o;
+  if (WIFEXITED(rc)) o.exitCode = WEXITSTATUS(rc);
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  o.err = ss.str();
+  std::filesystem::remove(log);
+  return o;
+}
+
+const std::string kInvalid = std::string(GRAPEVINE_SOURCE_DIR) + "/tests/config/invalid/";
+
+}  // namespace
+
+TEST_CASE("validate refuses error feedback with choco and deepsqueeze: exit 2, keys and reason") {
+  for (const char* name : {"choco_error_feedback.yaml", "deepsqueeze_error_feedback.yaml"}) {
+    const Outcome o = validate(kInvalid + name);
+    INFO(name << ":\n" << o.err);
+    CHECK(o.exitCode == 2);
+    CHECK(o.err.find("compression.error_feedback: true cannot be used with algorithm.name:") !=
+          std::string::npos);
+    CHECK(o.err.find("counts it twice and diverges") != std::string::npos);
+  }
+  // Turning it off makes the same file valid.
+  const Outcome ok =
+      validate(kInvalid + "choco_error_feedback.yaml", "--set compression.error_feedback=false");
+  INFO(ok.err);
+  CHECK(ok.exitCode == 0);
+}
