@@ -455,8 +455,8 @@ class Loader {
             "with " +
                 std::string(compress::methodName(c.compression.method)));
     }
-    if (!dsgd && c.compression.method == compress::Method::kNone &&
-        c.algorithm.consensusStep < 1.0) {
+    if (!dsgd && c.compression.method == compress::Method::kNone && c.algorithm.consensusStep &&
+        *c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
               "below 1 without compression slows consensus for nothing");
     }

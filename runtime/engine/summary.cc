@@ -25,6 +25,10 @@ PeerResult collectResult(PeerCore& peer, bool finished) {
   for (const auto& [reason, n] : c.dropped) r.droppedFrames += n;
   r.replicaMismatches = c.replicaMismatches;
   r.resyncs = c.resyncs;
+  if (const auto step = peer.algorithm().stepReport()) {
+    r.consensusStep = step->step;
+    r.compressorQuality = step->compressorQuality;
+  }
   r.model.assign(peer.model().begin(), peer.model().end());
   r.modelSize = r.model.size();
   return r;
@@ -49,7 +53,9 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
           {"dropped_frames", r.droppedFrames},
           {"replica_mismatches", r.replicaMismatches},
           {"resyncs", r.resyncs},
-          {"model_size", r.modelSize}};
+          {"model_size", r.modelSize},
+          {"consensus_step", num(r.consensusStep)},
+          {"compressor_quality", num(r.compressorQuality)}};
 }
 
 PeerResult peerResultFromJson(const nlohmann::json& j) {
@@ -73,6 +79,8 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.replicaMismatches = j.at("replica_mismatches").get<std::uint64_t>();
   r.resyncs = j.at("resyncs").get<std::uint64_t>();
   r.modelSize = j.at("model_size").get<std::uint64_t>();
+  r.consensusStep = numOr("consensus_step");  // absent from older files
+  r.compressorQuality = numOr("compressor_quality");
   return r;
 }
 
@@ -100,6 +108,9 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
 
   double accSum = 0, accMin = std::numeric_limits<double>::infinity(), accMax = -accMin;
   int finished = 0, withAcc = 0;
+  double stepSum = 0, stepMin = std::numeric_limits<double>::infinity(), stepMax = -stepMin;
+  double qualitySum = 0;
+  int withStep = 0, withQuality = 0;
   std::uint64_t sent = 0, dense = 0, received = 0;
   std::vector<const PeerResult*> done;
   nlohmann::json rows = nlohmann::json::array();
@@ -118,8 +129,22 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
                     {"dropped_frames", p.droppedFrames},
                     {"replica_mismatches", p.replicaMismatches},
                     {"resyncs", p.resyncs}});
+    if (std::isfinite(p.consensusStep)) rows.back()["consensus_step"] = p.consensusStep;
+    if (std::isfinite(p.compressorQuality)) {
+      rows.back()["compressor_quality"] = p.compressorQuality;
+    }
     if (!p.finished || p.model.empty()) continue;
     ++finished;
+    if (std::isfinite(p.consensusStep)) {
+      ++withStep;
+      stepSum += p.consensusStep;
+      stepMin = std::min(stepMin, p.consensusStep);
+      stepMax = std::max(stepMax, p.consensusStep);
+    }
+    if (std::isfinite(p.compressorQuality)) {
+      ++withQuality;
+      qualitySum += p.compressorQuality;
+    }
     done.push_back(&p);
     if (std::isfinite(p.testAccuracy)) {
       ++withAcc;
@@ -135,6 +160,12 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["bytes_sent_total"] = sent;
   s["bytes_received_total"] = received;
   s["bytes_dense_equivalent"] = dense;
+  if (withStep) {
+    s["consensus_step"] = stepSum / withStep;
+    s["consensus_step_min"] = stepMin;
+    s["consensus_step_max"] = stepMax;
+  }
+  if (withQuality) s["compressor_quality"] = qualitySum / withQuality;
   s["compression_ratio"] = sent ? static_cast<double>(dense) / static_cast<double>(sent) : 0.0;
 
   // The mean of the final models, its accuracy, and how far the peers are from it.
