@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -49,6 +50,22 @@ class MessageCodec {
 // CHOCO and DeepSqueeze mix differences to their own copy, in which it cancels.
 struct MixWeights {
   std::vector<std::pair<int, double>> neighbours;  // (j, w_ij) of this round
+  // Parallel to `neighbours` (or empty): the consensus step each neighbour proposed for this
+  // round in its envelope (0: none; a fixed step from the config). CHOCO with an automatic step
+  // mixes edge (i, j) with min(own proposal, theirs), which both ends compute alike.
+  std::vector<float> proposedSteps;
+};
+
+// The consensus step in use and what it was chosen from, for the per-peer records and the summary
+// (CHOCO; DeepSqueeze reports only its step). NaN where an algorithm has no such quantity.
+struct StepReport {
+  static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  double step = kNone;      // mean over the edges mixed in the last round (the own step when none)
+  double proposed = kNone;  // this peer's proposal of the last round (auto), else `step`
+  double compressorQuality = kNone;  // smoothed delta = 1 - |C(v) - v|^2 / |v|^2 on the real v
+  double publicLag = kNone;          // |x_half - xhat_i|^2 / |xhat_i|^2 of the last round
+  double localConsensus = kNone;     // sum_j w_ij |xhat_j - xhat_i|^2 / |xhat_i|^2, last mix
+  std::uint64_t backoffs = 0;        // auto: times the lag signal lowered the step
 };
 
 class Algorithm {
@@ -81,6 +98,12 @@ class Algorithm {
   // A neighbour left (dead): forget its state.
   virtual void dropNeighbour(int neighbour) {}
 
+  // The consensus step this peer proposes for the current round (after prepare), carried in its
+  // envelopes; 0 when the step is fixed by the config (or the algorithm has none).
+  virtual float proposedStep() const { return 0.0f; }
+  // The step in use and its inputs; nullopt for algorithms without a consensus step (dsgd).
+  virtual std::optional<StepReport> stepReport() const { return std::nullopt; }
+
   std::size_t maxMessageBytes() const { return codec_->maxMessageBytes(); }
   std::size_t denseBytes() const { return codec_->denseBytes(); }
 
@@ -101,9 +124,16 @@ const std::vector<std::string_view>& algorithmKindNames();
 struct AlgorithmOptions {
   AlgorithmKind kind = AlgorithmKind::kChoco;
   double consensusStep = 0.5;
+  // `algorithm.consensus_step: auto`: CHOCO proposes its step each round (consensus_step.h) and
+  // consensusStep is unused; DeepSqueeze, whose peers cannot agree per edge, uses
+  // kDeepSqueezeAutoStep.
+  bool autoConsensusStep = false;
   // Initial public copies (CHOCO): all peers start x_hat at this common model (or 0 when empty).
   std::vector<float> initialPublicCopy;
 };
+
+// DeepSqueeze's step under `auto` (see AlgorithmOptions::autoConsensusStep).
+inline constexpr double kDeepSqueezeAutoStep = 0.2;
 
 // `neighbours`: every peer this one ever exchanges with (the union over the schedule's rounds).
 Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& options, std::size_t dim,

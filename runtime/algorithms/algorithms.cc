@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <map>
 
 #include "runtime/algorithms/algorithm.h"
+#include "runtime/algorithms/consensus_step.h"
 #include "runtime/common/enum_names.h"
 #include "runtime/common/hash.h"
 
@@ -115,13 +117,21 @@ class Dsgd final : public Algorithm {
 
 // CHOCO-SGD (Koloskova et al. 2019). One public-copy replica per neighbour, so weights may change
 // per round (time-varying graphs, renormalisation around dead or suspect neighbours) without bias.
+// With an automatic step (consensus_step.h) each edge mixes with the smaller of its two ends'
+// proposals of the round, which keeps w_ij g_ij symmetric and so the mean of the models.
 class Choco final : public Algorithm {
  public:
-  Choco(std::size_t dim, double gamma, const std::vector<int>& neighbours,
+  Choco(std::size_t dim, double gamma, bool autoStep, const std::vector<int>& neighbours,
         const std::vector<float>& initial, std::unique_ptr<MessageCodec> codec)
-      : Algorithm(std::move(codec)), gamma_(gamma), xhat_(dim, 0.0f), diff_(dim), q_(dim) {
+      : Algorithm(std::move(codec)),
+        gamma_(gamma),
+        auto_(autoStep),
+        xhat_(dim, 0.0f),
+        diff_(dim),
+        q_(dim) {
     if (!initial.empty()) xhat_ = initial;
     for (int j : neighbours) replicas_.emplace(j, xhat_);
+    report_.step = report_.proposed = autoStep ? AutoStep::kMinStep : gamma;
   }
   std::string_view name() const override { return algorithmKindName(AlgorithmKind::kChoco); }
 
@@ -130,7 +140,22 @@ class Choco final : public Algorithm {
     for (std::size_t k = 0; k < x.size(); ++k) diff_[k] = x[k] - xhat_[k];
     auto n = codec_->encode(diff_, round, out, q_);
     if (!n.isOk()) return n;
-    for (std::size_t k = 0; k < x.size(); ++k) xhat_[k] += q_[k];
+    // |v|^2 and |C(v) - v|^2 of this round's v = x_half - xhat_i, for the compressor's measured
+    // quality and the lag of the public copy (double sums in index order: deterministic).
+    double v2 = 0, err2 = 0, xhat2 = 0;
+    for (std::size_t k = 0; k < x.size(); ++k) {
+      const double v = diff_[k];
+      const double e = static_cast<double>(q_[k]) - v;
+      v2 += v * v;
+      err2 += e * e;
+      xhat_[k] += q_[k];
+      xhat2 += static_cast<double>(xhat_[k]) * xhat_[k];
+    }
+    xhatNorm2_ = xhat2;
+    report_.publicLag = xhat2 > 0 ? v2 / xhat2 : v2;
+    // A fixed step keeps the controller too, for the compressor quality it reports.
+    step_.observeCompression(v2, err2, xhat2);
+    if (auto_) proposal_ = static_cast<float>(step_.proposal());  // as neighbours will read it
     return n;
   }
   Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
@@ -142,16 +167,40 @@ class Choco final : public Algorithm {
     return codec_->decodeAccumulate(m, round, j, 1.0f, it->second);
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
-    // x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i). The consensus term is summed in double
+    // x <- x_half + sum_j g_ij w_ij (xhat_j - xhat_i). The consensus term is summed in double
     // and added once, so x is rounded once per round (the mean of the models drifts only by that
     // rounding).
-    std::vector<std::pair<int, double>> byRank = arrived.neighbours;  // fixed order: by rank
-    std::sort(byRank.begin(), byRank.end());
-    std::vector<std::pair<const float*, double>> terms;
-    for (const auto& [j, w] : byRank) {
+    struct Term {
+      const float* replica;
+      double gw;  // g_ij * w_ij
+      double w;
+    };
+    std::vector<Term> terms;
+    double sumW = 0, sumStep = 0;
+    // Fixed order (by neighbour rank), whatever order the messages arrived in.
+    std::vector<std::size_t> byRank(arrived.neighbours.size());
+    for (std::size_t n = 0; n < byRank.size(); ++n) byRank[n] = n;
+    std::sort(byRank.begin(), byRank.end(), [&](std::size_t a, std::size_t b) {
+      return arrived.neighbours[a].first < arrived.neighbours[b].first;
+    });
+    for (const std::size_t n : byRank) {
+      const auto& [j, w] = arrived.neighbours[n];
       const auto it = replicas_.find(j);
-      if (it != replicas_.end()) terms.emplace_back(it->second.data(), gamma_ * w);
+      if (it == replicas_.end()) continue;
+      double g = gamma_;
+      if (auto_) {
+        // Both ends take the smaller of the two float32 proposals, bit for bit.
+        const float theirs = n < arrived.proposedSteps.size() ? arrived.proposedSteps[n] : 0.0f;
+        g = theirs > 0.0f ? std::min(proposal_, theirs) : proposal_;
+      }
+      terms.push_back({it->second.data(), g * w, w});
+      sumW += w;
+      sumStep += g;
     }
+    if (auto_) step_.observeRow(sumW);
+    report_.proposed = auto_ ? proposal_ : gamma_;
+    report_.step = terms.empty() ? report_.proposed : sumStep / static_cast<double>(terms.size());
+    report_.localConsensus = 0.0;
     if (terms.empty()) return;
     // Tiles of the model, each replica streamed through in turn (one sequential read per replica,
     // the partial sums in L1): with many neighbours this beats reading every replica at every
@@ -159,17 +208,25 @@ class Choco final : public Algorithm {
     // bit-identical.
     constexpr std::size_t kTile = 1024;
     double t[kTile];
+    double spread = 0;  // sum_j w_ij |xhat_j - xhat_i|^2
     const float* xh = xhat_.data();
     for (std::size_t k0 = 0; k0 < x.size(); k0 += kTile) {
       const std::size_t m = std::min(kTile, x.size() - k0);
       std::fill(t, t + m, 0.0);
-      for (const auto& [r, g] : terms) {
-        const float* rr = r + k0;
+      for (const auto& term : terms) {
+        const float* rr = term.replica + k0;
         const float* xk = xh + k0;
-        for (std::size_t k = 0; k < m; ++k) t[k] += g * (static_cast<double>(rr[k]) - xk[k]);
+        double s = 0;
+        for (std::size_t k = 0; k < m; ++k) {
+          const double d = static_cast<double>(rr[k]) - xk[k];
+          t[k] += term.gw * d;
+          s += d * d;
+        }
+        spread += term.w * s;
       }
       for (std::size_t k = 0; k < m; ++k) x[k0 + k] = static_cast<float>(x[k0 + k] + t[k]);
     }
+    report_.localConsensus = xhatNorm2_ > 0 ? spread / xhatNorm2_ : spread;
   }
   std::uint64_t publicCopyHash() const override { return hashFloats(xhat_); }
   std::uint64_t replicaHash(int j) const override {
@@ -186,9 +243,21 @@ class Choco final : public Algorithm {
     return Status::ok();
   }
   void dropNeighbour(int j) override { replicas_.erase(j); }
+  float proposedStep() const override { return auto_ ? proposal_ : 0.0f; }
+  std::optional<StepReport> stepReport() const override {
+    StepReport r = report_;
+    r.compressorQuality = step_.quality();
+    r.backoffs = auto_ ? step_.backoffs() : 0;
+    return r;
+  }
 
  private:
   double gamma_;
+  bool auto_;
+  AutoStep step_;
+  float proposal_ = static_cast<float>(AutoStep::kMinStep);
+  double xhatNorm2_ = 0.0;
+  StepReport report_;
   std::vector<float> xhat_;  // this peer's public copy
   std::vector<float> diff_;
   std::vector<float> q_;
@@ -221,6 +290,11 @@ class DeepSqueeze final : public Algorithm {
   }
   Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
     return Status::ok();
+  }
+  std::optional<StepReport> stepReport() const override {
+    StepReport r;
+    r.step = r.proposed = gamma_;
+    return r;
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
     // x <- x_half + gamma * sum_j w_ij (c_j - c_i), j over arrived neighbours (in rank order).
@@ -258,11 +332,13 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
     case AlgorithmKind::kDsgd:
       return std::unique_ptr<Algorithm>(new Dsgd(dim, neighbours, std::move(codec)));
     case AlgorithmKind::kChoco:
-      return std::unique_ptr<Algorithm>(
-          new Choco(dim, o.consensusStep, neighbours, o.initialPublicCopy, std::move(codec)));
+      return std::unique_ptr<Algorithm>(new Choco(dim, o.consensusStep, o.autoConsensusStep,
+                                                  neighbours, o.initialPublicCopy,
+                                                  std::move(codec)));
     case AlgorithmKind::kDeepSqueeze:
       return std::unique_ptr<Algorithm>(
-          new DeepSqueeze(dim, o.consensusStep, neighbours, std::move(codec)));
+          new DeepSqueeze(dim, o.autoConsensusStep ? kDeepSqueezeAutoStep : o.consensusStep,
+                          neighbours, std::move(codec)));
   }
   return invalidArgument("unknown algorithm kind " + std::to_string(static_cast<int>(o.kind)));
 }

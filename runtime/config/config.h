@@ -73,7 +73,7 @@ struct TransportSection {
 
 struct AlgorithmSection {
   algorithms::AlgorithmKind name = algorithms::AlgorithmKind::kChoco;
-  double consensusStep = 0.5;
+  std::optional<double> consensusStep;  // empty: `auto`
   bool overlap = false;
   int localSteps = 1;
   int checkEvery = 50;

@@ -108,6 +108,32 @@ KeyDef doubleKey(std::string path, Access access, double min, double max, std::s
   return k;
 }
 
+// A number in [min, max] or `auto`; the field is a std::optional<double>, empty for auto.
+template <typename Access>
+KeyDef doubleOrAutoKey(std::string path, Access access, double min, double max, std::string doc) {
+  KeyDef k;
+  k.path = std::move(path);
+  k.type = ValueType::kDoubleOrAuto;
+  k.min = min;
+  k.max = max;
+  k.doc = std::move(doc);
+  k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
+    if (n.IsScalar() && n.Scalar() == "auto") {
+      access(c).reset();
+      return std::nullopt;
+    }
+    auto v = toDouble(n);
+    if (!v || *v < min || *v > max) return std::string("expected");
+    access(c) = *v;
+    return std::nullopt;
+  };
+  k.show = [access](const Config& c) {
+    const auto& v = access(const_cast<Config&>(c));
+    return v ? formatNumber(*v) : std::string("auto");
+  };
+  return k;
+}
+
 template <typename Access>
 KeyDef boolKey(std::string path, Access access, std::string doc) {
   KeyDef k;
@@ -565,9 +591,12 @@ std::vector<KeyDef> buildSchema() {
       "algorithm.name", [](Config & c) -> auto& { return c.algorithm.name; },
       choicesOf(algorithms::algorithmKindNames(), algorithms::parseAlgorithmKind),
       "Gossip algorithm: exact D-PSGD, CHOCO-SGD, or DeepSqueeze"));
-  t.push_back(doubleKey(
+  t.push_back(doubleOrAutoKey(
       "algorithm.consensus_step", [](Config & c) -> auto& { return c.algorithm.consensusStep; },
-      0.0, 1.0, "Consensus step size gamma of CHOCO and DeepSqueeze"));
+      0.0, 1.0,
+      "Consensus step size gamma of CHOCO and DeepSqueeze; auto: CHOCO peers choose it each round "
+      "from the measured compressor quality and back off when the public copies lag "
+      "(docs/algorithms.md), DeepSqueeze uses 0.2"));
   t.push_back(boolKey(
       "algorithm.overlap", [](Config & c) -> auto& { return c.algorithm.overlap; },
       "Compute the next gradient while the round's frames are in flight"));
@@ -759,6 +788,8 @@ std::string KeyDef::typeName() const {
       return "int";
     case ValueType::kDouble:
       return "number";
+    case ValueType::kDoubleOrAuto:
+      return "number or auto";
     case ValueType::kString:
       return "string";
     case ValueType::kEnum:
@@ -781,6 +812,7 @@ std::string KeyDef::rangeText() const {
   switch (type) {
     case ValueType::kInt:
     case ValueType::kDouble:
+    case ValueType::kDoubleOrAuto:
     case ValueType::kIntList: {
       if (min == -kInf && max == kInf) return "";
       std::string lo = min == -kInf ? "-inf" : formatNumber(min);
@@ -805,6 +837,8 @@ std::string KeyDef::expected() const {
       return "an integer in " + rangeText();
     case ValueType::kDouble:
       return "a number in " + rangeText();
+    case ValueType::kDoubleOrAuto:
+      return "a number in " + rangeText() + " or auto";
     case ValueType::kString:
       return "a string";
     case ValueType::kEnum: {

@@ -20,6 +20,7 @@ enum class ValueType {
   kBool,
   kInt,
   kDouble,
+  kDoubleOrAuto,  // a number in [min, max], or the word `auto` (the program chooses)
   kString,
   kEnum,
   kIntList,

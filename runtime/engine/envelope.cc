@@ -1,5 +1,6 @@
 #include "runtime/engine/envelope.h"
 
+#include <bit>
 #include <cstring>
 #include <string>
 
@@ -17,7 +18,8 @@ Status failed(Status (*make)(std::string), const char* reason, const std::string
 // Layout (little-endian on every host, runtime/common/byte_order.h): 0 magic u32, 4 version u16, 6
 // flags u16, 8 sender u32, 12 incarnation u32, 16 sequence u64, 24 round u64, 32 liveDegree u32, 36
 // messageBytes u32, 40 publicHash u64, 48 snapshotBytes u32, 52 payloadCrc u32 (CRC32C of
-// everything after the header), 56 reserved u32 (zero), 60 crc32c u32 of bytes [0, 60).
+// everything after the header), 56 proposedStep f32 (its bits as u32; 0 when the step is fixed),
+// 60 crc32c u32 of bytes [0, 60).
 void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out) {
   std::uint8_t* p = out.data();
   std::memset(p, 0, kEnvelopeBytes);
@@ -33,6 +35,7 @@ void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out) {
   storeLe(p + 40, e.publicHash);
   storeLe(p + 48, e.snapshotBytes);
   storeLe(p + 52, e.payloadCrc);
+  storeLe(p + 56, std::bit_cast<std::uint32_t>(e.proposedStep));
   storeLe(p + 60, kernels::cpuOps().crc32c(0, p, 60));
 }
 
@@ -65,6 +68,7 @@ Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes) {
   e.publicHash = loadLe<std::uint64_t>(p + 40);
   e.snapshotBytes = loadLe<std::uint32_t>(p + 48);
   e.payloadCrc = loadLe<std::uint32_t>(p + 52);
+  e.proposedStep = std::bit_cast<float>(loadLe<std::uint32_t>(p + 56));
   if (static_cast<std::uint64_t>(e.messageBytes) + e.snapshotBytes + kEnvelopeBytes !=
       bytes.size()) {
     return failed(dataLoss, "truncated",
@@ -75,6 +79,9 @@ Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes) {
   const auto payload = bytes.subspan(kEnvelopeBytes);
   if (kernels::cpuOps().crc32c(0, payload.data(), payload.size()) != e.payloadCrc) {
     return failed(dataLoss, "crc", "message checksum mismatch");
+  }
+  if (!(e.proposedStep >= 0.0f && e.proposedStep <= 1.0f)) {  // NaN fails too
+    return failed(dataLoss, "bad_step", "proposed consensus step outside [0, 1]");
   }
   return e;
 }

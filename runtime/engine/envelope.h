@@ -36,6 +36,9 @@ struct Envelope {
   std::uint32_t messageBytes = 0;   // the algorithm's message
   std::uint32_t snapshotBytes = 0;  // dense public copy after it (kFlagSnapshot)
   std::uint32_t payloadCrc = 0;     // CRC32C of message + snapshot
+  // The consensus step the sender proposes for this round (`consensus_step: auto`, CHOCO mixes
+  // each edge with the smaller proposal); 0: the step is fixed by the config.
+  float proposedStep = 0.0f;
 };
 
 std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload);
@@ -43,10 +46,10 @@ std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload);
 // Writes the header into out[0, kEnvelopeBytes) with a CRC32C over the header.
 void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out);
 // Checks, in order, the size, magic, version, header CRC, that the sizes fit `bytes`, and the
-// payload CRC. Errors: kDataLoss (truncated, bad magic, CRC), kFailedPrecondition (a version this
-// build does not speak). The message starts with a stable reason, "<reason>: <detail>", one of
-// "truncated", "bad_magic", "version", "crc": envelopeErrorReason() reads it for the dropped-frame
-// counters.
+// payload CRC, and that the proposed step is finite and in [0, 1]. Errors: kDataLoss (truncated,
+// bad magic, CRC, step), kFailedPrecondition (a version this build does not speak). The message
+// starts with a stable reason, "<reason>: <detail>", one of "truncated", "bad_magic", "version",
+// "crc", "bad_step": envelopeErrorReason() reads it for the dropped-frame counters.
 Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes);
 // The stable reason of a readEnvelope error ("crc"); empty for ok.
 std::string_view envelopeErrorReason(const Status& status);

@@ -207,6 +207,7 @@ Status PeerCore::beginRound(std::int64_t round) {
     env.sequence = e.nextSeqOut++;
     env.round = static_cast<std::uint64_t>(round);
     env.liveDegree = degreeAtRound_;
+    env.proposedStep = algorithm_->proposedStep();
     env.messageBytes = static_cast<std::uint32_t>(messageBytes_);
     if (checkRound_) {
       env.flags |= kFlagHasHash;
@@ -319,6 +320,7 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     if (st.isOk()) {
       e.arrived = true;
       e.degreeAt = env->liveDegree;
+      e.stepAt = env->proposedStep;
       ++counters_.messagesApplied;
     }
   } else if (round < round_) {
@@ -386,6 +388,7 @@ std::vector<int> PeerCore::endRound() {
     double wj = w;
     if (options_.dynamicMetropolis) wj = 1.0 / (1.0 + std::max(degreeAtRound_, e.degreeAt));
     mw.neighbours.emplace_back(j, wj);
+    mw.proposedSteps.push_back(e.stepAt);
   }
   counters_.suspectRounds += suspects.size();
   algorithm_->mix(x_, mw);

@@ -115,6 +115,7 @@ class PeerCore {
   std::span<const float> model() const { return x_; }
   std::span<float> mutableModel() { return x_; }
   train::Workload& workload() { return *workload_; }
+  const algorithms::Algorithm& algorithm() const { return *algorithm_; }
   const PeerCounters& counters() const { return counters_; }
   double lastLoss() const { return lastLoss_; }
   double lastLr() const { return lastLr_; }
@@ -125,6 +126,7 @@ class PeerCore {
     std::uint64_t nextSeqIn = 0;
     std::uint64_t nextSeqOut = 0;
     std::uint32_t degreeAt = 0;  // the neighbour's live degree from its current-round envelope
+    float stepAt = 0.0f;         // its proposed consensus step, from the same envelope
     bool arrived = false;
     std::int64_t lastRound = -1;
     bool resyncRequested = false;                  // we asked it for a snapshot

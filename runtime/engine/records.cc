@@ -62,6 +62,17 @@ nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vec
                             const train::Workload::Eval* evaluation) {
   auto r = roundRecord(peer, seconds, suspects, deadNow);
   r["lr"] = peer.lastLr();
+  if (const auto step = peer.algorithm().stepReport()) {
+    auto put = [&r](const char* key, double v) {
+      if (std::isfinite(v)) r[key] = v;
+    };
+    put("consensus_step", step->step);
+    put("consensus_step_proposed", step->proposed);
+    put("compressor_quality", step->compressorQuality);
+    put("public_lag", step->publicLag);
+    put("local_consensus_distance", step->localConsensus);
+    if (step->backoffs) r["step_backoffs"] = step->backoffs;
+  }
   if (evaluation) {
     if (std::isfinite(evaluation->accuracy)) r["test_accuracy"] = evaluation->accuracy;
     r["test_loss"] = evaluation->loss;

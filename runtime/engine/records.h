@@ -1,6 +1,7 @@
 // Per-peer records, DIR/peer-<rank>.jsonl: one JSON object per line, every output.log_every rounds
 // and at each event (suspect, dead, isolated). Fields: round, time, loss, test_accuracy/test_loss
-// (when evaluated), bytes_sent, bytes_received, suspect, dead, dropped (by reason), lr. The last
+// (when evaluated), bytes_sent, bytes_received, suspect, dead, dropped (by reason), lr, the
+// consensus step and its inputs (reportRecord). The last
 // line has "final": true and the peer's final evaluation.
 #pragma once
 
@@ -56,6 +57,11 @@ RoundReport roundReport(const config::Config& config, std::int64_t round);
 
 // A due round's record: roundRecord's fields, lr, and with `evaluation` (the peer's test
 // evaluation of this round; nullptr when not evaluated) test_accuracy (when finite) and test_loss.
+// CHOCO and DeepSqueeze add the consensus step (algorithms::StepReport), each when defined:
+// consensus_step (mean over the edges mixed this round), consensus_step_proposed (this peer's own
+// proposal under `auto`), compressor_quality (measured delta), public_lag (|x - xhat|^2 /
+// |xhat|^2), local_consensus_distance (sum_j w_ij |xhat_j - xhat_i|^2 / |xhat_i|^2) and
+// step_backoffs (auto, when nonzero).
 nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
                             const std::vector<int>& deadNow,
                             const train::Workload::Eval* evaluation);

@@ -74,7 +74,8 @@ Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
   GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, workload->layout(), rank));
   algorithms::AlgorithmOptions ao;
   ao.kind = c.algorithm.name;
-  ao.consensusStep = c.algorithm.consensusStep;
+  ao.autoConsensusStep = !c.algorithm.consensusStep.has_value();
+  if (c.algorithm.consensusStep) ao.consensusStep = *c.algorithm.consensusStep;
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
   if (c.workload.name != train::WorkloadKind::kConsensus) ao.initialPublicCopy = x;

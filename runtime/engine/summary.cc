@@ -25,6 +25,10 @@ PeerResult collectResult(PeerCore& peer, bool finished) {
   for (const auto& [reason, n] : c.dropped) r.droppedFrames += n;
   r.replicaMismatches = c.replicaMismatches;
   r.resyncs = c.resyncs;
+  if (const auto step = peer.algorithm().stepReport()) {
+    r.consensusStep = step->step;
+    r.compressorQuality = step->compressorQuality;
+  }
   r.model.assign(peer.model().begin(), peer.model().end());
   r.modelSize = r.model.size();
   r.divergence = peer.divergence();
@@ -51,6 +55,8 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
                       {"replica_mismatches", r.replicaMismatches},
                       {"resyncs", r.resyncs},
                       {"model_size", r.modelSize},
+                      {"consensus_step", num(r.consensusStep)},
+                      {"compressor_quality", num(r.compressorQuality)},
                       {"diverged", r.divergence.has_value()}};
   if (r.divergence) {
     const Divergence& d = *r.divergence;
@@ -84,6 +90,8 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.replicaMismatches = j.at("replica_mismatches").get<std::uint64_t>();
   r.resyncs = j.at("resyncs").get<std::uint64_t>();
   r.modelSize = j.at("model_size").get<std::uint64_t>();
+  r.consensusStep = numOr("consensus_step");  // absent from older files
+  r.compressorQuality = numOr("compressor_quality");
   if (j.value("diverged", false)) {
     Divergence d;
     d.round = j.at("diverged_round").get<std::int64_t>();
@@ -120,6 +128,9 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
 
   double accSum = 0, accMin = std::numeric_limits<double>::infinity(), accMax = -accMin;
   int finished = 0, withAcc = 0;
+  double stepSum = 0, stepMin = std::numeric_limits<double>::infinity(), stepMax = -stepMin;
+  double qualitySum = 0;
+  int withStep = 0, withQuality = 0;
   std::uint64_t sent = 0, dense = 0, received = 0;
   std::vector<const PeerResult*> done;
   const Divergence* firstDivergence = nullptr;
@@ -140,6 +151,10 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
                     {"replica_mismatches", p.replicaMismatches},
                     {"resyncs", p.resyncs},
                     {"diverged", p.divergence.has_value()}});
+    if (std::isfinite(p.consensusStep)) rows.back()["consensus_step"] = p.consensusStep;
+    if (std::isfinite(p.compressorQuality)) {
+      rows.back()["compressor_quality"] = p.compressorQuality;
+    }
     if (p.divergence && (!firstDivergence || p.divergence->round < firstDivergence->round ||
                          (p.divergence->round == firstDivergence->round &&
                           p.divergence->origin < firstDivergence->origin))) {
@@ -148,6 +163,16 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     if (p.finished) ++finished;
     // A diverged run's peers stopped early: their last finite models stand for the run.
     if (!(p.finished || p.divergence) || p.model.empty()) continue;
+    if (std::isfinite(p.consensusStep)) {
+      ++withStep;
+      stepSum += p.consensusStep;
+      stepMin = std::min(stepMin, p.consensusStep);
+      stepMax = std::max(stepMax, p.consensusStep);
+    }
+    if (std::isfinite(p.compressorQuality)) {
+      ++withQuality;
+      qualitySum += p.compressorQuality;
+    }
     done.push_back(&p);
     if (std::isfinite(p.testAccuracy)) {
       ++withAcc;
@@ -170,6 +195,12 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["bytes_sent_total"] = sent;
   s["bytes_received_total"] = received;
   s["bytes_dense_equivalent"] = dense;
+  if (withStep) {
+    s["consensus_step"] = stepSum / withStep;
+    s["consensus_step_min"] = stepMin;
+    s["consensus_step_max"] = stepMax;
+  }
+  if (withQuality) s["compressor_quality"] = qualitySum / withQuality;
   s["compression_ratio"] = sent ? static_cast<double>(dense) / static_cast<double>(sent) : 0.0;
 
   // The mean of the final models, its accuracy, and how far the peers are from it.

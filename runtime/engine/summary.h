@@ -2,6 +2,7 @@
 // Field names are a user contract (scripts read them); extend, never rename.
 #pragma once
 
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -28,6 +29,8 @@ struct PeerResult {
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;
   std::uint64_t modelSize = 0;
+  double consensusStep = std::numeric_limits<double>::quiet_NaN();  // last round's (StepReport)
+  double compressorQuality = std::numeric_limits<double>::quiet_NaN();
   std::vector<float> model;  // final parameters (empty when the peer did not finish)
   // Training diverged (here or at a peer whose notice reached this one): the model is the last
   // finite one, from the start of the abandoned round.
@@ -42,6 +45,7 @@ PeerResult collectResult(PeerCore& peer, bool finished);
 
 // Builds summary.json: rounds, wall_seconds, transport, test_accuracy_{mean,min,max},
 // averaged_model_accuracy, consensus_distance_final, bytes_sent_total, bytes_dense_equivalent,
+// consensus_step (mean of the peers' last steps; _min, _max) and compressor_quality (mean),
 // plus per-peer rows, spectral gap, and for quadratic/consensus optimum_distance and
 // consensus_error; "diverged" (always) and, when true, "diverged_round" (the earliest round a peer
 // detected it), "diverged_peer", "diverged_reason" and "diverged_message". The accuracies and

@@ -309,3 +309,41 @@ TEST_CASE("toYaml round-trips through the loader") {
   REQUIRE(again.ok());
   CHECK(toYaml(again.config) == toYaml(r.config));
 }
+
+TEST_CASE("algorithm.consensus_step: auto by default, a number or auto when set") {
+  LoadResult byDefault = loadString("peers: { count: 4 }\n", "d.yaml", noEnv());
+  REQUIRE(byDefault.ok());
+  CHECK_FALSE(byDefault.config.algorithm.consensusStep.has_value());
+  const KeyDef* key = findKey("algorithm.consensus_step");
+  REQUIRE(key != nullptr);
+  CHECK(key->show(byDefault.config) == "auto");
+  CHECK(key->typeName() == "number or auto");
+
+  LoadResult number =
+      loadString("peers: { count: 4 }\nalgorithm: { consensus_step: 0.25 }\n", "n.yaml", noEnv());
+  REQUIRE(number.ok());
+  REQUIRE(number.config.algorithm.consensusStep.has_value());
+  CHECK(*number.config.algorithm.consensusStep == 0.25);
+  CHECK(key->show(number.config) == "0.25");
+
+  LoadOptions o = noEnv();
+  o.overrides = {"algorithm.consensus_step=auto"};
+  LoadResult overridden =
+      loadString("peers: { count: 4 }\nalgorithm: { consensus_step: 0.25 }\n", "o.yaml", o);
+  REQUIRE(overridden.ok());
+  CHECK_FALSE(overridden.config.algorithm.consensusStep.has_value());
+  // toYaml writes `auto` back so that it loads again.
+  LoadResult again = loadString(toYaml(overridden.config), "again.yaml", noEnv());
+  REQUIRE(again.ok());
+  CHECK_FALSE(again.config.algorithm.consensusStep.has_value());
+
+  for (const char* bad : {"1.5", "-0.1", "automatic", "[0.1]"}) {
+    INFO(bad);
+    LoadResult r =
+        loadString(std::string("peers: { count: 4 }\nalgorithm: { consensus_step: ") + bad + " }\n",
+                   "b.yaml", noEnv());
+    CHECK_FALSE(r.ok());
+    CHECK(contains(allDiagnostics(r),
+                   "algorithm.consensus_step: expected a number in [0, 1] or auto"));
+  }
+}

@@ -54,7 +54,14 @@ void printSummary(const config::Config& c, std::ostream& os) {
   os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
   const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd;
   os << "  algorithm    " << algorithms::algorithmKindName(c.algorithm.name);
-  if (!dsgd) os << ", consensus step " << fmt(c.algorithm.consensusStep);
+  if (!dsgd && c.algorithm.consensusStep) {
+    os << ", consensus step " << fmt(*c.algorithm.consensusStep);
+  } else if (!dsgd) {
+    os << ", consensus step auto"
+       << (c.algorithm.name == algorithms::AlgorithmKind::kChoco
+               ? " (per edge and round)"
+               : " (" + fmt(algorithms::kDeepSqueezeAutoStep) + ")");
+  }
   os << ", " << c.algorithm.localSteps << " local step" << (c.algorithm.localSteps > 1 ? "s" : "")
      << (c.algorithm.overlap ? ", overlapped" : "") << "\n";
   os << "  optimizer    lr " << fmt(c.optimizer.lr) << " ("
