@@ -96,7 +96,7 @@ struct OptimizerSection {
 
 struct CompressionSection {
   compress::Method method = compress::Method::kNone;
-  double ratio = 0.01;
+  double ratio = 0.05;  // top-5%: trains on every graph at the defaults (docs/algorithms.md)
   compress::Selector selector = compress::Selector::kApprox;
   bool unbiased = false;
   int levels = 16;

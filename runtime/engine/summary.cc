@@ -270,8 +270,8 @@ std::string summaryTable(const nlohmann::json& s) {
                 s.value("transport", "").c_str());
   out += line;
   if (s.value("diverged", false)) {
-    std::snprintf(line, sizeof line, "%-28s %lld of %lld (stopped: diverged) in %.1f s\n",
-                  "rounds", static_cast<long long>(s.value("diverged_round", 0)),
+    std::snprintf(line, sizeof line, "%-28s %lld of %lld (stopped: diverged) in %.1f s\n", "rounds",
+                  static_cast<long long>(s.value("diverged_round", 0)),
                   static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
   } else {
     std::snprintf(line, sizeof line, "%-28s %lld in %.1f s\n", "rounds",

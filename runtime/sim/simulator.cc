@@ -61,25 +61,39 @@ Status firstError(const std::vector<PeerState>& states) {
   return Status::ok();
 }
 
+// The mean of every peer's model and the consensus distance (1/n) sum_i |x_i - xbar|^2 / |xbar|^2
+// (not divided when xbar is 0). Exact: every model is in this process.
+struct ModelSpread {
+  std::vector<double> mean;
+  double consensusDistance = 0.0;
+};
+
+ModelSpread modelSpread(const std::vector<std::unique_ptr<engine::PeerCore>>& peers) {
+  const std::size_t n = peers.front()->model().size();
+  ModelSpread s;
+  s.mean.assign(n, 0.0);
+  for (const auto& p : peers) {
+    const auto m = p->model();
+    for (std::size_t k = 0; k < n; ++k) s.mean[k] += m[k];
+  }
+  for (double& v : s.mean) v /= static_cast<double>(peers.size());
+  double meanNorm = 0.0, dist = 0.0;
+  for (double v : s.mean) meanNorm += v * v;
+  for (const auto& p : peers) {
+    const auto m = p->model();
+    for (std::size_t k = 0; k < n; ++k) dist += (m[k] - s.mean[k]) * (m[k] - s.mean[k]);
+  }
+  dist /= static_cast<double>(peers.size());
+  s.consensusDistance = meanNorm > 0 ? dist / meanNorm : dist;
+  return s;
+}
+
 // One line of DIR/evals.jsonl: what the whole run looks like at an evaluation round (all models are
 // in this process, so the consensus distance and the averaged model's accuracy are exact).
 Result<nlohmann::json> evaluationPoint(const std::vector<std::unique_ptr<engine::PeerCore>>& peers,
                                        const std::vector<PeerState>& states, std::int64_t round,
                                        double wall) {
-  const std::size_t n = peers.front()->model().size();
-  std::vector<double> mean(n, 0.0);
-  for (const auto& p : peers) {
-    const auto m = p->model();
-    for (std::size_t k = 0; k < n; ++k) mean[k] += m[k];
-  }
-  for (double& v : mean) v /= static_cast<double>(peers.size());
-  double meanNorm = 0.0, dist = 0.0;
-  for (double v : mean) meanNorm += v * v;
-  for (const auto& p : peers) {
-    const auto m = p->model();
-    for (std::size_t k = 0; k < n; ++k) dist += (m[k] - mean[k]) * (m[k] - mean[k]);
-  }
-  dist /= static_cast<double>(peers.size());
+  const ModelSpread spread = modelSpread(peers);
   double simTime = 0.0, acc = 0.0, testLoss = 0.0, trainLoss = 0.0, bytes = 0.0, dense = 0.0;
   for (std::size_t i = 0; i < peers.size(); ++i) {
     simTime = std::max(simTime, states[i].clock);
@@ -102,9 +116,8 @@ Result<nlohmann::json> evaluationPoint(const std::vector<std::unique_ptr<engine:
   j["train_loss"] = num(trainLoss / np);
   j["test_accuracy_mean"] = num(acc / np);
   j["test_loss_mean"] = num(testLoss / np);
-  j["consensus_distance"] =
-      num(meanNorm > 0 ? dist / meanNorm : dist);  // (1/n) sum |x_i - xbar|^2 / |xbar|^2
-  const std::vector<float> meanF(mean.begin(), mean.end());
+  j["consensus_distance"] = num(spread.consensusDistance);
+  const std::vector<float> meanF(spread.mean.begin(), spread.mean.end());
   const auto ev = peers.front()->workload().evaluateTest(meanF);
   j["averaged_model_accuracy"] = num(ev.accuracy);
   return j;
@@ -196,30 +209,12 @@ class Simulation {
     }
     if (!first) return false;
     result_.divergence = *first;
-    result_.divergenceMessage = engine::divergenceMessage(*first, consensusDistance());
+    result_.divergenceMessage =
+        engine::divergenceMessage(*first, modelSpread(peers_).consensusDistance);
     for (auto& p : peers_) {
       if (!afterMixing || p->divergence()) p->abandonRound();
     }
     return true;
-  }
-
-  // (1/n) sum_i |x_i - xbar|^2 / |xbar|^2 over the current models (NaN once one is not finite).
-  double consensusDistance() const {
-    const std::size_t n = peers_.front()->model().size();
-    std::vector<double> mean(n, 0.0);
-    for (const auto& p : peers_) {
-      const auto m = p->model();
-      for (std::size_t k = 0; k < n; ++k) mean[k] += m[k];
-    }
-    for (double& v : mean) v /= static_cast<double>(peers_.size());
-    double meanNorm = 0.0, dist = 0.0;
-    for (double v : mean) meanNorm += v * v;
-    for (const auto& p : peers_) {
-      const auto m = p->model();
-      for (std::size_t k = 0; k < n; ++k) dist += (m[k] - mean[k]) * (m[k] - mean[k]);
-    }
-    dist /= static_cast<double>(peers_.size());
-    return meanNorm > 0 ? dist / meanNorm : dist;
   }
 
   // Final evaluation, record, model and final.json of every peer, as `grapevine peer` writes them.

@@ -45,7 +45,8 @@ std::string divergingConfig(const std::string& dir, double lr) {
                          "peers: { count: 8 }\n"
                          "topology: { kind: ring }\n"
                          "workload: { name: quadratic, data: \""
-                      << dir << "/quad8.json\" }\n"
+                      << dir
+                      << "/quad8.json\" }\n"
                          "algorithm: { name: dsgd, round_timeout: 120 }\n"
                          "compression: { method: none }\n"
                          "optimizer: { lr: "
@@ -115,13 +116,13 @@ TEST_CASE("a sweep reports a diverged cell as such and goes on with the others",
   const std::string config = divergingConfig(dir, 0.05);
   std::ofstream(dir + "/sweep.yaml") << "name: lr\n"
                                         "base: "
-                                     << config << "\n"
+                                     << config
+                                     << "\n"
                                         "sweep:\n"
                                         "  optimizer.lr: [0.05, 1.0]\n";
   std::string err;
-  const int rc = runCapture(grapevineBin() + " sweep " + dir + "/sweep.yaml --out " + dir +
-                                "/out --quiet",
-                            &err);
+  const int rc = runCapture(
+      grapevineBin() + " sweep " + dir + "/sweep.yaml --out " + dir + "/out --quiet", &err);
   INFO(err);
   CHECK(rc == 0);
   std::ifstream in(dir + "/out/cells.csv");

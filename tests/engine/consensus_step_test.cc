@@ -1,6 +1,8 @@
-// `algorithm.consensus_step: auto` (runtime/algorithms/consensus_step.h): the controller's rule, the
-// proposal in the envelope, mean conservation with per-edge steps, no divergence where a large fixed
-// step diverges, and accuracy against the best fixed step on a small Fashion-MNIST case.
+// `algorithm.consensus_step: auto` (runtime/algorithms/consensus_step.h): the controller's rule,
+// the proposal in the envelope, mean conservation with per-edge steps, no divergence where a large
+// fixed step diverges, and accuracy against the best fixed step on a small Fashion-MNIST case.
+#include "runtime/algorithms/consensus_step.h"
+
 #include <Eigen/Dense>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <set>
 #include <string>
 
-#include "runtime/algorithms/consensus_step.h"
 #include "runtime/engine/envelope.h"
 #include "runtime/engine/lockstep.h"
 #include "runtime/engine/setup.h"

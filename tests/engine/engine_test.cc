@@ -652,18 +652,25 @@ workload: { name: consensus, dim: 4096 }
   }
 }
 
-TEST_CASE("a diverging run stops with kAborted, names the round and keeps finite models") {
+namespace {
+// 8 peers on a ring, CHOCO + top-50% on the quadratic, with the given optimizer.
+config::Config chocoQuadratic(const std::string& optimizer) {
   const std::string path = writeQuadratic(8, 10, 7);
-  const auto c = loadYaml(R"(
+  return loadYaml(R"(
 peers: { count: 8 }
 topology: { kind: ring }
 algorithm: { name: choco, consensus_step: 0.3 }
 compression: { method: top-k, ratio: 0.5 }
-optimizer: { lr: 20.0, momentum: 0.0, nesterov: false }
+optimizer: )" + optimizer +
+                  R"(
 workload: { name: quadratic, data: ")" +
-                          path + R"(" }
+                  path + R"(" }
 )");
-  Run run = makeRun(c);
+}
+}  // namespace
+
+TEST_CASE("a diverging run stops with kAborted, names the round and keeps finite models") {
+  Run run = makeRun(chocoQuadratic("{ lr: 20.0, momentum: 0.0, nesterov: false }"));
   const Status st = engine::runLockstep(run.peers, 0, 500);
   INFO(st.toString());
   REQUIRE(st.code() == ErrorCode::kAborted);
@@ -682,17 +689,7 @@ workload: { name: quadratic, data: ")" +
 }
 
 TEST_CASE("a stable run never reports a divergence") {
-  const std::string path = writeQuadratic(8, 10, 7);
-  const auto c = loadYaml(R"(
-peers: { count: 8 }
-topology: { kind: ring }
-algorithm: { name: choco, consensus_step: 0.3 }
-compression: { method: top-k, ratio: 0.5 }
-optimizer: { lr: 0.1, momentum: 0.9, nesterov: true }
-workload: { name: quadratic, data: ")" +
-                          path + R"(" }
-)");
-  Run run = makeRun(c);
+  Run run = makeRun(chocoQuadratic("{ lr: 0.1, momentum: 0.9, nesterov: true }"));
   REQUIRE(engine::runLockstep(run.peers, 0, 500).isOk());
   for (const auto& p : run.peers) CHECK_FALSE(p->divergence());
 }
