@@ -86,7 +86,9 @@ struct OptimizerSection {
   bool nesterov = true;
   train::MomentumKind momentumKind = train::MomentumKind::kLocal;
   int batchSize = 64;
-  train::LrScheduleKind schedule = train::LrScheduleKind::kConstant;
+  // Cosine to min_lr at run.rounds: the peers reach consensus as the steps shrink, so the final
+  // models are as good as their average (docs/algorithms.md, "Defaults that train").
+  train::LrScheduleKind schedule = train::LrScheduleKind::kCosine;
   int warmupRounds = 0;
   double weightDecay = 0.0;
   std::vector<int> stepMilestones;

@@ -245,7 +245,7 @@ TEST_CASE("constant-step limits on the quadratic match the linear solves") {
           "optimizer: { lr: " +
           std::to_string(cs.lr) + ", momentum: " + std::to_string(cs.momentum) + ", nesterov: " +
           (cs.nesterov ? "true" : "false") + ", momentum_kind: " + cs.momentumKind +
-          " }\n"
+          ", schedule: constant }\n"
           "compression: { method: " +
           cs.compression +
           ", ratio: 0.5, selector: exact, dense_below: 0 }\n"
