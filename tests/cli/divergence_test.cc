@@ -22,10 +22,7 @@ using grapevine::test_util::grapevineBin;
 using grapevine::test_util::readSummary;
 
 std::string scratch(const std::string& name) {
-  const std::string dir = std::string(GRAPEVINE_BINARY_DIR) + "/divergence_test_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return grapevine::test_util::freshDir("divergence_test_" + name);
 }
 
 // Runs `cmd`, capturing stderr into `err`; the exit status.

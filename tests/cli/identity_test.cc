@@ -21,10 +21,7 @@ using grapevine::test_util::readSummary;
 using grapevine::test_util::runQuiet;
 
 std::string scratch(const std::string& name) {
-  const std::string dir = std::string(GRAPEVINE_BINARY_DIR) + "/identity_test_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return grapevine::test_util::freshDir("identity_test_" + name);
 }
 
 std::string readFile(const std::string& path) {

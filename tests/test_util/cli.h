@@ -7,11 +7,20 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace grapevine::test_util {
+
+// A fresh, empty folder GRAPEVINE_BINARY_DIR/<name> for one test's outputs.
+inline std::string freshDir(const std::string& name) {
+  const std::string dir = std::string(GRAPEVINE_BINARY_DIR) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 inline const std::string& grapevineBin() {
   static const std::string bin = std::string(GRAPEVINE_BINARY_DIR) + "/bin/grapevine";
