@@ -440,13 +440,8 @@ void PeerProcess::sendDivergenceNotices() {
 Status PeerProcess::finish(const RoundsOutcome& outcome) {
   const std::string rank = std::to_string(options_.rank);
   PeerResult result = collectResult(*core_, outcome.finished && !outcome.stopped);
-  auto last = finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss);
-  if (outcome.diverged) {
-    last["diverged"] = true;
-    last["diverged_round"] = core_->divergence()->round;
-    last["diverged_peer"] = core_->divergence()->origin;
-  }
-  GV_RETURN_IF_ERROR(records_.write(last));
+  GV_RETURN_IF_ERROR(records_.write(
+      finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss, result.divergence)));
   GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", result.model));
   auto j = peerResultToJson(result);
   j["wall_seconds"] = seconds();

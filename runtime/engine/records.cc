@@ -81,11 +81,16 @@ nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vec
 }
 
 nlohmann::json finalRecord(const PeerCore& peer, double seconds, double testAccuracy,
-                           double testLoss) {
+                           double testLoss, const std::optional<Divergence>& divergence) {
   auto r = roundRecord(peer, seconds, {}, {});
   r["final"] = true;
   if (std::isfinite(testAccuracy)) r["test_accuracy"] = testAccuracy;
   r["test_loss"] = testLoss;
+  if (divergence) {
+    r["diverged"] = true;
+    r["diverged_round"] = divergence->round;
+    r["diverged_peer"] = divergence->origin;
+  }
   return r;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,9 +67,10 @@ nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vec
                             const std::vector<int>& deadNow,
                             const train::Workload::Eval* evaluation);
 
-// The last line of DIR/peer-<rank>.jsonl: roundRecord's fields (no events), "final": true, and the
-// final evaluation (test_accuracy when finite, test_loss).
+// The last line of DIR/peer-<rank>.jsonl: roundRecord's fields (no events), "final": true, the
+// final evaluation (test_accuracy when finite, test_loss), and when the run stopped because
+// training diverged "diverged": true, "diverged_round", "diverged_peer".
 nlohmann::json finalRecord(const PeerCore& peer, double seconds, double testAccuracy,
-                           double testLoss);
+                           double testLoss, const std::optional<Divergence>& divergence);
 
 }  // namespace grapevine::engine

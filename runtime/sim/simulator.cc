@@ -364,13 +364,8 @@ class Simulation {
     // Every peer of a diverged run stopped because of it (in a real run the notices tell them).
     if (result_.divergence) r.divergence = result_.divergence;
     if (dir_.empty()) return;
-    auto rec = engine::finalRecord(p, wallSeconds(), r.testAccuracy, r.testLoss);
+    auto rec = engine::finalRecord(p, wallSeconds(), r.testAccuracy, r.testLoss, r.divergence);
     rec["sim_time"] = s.clock;
-    if (result_.divergence) {
-      rec["diverged"] = true;
-      rec["diverged_round"] = result_.divergence->round;
-      rec["diverged_peer"] = result_.divergence->origin;
-    }
     s.pending += rec.dump();
     s.pending += '\n';
     const int rank = static_cast<int>(i);
