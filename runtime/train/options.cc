@@ -16,6 +16,7 @@ constexpr KindRow kWorkloadKinds[] = {
     {WorkloadKind::kFashionMnistCnn, "fashion-mnist-cnn"},
     {WorkloadKind::kQuadratic, "quadratic"},
     {WorkloadKind::kConsensus, "consensus"},
+    {WorkloadKind::kExternal, "external"},
 };
 
 struct PartitionRow {

@@ -19,6 +19,7 @@ enum class WorkloadKind {
   kFashionMnistCnn,      // "fashion-mnist-cnn": 2 x (conv 5x5 + ReLU + max-pool 2) + 2 dense
   kQuadratic,            // "quadratic": f_i(x) = 1/2 |a_i x - b_i|^2 from a JSON file
   kConsensus,            // "consensus": zero gradient, peers start from different random vectors
+  kExternal,  // "external": the caller's own model, driven through the API (include/grapevine/)
 };
 
 enum class PartitionKind {

@@ -360,6 +360,10 @@ Result<std::unique_ptr<Workload>> makeWorkload(const WorkloadOptions& options, i
     case WorkloadKind::kConsensus:
       return std::unique_ptr<Workload>(
           std::make_unique<ConsensusWorkload>(options, rank, peers, seed));
+    case WorkloadKind::kExternal:
+      return invalidArgument(
+          "workload.name is 'external': the model is the caller's, trained through the API "
+          "(docs/api.md); start the program with `grapevine launch CONFIG -- COMMAND ...`");
   }
   return internalError("workload: unhandled kind");
 }

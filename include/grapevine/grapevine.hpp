@@ -1,0 +1,166 @@
+// Grapevine's C++ API: drive a gossip-training peer from your own training loop.
+//
+//   grapevine::Options o;
+//   o.configPath = "run.yaml";                 // the same YAML as `grapevine launch`
+//   grapevine::Peer peer(o);                   // rank from o.rank or GRAPEVINE_RANK, SLURM_PROCID, ...
+//   peer.addTensor("w", w.data(), w.size());   // every parameter tensor, fp32, any sizes
+//   peer.start();                              // connects; every peer starts from the lowest rank's values
+//   for (int t = 0; t < peer.plannedRounds(); ++t) {
+//     float loss = computeGradients();         // at the current values of the tensors
+//     peer.step({gw.data()}, loss);            // Grapevine's optimizer step + one gossip round
+//   }
+//   peer.finalize(/*average=*/true);           // every live peer ends with the average model
+//
+// Two ways to step (docs/api.md):
+//   step(grads)   Grapevine owns the optimizer (optimizer.* of the config, every momentum kind);
+//   mix()         the caller owns it (any optimizer; its momentum is then local momentum): after the
+//                 caller's step, one gossip round mixes the tensors' values.
+// startStep()/startMix() + wait() split a round: the messages are in flight while the caller
+// computes its next gradient (at the values before mixing), which is algorithm.overlap.
+//
+// Memory: Grapevine keeps the model in one flat buffer of its own. Registered tensors are read
+// from the caller's memory before each round and written back after it (and after start()), unless
+// the caller moves a tensor into Grapevine's buffer with bind(): then no copy is made.
+//
+// Threads: a Peer is used from one thread at a time (the caller's training thread). Grapevine runs
+// one thread of its own per peer for the transports. Errors are thrown as grapevine::Error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#define GRAPEVINE_API_VERSION 1
+
+#if defined(_WIN32)
+#define GRAPEVINE_EXPORT
+#else
+#define GRAPEVINE_EXPORT __attribute__((visibility("default")))
+#endif
+
+namespace grapevine {
+
+// The kind of failure, stable across releases (the C API's grapevine_status uses the same values).
+enum class ErrorCode : int {
+  kInvalidArgument = 1,     // a bad config, override, tensor, rank or argument
+  kNotFound = 2,            // a file or tensor that does not exist
+  kFailedPrecondition = 3,  // a call in the wrong state (e.g. step() before start())
+  kUnavailable = 4,         // the network: a bootstrap that failed, a port in use
+  kAborted = 5,             // training diverged (here or at a peer that told us)
+  kInternal = 6,            // a bug: please report it
+};
+
+class GRAPEVINE_EXPORT Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+struct Options {
+  std::string configPath;  // a YAML config file; or, when empty,
+  std::string configText;  // the YAML text itself
+  // "key=value" overrides applied last, as `--set` does (e.g. "optimizer.lr=0.05").
+  std::vector<std::string> overrides;
+  // -1: from the environment: GRAPEVINE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK.
+  int rank = -1;
+  // Records and the final model go to outDir; empty: GRAPEVINE_OUT, else the config's output.dir.
+  std::string outDir;
+  std::uint32_t incarnation = 0;  // restart count of this peer
+};
+
+enum class EventKind : int {
+  kSuspect = 1,   // a neighbour's message missed a round (round_timeout); the round went on
+  kDead = 2,      // a neighbour is gone for good (closed, crashed, heartbeats stopped)
+  kDiverged = 3,  // training diverged: the run stops (peer = where it was detected)
+};
+
+struct Event {
+  EventKind kind = EventKind::kSuspect;
+  int peer = -1;            // the neighbour (or the origin of a divergence)
+  std::int64_t round = -1;  // the round in which it was seen
+  std::string message;
+};
+
+struct Stats {
+  std::int64_t rounds = 0;  // completed gossip rounds
+  std::uint64_t bytesSent = 0;
+  std::uint64_t bytesReceived = 0;
+  std::uint64_t bytesDenseEquivalent = 0;  // what the same messages would take uncompressed
+  std::uint64_t droppedFrames = 0;         // by every reason (corrupt, duplicate, ...)
+  std::uint64_t suspectRounds = 0;         // (neighbour, round) pairs that missed their round
+  int neighbours = 0;                      // in the topology (union over a time-varying one)
+  int liveNeighbours = 0;
+  double consensusStep = std::numeric_limits<double>::quiet_NaN();  // gamma in use (NaN: none)
+  double lr = 0.0;                                                  // of the last round
+  double loss = std::numeric_limits<double>::quiet_NaN();           // the last reported loss
+};
+
+class GRAPEVINE_EXPORT Peer {
+ public:
+  static constexpr double kNoLoss = std::numeric_limits<double>::quiet_NaN();
+
+  // Loads and validates the config (workload.name must be `external`) and resolves the rank; does
+  // not connect yet. Throws Error(kInvalidArgument) with every diagnostic of a bad config.
+  explicit Peer(const Options& options);
+  // Finalizes without averaging when the run is still open (never throws).
+  ~Peer();
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+  int rank() const;
+  int worldSize() const;
+  std::int64_t plannedRounds() const;  // run.rounds: every peer steps this many times
+  std::string outDir() const;
+  // The resolved config (defaults and overrides applied) as YAML.
+  std::string configYaml() const;
+
+  // Registers a parameter tensor: `count` fp32 values at `data` (the caller's memory, which must
+  // stay valid until finalize()). Names are unique; order of registration is the model's layout.
+  void addTensor(const std::string& name, float* data, std::size_t count);
+  std::size_t parameterCount() const;
+  // Connects to the neighbours (blocks until the bootstrap is done). Every peer then starts from
+  // the lowest live rank's tensor values (they are written back into the caller's memory).
+  void start();
+  // Moves tensor `name` into Grapevine's buffer: returns its storage (valid until the Peer is
+  // destroyed), holding the current values; from then on the caller reads and writes it there, and
+  // no copy is made for it around rounds. After start().
+  float* bind(const std::string& name);
+
+  // One round with Grapevine's optimizer: grads[k] is the gradient of tensor k (registration order;
+  // nullptr = zero), computed at the tensors' current values; `loss` the minibatch loss (for the
+  // records and divergence detection; kNoLoss when unknown).
+  void step(const std::vector<const float*>& grads, double loss = kNoLoss);
+  // One round with the caller's optimizer: the tensors hold the values after the caller's step.
+  void mix(double loss = kNoLoss);
+  // The first half of step()/mix(): takes the step and sends the round's messages; the tensors then
+  // hold the values before mixing. wait() receives and mixes. Exactly one wait() per start.
+  void startStep(const std::vector<const float*>& grads, double loss = kNoLoss);
+  void startMix(double loss = kNoLoss);
+  void wait();
+
+  // Adds the caller's metrics (e.g. {"test_accuracy", 0.87}) to the next record this peer writes
+  // (and to the final record and summary when given before finalize()).
+  void report(const std::vector<std::pair<std::string, double>>& metrics);
+  // Events since the last call, oldest first.
+  std::vector<Event> pollEvents();
+  Stats stats() const;
+  // Ends the run: with `average`, every live peer ends holding the average of the live peers'
+  // models (exact averaging over the graph to a relative tolerance of 1e-6, then every peer adopts
+  // the lowest live rank's result, so all hold identical values), written back into the tensors.
+  // Writes the final record, the model file and peer-<rank>.final.json, and disconnects. Idempotent.
+  void finalize(bool average = true);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace grapevine
