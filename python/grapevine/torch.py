@@ -1,0 +1,303 @@
+"""PyTorch integration: gossip training of any nn.Module with one wrapper around its optimizer.
+
+    import grapevine.torch
+    model = Net()
+    opt = grapevine.torch.DecentralizedOptimizer(
+        model.named_parameters(), torch.optim.SGD(model.parameters(), lr=0.05), config="run.yaml")
+    with opt:                                   # finalize(average=True) at the end of the block
+        for _ in range(opt.planned_rounds):
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step(loss=loss.item())          # the torch step, then one gossip round
+        opt.report(test_accuracy=evaluate(model))
+
+Two ways to step (docs/api.md):
+  optimizer=None       Grapevine's optimizer (optimizer.* of the config, every momentum kind) is
+                       fed the parameters' .grad, then one gossip round: the engine's exact math;
+  optimizer=<torch>    the wrapped optimizer (SGD, Adam, ...) steps, then one gossip round mixes the
+                       parameters. Its momentum is then local momentum.
+
+Memory: after the constructor every parameter's .data views Grapevine's own buffer (zero-copy: no
+copy is made around a round). The views keep the Peer alive; finalize() gives each parameter its
+own storage back, holding the final values.
+"""
+
+import torch
+
+from . import InvalidArgumentError, Peer
+
+__all__ = ["DecentralizedOptimizer"]
+
+
+def _named(params):
+    """[(name, parameter)] from parameters, (name, parameter) pairs or torch param-group dicts."""
+    if isinstance(params, torch.Tensor):
+        raise InvalidArgumentError(
+            "params must be an iterable of tensors (e.g. model.parameters() or "
+            "model.named_parameters()), not a single tensor"
+        )
+    out = []
+    for item in params:
+        if isinstance(item, dict):  # a torch param group
+            group = item.get("params", [])
+            group = [group] if isinstance(group, torch.Tensor) else list(group)
+            out.extend((None, p) for p in group)
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str):
+            out.append((item[0], item[1]))
+        else:
+            out.append((None, item))
+    named = []
+    for index, (name, p) in enumerate(out):
+        if not isinstance(p, torch.Tensor):
+            raise InvalidArgumentError(
+                f"parameter {name or index} is a {type(p).__name__}, not a torch tensor")
+        named.append((name if name is not None else f"param.{index}", p))
+    return named
+
+
+class DecentralizedOptimizer:
+    """Wraps a torch optimizer (or none) so that every step() ends with one gossip round.
+
+    DecentralizedOptimizer(params, optimizer=None, config=None, rank=None, **overrides)
+      params     model.parameters(), model.named_parameters() (names go into the records) or
+                 param groups; parameters with requires_grad=False are skipped (not gossiped);
+                 every other one must be a float32 CPU tensor, and each at most once;
+      optimizer  a torch.optim.Optimizer over the same parameters, or None for Grapevine's own;
+      config     a YAML path, a dict ({"optimizer": {"lr": 0.05}, ...}), YAML text, or None for
+                 $GRAPEVINE_CONFIG (set by `grapevine launch`); workload.name must be `external`;
+      rank       None: from GRAPEVINE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK;
+      overrides  config keys with `__` for `.`: optimizer__lr=0.05, run__rounds=100; or
+                 overrides={"optimizer.lr": 0.05}; out_dir= and incarnation= go to the Peer.
+    The constructor connects to the neighbours (it blocks until every neighbour is there) and
+    leaves every peer holding the lowest rank's parameter values.
+    """
+
+    def __init__(self, params, optimizer=None, config=None, rank=None, *, overrides=None,
+                 out_dir=None, incarnation=0, **kw_overrides):
+        named = _named(params)
+        self._params = []
+        self._names = []
+        seen = {}
+        for name, p in named:
+            if not p.requires_grad:
+                continue  # frozen: not trained, so not gossiped either
+            if id(p) in seen:
+                raise InvalidArgumentError(
+                    f"parameter '{name}' is registered twice (it is the same tensor as "
+                    f"'{seen[id(p)]}')")
+            if p.dtype != torch.float32:
+                raise InvalidArgumentError(
+                    f"parameter '{name}' has dtype {p.dtype}; Grapevine trains float32 "
+                    "parameters only (call model.float())")
+            if p.device.type != "cpu":
+                raise InvalidArgumentError(
+                    f"parameter '{name}' is on {p.device}; Grapevine trains CPU tensors only "
+                    "(call model.cpu())")
+            if p.is_sparse:
+                raise InvalidArgumentError(f"parameter '{name}' is sparse; dense tensors only")
+            seen[id(p)] = name
+            self._params.append(p)
+            self._names.append(name)
+        if not self._params:
+            raise InvalidArgumentError("no trainable parameters (every one has requires_grad=False)")
+        if optimizer is not None and not hasattr(optimizer, "step"):
+            raise InvalidArgumentError(
+                f"optimizer must be a torch.optim.Optimizer (or None), got "
+                f"{type(optimizer).__name__}")
+        self.optimizer = optimizer
+        self.peer = Peer(config, rank=rank, overrides=overrides, out_dir=out_dir,
+                         incarnation=incarnation, **kw_overrides)
+        with torch.no_grad():
+            for name, p in zip(self._names, self._params):
+                if not p.data.is_contiguous():
+                    p.data = p.data.contiguous()
+                self.peer.add_tensor(name, p.data.view(-1).numpy())
+            self.peer.start()
+            # Zero-copy from here on: each parameter's storage is its slice of Grapevine's buffer.
+            for name, p in zip(self._names, self._params):
+                view = torch.from_numpy(self.peer.bind(name))
+                p.data = view.view(p.shape)
+        self._finalized = False
+        self._pending = False
+
+    # ---- what a torch optimizer offers ---------------------------------------------------------
+
+    @property
+    def param_groups(self):
+        if self.optimizer is not None:
+            return self.optimizer.param_groups
+        return [{"params": self._params}]
+
+    def zero_grad(self, set_to_none=False):
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+            return
+        for p in self._params:
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.detach_()
+                p.grad.zero_()
+
+    def step(self, closure=None, loss=None):
+        """The optimizer step, then one gossip round. `closure` (as for torch optimizers)
+        recomputes the loss; `loss` (a float or a 0-d tensor) goes into the records and the
+        divergence check. Returns the closure's loss."""
+        closure_loss = self._before_round(closure)
+        value = self._loss_value(loss if loss is not None else closure_loss)
+        if self.optimizer is not None:
+            self.peer.mix(loss=value)
+        else:
+            self.peer.step(self._grads(), loss=value)
+        return closure_loss
+
+    def start_step(self, closure=None, loss=None):
+        """The first half of step(): the optimizer step and the round's messages on the wire.
+        The parameters then hold the values before mixing; compute the next gradient, then
+        wait(). This is algorithm.overlap."""
+        if self._pending:
+            raise InvalidArgumentError("start_step() twice without wait()")
+        closure_loss = self._before_round(closure)
+        value = self._loss_value(loss if loss is not None else closure_loss)
+        if self.optimizer is not None:
+            self.peer.start_mix(loss=value)
+        else:
+            self.peer.start_step(self._grads(), loss=value)
+        self._pending = True
+        return closure_loss
+
+    def wait(self):
+        """Receives and mixes the round started by start_step()."""
+        self.peer.wait()
+        self._pending = False
+
+    def state_dict(self):
+        """The parameters' values, the wrapped optimizer's state and Grapevine's round count.
+
+        Not included, because the C++ API does not expose them yet: Grapevine's algorithm state
+        (CHOCO's public copies, DeepSqueeze's error, the momentum buffers of Grapevine's own
+        optimizer). load_state_dict() therefore resumes with those at their start values."""
+        stats = self.peer.stats()
+        return {
+            "grapevine": {
+                "rank": self.peer.rank,
+                "world_size": self.peer.world_size,
+                "rounds": stats.rounds,
+                "names": list(self._names),
+                "params": [p.detach().clone() for p in self._params],
+            },
+            "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state):
+        g = state.get("grapevine") if isinstance(state, dict) else None
+        if g is None:
+            raise InvalidArgumentError("not a DecentralizedOptimizer state_dict (no 'grapevine')")
+        if list(g["names"]) != self._names:
+            raise InvalidArgumentError(
+                f"the state_dict holds parameters {g['names']}, this optimizer {self._names}")
+        with torch.no_grad():
+            for name, p, value in zip(self._names, self._params, g["params"]):
+                if tuple(value.shape) != tuple(p.shape):
+                    raise InvalidArgumentError(
+                        f"parameter '{name}' has shape {tuple(p.shape)}, the state_dict "
+                        f"{tuple(value.shape)}")
+                p.copy_(value)  # into Grapevine's buffer: .data is a view of it
+        if self.optimizer is not None and state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+
+    # ---- Grapevine -----------------------------------------------------------------------------
+
+    @property
+    def rank(self):
+        return self.peer.rank
+
+    @property
+    def world_size(self):
+        return self.peer.world_size
+
+    @property
+    def planned_rounds(self):
+        return self.peer.planned_rounds
+
+    @property
+    def out_dir(self):
+        return self.peer.out_dir
+
+    def report(self, metrics=None, **kw_metrics):
+        """The user's numbers into the next record, and the final record and summary when given
+        before finalize(): report(test_accuracy=0.87, test_loss=0.35)."""
+        self.peer.report(metrics, **kw_metrics)
+
+    def poll_events(self):
+        return self.peer.poll_events()
+
+    def stats(self):
+        return self.peer.stats()
+
+    def finalize(self, average=True):
+        """Ends the run; with `average`, every live peer ends holding the average of the live
+        peers' parameters. Each parameter then gets its own storage (a copy of the final values),
+        so the model no longer depends on the Peer. Idempotent."""
+        if self._finalized:
+            return
+        if self._pending:
+            self.wait()
+        self.peer.finalize(average=average)
+        with torch.no_grad():
+            for p in self._params:
+                p.data = p.data.clone()
+        self._finalized = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._finalized:
+            if exc_type is None:
+                self.finalize(average=True)
+            else:
+                # Do not wait on a round we may have left half done; no averaging with a failure.
+                self._pending = False
+                self.peer.finalize(average=False)
+                self._finalized = True
+        return False
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def _before_round(self, closure):
+        if self._finalized:
+            raise InvalidArgumentError("step() after finalize()")
+        closure_loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                closure_loss = closure()
+        if self.optimizer is not None:
+            self.optimizer.step()
+        return closure_loss
+
+    def _grads(self):
+        grads = []
+        for name, p in zip(self._names, self._params):
+            g = p.grad
+            if g is None:
+                grads.append(None)
+                continue
+            if g.dtype != torch.float32 or g.device.type != "cpu" or g.is_sparse:
+                raise InvalidArgumentError(
+                    f"the gradient of '{name}' is {g.dtype} on {g.device}; need dense float32 CPU")
+            if not g.is_contiguous():
+                g = g.contiguous()
+            grads.append(g.detach().view(-1).numpy())
+        return grads
+
+    @staticmethod
+    def _loss_value(loss):
+        if loss is None:
+            return None
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach().item()
+        return float(loss)  # NaN included: the divergence check sees it

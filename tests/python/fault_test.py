@@ -1,0 +1,56 @@
+"""A SIGKILLed Python peer: its neighbours are told (a DEAD event naming it), go on, and finish;
+finalize(average=True) leaves the survivors with identical parameters."""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gv_testing import HERE, Peers, free_base_port, scratch, wait_for_file  # noqa: E402
+
+PEERS = 4
+VICTIM = 3
+STOP_ROUND = 10
+
+
+def test_killed_peer():
+    d = scratch("fault")
+    config = os.path.join(d, "config.yaml")
+    with open(config, "w") as f:
+        # A long round timeout: the survivors wait for the victim (alive, heartbeating) until it
+        # is killed, so they cannot run ahead; dead_after then ends the wait.
+        f.write("run: { name: fault, seed: 1, rounds: 40 }\n"
+                f"peers: {{ count: {PEERS}, host: 127.0.0.1, "
+                f"base_port: {free_base_port(PEERS, 33500)}, heartbeat_interval: 0.1, "
+                "dead_after: 1.0 }\n"
+                "topology: { kind: ring }\n"
+                "transport: { backend: tcp }\n"
+                "algorithm: { name: dsgd, round_timeout: 60 }\n"
+                "compression: { method: none }\n"
+                "workload: { name: external }\n")
+    peers = Peers(PEERS, os.path.join(HERE, "peers", "fault_peer.py"),
+                  [str(VICTIM), str(STOP_ROUND)], config, d)
+    reached = wait_for_file(os.path.join(d, "victim-waiting"), peers, timeout=240)
+    if not reached:
+        peers.wait(timeout=1)
+        peers.dump_logs()
+    assert reached
+    peers.kill(VICTIM)
+    codes = peers.wait(timeout=240)
+    if codes[:VICTIM] != [0] * VICTIM:
+        peers.dump_logs()
+    assert codes[VICTIM] == -9
+    assert codes[:VICTIM] == [0] * VICTIM
+    results = []
+    for r in range(VICTIM):
+        with open(os.path.join(d, f"result-{r}.json")) as f:
+            results.append(json.load(f))
+    for r in (0, 2):  # the victim's neighbours on the ring
+        dead = [e for e in results[r]["events"] if e["kind"] == "DEAD"]
+        assert [e["peer"] for e in dead] == [VICTIM], results[r]["events"]
+    for x in results:
+        assert x["rounds"] == 40
+    for x in results[1:]:
+        assert x["params"] == results[0]["params"]

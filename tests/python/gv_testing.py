@@ -1,0 +1,168 @@
+"""Helpers of the Python tests: scratch folders, free ports, peer processes, data files."""
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(os.path.dirname(HERE))
+PYTHON = "/usr/bin/python3"
+FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def grapevine_bin():
+    path = os.environ.get("GRAPEVINE_BIN") or os.path.join(SOURCE, "build", "bin", "grapevine")
+    return path
+
+
+def scratch(name):
+    """A fresh, empty folder for one test (kept after the run for inspection)."""
+    root = os.environ.get("GRAPEVINE_TEST_TMP") or os.path.join(tempfile.gettempdir(),
+                                                               "grapevine-python-tests")
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+def _port_free(port):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base_port(peers, start):
+    """A base port at or above `start` whose 2 * peers ports (control and data) are all free now."""
+    need = 2 * peers
+    base = start
+    while base + need < 65000:
+        if all(_port_free(base + k) for k in range(need)):
+            return base
+        base += need + 7
+    raise RuntimeError("no free port range")
+
+
+def write_quadratic_data(path, peers, dim):
+    """tests/test_util/quadratic.h in Python: the same generator, so the same file contents."""
+    mask = (1 << 64) - 1
+    s = 0x9E3779B97F4A7C15
+
+    def nxt():
+        nonlocal s
+        s ^= (s << 13) & mask
+        s ^= s >> 7
+        s ^= (s << 17) & mask
+        return (s >> 11) / 9007199254740992.0
+
+    a, b = [], []
+    for _ in range(peers):
+        a.append(0.5 + 1.5 * nxt())
+        b.append([4.0 * nxt() - 2.0 for _ in range(dim)])
+    with open(path, "w") as f:
+        json.dump({"a": a, "b": b}, f)
+    return np.array(a), np.array(b)
+
+
+def read_model(path):
+    """A model file of the engine (GVMODEL1, uint64 count, fp32 values)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    assert raw[:8] == b"GVMODEL1", path
+    n = int(np.frombuffer(raw[8:16], dtype="<u8")[0])
+    return np.frombuffer(raw[16:], dtype="<f4", count=n)
+
+
+def load_fashion_mnist(limit_train=None):
+    """(train_x, train_y, test_x, test_y): images as float32 in [0, 1] (N, 28, 28), labels int64.
+    Returns None when Debian's dataset-fashion-mnist is not installed."""
+    files = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+             "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+    if not all(os.path.exists(os.path.join(FASHION_DIR, f)) for f in files):
+        return None
+
+    def idx(name):
+        with gzip.open(os.path.join(FASHION_DIR, name), "rb") as f:
+            raw = f.read()
+        dims = raw[3]
+        shape = tuple(int.from_bytes(raw[4 + 4 * k:8 + 4 * k], "big") for k in range(dims))
+        return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+    out = []
+    for images, labels in ((files[0], files[1]), (files[2], files[3])):
+        out.append(idx(images).astype(np.float32) / 255.0)
+        out.append(idx(labels).astype(np.int64))
+    return tuple(out)
+
+
+class Peers:
+    """n peer processes of `script`, each with GRAPEVINE_RANK (as `grapevine launch` sets it),
+    GRAPEVINE_CONFIG, GRAPEVINE_WORLD_SIZE and GRAPEVINE_OUT; stdout+stderr to out/rank-<r>.log."""
+
+    def __init__(self, n, script, args, config_path, out_dir, env=None):
+        self.out_dir = out_dir
+        self.procs = []
+        self.logs = []
+        base_env = dict(os.environ)
+        base_env.update(env or {})
+        # One BLAS/OpenMP thread per peer: many peers share few cores.
+        base_env.setdefault("OMP_NUM_THREADS", "1")
+        for rank in range(n):
+            e = dict(base_env, GRAPEVINE_RANK=str(rank), GRAPEVINE_CONFIG=config_path,
+                     GRAPEVINE_WORLD_SIZE=str(n), GRAPEVINE_OUT=out_dir)
+            log = open(os.path.join(out_dir, f"rank-{rank}.log"), "w")
+            self.logs.append(log)
+            self.procs.append(subprocess.Popen([PYTHON, script] + list(args), env=e,
+                                               stdout=log, stderr=subprocess.STDOUT))
+
+    def log(self, rank):
+        with open(os.path.join(self.out_dir, f"rank-{rank}.log")) as f:
+            return f.read()
+
+    def kill(self, rank):
+        self.procs[rank].send_signal(signal.SIGKILL)
+
+    def wait(self, timeout):
+        """Exit codes of every process; kills all on timeout (then the test fails on the codes)."""
+        deadline = time.monotonic() + timeout
+        codes = []
+        for p in self.procs:
+            try:
+                codes.append(p.wait(timeout=max(0.1, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for log in self.logs:
+            log.close()
+        return codes
+
+    def dump_logs(self):
+        for rank in range(len(self.procs)):
+            sys.stdout.write(f"---- rank {rank} ----\n{self.log(rank)[-3000:]}\n")
+
+
+def wait_for_file(path, procs, timeout):
+    """Waits until `path` exists (progress, not wall time: the timeout only bounds a hang)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if any(p.poll() is not None for p in procs.procs):
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -1,0 +1,212 @@
+"""grapevine.torch.DecentralizedOptimizer in one process (two peers in two threads): which
+parameters are registered, zero-copy, both ways to step, overlap, state_dict, finalize, and the
+errors a wrong model gets."""
+
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import grapevine  # noqa: E402
+import grapevine.torch  # noqa: E402
+from gv_testing import free_base_port  # noqa: E402
+
+
+def config(base_port, rounds=4, **sections):
+    c = {
+        "run": {"name": "torch-test", "seed": 1, "rounds": rounds},
+        "peers": {"count": 2, "host": "127.0.0.1", "base_port": base_port},
+        "topology": {"kind": "ring"},
+        "transport": {"backend": "tcp"},
+        "algorithm": {"name": "dsgd", "round_timeout": 60},
+        "compression": {"method": "none"},
+        "optimizer": {"lr": 0.1, "momentum": 0.0, "schedule": "constant", "weight_decay": 0.0},
+        "workload": {"name": "external"},
+    }
+    for key, value in sections.items():
+        c.setdefault(key, {}).update(value)
+    return c
+
+
+def run_threads(functions):
+    results = [None] * len(functions)
+    errors = [None] * len(functions)
+
+    def body(k):
+        try:
+            results[k] = functions[k]()
+        except BaseException as e:  # noqa: B902 - re-raised below
+            errors[k] = e
+
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(len(functions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a peer thread hangs"
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+class Net(torch.nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.frozen = torch.nn.Linear(3, 4)
+        self.frozen.requires_grad_(False)
+        self.body = torch.nn.Linear(4, 2)
+        self.scale = torch.nn.Parameter(torch.eye(2).add(0.5).t())  # non-contiguous (a transpose)
+
+    def forward(self, x):
+        return self.body(torch.relu(self.frozen(x))) @ self.scale
+
+
+def inputs(rank):
+    g = torch.Generator().manual_seed(10 + rank)
+    return torch.randn(8, 3, generator=g), torch.randn(8, 2, generator=g)
+
+
+# ---- errors (before any connection) ------------------------------------------------------------
+
+def test_refuses_non_fp32():
+    model = torch.nn.Linear(3, 2).double()
+    with pytest.raises(grapevine.InvalidArgumentError, match="float32"):
+        grapevine.torch.DecentralizedOptimizer(model.named_parameters(), config=config(1))
+
+
+def test_refuses_non_cpu():
+    p = torch.nn.Parameter(torch.empty(3, device="meta"))
+    with pytest.raises(grapevine.InvalidArgumentError, match="meta"):
+        grapevine.torch.DecentralizedOptimizer([p], config=config(1))
+
+
+def test_refuses_a_parameter_twice():
+    model = torch.nn.Linear(3, 2)
+    params = list(model.parameters()) + [model.weight]
+    with pytest.raises(grapevine.InvalidArgumentError, match="twice"):
+        grapevine.torch.DecentralizedOptimizer(params, config=config(1))
+
+
+def test_refuses_no_trainable_parameters():
+    model = torch.nn.Linear(3, 2).requires_grad_(False)
+    with pytest.raises(grapevine.InvalidArgumentError, match="trainable"):
+        grapevine.torch.DecentralizedOptimizer(model.parameters(), config=config(1))
+
+
+def test_refuses_bad_config_and_rank():
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(grapevine.InvalidArgumentError, match="optimizer.lr"):
+        grapevine.torch.DecentralizedOptimizer(model.parameters(), config=config(1), rank=0,
+                                               optimizer__lr=-3)
+    with pytest.raises(grapevine.InvalidArgumentError):
+        grapevine.torch.DecentralizedOptimizer(model.parameters(), config=config(1), rank=2)
+    # Nothing was bound: the model still owns its storage and trains normally.
+    model(torch.randn(1, 3)).sum().backward()
+
+
+def test_override_names():
+    assert grapevine.override_list({"optimizer__lr": 0.05, "run.rounds": 10,
+                                    "topology__dims": [2, 3], "algorithm__overlap": True}) == [
+        "optimizer.lr=0.05", "run.rounds=10", "topology.dims=[2, 3]", "algorithm.overlap=true"]
+    assert grapevine.to_yaml({"run": {"rounds": 5}, "optimizer.lr": 0.1, "output": {"dir": "a b"}}) \
+        == 'run: {rounds: 5}\noptimizer: {lr: 0.1}\noutput: {dir: "a b"}\n'
+
+
+# ---- two peers -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("owner", ["grapevine", "torch"])
+def test_two_peers_train_and_average(owner):
+    c = config(free_base_port(2, 33200 if owner == "grapevine" else 33220), rounds=4)
+
+    def peer_main(rank):
+        model = Net(seed=rank)
+        frozen_before = model.frozen.weight.detach().clone()
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1) if owner == "torch" else None
+        opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters(), sgd, config=c,
+                                                     rank=rank)
+        names = list(opt._names)
+        start = [p.detach().clone() for p in model.parameters()]
+        pointers = [p.data_ptr() for p in (model.body.weight, model.body.bias, model.scale)]
+        x, y = inputs(rank)
+        trace = []
+        for t in range(opt.planned_rounds):
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            if t == 1:
+                # start_step/wait splits the round (algorithm.overlap's shape).
+                opt.start_step(loss=loss)
+                opt.wait()
+            else:
+                opt.step(loss=loss)
+            trace.append([p.detach().clone() for p in model.parameters()])
+        # Zero-copy: the parameters' storage did not move during the rounds.
+        same_storage = pointers == [p.data_ptr() for p in
+                                    (model.body.weight, model.body.bias, model.scale)]
+        state = opt.state_dict()
+        opt.finalize(average=True)
+        final = [p.detach().clone() for p in model.parameters()]
+        return names, start, frozen_before, same_storage, state, trace, final, model
+
+    r0, r1 = run_threads([lambda: peer_main(0), lambda: peer_main(1)])
+    # The frozen layer is not registered (and keeps each rank's own values).
+    assert r0[0] == ["body.weight", "body.bias", "scale"]
+    assert not Net(0).scale.is_contiguous()
+    assert not torch.equal(r0[2], r1[2])
+    assert torch.equal(r0[7].frozen.weight, r0[2]) and torch.equal(r1[7].frozen.weight, r1[2])
+    # After the constructor both hold rank 0's trainable values.
+    for a, b, name in zip(r0[1][2:], r1[1][2:], ["body.weight", "body.bias", "scale"]):
+        assert torch.equal(a, b), name
+    assert r0[3] and r1[3]
+    # D-PSGD with two peers: after each round both hold the same (mixed) values, and they move.
+    for t in range(4):
+        for a, b in zip(r0[5][t][2:], r1[5][t][2:]):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(r0[5][3][2], r0[1][2])
+    assert r0[4]["grapevine"]["rounds"] == 4
+    assert (r0[4]["optimizer"] is None) == (owner == "grapevine")
+    # finalize: identical, and the parameters own their storage again (trainable, writable).
+    for a, b in zip(r0[6][2:], r1[6][2:]):
+        assert torch.equal(a, b)
+    model = r0[7]
+    with torch.no_grad():
+        model.scale.add_(1.0)
+    model(torch.randn(1, 3)).sum().backward()
+
+
+def test_state_dict_round_trip():
+    c = config(free_base_port(2, 33240), rounds=2)
+
+    def peer_main(rank):
+        model = torch.nn.Linear(3, 2)
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters(), sgd, config=c,
+                                                     rank=rank)
+        x, y = inputs(rank)
+        opt.zero_grad()
+        ((model(x[:, :3]) - y) ** 2).mean().backward()
+        opt.step()
+        state = opt.state_dict()
+        saved = [p.detach().clone() for p in model.parameters()]
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(7.0)
+        opt.load_state_dict(state)
+        restored = all(torch.equal(p, s) for p, s in zip(model.parameters(), saved))
+        momentum = sgd.state_dict()["state"][0]["momentum_buffer"].clone()
+        with pytest.raises(grapevine.InvalidArgumentError):
+            opt.load_state_dict({"optimizer": None})
+        opt.zero_grad()
+        ((model(x[:, :3]) - y) ** 2).mean().backward()
+        opt.step()
+        opt.finalize(average=False)
+        return restored, momentum, state
+
+    r0, r1 = run_threads([lambda: peer_main(0), lambda: peer_main(1)])
+    assert r0[0] and r1[0]
+    assert torch.equal(r0[1], r0[2]["optimizer"]["state"][0]["momentum_buffer"])
+    assert r0[2]["grapevine"]["names"] == ["weight", "bias"]
+    assert r0[2]["grapevine"]["rounds"] == 1
