@@ -153,6 +153,19 @@ py::array checkedTensor(const std::string& name, const py::handle& object, bool 
 class PyPeer {
  public:
   explicit PyPeer(const Options& options) : peer_(std::make_unique<Peer>(options)) {}
+  // ~Peer() finalizes an open run, which may wait on the neighbours (their last round): without
+  // the GIL, so that another peer of this process (on another thread) can finish its round.
+  // The arrays are released after the body, with the GIL held again.
+  ~PyPeer() {
+    if (_Py_IsFinalizing()) {
+      peer_.reset();
+      return;
+    }
+    py::gil_scoped_release release;
+    peer_.reset();
+  }
+  PyPeer(const PyPeer&) = delete;
+  PyPeer& operator=(const PyPeer&) = delete;
 
   Peer& peer() { return *peer_; }
 
