@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gv_testing import HERE, Peers, free_base_port, grapevine_bin, scratch, write_quadratic_data  # noqa: E402,E501
+from gv_testing import (HERE, Peers, free_base_port, grapevine_bin, read_model,  # noqa: E402
+                        scratch, write_quadratic_data)
 
 PEERS = 16
 DIM = 20
@@ -44,7 +45,7 @@ def reference():
                    check=True)
     with open(os.path.join(d, "sim", "summary.json")) as f:
         summary = json.load(f)
-    return data, a, b, summary
+    return data, a, b, summary, os.path.join(d, "sim")
 
 
 def optimum(a, b):
@@ -63,7 +64,7 @@ def optimum_distance(models, opt):
 
 @pytest.mark.parametrize("mode,port", [("grapevine", 33300), ("sgd", 33360)])
 def test_torch_quadratic_equals_engine(reference, mode, port):
-    data, a, b, summary = reference
+    data, a, b, summary, sim = reference
     d = scratch(f"exactness-{mode}")
     config = os.path.join(d, "config.yaml")
     with open(config, "w") as f:
@@ -79,6 +80,11 @@ def test_torch_quadratic_equals_engine(reference, mode, port):
     print(f"{mode}: optimum distance through torch {ours!r}, engine {engine!r}")
     assert engine > 0
     assert abs(ours - engine) <= 1e-6 * engine
+    if mode == "grapevine":
+        # Grapevine's optimizer fed torch's gradients is the engine's path exactly (one path, one
+        # result): every peer's model is bit-identical to the simulator's.
+        for r in range(PEERS):
+            np.testing.assert_array_equal(models[r], read_model(os.path.join(sim, f"model-{r}.bin")))
     # finalize(average=True): every peer holds the same model, the average of the peers' models.
     averaged = [np.load(os.path.join(d, f"avg-{r}.npy")) for r in range(PEERS)]
     for r in range(1, PEERS):

@@ -58,3 +58,7 @@ def test_mlp_choco_top1_percent():
     for r in range(1, PEERS):
         np.testing.assert_array_equal(params[r], params[0])
     assert all(x["events"] == [] for x in results)
+    # report(test_accuracy=...) went into each peer's final record.
+    for r in range(PEERS):
+        with open(os.path.join(d, f"peer-{r}.final.json")) as f:
+            assert json.load(f)["test_accuracy"] == pytest.approx(accuracy[r], rel=1e-12)

@@ -117,6 +117,13 @@ def test_override_names():
 
 # ---- two peers -----------------------------------------------------------------------------------
 
+TRAINABLE = ["scale", "body.weight", "body.bias"]  # named_parameters() order, frozen.* skipped
+
+
+def trainable(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters() if name in TRAINABLE}
+
+
 @pytest.mark.parametrize("owner", ["grapevine", "torch"])
 def test_two_peers_train_and_average(owner):
     c = config(free_base_port(2, 33200 if owner == "grapevine" else 33220), rounds=4)
@@ -128,7 +135,7 @@ def test_two_peers_train_and_average(owner):
         opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters(), sgd, config=c,
                                                      rank=rank)
         names = list(opt._names)
-        start = [p.detach().clone() for p in model.parameters()]
+        start = trainable(model)
         pointers = [p.data_ptr() for p in (model.body.weight, model.body.bias, model.scale)]
         x, y = inputs(rank)
         trace = []
@@ -142,35 +149,35 @@ def test_two_peers_train_and_average(owner):
                 opt.wait()
             else:
                 opt.step(loss=loss)
-            trace.append([p.detach().clone() for p in model.parameters()])
+            trace.append(trainable(model))
         # Zero-copy: the parameters' storage did not move during the rounds.
         same_storage = pointers == [p.data_ptr() for p in
                                     (model.body.weight, model.body.bias, model.scale)]
         state = opt.state_dict()
         opt.finalize(average=True)
-        final = [p.detach().clone() for p in model.parameters()]
-        return names, start, frozen_before, same_storage, state, trace, final, model
+        return names, start, frozen_before, same_storage, state, trace, trainable(model), model
 
     r0, r1 = run_threads([lambda: peer_main(0), lambda: peer_main(1)])
     # The frozen layer is not registered (and keeps each rank's own values).
-    assert r0[0] == ["body.weight", "body.bias", "scale"]
+    assert r0[0] == TRAINABLE
     assert not Net(0).scale.is_contiguous()
     assert not torch.equal(r0[2], r1[2])
     assert torch.equal(r0[7].frozen.weight, r0[2]) and torch.equal(r1[7].frozen.weight, r1[2])
-    # After the constructor both hold rank 0's trainable values.
-    for a, b, name in zip(r0[1][2:], r1[1][2:], ["body.weight", "body.bias", "scale"]):
-        assert torch.equal(a, b), name
+    # After the constructor both hold rank 0's trainable values (rank 1's own differ).
+    for name in TRAINABLE:
+        assert torch.equal(r0[1][name], r1[1][name]), name
+    assert not torch.equal(r1[1]["body.weight"], Net(1).body.weight.detach())
     assert r0[3] and r1[3]
     # D-PSGD with two peers: after each round both hold the same (mixed) values, and they move.
     for t in range(4):
-        for a, b in zip(r0[5][t][2:], r1[5][t][2:]):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
-    assert not torch.equal(r0[5][3][2], r0[1][2])
+        for name in TRAINABLE:
+            torch.testing.assert_close(r0[5][t][name], r1[5][t][name], rtol=1e-6, atol=1e-7)
+    assert not torch.equal(r0[5][3]["body.weight"], r0[1]["body.weight"])
     assert r0[4]["grapevine"]["rounds"] == 4
     assert (r0[4]["optimizer"] is None) == (owner == "grapevine")
     # finalize: identical, and the parameters own their storage again (trainable, writable).
-    for a, b in zip(r0[6][2:], r1[6][2:]):
-        assert torch.equal(a, b)
+    for name in TRAINABLE:
+        assert torch.equal(r0[6][name], r1[6][name]), name
     model = r0[7]
     with torch.no_grad():
         model.scale.add_(1.0)

@@ -1,0 +1,55 @@
+"""examples/pytorch runs: train.py with the example's config, shrunk to 2 peers and a few rounds,
+trains (its loss goes down), reports its accuracy into the records and ends with every peer
+holding the same averaged model."""
+
+import json
+import os
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gv_testing import SOURCE, Peers, free_base_port, load_fashion_mnist, scratch  # noqa: E402
+
+EXAMPLE = os.path.join(SOURCE, "examples", "pytorch")
+PEERS = 2
+ROUNDS = 60
+
+
+def test_pytorch_example():
+    if load_fashion_mnist() is None:
+        pytest.skip("dataset-fashion-mnist is not installed (tools/install-deps)")
+    d = scratch("example-pytorch")
+    with open(os.path.join(EXAMPLE, "fashion_cnn.yaml")) as f:
+        text = f.read()
+    # The example's own config, with fewer peers and rounds, a free port and this test's folder.
+    text, n = re.subn(r"count: 8", f"count: {PEERS}", text)
+    assert n == 1
+    text, n = re.subn(r"rounds: \d+", f"rounds: {ROUNDS}", text)
+    assert n == 1
+    text, n = re.subn(r"base_port: \d+", f"base_port: {free_base_port(PEERS, 33600)}", text)
+    assert n == 1
+    config = os.path.join(d, "config.yaml")
+    with open(config, "w") as f:
+        f.write(text)
+    peers = Peers(PEERS, os.path.join(EXAMPLE, "train.py"), ["--eval-samples", "1000"], config, d)
+    codes = peers.wait(timeout=500)
+    if codes != [0] * PEERS:
+        peers.dump_logs()
+    assert codes == [0] * PEERS
+    averaged = set()
+    for r in range(PEERS):
+        log = peers.log(r)
+        m = re.search(r"averaged model test accuracy (\d\.\d+)", log)
+        assert m, log
+        averaged.add(m.group(1))
+        with open(os.path.join(d, f"peer-{r}.final.json")) as f:
+            final = json.load(f)
+        assert final["rounds"] == ROUNDS
+        assert 0.1 < final["test_accuracy"] <= 1.0  # better than chance after 60 rounds
+        records = [json.loads(line) for line in open(os.path.join(d, f"peer-{r}.jsonl"))]
+        losses = [x["loss"] for x in records if "loss" in x and x["loss"] is not None]
+        assert losses[-1] < losses[0]
+    assert len(averaged) == 1  # every peer holds the same averaged model
+    assert os.path.exists(os.path.join(d, "model.pt"))
