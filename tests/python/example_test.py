@@ -47,7 +47,7 @@ def test_pytorch_example():
         with open(os.path.join(d, f"peer-{r}.final.json")) as f:
             final = json.load(f)
         assert final["rounds"] == ROUNDS
-        assert 0.1 < final["test_accuracy"] <= 1.0  # better than chance after 60 rounds
+        assert 0.5 < final["test_accuracy"] <= 1.0  # chance is 0.1; about 0.7 after 60 rounds
         records = [json.loads(line) for line in open(os.path.join(d, f"peer-{r}.jsonl"))]
         losses = [x["loss"] for x in records if "loss" in x and x["loss"] is not None]
         assert losses[-1] < losses[0]
