@@ -5,12 +5,14 @@ holding the same averaged model."""
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
 pytest.importorskip("torch")
 
-from gv_testing import SOURCE, Peers, free_base_port, load_fashion_mnist, scratch  # noqa: E402
+from gv_testing import (SOURCE, Peers, free_base_port, grapevine_bin,  # noqa: E402
+                        load_fashion_mnist, scratch)
 
 EXAMPLE = os.path.join(SOURCE, "examples", "pytorch")
 PEERS = 2
@@ -52,4 +54,33 @@ def test_pytorch_example():
         losses = [x["loss"] for x in records if "loss" in x and x["loss"] is not None]
         assert losses[-1] < losses[0]
     assert len(averaged) == 1  # every peer holds the same averaged model
+    assert os.path.exists(os.path.join(d, "model.pt"))
+
+
+def launch_runs_commands():
+    help_text = subprocess.run([grapevine_bin(), "launch", "--help"], capture_output=True,
+                               text=True).stdout
+    return "-- COMMAND" in help_text
+
+
+def test_pytorch_example_through_launch():
+    """The README's line, `grapevine launch CONFIG -- /usr/bin/python3 train.py`, shrunk with --set:
+    the summary holds every peer and the accuracy the peers reported."""
+    if load_fashion_mnist() is None:
+        pytest.skip("dataset-fashion-mnist is not installed (tools/install-deps)")
+    if not launch_runs_commands():
+        pytest.skip("this grapevine launch has no `-- COMMAND` (not built yet)")
+    d = scratch("example-pytorch-launch")
+    cmd = [grapevine_bin(), "launch", os.path.join(EXAMPLE, "fashion_cnn.yaml"),
+           "--set", f"peers.count={PEERS}", "--set", f"run.rounds={ROUNDS}",
+           "--set", f"peers.base_port={free_base_port(PEERS, 33650)}", "--out", d, "--quiet",
+           "--", "/usr/bin/python3", os.path.join(EXAMPLE, "train.py"), "--eval-samples", "1000"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    if result.returncode != 0:
+        print(result.stdout[-4000:], result.stderr[-4000:])
+    assert result.returncode == 0
+    with open(os.path.join(d, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["peers_finished"] == PEERS
+    assert 0.5 < summary["test_accuracy_mean"] <= 1.0
     assert os.path.exists(os.path.join(d, "model.pt"))
