@@ -131,12 +131,17 @@ def test_two_peers_train_and_average(owner):
     def peer_main(rank):
         model = Net(seed=rank)
         frozen_before = model.frozen.weight.detach().clone()
+        own = [p.data_ptr() for p in (model.scale, model.body.weight, model.body.bias)]
         sgd = torch.optim.SGD(model.parameters(), lr=0.1) if owner == "torch" else None
         opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters(), sgd, config=c,
                                                      rank=rank)
         names = list(opt._names)
         start = trainable(model)
-        pointers = [p.data_ptr() for p in (model.body.weight, model.body.bias, model.scale)]
+        pointers = [p.data_ptr() for p in (model.scale, model.body.weight, model.body.bias)]
+        # Bound: each parameter now lives in Grapevine's flat buffer, in registration order.
+        assert all(a != b for a, b in zip(own, pointers))
+        assert pointers[1] == pointers[0] + 4 * model.scale.numel()
+        assert pointers[2] == pointers[1] + 4 * model.body.weight.numel()
         x, y = inputs(rank)
         trace = []
         for t in range(opt.planned_rounds):
@@ -152,7 +157,7 @@ def test_two_peers_train_and_average(owner):
             trace.append(trainable(model))
         # Zero-copy: the parameters' storage did not move during the rounds.
         same_storage = pointers == [p.data_ptr() for p in
-                                    (model.body.weight, model.body.bias, model.scale)]
+                                    (model.scale, model.body.weight, model.body.bias)]
         state = opt.state_dict()
         opt.finalize(average=True)
         return names, start, frozen_before, same_storage, state, trace, trainable(model), model
