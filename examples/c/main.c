@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
     check(grapevine_peer_step(peer, grads, 2, loss), "step"); /* optimizer step + gossip round */
   }
 
-  /* Distance to the mean of every peer's optimum, reported into the final record and summary. */
+  /* Distance to the mean of every peer's optimum, reported into the final record. */
   for (k = 0; k < WEIGHTS + BIASES; ++k) {
     const float v = k < WEIGHTS ? weight[k] : bias[k - WEIGHTS];
     double mean = 0;

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       peer.step({gradWeight.data(), gradBias.data()}, loss);  // optimizer step + gossip round
     }
     const double distance = distanceToOptimum(peer.worldSize(), weight, bias);
-    peer.report({{"distance_to_optimum", distance}});  // into the final record and summary
+    peer.report({{"distance_to_optimum", distance}});  // into the final record
     const grapevine::Stats stats = peer.stats();
     std::printf(
         "rank %d of %d: %lld rounds, loss %.6g, distance to the optimum %.6g, %llu bytes sent\n",

@@ -23,7 +23,7 @@
  * Contracts (the same as grapevine.hpp's, see there and docs/api.md for what each call does):
  *   - Every call but the destroy functions, grapevine_last_error() and grapevine_status_name()
  *     returns a grapevine_status; GRAPEVINE_OK is 0 and the other values equal the C++
- *     grapevine::ErrorCode's. No C++ exception ever crosses this boundary.
+ *     grapevine::Error::Code's. No C++ exception ever crosses this boundary.
  *   - On failure, grapevine_last_error() returns the message of this thread's last failed call
  *     (successful calls leave it unchanged). Output arguments are written only on success.
  *   - A handle is used from one thread at a time. Different handles may be used from different
@@ -50,7 +50,7 @@
 extern "C" {
 #endif
 
-/* What went wrong; the values equal grapevine::ErrorCode's (grapevine.hpp). */
+/* What went wrong; the values equal grapevine::Error::Code's (grapevine.hpp). */
 typedef enum grapevine_status {
   GRAPEVINE_OK = 0,
   GRAPEVINE_INVALID_ARGUMENT = 1,    /* a bad config, override, tensor, rank or argument */

@@ -30,12 +30,12 @@ struct grapevine_peer {
 namespace grapevine::api {
 namespace {
 
-static_assert(GRAPEVINE_INVALID_ARGUMENT == static_cast<int>(ErrorCode::kInvalidArgument));
-static_assert(GRAPEVINE_NOT_FOUND == static_cast<int>(ErrorCode::kNotFound));
-static_assert(GRAPEVINE_FAILED_PRECONDITION == static_cast<int>(ErrorCode::kFailedPrecondition));
-static_assert(GRAPEVINE_UNAVAILABLE == static_cast<int>(ErrorCode::kUnavailable));
-static_assert(GRAPEVINE_ABORTED == static_cast<int>(ErrorCode::kAborted));
-static_assert(GRAPEVINE_INTERNAL == static_cast<int>(ErrorCode::kInternal));
+static_assert(GRAPEVINE_INVALID_ARGUMENT == static_cast<int>(Error::Code::kInvalidArgument));
+static_assert(GRAPEVINE_NOT_FOUND == static_cast<int>(Error::Code::kNotFound));
+static_assert(GRAPEVINE_FAILED_PRECONDITION == static_cast<int>(Error::Code::kFailedPrecondition));
+static_assert(GRAPEVINE_UNAVAILABLE == static_cast<int>(Error::Code::kUnavailable));
+static_assert(GRAPEVINE_ABORTED == static_cast<int>(Error::Code::kAborted));
+static_assert(GRAPEVINE_INTERNAL == static_cast<int>(Error::Code::kInternal));
 static_assert(GRAPEVINE_EVENT_SUSPECT == static_cast<int>(EventKind::kSuspect));
 static_assert(GRAPEVINE_EVENT_DEAD == static_cast<int>(EventKind::kDead));
 static_assert(GRAPEVINE_EVENT_DIVERGED == static_cast<int>(EventKind::kDiverged));
@@ -84,7 +84,7 @@ grapevine_status nullArgument(const char* function, const char* argument) noexce
 
 std::vector<const float*> gradientList(const float* const* grads, std::size_t count) {
   if (grads == nullptr && count > 0) {
-    throw Error(ErrorCode::kInvalidArgument,
+    throw Error(Error::Code::kInvalidArgument,
                 "grapevine_peer_step: grads is NULL, count " + std::to_string(count));
   }
   return count == 0 ? std::vector<const float*>{} : std::vector<const float*>(grads, grads + count);
@@ -279,7 +279,7 @@ grapevine_status grapevine_peer_report(grapevine_peer* peer, const char* const* 
     metrics.reserve(count);
     for (std::size_t k = 0; k < count; ++k) {
       if (names[k] == nullptr) {
-        throw grapevine::Error(grapevine::ErrorCode::kInvalidArgument,
+        throw grapevine::Error(grapevine::Error::Code::kInvalidArgument,
                                "grapevine_peer_report: names[" + std::to_string(k) + "] is NULL");
       }
       metrics.emplace_back(names[k], values[k]);

@@ -9,11 +9,6 @@
 //      example's own config (2 peers, D-PSGD, no compression), and checks that both exit 0, that
 //      finalize(average=true) left both holding identical values equal to the average of their
 //      models, and that each wrote peer-<rank>.jsonl and peer-<rank>.final.json.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -26,6 +21,7 @@
 
 #include "runtime/common/subprocess.h"
 #include "tests/test_util/cli.h"
+#include "tests/test_util/ports.h"
 
 namespace fs = std::filesystem;
 using grapevine::test_util::freshDir;
@@ -64,35 +60,6 @@ const std::string& installedPrefix() {
     return dir;
   }();
   return prefix;
-}
-
-// A control port p with p + 1 free too (peers.base_port: rank r listens on p + r). Another
-// process may take them before the peers do; the kernel hands out ephemeral ports in a cycle, so
-// that is unlikely within a test's lifetime.
-int freeBasePort() {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    int a = socket(AF_INET, SOCK_STREAM, 0), b = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE((a >= 0 && b >= 0));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof addr;
-    int port = -1;
-    if (bind(a, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-        getsockname(a, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-      port = ntohs(addr.sin_port);
-      addr.sin_port = htons(static_cast<uint16_t>(port + 1));
-      if (port >= 65535 || bind(b, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        port = -1;
-      }
-    }
-    close(a);
-    close(b);
-    if (port > 0) return port;
-  }
-  FAIL("no two consecutive free ports on 127.0.0.1");
-  return -1;
 }
 
 // The numbers after "label:" on the line of `log` that starts with it.
@@ -156,7 +123,7 @@ void buildAndRunExample(const std::string& lang) {
 
   const std::string program = dir + "/build/example_" + lang;
   const std::string out = dir + "/out";
-  const int port = freeBasePort();
+  const int port = grapevine::test_util::freeBasePort(2);
   INFO("peers.base_port=" << port);
   std::vector<grapevine::Subprocess> peers;
   for (int rank = 0; rank < 2; ++rank) {
@@ -202,6 +169,9 @@ void buildAndRunExample(const std::string& lang) {
     const std::string r = std::to_string(rank);
     CHECK(fs::is_regular_file(out + "/peer-" + r + ".jsonl"));
     CHECK(fs::is_regular_file(out + "/peer-" + r + ".final.json"));
+    // The example's report() reached the final record.
+    CHECK(slurp(out + "/peer-" + r + ".jsonl").find("\"distance_to_optimum\"") !=
+          std::string::npos);
   }
 }
 
@@ -237,6 +207,9 @@ TEST_CASE("cmake --install: the shared library, the public headers and the CMake
   CHECK(files.count("lib/cmake/Grapevine/GrapevineConfigVersion.cmake") == 1);
   CHECK(files.count("lib/cmake/Grapevine/GrapevineTargets.cmake") == 1);
   CHECK(files.count("bin/grapevine") == 1);
+  // The installed CLI runs from the prefix and validates the examples' config.
+  CHECK(run({prefix + "/bin/grapevine", "validate", kSource + "/examples/cpp/ring2.yaml"},
+            std::string(GRAPEVINE_BINARY_DIR) + "/install_test/validate.log") == 0);
   for (const auto& f : files) {
     INFO(f);
     CHECK(fs::path(f).extension() != ".a");
