@@ -8,11 +8,9 @@
 #                                           CMakeLists into GRAPEVINE_INSTALL_PYTHONDIR)
 # tests/install/install_test.cc installs into a fresh prefix and builds examples/cpp and examples/c
 # against it.
-include(GNUInstallDirs)
+# GRAPEVINE_INSTALL_CMAKEDIR and GRAPEVINE_INSTALL_PYTHONDIR are set in the top CMakeLists, before
+# the subdirectories, so that the Python binding's can use the latter.
 include(CMakePackageConfigHelpers)
-
-set(GRAPEVINE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/Grapevine)
-set(GRAPEVINE_INSTALL_PYTHONDIR ${CMAKE_INSTALL_LIBDIR}/grapevine/python)
 
 install(TARGETS grapevine_api EXPORT GrapevineTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -29,6 +29,8 @@ using grapevine::test_util::freshDir;
 namespace {
 
 const std::string kSource = GRAPEVINE_SOURCE_DIR;
+// CMAKE_INSTALL_LIBDIR: "lib", or e.g. "lib/x86_64-linux-gnu" for a build configured for /usr.
+const std::string kLib = GRAPEVINE_INSTALL_LIBDIR;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -105,7 +107,8 @@ void buildAndRunExample(const std::string& lang) {
     REQUIRE(rc == 0);
     // It found the installed package, not a build tree or another installation.
     CHECK(slurp(dir + "/build/CMakeCache.txt")
-              .find("Grapevine_DIR:PATH=" + prefix + "/lib/cmake/Grapevine") != std::string::npos);
+              .find("Grapevine_DIR:PATH=" + prefix + "/" + kLib + "/cmake/Grapevine") !=
+          std::string::npos);
   }
   {
     const std::string log = dir + "/build.log";
@@ -201,11 +204,11 @@ TEST_CASE("cmake --install: the shared library, the public headers and the CMake
   CHECK(installedHeaders == publicHeaders);
 
   // The library with its soname links, the package, no static (internal) library.
-  CHECK(files.count("lib/libgrapevine.so") == 1);
-  CHECK(fs::is_symlink(prefix + "/lib/libgrapevine.so"));
-  CHECK(files.count("lib/cmake/Grapevine/GrapevineConfig.cmake") == 1);
-  CHECK(files.count("lib/cmake/Grapevine/GrapevineConfigVersion.cmake") == 1);
-  CHECK(files.count("lib/cmake/Grapevine/GrapevineTargets.cmake") == 1);
+  CHECK(files.count(kLib + "/libgrapevine.so") == 1);
+  CHECK(fs::is_symlink(prefix + "/" + kLib + "/libgrapevine.so"));
+  CHECK(files.count(kLib + "/cmake/Grapevine/GrapevineConfig.cmake") == 1);
+  CHECK(files.count(kLib + "/cmake/Grapevine/GrapevineConfigVersion.cmake") == 1);
+  CHECK(files.count(kLib + "/cmake/Grapevine/GrapevineTargets.cmake") == 1);
   CHECK(files.count("bin/grapevine") == 1);
   // The installed CLI runs from the prefix and validates the examples' config.
   CHECK(run({prefix + "/bin/grapevine", "validate", kSource + "/examples/cpp/ring2.yaml"},
@@ -220,7 +223,7 @@ TEST_CASE("cmake --install: the shared library, the public headers and the CMake
   // (grapevine::engine::..., lowercase) or of a library linked in.
   const std::string symbolFile = std::string(GRAPEVINE_BINARY_DIR) + "/install_test/symbols.txt";
   REQUIRE(run({"nm", "-D", "--defined-only", "-C", "--format=just-symbols",
-               prefix + "/lib/libgrapevine.so"},
+               prefix + "/" + kLib + "/libgrapevine.so"},
               symbolFile) == 0);
   std::set<std::string> exported;
   {
