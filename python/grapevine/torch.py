@@ -175,11 +175,10 @@ class DecentralizedOptimizer:
         self._pending = False
 
     def state_dict(self):
-        """The parameters' values, the wrapped optimizer's state and Grapevine's round count.
-
-        Not included, because the C++ API does not expose them yet: Grapevine's algorithm state
-        (CHOCO's public copies, DeepSqueeze's error, the momentum buffers of Grapevine's own
-        optimizer). load_state_dict() therefore resumes with those at their start values."""
+        """Everything needed to continue: the parameters' values, Grapevine's state besides them
+        (its optimizer's momentum, CHOCO's public copy and neighbour replicas, DeepSqueeze's
+        error: Peer.state()), the wrapped optimizer's state and the round count. Restoring every
+        peer's state_dict of the same round continues the run exactly."""
         stats = self.peer.stats()
         return {
             "grapevine": {
@@ -188,6 +187,8 @@ class DecentralizedOptimizer:
                 "rounds": stats.rounds,
                 "names": list(self._names),
                 "params": [p.detach().clone() for p in self._params],
+                "state": {name: torch.from_numpy(values)
+                          for name, values in self.peer.state().items()},
             },
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
         }
@@ -199,12 +200,16 @@ class DecentralizedOptimizer:
         if list(g["names"]) != self._names:
             raise InvalidArgumentError(
                 f"the state_dict holds parameters {g['names']}, this optimizer {self._names}")
+        for name, p, value in zip(self._names, self._params, g["params"]):
+            if tuple(value.shape) != tuple(p.shape):
+                raise InvalidArgumentError(
+                    f"parameter '{name}' has shape {tuple(p.shape)}, the state_dict "
+                    f"{tuple(value.shape)}")
+        # Grapevine's state first: it checks every name and size before anything changes.
+        self.peer.load_state({name: t.detach().contiguous().numpy()
+                              for name, t in g.get("state", {}).items()})
         with torch.no_grad():
-            for name, p, value in zip(self._names, self._params, g["params"]):
-                if tuple(value.shape) != tuple(p.shape):
-                    raise InvalidArgumentError(
-                        f"parameter '{name}' has shape {tuple(p.shape)}, the state_dict "
-                        f"{tuple(value.shape)}")
+            for p, value in zip(self._params, g["params"]):
                 p.copy_(value)  # into Grapevine's buffer: .data is a view of it
         if self.optimizer is not None and state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])

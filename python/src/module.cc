@@ -16,6 +16,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -420,6 +421,39 @@ PYBIND11_MODULE(_grapevine, m) {
             p.peer().report(values);
           },
           py::arg("metrics"))
+      .def(
+          "state",
+          [](PyPeer& p) {
+            std::vector<std::pair<std::string, std::vector<float>>> state;
+            {
+              Busy busy(p);
+              state = p.peer().state();
+            }
+            py::dict out;
+            for (const auto& [name, values] : state) {
+              py::array_t<float> array(static_cast<py::ssize_t>(values.size()));
+              std::copy(values.begin(), values.end(), array.mutable_data());
+              out[py::str(name)] = std::move(array);
+            }
+            return out;
+          },
+          "Grapevine's state besides the tensors (momentum, public copies, replicas, error): "
+          "{name: float32 array}, copies.")
+      .def(
+          "load_state",
+          [](PyPeer& p, const py::dict& state) {
+            std::vector<std::pair<std::string, std::vector<float>>> values;
+            for (auto item : state) {
+              const std::string name = py::str(item.first);
+              py::array array = grapevine::python::checkedTensor("state '" + name + "'",
+                                                                 item.second, /*writable=*/false);
+              const auto* data = static_cast<const float*>(array.data());
+              values.emplace_back(name, std::vector<float>(data, data + array.size()));
+            }
+            Busy busy(p);
+            p.peer().loadState(values);
+          },
+          py::arg("state"), "Restores what state() returned (same names and sizes).")
       .def("poll_events",
            [](PyPeer& p) {
              Busy busy(p);

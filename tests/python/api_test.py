@@ -39,15 +39,17 @@ def run_threads(functions):
         except BaseException as e:  # noqa: B902 - reported below
             errors[k] = e
 
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(len(functions))]
+    threads = [threading.Thread(target=body, args=(k,), daemon=True)
+               for k in range(len(functions))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
-        assert not t.is_alive(), "a peer thread hangs"
+    # A peer that failed leaves the other waiting on it: report the failure, not the wait.
     for e in errors:
         if e is not None:
             raise e
+    assert not any(t.is_alive() for t in threads), "a peer thread hangs"
     return results
 
 

@@ -39,15 +39,17 @@ def run_threads(functions):
         except BaseException as e:  # noqa: B902 - re-raised below
             errors[k] = e
 
-    threads = [threading.Thread(target=body, args=(k,)) for k in range(len(functions))]
+    threads = [threading.Thread(target=body, args=(k,), daemon=True)
+               for k in range(len(functions))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
-        assert not t.is_alive(), "a peer thread hangs"
+    # A peer that failed leaves the other waiting on it: report the failure, not the wait.
     for e in errors:
         if e is not None:
             raise e
+    assert not any(t.is_alive() for t in threads), "a peer thread hangs"
     return results
 
 
@@ -131,7 +133,9 @@ def test_two_peers_train_and_average(owner):
     def peer_main(rank):
         model = Net(seed=rank)
         frozen_before = model.frozen.weight.detach().clone()
-        own = [p.data_ptr() for p in (model.scale, model.body.weight, model.body.bias)]
+        # References keep the original storages alive, so no new allocation can reuse them.
+        originals = [p.data for p in (model.scale, model.body.weight, model.body.bias)]
+        own = [t.data_ptr() for t in originals]
         sgd = torch.optim.SGD(model.parameters(), lr=0.1) if owner == "torch" else None
         opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters(), sgd, config=c,
                                                      rank=rank)
@@ -222,3 +226,53 @@ def test_state_dict_round_trip():
     assert torch.equal(r0[1], r0[2]["optimizer"]["state"][0]["momentum_buffer"])
     assert r0[2]["grapevine"]["names"] == ["weight", "bias"]
     assert r0[2]["grapevine"]["rounds"] == 1
+
+
+def test_state_dict_restores_grapevine_state_exactly():
+    """CHOCO + top-k with Grapevine's momentum: saving every peer's state_dict after round 3, taking
+    a round with other gradients, and loading the state_dicts back continues exactly as a run
+    without that round (the public copies, replicas and momentum are restored, not only the
+    parameters)."""
+    choco = {"algorithm": {"name": "choco", "consensus_step": 0.5, "round_timeout": 60},
+             "compression": {"method": "top-k", "ratio": 0.5},
+             "optimizer": {"lr": 0.1, "momentum": 0.9, "nesterov": True, "schedule": "constant"}}
+
+    def run(port, rounds, detour):
+        c = config(free_base_port(2, port), rounds=rounds, **choco)
+
+        def peer_main(rank):
+            model = torch.nn.Linear(3, 2)
+            g = torch.Generator().manual_seed(0)  # not the global RNG: the two threads share it
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.copy_(torch.randn(p.shape, generator=g))
+            opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters(), config=c,
+                                                         rank=rank)
+            x, y = inputs(rank)
+
+            def round_(scale=1.0):
+                opt.zero_grad()
+                (scale * ((model(x) - y) ** 2).mean()).backward()
+                opt.step()
+
+            for _ in range(3):
+                round_()
+            state = opt.state_dict()
+            if detour:
+                round_(scale=-5.0)  # a round that moves everything somewhere else
+                opt.load_state_dict(state)
+            for _ in range(3):
+                round_()
+            final = [p.detach().clone() for p in model.parameters()]
+            opt.finalize(average=False)
+            return state, final
+
+        return run_threads([lambda: peer_main(0), lambda: peer_main(1)])
+
+    straight = run(33260, 6, detour=False)
+    restored = run(33280, 7, detour=True)
+    assert sorted(straight[0][0]["grapevine"]["state"]) == ["momentum", "public_copy",
+                                                           "replica/1"]
+    for rank in range(2):
+        for a, b in zip(straight[rank][1], restored[rank][1]):
+            assert torch.equal(a, b)
