@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import grapevine
-from gv_testing import free_base_port, scratch
+from gv_testing import free_base_port, scratch, scratch_root
 
 
 def config(base_port, peers=2, rounds=3, **sections):
@@ -22,6 +22,7 @@ def config(base_port, peers=2, rounds=3, **sections):
         "compression": {"method": "none"},
         "optimizer": {"lr": 0.5, "momentum": 0.0, "schedule": "constant", "weight_decay": 0.0},
         "workload": {"name": "external"},
+        "output": {"dir": os.path.join(scratch_root(), "api-runs")},
     }
     for key, value in sections.items():
         c.setdefault(key, {}).update(value)

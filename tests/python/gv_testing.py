@@ -24,11 +24,15 @@ def grapevine_bin():
     return path
 
 
+def scratch_root():
+    """Where the tests write (GRAPEVINE_TEST_TMP under ctest: build/tests/python/scratch)."""
+    return os.environ.get("GRAPEVINE_TEST_TMP") or os.path.join(tempfile.gettempdir(),
+                                                               "grapevine-python-tests")
+
+
 def scratch(name):
     """A fresh, empty folder for one test (kept after the run for inspection)."""
-    root = os.environ.get("GRAPEVINE_TEST_TMP") or os.path.join(tempfile.gettempdir(),
-                                                               "grapevine-python-tests")
-    path = os.path.join(root, name)
+    path = os.path.join(scratch_root(), name)
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
     return path

@@ -2,6 +2,7 @@
 parameters are registered, zero-copy, both ways to step, overlap, state_dict, finalize, and the
 errors a wrong model gets."""
 
+import os
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 import grapevine  # noqa: E402
 import grapevine.torch  # noqa: E402
-from gv_testing import free_base_port  # noqa: E402
+from gv_testing import free_base_port, scratch_root  # noqa: E402
 
 
 def config(base_port, rounds=4, **sections):
@@ -23,6 +24,7 @@ def config(base_port, rounds=4, **sections):
         "compression": {"method": "none"},
         "optimizer": {"lr": 0.1, "momentum": 0.0, "schedule": "constant", "weight_decay": 0.0},
         "workload": {"name": "external"},
+        "output": {"dir": os.path.join(scratch_root(), "torch-runs")},
     }
     for key, value in sections.items():
         c.setdefault(key, {}).update(value)
