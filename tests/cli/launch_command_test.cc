@@ -3,9 +3,12 @@
 // world size, the output folder, the resolved config and PYTHONPATH in its environment; a command
 // that fails is reported with its exit status; and `workload.name: external` is refused (exit 2) by
 // every command that would train a built-in workload.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,7 +17,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 
+#include "runtime/common/subprocess.h"
 #include "tests/test_util/cli.h"
 
 namespace {
@@ -206,6 +211,56 @@ TEST_CASE("launch -- COMMAND: a command that fails is reported with its status",
       &output);
   CHECK(missing == 1);
   CHECK(output.find("exited with status 127") != std::string::npos);
+}
+
+TEST_CASE("launch -- COMMAND: SIGINT reaches every command; launch exits 1 with a summary",
+          "[cli]") {
+  const std::string dir = freshDir("launch_command_test_sigint");
+  const std::string config = externalConfig(dir);
+  const std::string out = dir + "/out";
+  grapevine::SpawnOptions spawn;
+  spawn.argv = {grapevineBin(),
+                "launch",
+                config,
+                "--out",
+                out,
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                "echo $$ > \"$GRAPEVINE_OUT/pid-$GRAPEVINE_RANK\"; exec sleep 100000"};
+  spawn.out = grapevine::ChildStream::file(dir + "/launch.log");
+  spawn.err = grapevine::ChildStream::sameAsStdout();
+  spawn.newProcessGroup = true;
+  auto launcher = grapevine::Subprocess::spawn(spawn);
+  REQUIRE(launcher.isOk());
+  // Both commands have started (and written their pids) before the signal.
+  auto pidOf = [&](int rank) {
+    std::ifstream in(out + "/pid-" + std::to_string(rank));
+    long pid = -1;
+    in >> pid;
+    return pid;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  while ((pidOf(0) <= 0 || pidOf(1) <= 0) &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(pidOf(0) > 0);
+  REQUIRE(pidOf(1) > 0);
+  REQUIRE(kill(launcher->pid(), SIGINT) == 0);
+  const int status = launcher->wait();
+  INFO(readFile(dir + "/launch.log"));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);  // an interrupted run is not a success
+  CHECK(readFile(dir + "/launch.log").find("stopping 2 peers") != std::string::npos);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    errno = 0;
+    CHECK(kill(static_cast<pid_t>(pidOf(r)), 0) == -1);  // reaped: no such process
+    CHECK(errno == ESRCH);
+  }
+  CHECK(readSummary(out)["launched_peers"] == 2);
 }
 
 TEST_CASE("workload external: launch without a command, peer and sim refuse it; validate takes it",
