@@ -45,23 +45,23 @@
 
 namespace grapevine {
 
-// The kind of failure, stable across releases (the C API's grapevine_status uses the same values).
-enum class ErrorCode : int {
-  kInvalidArgument = 1,     // a bad config, override, tensor, rank or argument
-  kNotFound = 2,            // a file or tensor that does not exist
-  kFailedPrecondition = 3,  // a call in the wrong state (e.g. step() before start())
-  kUnavailable = 4,         // the network: a bootstrap that failed, a port in use
-  kAborted = 5,             // training diverged (here or at a peer that told us)
-  kInternal = 6,            // a bug: please report it
-};
-
+// Every failure of a call is thrown as an Error; code() says what kind it was, stable across
+// releases (the C API's grapevine_status uses the same values).
 class GRAPEVINE_EXPORT Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  ErrorCode code() const { return code_; }
+  enum class Code : int {
+    kInvalidArgument = 1,     // a bad config, override, tensor, rank or argument
+    kNotFound = 2,            // a file or tensor that does not exist
+    kFailedPrecondition = 3,  // a call in the wrong state (e.g. step() before start())
+    kUnavailable = 4,         // the network: a bootstrap that failed, a port in use
+    kAborted = 5,             // training diverged (here or at a peer that told us)
+    kInternal = 6,            // a bug: please report it
+  };
+  Error(Code code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Code code() const { return code_; }
 
  private:
-  ErrorCode code_;
+  Code code_;
 };
 
 struct Options {

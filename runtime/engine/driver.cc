@@ -1,5 +1,6 @@
 #include "runtime/engine/driver.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "runtime/common/log.h"
 #include "runtime/engine/process_options.h"
@@ -33,20 +35,26 @@ struct InboxItem {
   std::string why;
 };
 
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+Clock::duration toDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
 // Everything one peer process shares between its loop thread and its training thread.
-class PeerProcess {
+class PeerSession::Impl {
  public:
-  PeerProcess(const RunPlan& plan, const PeerRunOptions& options)
-      : plan_(plan), options_(options) {}
-  // Every exit path of run() ends here: an early error return shuts the transports down too.
-  ~PeerProcess() { shutdown(); }
-  PeerProcess(const PeerProcess&) = delete;
-  PeerProcess& operator=(const PeerProcess&) = delete;
+  Impl(const RunPlan& plan, const PeerRunOptions& options, std::unique_ptr<PeerCore> core)
+      : plan_(plan), options_(options), core_(std::move(core)) {}
+  // Every exit path ends here: an early error return shuts the transports down too.
+  ~Impl() { shutdown(); }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
-  // Training thread (the caller's). Blocks until the run is over.
-  Status run();
-
- private:
   // Where the rounds ended.
   struct RoundsOutcome {
     std::int64_t rounds = 0;  // rounds completed
@@ -55,12 +63,26 @@ class PeerProcess {
     bool diverged = false;    // training diverged (here or at a peer whose notice reached us)
   };
 
-  // ---- training thread: the steps of run() ----
+  // ---- training thread: the steps of a run ----
+  Status open() {
+    GV_RETURN_IF_ERROR(openOutput());
+    return boot();
+  }
   Status openOutput();
   // Starts the loop thread, then creates the data Context and runs the bootstrap on it; blocks
   // until every neighbour is connected or the bootstrap failed.
   Status boot();
-  Result<RoundsOutcome> runRounds();
+  Status startRound(const RoundInput& input);
+  Status completeRound();
+  Status runCollectives(const std::vector<CollectiveKind>& kinds);
+  Status finish(bool average);
+  std::int64_t roundsDone() const { return outcome_.rounds; }
+  PeerCore& core() { return *core_; }
+  std::vector<SessionEvent> takeEvents() { return std::exchange(events_, {}); }
+  void addMetrics(const nlohmann::json& metrics) { metrics_.update(metrics); }
+  bool stopRequested() const { return options_.stop && options_.stop->load(); }
+
+ private:
   // Lingers (when the rounds finished) until every live neighbour has our last message, then
   // waits briefly for the last sends.
   void linger(bool finished);
@@ -68,19 +90,21 @@ class PeerProcess {
   // nobody waits for us) and waits briefly for those sends.
   void sendDivergenceNotices();
   // The final evaluation, record, model and DIR/peer-<rank>.final.json.
-  Status finish(const RoundsOutcome& outcome);
+  Status writeFinal(const RoundsOutcome& outcome);
   // Closes every neighbour and the data Context on the loop thread and waits for that to have
   // run, then stops and joins the loop thread and releases the transport objects. Blocking;
   // idempotent; a no-op before boot() started the loop thread.
   void shutdown();
 
   // ---- training thread: one round ----
-  bool stopRequested() const { return options_.stop && options_.stop->load(); }
   double seconds() const;  // since the rounds started
-  // Waits for the previous round's sends, takes the local step and hands the messages to the loop.
-  Status startRound(std::int64_t round);
-  // Applies neighbour messages until the round is complete, stopped, or past its deadline.
-  void awaitNeighbours();
+  // Waits for the previous round's (or collective's) sends, with a deadline.
+  void waitPreviousSends(const char* what);
+  // Hands the core's outgoing messages (to sendTo()) to the loop.
+  void sendOutgoing();
+  // Applies neighbour messages until the round (or collective) is complete, stopped, or past its
+  // deadline.
+  void awaitNeighbours(bool collective);
   // Mixes what arrived; returns (and logs) the neighbours whose message is missing.
   std::vector<int> mixRound(std::int64_t round);
   // Writes the round's record when it is due (see RoundReport).
@@ -119,7 +143,14 @@ class PeerProcess {
   int pendingSends_ = 0;         // guarded by mu_
   std::vector<int> deadThisRound_;
 
-  // Training thread, from runRounds() on.
+  // Training thread.
+  RoundsOutcome outcome_;
+  bool started_ = false;   // roundsStart_ is set
+  bool finished_ = false;  // finish() ran
+  Status finishStatus_;
+  bool averaged_ = false;
+  std::vector<SessionEvent> events_;
+  nlohmann::json metrics_ = nlohmann::json::object();  // the caller's, for the next record
   Clock::time_point roundsStart_;
   double evalSeconds_ = 0.0;  // cumulative time spent in evaluateTest
   // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
@@ -127,15 +158,7 @@ class PeerProcess {
   double stepSeconds_ = 0.0, waitSeconds_ = 0.0, mixSeconds_ = 0.0;
 };
 
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-Clock::duration toDuration(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-void PeerProcess::push(InboxItem item) {
+void PeerSession::Impl::push(InboxItem item) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     inbox_.push_back(std::move(item));
@@ -143,7 +166,7 @@ void PeerProcess::push(InboxItem item) {
   cv_.notify_one();
 }
 
-void PeerProcess::postRecv(int j, int buffer) {
+void PeerSession::Impl::postRecv(int j, int buffer) {
   auto it = neighbours_.find(j);
   if (it == neighbours_.end() || !it->second.data) return;
   auto& buf = buffers_[j][buffer];
@@ -159,7 +182,8 @@ void PeerProcess::postRecv(int j, int buffer) {
   });
 }
 
-void PeerProcess::sendRound(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends) {
+void PeerSession::Impl::sendRound(
+    std::vector<std::pair<int, std::span<const std::uint8_t>>> sends) {
   for (auto& [j, bytes] : sends) {
     auto it = neighbours_.find(j);
     if (it == neighbours_.end() || !it->second.data) {
@@ -180,14 +204,14 @@ void PeerProcess::sendRound(std::vector<std::pair<int, std::span<const std::uint
   }
 }
 
-void PeerProcess::closeNeighbour(int j) {
+void PeerSession::Impl::closeNeighbour(int j) {
   auto it = neighbours_.find(j);
   if (it == neighbours_.end()) return;
   if (it->second.data) it->second.data->close();
   if (it->second.control) it->second.control->close();
 }
 
-void PeerProcess::markDead(int j, const std::string& why) {
+void PeerSession::Impl::markDead(int j, const std::string& why) {
   if (core_->isDead(j)) return;
   const bool finished = core_->lastRoundFrom(j) >= plan_.config.run.rounds - 1;
   core_->markDead(j);
@@ -197,12 +221,13 @@ void PeerProcess::markDead(int j, const std::string& why) {
     return;
   }
   deadThisRound_.push_back(j);
+  events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
   log::warn("neighbour ", j, " is dead (", why, "); dropping the edge, ", core_->liveDegree(),
             " live neighbours left");
   if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
 }
 
-bool PeerProcess::drainInbox() {
+bool PeerSession::Impl::drainInbox() {
   std::deque<InboxItem> items;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -220,31 +245,12 @@ bool PeerProcess::drainInbox() {
   return !items.empty();
 }
 
-bool PeerProcess::waitSends(Clock::time_point deadline) {
+bool PeerSession::Impl::waitSends(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_until(lock, deadline, [this] { return pendingSends_ <= 0; });
 }
 
-Status PeerProcess::run() {
-  GV_RETURN_IF_ERROR(openOutput());
-  GV_ASSIGN_OR_RETURN(core_, makePeer(plan_, options_.rank, options_.incarnation));
-  // From boot() on the loop thread runs: a return before the shutdown() below reaches it through
-  // ~PeerProcess.
-  GV_RETURN_IF_ERROR(boot());
-  GV_ASSIGN_OR_RETURN(const RoundsOutcome outcome, runRounds());
-  if (outcome.diverged)
-    sendDivergenceNotices();
-  else
-    linger(outcome.finished);
-  GV_RETURN_IF_ERROR(finish(outcome));
-  shutdown();
-  if (outcome.diverged) {
-    return aborted(divergenceMessage(*core_->divergence(), std::nan("")));
-  }
-  return Status::ok();
-}
-
-Status PeerProcess::openOutput() {
+Status PeerSession::Impl::openOutput() {
   outDir_ = options_.outDir.empty() ? plan_.config.output.dir : options_.outDir;
   std::error_code ec;
   std::filesystem::create_directories(outDir_, ec);
@@ -252,7 +258,7 @@ Status PeerProcess::openOutput() {
   return records_.open(outDir_ + "/peer-" + std::to_string(options_.rank) + ".jsonl");
 }
 
-Status PeerProcess::boot() {
+Status PeerSession::Impl::boot() {
   const config::Config& c = plan_.config;
   loopThread_ = std::thread([this, busy = c.transport.busyPoll] { loop_.run(busy); });
   const transport::Options to = transportOptions(c, options_.rank, *core_);
@@ -290,7 +296,7 @@ Status PeerProcess::boot() {
   return Status::ok();
 }
 
-void PeerProcess::onConnected(std::vector<transport::Neighbour> neighbours) {
+void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours) {
   for (auto& n : neighbours) {
     const int j = n.peer;
     neighbours_[j] = std::move(n);
@@ -303,44 +309,17 @@ void PeerProcess::onConnected(std::vector<transport::Neighbour> neighbours) {
   }
 }
 
-double PeerProcess::seconds() const { return since(roundsStart_); }
+double PeerSession::Impl::seconds() const { return since(roundsStart_); }
 
-Result<PeerProcess::RoundsOutcome> PeerProcess::runRounds() {
-  const std::int64_t rounds = plan_.config.run.rounds;
-  roundsStart_ = Clock::now();
-  RoundsOutcome outcome;
-  for (; outcome.rounds < rounds; ++outcome.rounds) {
-    const std::int64_t round = outcome.rounds;
-    if (stopRequested()) {
-      outcome.stopped = true;
-      break;
-    }
-    GV_RETURN_IF_ERROR(startRound(round));
-    std::vector<int> suspects;
-    if (!core_->divergence()) awaitNeighbours();
-    if (!core_->divergence()) suspects = mixRound(round);
-    if (core_->divergence()) {
-      core_->abandonRound();
-      outcome.diverged = true;
-      log::error(divergenceMessage(*core_->divergence(), std::nan("")));
-      break;
-    }
-    GV_RETURN_IF_ERROR(report(round, suspects));
-  }
-  outcome.finished = outcome.rounds == rounds;
-  return outcome;
-}
-
-Status PeerProcess::startRound(std::int64_t round) {
-  // The previous round's sends must be done before their buffers are rewritten.
+void PeerSession::Impl::waitPreviousSends(const char* what) {
   const double deadAfter = plan_.config.peers.deadAfter;
   if (!waitSends(Clock::now() + toDuration(deadAfter))) {
-    log::warn("sends of round ", round - 1, " still pending after ", deadAfter, " s");
+    log::warn("sends of the previous ", what, " still pending after ", deadAfter, " s");
     waitSends(Clock::now() + std::chrono::seconds(30));
   }
-  const auto stepStart = Clock::now();
-  GV_RETURN_IF_ERROR(core_->beginRound(round));
-  stepSeconds_ += since(stepStart);
+}
+
+void PeerSession::Impl::sendOutgoing() {
   std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
   for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
   {
@@ -348,19 +327,76 @@ Status PeerProcess::startRound(std::int64_t round) {
     pendingSends_ += static_cast<int>(sends.size());
   }
   loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
+}
+
+Status PeerSession::Impl::startRound(const RoundInput& input) {
+  if (finished_ || outcome_.diverged) return failedPrecondition("the run is over");
+  if (outcome_.rounds >= plan_.config.run.rounds) {
+    return failedPrecondition("all run.rounds = " + std::to_string(plan_.config.run.rounds) +
+                              " rounds ran; raise run.rounds to train longer");
+  }
+  if (!started_) {
+    roundsStart_ = Clock::now();
+    started_ = true;
+  }
+  // The previous round's sends must be done before their buffers are rewritten.
+  waitPreviousSends("round");
+  const auto stepStart = Clock::now();
+  GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
+  stepSeconds_ += since(stepStart);
+  sendOutgoing();
   return Status::ok();
 }
 
-void PeerProcess::awaitNeighbours() {
+Status PeerSession::Impl::completeRound() {
+  if (finished_ || outcome_.diverged) return failedPrecondition("the run is over");
+  const std::int64_t round = outcome_.rounds;
+  std::vector<int> suspects;
+  if (!core_->divergence()) awaitNeighbours(false);
+  if (!core_->divergence()) suspects = mixRound(round);
+  if (core_->divergence()) {
+    core_->abandonRound();
+    outcome_.diverged = true;
+    const std::string message = divergenceMessage(*core_->divergence(), std::nan(""));
+    log::error(message);
+    events_.push_back({SessionEvent::Kind::kDiverged, core_->divergence()->origin, round, message});
+    return aborted(message);
+  }
+  for (int j : suspects) {
+    events_.push_back(
+        {SessionEvent::Kind::kSuspect, j, round, "no message within algorithm.round_timeout"});
+  }
+  GV_RETURN_IF_ERROR(report(round, suspects));
+  ++outcome_.rounds;
+  return Status::ok();
+}
+
+Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds) {
+  if (finished_) return failedPrecondition("the run is over");
+  for (CollectiveKind kind : kinds) {
+    waitPreviousSends("collective");
+    core_->beginCollective(kind);
+    sendOutgoing();
+    awaitNeighbours(true);
+    core_->endCollective();
+  }
+  core_->finishCollectives();
+  return Status::ok();
+}
+
+void PeerSession::Impl::awaitNeighbours(bool collective) {
   const auto waitStart = Clock::now();
   const auto deadline = waitStart + toDuration(plan_.config.algorithm.roundTimeout);
   // Overlap: the next gradient is computed here, while the round's messages are in flight, at the
-  // model before mixing (x_half) — always, whatever has arrived yet, as the simulator does.
-  if (plan_.config.algorithm.overlap) core_->precomputeGradient();
+  // model before mixing (x_half) — always, whatever has arrived yet, as the simulator does. (The
+  // API's caller computes its own, between startRound() and completeRound().)
+  if (!collective && plan_.config.algorithm.overlap && !options_.external) {
+    core_->precomputeGradient();
+  }
   for (;;) {
     drainInbox();
-    if (core_->divergence()) break;  // a neighbour's notice
-    if (core_->roundComplete()) break;
+    if (!collective && core_->divergence()) break;  // a neighbour's notice
+    if (collective ? core_->collectiveComplete() : core_->roundComplete()) break;
     if (stopRequested()) break;
     if (Clock::now() >= deadline) break;
     std::unique_lock<std::mutex> lock(mu_);
@@ -370,7 +406,7 @@ void PeerProcess::awaitNeighbours() {
   waitSeconds_ += since(waitStart);
 }
 
-std::vector<int> PeerProcess::mixRound(std::int64_t round) {
+std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
   const auto mixStart = Clock::now();
   auto suspects = core_->endRound();
   mixSeconds_ += since(mixStart);
@@ -383,9 +419,10 @@ std::vector<int> PeerProcess::mixRound(std::int64_t round) {
   return suspects;
 }
 
-Status PeerProcess::report(std::int64_t round, const std::vector<int>& suspects) {
-  const RoundReport due = roundReport(plan_.config, round);
-  if (!due.due(suspects, deadThisRound_)) return Status::ok();
+Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& suspects) {
+  RoundReport due = roundReport(plan_.config, round);
+  if (options_.external) due.evaluate = false;  // the caller reports its own (metrics_)
+  if (!due.due(suspects, deadThisRound_) && metrics_.empty()) return Status::ok();
   const double now = seconds();  // before the evaluation, which the time field leaves out
   std::optional<train::Workload::Eval> evaluation;
   if (due.evaluate) {
@@ -400,11 +437,13 @@ Status PeerProcess::report(std::int64_t round, const std::vector<int>& suspects)
   rec["step_seconds"] = stepSeconds_;
   rec["wait_seconds"] = waitSeconds_;
   rec["mix_seconds"] = mixSeconds_;
+  rec.update(metrics_);
+  metrics_ = nlohmann::json::object();
   deadThisRound_.clear();
   return records_.write(rec);
 }
 
-void PeerProcess::linger(bool finished) {
+void PeerSession::Impl::linger(bool finished) {
   // Linger until every live neighbour has its last message from us (they send theirs in the same
   // round), so closing our connections does not cut their final round short.
   const config::Config& c = plan_.config;
@@ -422,7 +461,7 @@ void PeerProcess::linger(bool finished) {
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
 
-void PeerProcess::sendDivergenceNotices() {
+void PeerSession::Impl::sendDivergenceNotices() {
   std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
   for (int j : core_->neighbours()) {
     if (!core_->isDead(j)) sends.emplace_back(j, core_->divergenceNotice(j));
@@ -437,14 +476,48 @@ void PeerProcess::sendDivergenceNotices() {
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
 
-Status PeerProcess::finish(const RoundsOutcome& outcome) {
+Status PeerSession::Impl::finish(bool average) {
+  if (finished_) return finishStatus_;
+  RoundsOutcome outcome = outcome_;
+  outcome.finished = outcome.rounds == plan_.config.run.rounds;
+  outcome.stopped = !outcome.finished && stopRequested();
+  if (!started_) {
+    roundsStart_ = Clock::now();
+    started_ = true;
+  }
+  if (outcome.diverged) {
+    sendDivergenceNotices();
+  } else {
+    linger(outcome.finished);
+    if (average && !stopRequested()) {
+      const Status st = runCollectives(averagingCollectives(plan_));
+      if (!st.isOk()) log::warn("finalize averaging: ", st.toString());
+      averaged_ = st.isOk();
+      waitSends(Clock::now() + std::chrono::seconds(5));
+    }
+  }
+  finished_ = true;
+  finishStatus_ = writeFinal(outcome);
+  shutdown();
+  if (finishStatus_.isOk() && outcome.diverged) {
+    finishStatus_ = aborted(divergenceMessage(*core_->divergence(), std::nan("")));
+  }
+  return finishStatus_;
+}
+
+Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   const std::string rank = std::to_string(options_.rank);
   PeerResult result = collectResult(*core_, outcome.finished && !outcome.stopped);
-  GV_RETURN_IF_ERROR(records_.write(
-      finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss, result.divergence)));
+  auto last =
+      finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss, result.divergence);
+  last.update(metrics_);
+  metrics_ = nlohmann::json::object();
+  if (averaged_) last["averaged"] = true;
+  GV_RETURN_IF_ERROR(records_.write(last));
   GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", result.model));
   auto j = peerResultToJson(result);
   j["wall_seconds"] = seconds();
+  if (averaged_) j["averaged"] = true;
   GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));
   if (outcome.diverged) {
     log::info("stopped at round ", outcome.rounds, " (diverged); the last finite model is in ",
@@ -457,7 +530,7 @@ Status PeerProcess::finish(const RoundsOutcome& outcome) {
   return Status::ok();
 }
 
-void PeerProcess::shutdown() {
+void PeerSession::Impl::shutdown() {
   if (!loopThread_.joinable()) return;
   // Close on the loop thread, which owns the transports, and wait until that has run: stopping the
   // loop first could drop the close unrun.
@@ -479,11 +552,76 @@ void PeerProcess::shutdown() {
   context_.reset();
 }
 
+PeerSession::PeerSession(const RunPlan& plan, const PeerRunOptions& options,
+                         std::unique_ptr<PeerCore> core)
+    : impl_(std::make_unique<Impl>(plan, options, std::move(core))) {}
+PeerSession::~PeerSession() = default;
+Status PeerSession::open() { return impl_->open(); }
+Status PeerSession::runCollectives(const std::vector<CollectiveKind>& kinds) {
+  return impl_->runCollectives(kinds);
+}
+Status PeerSession::startRound(const RoundInput& input) { return impl_->startRound(input); }
+Status PeerSession::completeRound() { return impl_->completeRound(); }
+std::int64_t PeerSession::roundsDone() const { return impl_->roundsDone(); }
+bool PeerSession::stopRequested() const { return impl_->stopRequested(); }
+Status PeerSession::finish(bool average) { return impl_->finish(average); }
+PeerCore& PeerSession::core() { return impl_->core(); }
+std::vector<SessionEvent> PeerSession::takeEvents() { return impl_->takeEvents(); }
+void PeerSession::addMetrics(const nlohmann::json& metrics) { impl_->addMetrics(metrics); }
+
+namespace {
+
+// The union of the schedule's graphs (whom each peer ever talks to).
+topology::Graph unionGraph(const topology::Schedule& schedule) {
+  topology::Graph g;
+  g.n = schedule.peers();
+  g.adj.resize(g.n);
+  for (int i = 0; i < g.n; ++i) g.adj[i] = schedule.allNeighbours(i);
+  return g;
+}
+
 }  // namespace
 
+std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan) {
+  const topology::Graph g = unionGraph(*plan.schedule);
+  if (g.n <= 1) return {};
+  const topology::Weights w = topology::metropolis(g);
+  const double lambda = topology::secondLargestModulus(g.n, {&w}).value;
+  // The spread shrinks by lambda per round: to 1e-7 of its start (at most 20000 rounds; a
+  // disconnected graph cannot average, it gets the cap and a warning).
+  constexpr double kTolerance = 1e-7;
+  constexpr int kMaxRounds = 20000;
+  int rounds = kMaxRounds;
+  if (lambda < 1.0 - 1e-12) {
+    rounds =
+        lambda <= 0.0 ? 1 : static_cast<int>(std::ceil(std::log(kTolerance) / std::log(lambda)));
+    rounds = std::clamp(rounds, 1, kMaxRounds);
+  } else {
+    log::warn("finalize averaging: the graph is disconnected; the models cannot all be averaged");
+  }
+  std::vector<CollectiveKind> kinds(static_cast<std::size_t>(rounds), CollectiveKind::kAverage);
+  kinds.insert(kinds.end(), static_cast<std::size_t>(g.n - 1), CollectiveKind::kAdoptLowest);
+  return kinds;
+}
+
+std::vector<CollectiveKind> adoptLowestCollectives(const RunPlan& plan) {
+  const topology::Graph g = unionGraph(*plan.schedule);
+  const int d = topology::diameter(g);
+  return std::vector<CollectiveKind>(static_cast<std::size_t>(d < 0 ? g.n - 1 : d),
+                                     CollectiveKind::kAdoptLowest);
+}
+
 Status runPeerProcess(const RunPlan& plan, const PeerRunOptions& options) {
-  PeerProcess p(plan, options);
-  return p.run();
+  GV_ASSIGN_OR_RETURN(auto core, makePeer(plan, options.rank, options.incarnation));
+  PeerSession session(plan, options, std::move(core));
+  GV_RETURN_IF_ERROR(session.open());
+  while (session.roundsDone() < plan.config.run.rounds && !session.stopRequested()) {
+    GV_RETURN_IF_ERROR(session.startRound());
+    const Status st = session.completeRound();
+    if (st.code() == ErrorCode::kAborted) break;
+    GV_RETURN_IF_ERROR(st);
+  }
+  return session.finish(false);
 }
 
 }  // namespace grapevine::engine

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/engine/setup.h"
 
@@ -19,7 +22,71 @@ struct PeerRunOptions {
   std::string outDir;  // default: config output.dir
   // Set from a signal handler: finish or abandon the current round within 2 s, flush, exit.
   const std::atomic<bool>* stop = nullptr;
+  // The API drives the peer (workload.name external): the caller computes gradients (no overlap
+  // precompute here) and reports its own metrics (no built-in evaluation).
+  bool external = false;
 };
+
+// What happened to a neighbour (or the run), for the API's event queue.
+struct SessionEvent {
+  enum class Kind { kSuspect, kDead, kDiverged };
+  Kind kind = Kind::kSuspect;
+  int peer = -1;
+  std::int64_t round = -1;
+  std::string message;
+};
+
+// One peer of a real run, round by round: what runPeerProcess() drives in a loop and the API
+// (include/grapevine/) exposes to the caller's training loop. Call open(), then for each round
+// startRound() and completeRound(), then finish(). One thread calls every method (the training
+// thread); the session runs its own loop thread for the transports between open() and finish().
+class PeerSession {
+ public:
+  // `core`: the peer's round logic (makePeer(), or the API's with its external workload).
+  PeerSession(const RunPlan& plan, const PeerRunOptions& options, std::unique_ptr<PeerCore> core);
+  // Shuts the transports down when finish() was not reached.
+  ~PeerSession();
+  PeerSession(const PeerSession&) = delete;
+  PeerSession& operator=(const PeerSession&) = delete;
+
+  // Opens the output folder and records, starts the loop thread and connects to every neighbour.
+  Status open();
+  // Collective rounds (PeerCore::beginCollective), one per entry, then the result becomes the
+  // model. Every peer must run the same sequence.
+  Status runCollectives(const std::vector<CollectiveKind>& kinds);
+  // Rounds: startRound() takes the local step (or the caller's, per `input`) and sends the
+  // messages; completeRound() waits for the neighbours' (up to algorithm.round_timeout), mixes and
+  // writes the round's record when due. completeRound() returns kAborted when training diverged
+  // (here or at a peer whose notice arrived): the run is over, call finish().
+  Status startRound(const RoundInput& input = {});
+  Status completeRound();
+  std::int64_t roundsDone() const;
+  bool stopRequested() const;
+  // Ends the run: after a divergence, notices to the neighbours; else lingers until the live
+  // neighbours have our last message. With `average` (and no divergence) then runs the finalize
+  // averaging (averagingCollectives()). Writes the final record, DIR/model-<rank>.bin and
+  // DIR/peer-<rank>.final.json, then disconnects. Idempotent.
+  Status finish(bool average = false);
+
+  PeerCore& core();
+  // Events since the last call (neighbours suspect or dead, divergence), oldest first.
+  std::vector<SessionEvent> takeEvents();
+  // The caller's metrics: merged into the next record (test_accuracy / test_loss are also the
+  // peer's evaluation in the final record and the summary).
+  void addMetrics(const nlohmann::json& metrics);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The collectives of finalize averaging over the plan's graph (the union of a time-varying one):
+// enough kAverage rounds to bring the spread of the models below 1e-7 of its start (from the
+// second-largest eigenvalue modulus of its Metropolis matrix), then n - 1 kAdoptLowest rounds so
+// every connected live peer holds the same values.
+std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan);
+// The start-up sync: diameter-many kAdoptLowest rounds (every peer gets the lowest rank's model).
+std::vector<CollectiveKind> adoptLowestCollectives(const RunPlan& plan);
 
 // Returns ok when the peer ran all its rounds (or was stopped cleanly), else the first fatal error
 // (bootstrap failure, handshake mismatch, bad local state, an output folder or file that cannot be

@@ -23,6 +23,9 @@ enum EnvelopeFlags : std::uint16_t {
   kFlagResyncRequest = 2,  // the sender's replica of the receiver drifted: send your public copy
   kFlagSnapshot = 4,       // the payload ends with the sender's public copy (dense fp32)
   kFlagDiverged = 8,  // a divergence notice: the run diverged, stop (the message is the notice)
+  // A collective round (the API's start-up model sync and finalize averaging): `round` is the
+  // collective's index, the message is [u32 origin rank][f64 x dim] (PeerCore::beginCollective).
+  kFlagCollective = 16,
 };
 
 struct Envelope {

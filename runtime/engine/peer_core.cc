@@ -30,6 +30,9 @@ constexpr double kNormGrowth = 1000.0;   // x max(initial |x|, 1)
 constexpr std::size_t kNoticeFixedBytes = 4 + 8 + 8 + 8 + 2;
 constexpr std::size_t kNoticeMaxReason = 512;
 
+// Collective payload: origin u32, then the state as f64 (host order, as snapshots are).
+constexpr std::size_t kCollectiveHeaderBytes = 4;
+
 }  // namespace
 
 PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& schedule,
@@ -50,6 +53,9 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
   message_.resize(algorithm_->maxMessageBytes());
   wireCapacity_ = std::max(kEnvelopeBytes + message_.size() + n * sizeof(float),
                            kEnvelopeBytes + kNoticeFixedBytes + kNoticeMaxReason);
+  if (options_.collectives) {
+    wireCapacity_ = std::max(wireCapacity_, kEnvelopeBytes + kCollectiveHeaderBytes + n * 8);
+  }
   for (int j : neighbours_) {
     Edge& e = edges_[j];
     e.out.resize(wireCapacity_);
@@ -59,24 +65,27 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
 
 bool PeerCore::checkHealth(double loss, bool afterMixing) {
   const double n = norm(x_);
+  // The API's caller may not report a loss: then only the model is checked.
+  const bool lossKnown = !(options_.lossMayBeUnknown && std::isnan(loss));
   std::string reason;
-  if (!afterMixing) {
-    if (round_ == 0) {
+  if (!afterMixing && lossKnown) {
+    if (!lossSeen_) {
       firstLoss_ = loss;
       lossEma_ = minLossEma_ = loss;
+      lossSeen_ = true;
     } else {
       lossEma_ = (1.0 - kLossEmaWeight) * lossEma_ + kLossEmaWeight * loss;
       minLossEma_ = std::min(minLossEma_, lossEma_);
     }
   }
-  if (!std::isfinite(loss)) {
+  if (lossKnown && !std::isfinite(loss)) {
     reason = "the loss is not finite";
   } else if (!std::isfinite(n)) {
     reason = afterMixing ? "the model is not finite after mixing" : "the model is not finite";
   } else if (n > kNormGrowth * std::max(initialNorm_, 1.0)) {
     reason = "the model norm grew over " + std::to_string(static_cast<int>(kNormGrowth)) +
              "x its initial value" + (afterMixing ? " in mixing" : "");
-  } else if (!afterMixing && lossEma_ > kLossGrowth * minLossEma_ &&
+  } else if (!afterMixing && lossKnown && lossEma_ > kLossGrowth * minLossEma_ &&
              lossEma_ > kLossOverFirst * firstLoss_) {
     reason = "the loss average grew over " + std::to_string(static_cast<int>(kLossGrowth)) +
              "x its lowest";
@@ -161,15 +170,16 @@ int PeerCore::liveDegree() const { return static_cast<int>(neighbours_.size() - 
 
 bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() == 0; }
 
-Status PeerCore::beginRound(std::int64_t round) {
+Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   round_ = round;
   for (auto& [j, e] : edges_) e.arrived = false;
 
   // Local optimizer step(s): x <- x - lr * u.
   std::copy(x_.begin(), x_.end(), xBefore_.begin());
   lastLr_ = optimizer_->lr(round);
+  stepped_ = input.localSteps;
   double loss = 0;
-  for (int s = 0; s < options_.localSteps; ++s) {
+  for (int s = 0; stepped_ && s < options_.localSteps; ++s) {
     if (s == 0 && gradientReady_) {
       loss += lastLoss_;  // computed during the previous round's communication (overlap)
     } else {
@@ -180,7 +190,7 @@ Status PeerCore::beginRound(std::int64_t round) {
     for (std::size_t k = 0; k < x_.size(); ++k) x_[k] -= lr * u_[k];
   }
   gradientReady_ = false;
-  lastLoss_ = loss / options_.localSteps;
+  lastLoss_ = stepped_ ? loss / options_.localSteps : input.loss;
   if (divergence_ || !checkHealth(lastLoss_, false)) {
     sendTo_.clear();  // nothing goes out: the driver abandons the round
     expected_.clear();
@@ -287,8 +297,25 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     }
     return;
   }
+  if (env->flags & kFlagCollective) {
+    if (!options_.collectives ||
+        env->messageBytes != kCollectiveHeaderBytes + x_.size() * sizeof(double)) {
+      drop("bad_collective");
+      return;
+    }
+    std::vector<std::uint8_t> buf;
+    if (!e.spare.empty()) {
+      buf = std::move(e.spare.back());
+      e.spare.pop_back();
+    }
+    buf.assign(bytes.begin(), bytes.end());
+    e.collectives.emplace_back(env->round, std::move(buf));
+    return;
+  }
   e.lastRound = std::max(e.lastRound, static_cast<std::int64_t>(env->round));
-  if (env->round > static_cast<std::uint64_t>(round_)) {
+  // Before round 0 (round_ == -1) every message is ahead: a neighbour may start round 0 while this
+  // peer is still booting or in a start-up collective.
+  if (round_ < 0 || env->round > static_cast<std::uint64_t>(round_)) {
     std::vector<std::uint8_t> buf;
     if (!e.spare.empty()) {
       buf = std::move(e.spare.back());
@@ -392,11 +419,111 @@ std::vector<int> PeerCore::endRound() {
   }
   counters_.suspectRounds += suspects.size();
   algorithm_->mix(x_, mw);
-  optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
+  // A caller's own optimizer step has no quasi-global momentum of ours to feed.
+  if (stepped_) optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
   if (!divergence_) checkHealth(lastLoss_, true);
   for (int j : pendingDrops_) algorithm_->dropNeighbour(j);
   pendingDrops_.clear();
   return suspects;
+}
+
+void PeerCore::beginCollective(CollectiveKind kind) {
+  if (!collectiveActive_) {
+    state_.assign(x_.begin(), x_.end());
+    origin_ = options_.rank;
+    collectiveActive_ = true;
+  }
+  ++collective_;
+  collectiveKind_ = kind;
+  sendTo_ = liveOf(neighbours_);
+  expected_ = sendTo_;
+  degreeAtRound_ = static_cast<std::uint32_t>(liveDegree());
+  // Leftovers of earlier collectives (a neighbour that was late) are stale now.
+  for (auto& [j, e] : edges_) {
+    while (!e.collectives.empty() &&
+           e.collectives.front().first < static_cast<std::uint64_t>(collective_)) {
+      e.spare.push_back(std::move(e.collectives.front().second));
+      e.collectives.pop_front();
+    }
+  }
+  const std::size_t payload = kCollectiveHeaderBytes + state_.size() * sizeof(double);
+  for (int j : sendTo_) {
+    Edge& e = edges_[j];
+    Envelope env;
+    env.flags = kFlagCollective;
+    env.sender = static_cast<std::uint32_t>(options_.rank);
+    env.incarnation = options_.incarnation;
+    env.sequence = e.nextSeqOut++;
+    env.round = static_cast<std::uint64_t>(collective_);
+    env.liveDegree = degreeAtRound_;
+    env.messageBytes = static_cast<std::uint32_t>(payload);
+    std::uint8_t* p = e.out.data() + kEnvelopeBytes;
+    storeLe(p, static_cast<std::uint32_t>(origin_));
+    std::memcpy(p + kCollectiveHeaderBytes, state_.data(), state_.size() * sizeof(double));
+    e.outBytes = kEnvelopeBytes + payload;
+    env.payloadCrc =
+        payloadChecksum(std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, payload));
+    writeEnvelope(env, e.out);
+    counters_.bytesSent += e.outBytes;
+    counters_.bytesDenseEquivalent += e.outBytes;
+  }
+}
+
+bool PeerCore::collectiveComplete() const {
+  for (int j : expected_) {
+    if (dead_.count(j)) continue;
+    const Edge& e = edges_.at(j);
+    if (e.collectives.empty() ||
+        e.collectives.front().first != static_cast<std::uint64_t>(collective_))
+      return false;
+  }
+  return true;
+}
+
+void PeerCore::endCollective() {
+  const std::size_t n = state_.size();
+  std::vector<double> next;
+  if (collectiveKind_ == CollectiveKind::kAverage) next = state_;
+  // Neighbours in increasing rank (neighbours_ is sorted), so every path sums alike.
+  for (int j : expected_) {
+    Edge& e = edges_.at(j);
+    if (e.collectives.empty() ||
+        e.collectives.front().first != static_cast<std::uint64_t>(collective_))
+      continue;  // missing (suspect or dead): left out
+    std::vector<std::uint8_t> buf = std::move(e.collectives.front().second);
+    e.collectives.pop_front();
+    const auto env = readEnvelope(buf);  // checked on arrival
+    const std::uint8_t* p = buf.data() + kEnvelopeBytes;
+    const int origin = static_cast<int>(loadLe<std::uint32_t>(p));
+    const std::uint8_t* values = p + kCollectiveHeaderBytes;
+    if (env.isOk() && collectiveKind_ == CollectiveKind::kAverage) {
+      const double w = 1.0 / (1.0 + std::max<double>(degreeAtRound_, env->liveDegree));
+      for (std::size_t k = 0; k < n; ++k) {
+        double v;
+        std::memcpy(&v, values + k * sizeof(double), sizeof v);
+        next[k] += w * (v - state_[k]);
+      }
+    } else if (env.isOk() && origin < origin_) {
+      origin_ = origin;
+      std::memcpy(state_.data(), values, n * sizeof(double));
+    }
+    ++counters_.messagesApplied;
+    e.spare.push_back(std::move(buf));
+  }
+  if (collectiveKind_ == CollectiveKind::kAverage) state_ = std::move(next);
+}
+
+void PeerCore::finishCollectives() {
+  if (!collectiveActive_) return;
+  for (std::size_t k = 0; k < x_.size(); ++k) x_[k] = static_cast<float>(state_[k]);
+  collectiveActive_ = false;
+  sendTo_.clear();
+  expected_.clear();
+}
+
+void PeerCore::resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm) {
+  algorithm_ = std::move(algorithm);
+  message_.resize(std::max(message_.size(), algorithm_->maxMessageBytes()));
 }
 
 void PeerCore::markDead(int j) {

@@ -42,6 +42,26 @@ struct PeerCoreOptions {
   int checkEvery = 50;            // replica hash check period in rounds (0: never)
   bool dynamicMetropolis = true;  // recompute Metropolis weights from live degrees (static graphs)
   bool sendToAllNeighbours = false;  // CHOCO: every round to the union of neighbours
+  // The API: a NaN loss means "not reported" (the loss checks of divergence detection are skipped),
+  // not "diverged".
+  bool lossMayBeUnknown = false;
+  // Collectives (below) may run: the wire buffers then also fit a dense f64 state.
+  bool collectives = false;
+};
+
+// What a round starts from. The engine's workloads take their local steps; the API's caller may
+// have taken its own optimizer step already (then x is x_half and `loss` is the caller's).
+struct RoundInput {
+  bool localSteps = true;
+  double loss = 0.0;  // with localSteps false: the caller's loss (NaN: unknown)
+};
+
+// Collective rounds over the same edges, outside the training rounds (the API's start-up model
+// sync and finalize averaging). Every peer runs the same sequence of collectives; each sends its
+// state (in double) to every live neighbour and combines what arrived.
+enum class CollectiveKind {
+  kAverage,      // y <- y + sum_j w_ij (y_j - y), Metropolis weights of the live degrees
+  kAdoptLowest,  // y <- the state of the lowest origin rank seen (self or a neighbour's)
 };
 
 struct PeerCounters {
@@ -81,7 +101,7 @@ class PeerCore {
   int rank() const { return options_.rank; }
   std::int64_t round() const { return round_; }
 
-  Status beginRound(std::int64_t round);
+  Status beginRound(std::int64_t round, const RoundInput& input = {});
   const std::vector<int>& sendTo() const { return sendTo_; }
   std::span<const std::uint8_t> outgoing(int neighbour);
   void onMessage(int neighbour, std::span<const std::uint8_t> bytes);
@@ -103,6 +123,20 @@ class PeerCore {
   // The divergence notice for neighbour j (an envelope with kFlagDiverged carrying divergence()),
   // in a buffer of its own (the round's message may still be in flight). Requires divergence().
   std::span<const std::uint8_t> divergenceNotice(int neighbour);
+  // Collectives (see CollectiveKind). beginCollective() starts the next one from the current model
+  // (the first of a sequence) or the previous collective's state; sendTo()/outgoing() give the
+  // messages, expectedFrom() is every live neighbour, onMessage() takes theirs and
+  // collectiveComplete() says when all arrived; endCollective() combines (a neighbour whose
+  // message is missing is left out) and finishCollectives() writes the state into the model.
+  void beginCollective(CollectiveKind kind);
+  bool collectiveComplete() const;
+  void endCollective();
+  void finishCollectives();
+  std::int64_t collectiveIndex() const { return collective_; }
+  // Replaces the algorithm (the API, after the start-up sync changed the common initial model).
+  void resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm);
+  // The lowest origin rank the last kAdoptLowest collective adopted.
+  int adoptedOrigin() const { return origin_; }
   // Drops the edge for good (connection failed or heartbeats stopped).
   void markDead(int neighbour);
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
@@ -115,6 +149,7 @@ class PeerCore {
   std::span<const float> model() const { return x_; }
   std::span<float> mutableModel() { return x_; }
   train::Workload& workload() { return *workload_; }
+  const train::Workload& workload() const { return *workload_; }
   const algorithms::Algorithm& algorithm() const { return *algorithm_; }
   const PeerCounters& counters() const { return counters_; }
   double lastLoss() const { return lastLoss_; }
@@ -136,6 +171,8 @@ class PeerCore {
     std::size_t outBytes = 0;                      // of `out`, this round
     std::deque<std::vector<std::uint8_t>> ahead;   // messages of future rounds, in order
     std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
+    // Collective messages (index, bytes), in arrival order.
+    std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> collectives;
   };
 
   void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
@@ -159,7 +196,8 @@ class PeerCore {
   std::map<int, bool> dead_;
   std::optional<Divergence> divergence_;
   double initialNorm_ = 0.0;
-  double firstLoss_ = 0.0, lossEma_ = 0.0, minLossEma_ = 0.0;  // loss history (from round 0)
+  double firstLoss_ = 0.0, lossEma_ = 0.0, minLossEma_ = 0.0;  // loss history
+  bool lossSeen_ = false;                                      // firstLoss_ is set
   std::vector<int> pendingDrops_;  // died this round after their message arrived: drop after mix
   std::vector<int> sendTo_, expected_;
   std::vector<std::uint8_t> message_;
@@ -168,6 +206,14 @@ class PeerCore {
   std::uint32_t degreeAtRound_ = 0;
   bool checkRound_ = false;
   PeerCounters counters_;
+  bool stepped_ = true;  // this round took local steps (else the caller stepped: no afterMixing)
+  // Collectives.
+  std::int64_t collective_ = -1;  // index of the current one
+  CollectiveKind collectiveKind_ = CollectiveKind::kAverage;
+  bool collectiveActive_ = false;
+  std::vector<double> state_;  // the collective state
+  int origin_ = 0;
+  std::size_t collectiveBytes_ = 0;
 };
 
 }  // namespace grapevine::engine

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "runtime/common/hash.h"
+
 namespace grapevine::engine {
 
 transport::Options transportOptions(const config::Config& config, int rank, const PeerCore& core) {
@@ -29,6 +31,13 @@ transport::BootstrapOptions bootstrapOptions(const RunPlan& plan, int rank,
   bo.neighbours = core.neighbours();
   bo.incarnation = incarnation;
   for (const auto& [name, hash] : configParts(plan)) bo.configParts.push_back({name, hash});
+  if (c.workload.name == train::WorkloadKind::kExternal) {
+    // The caller's model: its tensors' names and sizes must agree too.
+    std::string text;
+    for (const auto& t : core.workload().layout())
+      text += t.name + "=" + std::to_string(t.count) + ";";
+    bo.configParts.push_back({"tensors", fnv1a64(text)});
+  }
   bo.connectTimeoutSeconds = c.peers.connectTimeout;
   bo.heartbeatIntervalSeconds = c.peers.heartbeatInterval;
   bo.missedHeartbeats =

@@ -65,23 +65,37 @@ Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
   const config::Config& c = plan.config;
   GV_ASSIGN_OR_RETURN(auto workload, train::makeWorkload(workloadOptions(c), rank, c.peers.count,
                                                          c.run.seed, plan.data));
-  const auto oo = optimizerOptions(c);
-  GV_RETURN_IF_ERROR(oo.validate());
-  auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
   std::vector<float> x(workload->parameterCount());
   workload->initParameters(x, c.run.seed);
+  return makePeerWith(plan, rank, incarnation, std::move(workload), std::move(x));
+}
 
-  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, workload->layout(), rank));
+Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
+    const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
+    std::span<const float> x0) {
+  const config::Config& c = plan.config;
+  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank));
   algorithms::AlgorithmOptions ao;
   ao.kind = c.algorithm.name;
   ao.autoConsensusStep = !c.algorithm.consensusStep.has_value();
   if (c.algorithm.consensusStep) ao.consensusStep = *c.algorithm.consensusStep;
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
-  if (c.workload.name != train::WorkloadKind::kConsensus) ao.initialPublicCopy = x;
-  GV_ASSIGN_OR_RETURN(auto algorithm,
-                      algorithms::makeAlgorithm(ao, x.size(), plan.schedule->allNeighbours(rank),
-                                                std::move(codec)));
+  if (c.workload.name != train::WorkloadKind::kConsensus)
+    ao.initialPublicCopy.assign(x0.begin(), x0.end());
+  return algorithms::makeAlgorithm(ao, x0.size(), plan.schedule->allNeighbours(rank),
+                                   std::move(codec));
+}
+
+Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
+                                               std::uint32_t incarnation,
+                                               std::unique_ptr<train::Workload> workload,
+                                               std::vector<float> x) {
+  const config::Config& c = plan.config;
+  const auto oo = optimizerOptions(c);
+  GV_RETURN_IF_ERROR(oo.validate());
+  auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
+  GV_ASSIGN_OR_RETURN(auto algorithm, makePeerAlgorithm(plan, rank, workload->layout(), x));
   PeerCoreOptions po;
   po.rank = rank;
   po.incarnation = incarnation;
@@ -90,6 +104,8 @@ Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
   po.dynamicMetropolis =
       plan.schedule->period() == 1 && c.topology.weights == topology::WeightsKind::kMetropolis;
   po.sendToAllNeighbours = c.algorithm.name == algorithms::AlgorithmKind::kChoco;
+  // The API's caller may not report its loss, and its finalize() averages over collectives.
+  po.lossMayBeUnknown = po.collectives = c.workload.name == train::WorkloadKind::kExternal;
   return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),
                                     std::move(algorithm), std::move(x));
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,19 @@ Result<compress::Options> compressOptions(const config::Config& config);
 Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
     const config::Config& config, const std::vector<train::TensorInfo>& layout, int rank);
 
+// Peer `rank` of a built-in workload (workload.name, initial model from run.seed).
 Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
                                            std::uint32_t incarnation);
+// Peer `rank` with the given workload and initial model x (the API's external workload).
+Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
+                                               std::uint32_t incarnation,
+                                               std::unique_ptr<train::Workload> workload,
+                                               std::vector<float> x);
+// The algorithm of peer `rank` for a model laid out as `layout` starting at x0 (its public copies
+// start there).
+Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
+    const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
+    std::span<const float> x0);
 
 // Hashes of the run-defining parts of the config (topology, algorithm, compression, model shape):
 // peers compare them in the handshake and name the part that differs.

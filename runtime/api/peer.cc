@@ -1,0 +1,418 @@
+// grapevine::Peer (include/grapevine/grapevine.hpp) over the engine's PeerSession: the same
+// PeerCore, algorithms, transports, records and fault handling as `grapevine launch`, with the
+// caller's model as an `external` workload whose gradients the caller hands in.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <grapevine/grapevine.hpp>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "runtime/common/hash.h"
+#include "runtime/common/log.h"
+#include "runtime/config/diagnostics.h"
+#include "runtime/config/loader.h"
+#include "runtime/engine/driver.h"
+#include "runtime/engine/setup.h"
+
+namespace grapevine {
+namespace {
+
+// The caller's model as a Workload: the layout is the registered tensors; gradient() returns the
+// gradient the caller handed to step() (the engine calls it exactly once per round, at the model
+// the caller computed it at); the evaluations are the caller's reported test metrics.
+class ExternalWorkload final : public train::Workload {
+ public:
+  explicit ExternalWorkload(std::vector<train::TensorInfo> layout) : layout_(std::move(layout)) {
+    for (const auto& t : layout_) count_ += t.count;
+  }
+  std::string_view name() const override { return "external"; }
+  const std::vector<train::TensorInfo>& layout() const override { return layout_; }
+  std::size_t parameterCount() const override { return count_; }
+  void initParameters(std::span<float>, std::uint64_t) const override {}
+  float gradient(std::span<const float>, std::span<float> g) override {
+    for (std::size_t k = 0; k < layout_.size(); ++k) {
+      const auto& t = layout_[k];
+      float* out = g.data() + t.offset;
+      if (grads_[k])
+        std::memcpy(out, grads_[k], t.count * sizeof(float));
+      else
+        std::fill(out, out + t.count, 0.0f);
+    }
+    ++step_;
+    return static_cast<float>(loss_);
+  }
+  Eval evaluateTest(std::span<const float>) const override { return test_; }
+  Eval evaluateTrain(std::span<const float>) const override {
+    return {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+  }
+
+  void setGradients(const std::vector<const float*>& grads, double loss) {
+    grads_ = grads;
+    loss_ = loss;
+  }
+  void setTest(const std::optional<double>& accuracy, const std::optional<double>& loss) {
+    if (accuracy) test_.accuracy = *accuracy;
+    if (loss) test_.loss = *loss;
+  }
+
+ private:
+  std::vector<train::TensorInfo> layout_;
+  std::size_t count_ = 0;
+  std::vector<const float*> grads_;
+  double loss_ = std::numeric_limits<double>::quiet_NaN();
+  Eval test_{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+};
+
+using Code = Error::Code;
+
+[[noreturn]] void fail(const Status& st) {
+  Code code = Code::kInternal;
+  switch (st.code()) {
+    case grapevine::ErrorCode::kInvalidArgument:
+    case grapevine::ErrorCode::kResourceExhausted:
+      code = Code::kInvalidArgument;
+      break;
+    case grapevine::ErrorCode::kNotFound:
+      code = Code::kNotFound;
+      break;
+    case grapevine::ErrorCode::kFailedPrecondition:
+      code = Code::kFailedPrecondition;
+      break;
+    case grapevine::ErrorCode::kUnavailable:
+    case grapevine::ErrorCode::kDeadlineExceeded:
+    case grapevine::ErrorCode::kCancelled:
+    case grapevine::ErrorCode::kDataLoss:
+      code = Code::kUnavailable;
+      break;
+    case grapevine::ErrorCode::kAborted:
+      code = Code::kAborted;
+      break;
+    default:
+      break;
+  }
+  throw Error(code, st.message());
+}
+
+void check(const Status& st) {
+  if (!st.isOk()) fail(st);
+}
+
+[[noreturn]] void failState(const std::string& message) {
+  throw Error(Code::kFailedPrecondition, message);
+}
+
+int rankFromEnvironment() {
+  for (const char* name : {"GRAPEVINE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || r < 0 || r > std::numeric_limits<int>::max()) {
+      throw Error(Code::kInvalidArgument,
+                  std::string(name) + "='" + v + "' is not a rank (a non-negative integer)");
+    }
+    return static_cast<int>(r);
+  }
+  return -1;
+}
+
+}  // namespace
+
+struct Peer::Impl {
+  enum class State { kCreated, kStarted, kRoundOpen, kFinalized };
+  struct Tensor {
+    std::string name;
+    float* data = nullptr;
+    std::size_t count = 0;
+    std::size_t offset = 0;
+    bool bound = false;  // lives in the engine's buffer (bind())
+  };
+
+  Options options;
+  int rank = 0;
+  std::string outDir;
+  std::shared_ptr<engine::RunPlan> plan;
+  std::vector<Tensor> tensors;
+  std::size_t count = 0;
+  ExternalWorkload* workload = nullptr;  // owned by the core
+  std::unique_ptr<engine::PeerSession> session;
+  State state = State::kCreated;
+  std::vector<Event> events;
+
+  engine::PeerCore& core() { return session->core(); }
+
+  void collectEvents() {
+    if (!session) return;
+    for (auto& e : session->takeEvents()) {
+      Event out;
+      out.kind = e.kind == engine::SessionEvent::Kind::kSuspect ? EventKind::kSuspect
+                 : e.kind == engine::SessionEvent::Kind::kDead  ? EventKind::kDead
+                                                                : EventKind::kDiverged;
+      out.peer = e.peer;
+      out.round = e.round;
+      out.message = std::move(e.message);
+      events.push_back(std::move(out));
+    }
+  }
+
+  // The caller's values into the engine's buffer (tensors not bound).
+  void gather() {
+    auto x = core().mutableModel();
+    for (const auto& t : tensors) {
+      if (!t.bound) std::memcpy(x.data() + t.offset, t.data, t.count * sizeof(float));
+    }
+  }
+  // And back.
+  void scatter() {
+    const auto x = core().model();
+    for (const auto& t : tensors) {
+      if (!t.bound) std::memcpy(t.data, x.data() + t.offset, t.count * sizeof(float));
+    }
+  }
+
+  void requireStarted(const char* call) {
+    if (state == State::kCreated) failState(std::string(call) + " before start()");
+    if (state == State::kFinalized) failState(std::string(call) + " after finalize()");
+    if (state == State::kRoundOpen) {
+      failState(std::string(call) + " while a round is open: call wait() first");
+    }
+  }
+
+  void startRound(const engine::RoundInput& input, const char* call) {
+    requireStarted(call);
+    gather();
+    const Status st = session->startRound(input);
+    collectEvents();
+    check(st);
+    // The caller computes its next gradient at these values (x_half) while messages fly.
+    scatter();
+    state = State::kRoundOpen;
+  }
+};
+
+Peer::Peer(const Options& options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.options = options;
+  config::LoadOptions lo;
+  lo.overrides = options.overrides;
+  config::LoadResult r = options.configPath.empty()
+                             ? config::loadString(options.configText, "<config text>", lo)
+                             : config::loadFile(options.configPath, lo);
+  if (!r.ok()) {
+    throw Error(Code::kInvalidArgument,
+                "the config has errors:\n" + config::formatDiagnostics(r.diagnostics));
+  }
+  const config::Config& c = r.config;
+  if (c.workload.name != train::WorkloadKind::kExternal) {
+    throw Error(Code::kInvalidArgument,
+                "workload.name is '" + std::string(train::workloadKindName(c.workload.name)) +
+                    "': a program that trains its own model through the API needs "
+                    "workload.name: external");
+  }
+  if (c.algorithm.localSteps != 1) {
+    throw Error(Code::kInvalidArgument,
+                "algorithm.local_steps is " + std::to_string(c.algorithm.localSteps) +
+                    ": with workload.name external every step() is one round (local_steps 1); "
+                    "take extra local steps with your own optimizer and call mix()");
+  }
+  m.rank = options.rank >= 0 ? options.rank : rankFromEnvironment();
+  if (m.rank < 0) {
+    throw Error(Code::kInvalidArgument,
+                "no rank: pass one, or set GRAPEVINE_RANK (grapevine launch ... -- COMMAND does), "
+                "or run under srun (SLURM_PROCID) or mpirun (OMPI_COMM_WORLD_RANK, PMIX_RANK)");
+  }
+  if (m.rank >= c.peers.count) {
+    throw Error(Code::kInvalidArgument,
+                "rank " + std::to_string(m.rank) + " is out of range: the config has " +
+                    std::to_string(c.peers.count) + " peers (ranks 0-" +
+                    std::to_string(c.peers.count - 1) + ")");
+  }
+  m.outDir = options.outDir;
+  if (m.outDir.empty()) {
+    const char* env = std::getenv("GRAPEVINE_OUT");
+    m.outDir = env && *env ? env : c.output.dir;
+  }
+  log::setLevel(c.run.logLevel);
+  log::setPrefix("peer " + std::to_string(m.rank));
+  auto plan = engine::makeRunPlan(c);
+  check(plan.status());
+  m.plan = std::move(*plan);
+}
+
+Peer::~Peer() {
+  try {
+    finalize(false);
+  } catch (...) {
+    // A destructor must not throw; finalize() already logged what went wrong.
+  }
+}
+
+int Peer::rank() const { return impl_->rank; }
+int Peer::worldSize() const { return impl_->plan->config.peers.count; }
+std::int64_t Peer::plannedRounds() const { return impl_->plan->config.run.rounds; }
+std::string Peer::outDir() const { return impl_->outDir; }
+std::string Peer::configYaml() const { return config::toYaml(impl_->plan->config); }
+std::size_t Peer::parameterCount() const { return impl_->count; }
+
+void Peer::addTensor(const std::string& name, float* data, std::size_t count) {
+  Impl& m = *impl_;
+  if (m.state != Impl::State::kCreated) failState("addTensor('" + name + "') after start()");
+  if (name.empty()) throw Error(Code::kInvalidArgument, "addTensor: the name is empty");
+  if (!data) throw Error(Code::kInvalidArgument, "addTensor('" + name + "'): data is null");
+  if (count == 0) throw Error(Code::kInvalidArgument, "addTensor('" + name + "'): count is 0");
+  for (const auto& t : m.tensors) {
+    if (t.name == name) {
+      throw Error(Code::kInvalidArgument,
+                  "addTensor: a tensor named '" + name + "' is registered already");
+    }
+  }
+  m.tensors.push_back({name, data, count, m.count, false});
+  m.count += count;
+}
+
+void Peer::start() {
+  Impl& m = *impl_;
+  if (m.state != Impl::State::kCreated) failState("start() called twice");
+  if (m.tensors.empty()) failState("start() before any addTensor()");
+  std::vector<train::TensorInfo> layout;
+  std::vector<float> x0(m.count);
+  for (const auto& t : m.tensors) {
+    layout.push_back({t.name, {static_cast<std::int64_t>(t.count)}, t.offset, t.count});
+    std::memcpy(x0.data() + t.offset, t.data, t.count * sizeof(float));
+  }
+  auto workload = std::make_unique<ExternalWorkload>(layout);
+  m.workload = workload.get();
+  auto core = engine::makePeerWith(*m.plan, m.rank, m.options.incarnation, std::move(workload),
+                                   std::move(x0));
+  check(core.status());
+  engine::PeerRunOptions ro;
+  ro.rank = m.rank;
+  ro.incarnation = m.options.incarnation;
+  ro.outDir = m.outDir;
+  ro.external = true;
+  m.session = std::make_unique<engine::PeerSession>(*m.plan, ro, std::move(*core));
+  check(m.session->open());
+  // Every peer starts from the lowest rank's values, and the algorithm's public copies from them.
+  check(m.session->runCollectives(engine::adoptLowestCollectives(*m.plan)));
+  auto algorithm =
+      engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model());
+  check(algorithm.status());
+  m.session->core().resetAlgorithm(std::move(*algorithm));
+  m.collectEvents();
+  m.state = Impl::State::kStarted;
+  m.scatter();
+}
+
+float* Peer::bind(const std::string& name) {
+  Impl& m = *impl_;
+  m.requireStarted("bind()");
+  for (auto& t : m.tensors) {
+    if (t.name != name) continue;
+    t.bound = true;
+    return m.core().mutableModel().data() + t.offset;
+  }
+  throw Error(Code::kNotFound, "bind('" + name + "'): no such tensor");
+}
+
+void Peer::startStep(const std::vector<const float*>& grads, double loss) {
+  Impl& m = *impl_;
+  if (grads.size() != m.tensors.size()) {
+    throw Error(Code::kInvalidArgument,
+                "step: " + std::to_string(grads.size()) + " gradients for " +
+                    std::to_string(m.tensors.size()) + " registered tensors");
+  }
+  if (m.workload) m.workload->setGradients(grads, loss);
+  m.startRound({true, loss}, "step()");
+}
+
+void Peer::startMix(double loss) { impl_->startRound({false, loss}, "mix()"); }
+
+void Peer::wait() {
+  Impl& m = *impl_;
+  if (m.state != Impl::State::kRoundOpen) failState("wait() without a started round");
+  const Status st = m.session->completeRound();
+  m.collectEvents();
+  m.state = Impl::State::kStarted;
+  m.scatter();
+  check(st);
+}
+
+void Peer::step(const std::vector<const float*>& grads, double loss) {
+  startStep(grads, loss);
+  wait();
+}
+
+void Peer::mix(double loss) {
+  startMix(loss);
+  wait();
+}
+
+void Peer::report(const std::vector<std::pair<std::string, double>>& metrics) {
+  Impl& m = *impl_;
+  if (m.state == Impl::State::kFinalized) failState("report() after finalize()");
+  nlohmann::json j = nlohmann::json::object();
+  std::optional<double> accuracy, loss;
+  for (const auto& [name, value] : metrics) {
+    if (name.empty()) throw Error(Code::kInvalidArgument, "report: a metric has no name");
+    j[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+    if (name == "test_accuracy") accuracy = value;
+    if (name == "test_loss") loss = value;
+  }
+  if (m.workload) m.workload->setTest(accuracy, loss);
+  if (m.session) {
+    m.session->addMetrics(j);
+  } else {
+    failState("report() before start()");
+  }
+}
+
+std::vector<Event> Peer::pollEvents() {
+  impl_->collectEvents();
+  return std::exchange(impl_->events, {});
+}
+
+Stats Peer::stats() const {
+  const Impl& m = *impl_;
+  Stats s;
+  if (!m.session) return s;
+  const engine::PeerCore& core = m.session->core();
+  const auto& c = core.counters();
+  s.rounds = m.session->roundsDone();
+  s.bytesSent = c.bytesSent;
+  s.bytesReceived = c.bytesReceived;
+  s.bytesDenseEquivalent = c.bytesDenseEquivalent;
+  for (const auto& [reason, n] : c.dropped) s.droppedFrames += n;
+  s.suspectRounds = c.suspectRounds;
+  s.neighbours = static_cast<int>(core.neighbours().size());
+  s.liveNeighbours = core.liveDegree();
+  if (const auto step = core.algorithm().stepReport()) s.consensusStep = step->step;
+  s.lr = core.lastLr();
+  s.loss = core.lastLoss();
+  return s;
+}
+
+void Peer::finalize(bool average) {
+  Impl& m = *impl_;
+  if (m.state == Impl::State::kFinalized) return;
+  if (m.state == Impl::State::kCreated) {
+    m.state = Impl::State::kFinalized;
+    return;
+  }
+  if (m.state == Impl::State::kRoundOpen) {
+    // Close the open round first; its failure (a divergence) is reported by finish() below.
+    (void)m.session->completeRound();
+    m.scatter();
+  } else {
+    m.gather();
+  }
+  m.state = Impl::State::kFinalized;
+  const Status st = m.session->finish(average);
+  m.collectEvents();
+  m.scatter();
+  // A diverged run was reported by wait() already; its files are written.
+  if (st.code() != grapevine::ErrorCode::kAborted) check(st);
+}
+
+}  // namespace grapevine
