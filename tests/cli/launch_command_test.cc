@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/common/subprocess.h"
 #include "tests/test_util/cli.h"
@@ -48,7 +49,7 @@ int runCapture(const std::string& cmd, std::string* output) {
 std::string externalConfig(const std::string& dir) {
   const std::string path = dir + "/external.yaml";
   std::ofstream(path) << "run: { seed: 3, rounds: 50 }\n"
-                         "peers: { count: 2, base_port: 32150 }\n"
+                         "peers: { count: 2, base_port: 34150 }\n"
                          "topology: { kind: ring }\n"
                          "transport: { backend: tcp }\n"
                          "workload: { name: external }\n";
@@ -83,11 +84,11 @@ TEST_CASE("launch -- a wrapper around grapevine peer trains exactly what plain l
   const std::string wrapped = dir + "/wrapped";
   std::string output;
   REQUIRE(runCapture(grapevineBin() + " launch " + config + " --out " + plain + common +
-                         " --set peers.base_port=32100",
+                         " --set peers.base_port=34100",
                      &output) == 0);
   INFO(output);
   const int rc = runCapture(grapevineBin() + " launch " + config + " --out " + wrapped + common +
-                                " --set peers.base_port=32120 -- sh -c 'exec " + grapevineBin() +
+                                " --set peers.base_port=34120 -- sh -c 'exec " + grapevineBin() +
                                 " peer \"$GRAPEVINE_CONFIG\" --out \"$GRAPEVINE_OUT\"'",
                             &output);
   INFO(output);
@@ -114,6 +115,86 @@ TEST_CASE("launch -- a wrapper around grapevine peer trains exactly what plain l
   }
   // The progress and the table came from the wrapped peers' records.
   CHECK(output.find("peers finished") != std::string::npos);
+}
+
+// 4 peers of a program that trains through the API (tests/cli/launch_api_child.cc).
+std::string apiConfig(const std::string& dir, int port) {
+  const std::string path = dir + "/api.yaml";
+  std::ofstream(path)
+      << "run: { seed: 5, rounds: 200, log_level: warn }\n"
+         "peers: { count: 4, base_port: "
+      << port
+      << " }\n"
+         "topology: { kind: ring }\n"
+         "transport: { backend: tcp }\n"
+         "algorithm: { name: dsgd }\n"
+         "compression: { method: none }\n"
+         "optimizer: { lr: 0.1, momentum: 0, weight_decay: 0, schedule: constant }\n"
+         "workload: { name: external }\n";
+  return path;
+}
+
+const std::string kApiChild = std::string(GRAPEVINE_BINARY_DIR) + "/tests/launch_api_child";
+
+TEST_CASE("launch -- a program using the API: records, summary and model as for built-in peers",
+          "[api]") {
+  const std::string dir = freshDir("launch_command_test_api");
+  const std::string out = dir + "/out";
+  std::string output;
+  const int rc = runCapture(
+      grapevineBin() + " launch " + apiConfig(dir, 34200) + " --out " + out + " -- " + kApiChild,
+      &output);
+  INFO(output);
+  REQUIRE(rc == 0);
+  const auto s = readSummary(out);
+  INFO(s.dump());
+  CHECK(s["peers_finished"] == 4);
+  CHECK(s["failed_peers"] == 0);
+  CHECK(s["rounds"] == 200);
+  // The metrics the program report()ed, per peer 0.5 + 0.1 rank.
+  CHECK(s["test_accuracy_mean"].get<double>() == Approx(0.65).margin(1e-12));
+  CHECK(s["test_accuracy_min"].get<double>() == Approx(0.5).margin(1e-12));
+  CHECK(s["test_accuracy_max"].get<double>() == Approx(0.8).margin(1e-12));
+  CHECK(s["consensus_distance_final"].get<double>() == 0.0);  // finalize(average): all identical
+  CHECK(s["bytes_sent_total"].get<double>() > 0);
+  // Every peer holds the average of the peers' optima, c_r = r + 0.01 k: 1.5 + 0.01 k.
+  const std::string model0 = readFile(out + "/model-0.bin");
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(readFile(out + "/model-" + std::to_string(r) + ".bin") == model0);
+    std::ifstream records(out + "/peer-" + std::to_string(r) + ".jsonl");
+    std::string line, last;
+    while (std::getline(records, line)) last = line;
+    REQUIRE_FALSE(last.empty());
+    CHECK(nlohmann::json::parse(last).value("round", -1LL) >= 0);
+  }
+  std::ifstream in(out + "/model-0.bin", std::ios::binary);
+  in.seekg(16);  // the header (runtime/engine/summary.h)
+  std::vector<float> model(32);
+  in.read(reinterpret_cast<char*>(model.data()), sizeof(float) * model.size());
+  REQUIRE(in);
+  for (std::size_t k = 0; k < model.size(); ++k) {
+    INFO("k " << k);
+    CHECK(model[k] == Approx(1.5 + 0.01 * k).margin(1e-4));
+  }
+}
+
+TEST_CASE("launch -- a program that crashes mid-run: reported with its status, the others finish",
+          "[api]") {
+  const std::string dir = freshDir("launch_command_test_api_crash");
+  const std::string out = dir + "/out";
+  std::string output;
+  const int rc = runCapture(grapevineBin() + " launch " + apiConfig(dir, 34240) + " --out " + out +
+                                " -- " + kApiChild + " 1 50",
+                            &output);
+  INFO(output);
+  CHECK(rc == 1);  // a command's own error status is passed on
+  CHECK(output.find("peer 1 exited with status 7") != std::string::npos);
+  CHECK(output.find("rank 1 gives up at round 50") != std::string::npos);
+  const auto s = readSummary(out);
+  INFO(s.dump());
+  CHECK(s["peers_finished"] == 3);
+  CHECK(s["failed_peers"] == 1);
 }
 
 TEST_CASE("launch -- COMMAND: every rank gets its variables and a config that loads", "[cli]") {
