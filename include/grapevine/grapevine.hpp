@@ -149,6 +149,13 @@ class GRAPEVINE_EXPORT Peer {
   // Adds the caller's metrics (e.g. {"test_accuracy", 0.87}) to the next record this peer writes
   // (and to the final record and summary when given before finalize()).
   void report(const std::vector<std::pair<std::string, double>>& metrics);
+  // Grapevine's state besides the tensors' values (for a state_dict): named fp32 buffers —
+  // "momentum" (Grapevine's optimizer buffer, when optimizer.momentum > 0) and the algorithm's:
+  // CHOCO "public_copy" and "replica/<rank>" per live neighbour, DeepSqueeze "error". loadState()
+  // takes the same names and sizes (Error kInvalidArgument naming the first that differs). After
+  // start(), between rounds. Restoring every peer's state of the same round continues exactly.
+  std::vector<std::pair<std::string, std::vector<float>>> state() const;
+  void loadState(const std::vector<std::pair<std::string, std::vector<float>>>& state);
   // Events since the last call, oldest first.
   std::vector<Event> pollEvents();
   Stats stats() const;

@@ -20,7 +20,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/common/status.h"
@@ -97,6 +99,11 @@ class Algorithm {
   virtual Status resetReplica(int neighbour, std::span<const float> copy) { return Status::ok(); }
   // A neighbour left (dead): forget its state.
   virtual void dropNeighbour(int neighbour) {}
+  // The algorithm's state between rounds, as named dense buffers (the API's state_dict): CHOCO
+  // "public_copy" and "replica/<j>" per live neighbour, DeepSqueeze "error". loadState() takes the
+  // same names and sizes (kInvalidArgument naming the first that differs) and replaces them.
+  virtual std::vector<std::pair<std::string, std::vector<float>>> state() const { return {}; }
+  virtual Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& state);
 
   // The consensus step this peer proposes for the current round (after prepare), carried in its
   // envelopes; 0 when the step is fixed by the config (or the algorithm has none).

@@ -27,6 +27,23 @@ const std::vector<std::string_view>& algorithmKindNames() {
   return names;
 }
 
+Status Algorithm::loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) {
+  const auto mine = state();
+  if (s.size() != mine.size()) {
+    return invalidArgument("algorithm state: " + std::to_string(s.size()) + " buffers, expected " +
+                           std::to_string(mine.size()) + " (" + std::string(name()) + ")");
+  }
+  for (std::size_t k = 0; k < s.size(); ++k) {
+    if (s[k].first != mine[k].first || s[k].second.size() != mine[k].second.size()) {
+      return invalidArgument("algorithm state: '" + s[k].first + "' (" +
+                             std::to_string(s[k].second.size()) + " values) where '" +
+                             mine[k].first + "' (" + std::to_string(mine[k].second.size()) +
+                             " values) was expected");
+    }
+  }
+  return Status::ok();
+}
+
 std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.size_bytes()); }
 
 namespace {
@@ -243,6 +260,18 @@ class Choco final : public Algorithm {
     return Status::ok();
   }
   void dropNeighbour(int j) override { replicas_.erase(j); }
+  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
+    std::vector<std::pair<std::string, std::vector<float>>> out{{"public_copy", xhat_}};
+    for (const auto& [j, r] : replicas_) out.emplace_back("replica/" + std::to_string(j), r);
+    return out;
+  }
+  Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
+    GV_RETURN_IF_ERROR(Algorithm::loadState(s));
+    xhat_ = s[0].second;
+    for (std::size_t k = 1; k < s.size(); ++k)
+      replicas_[std::stoi(s[k].first.substr(8))] = s[k].second;
+    return Status::ok();
+  }
   float proposedStep() const override { return auto_ ? proposal_ : 0.0f; }
   std::optional<StepReport> stepReport() const override {
     StepReport r = report_;
@@ -312,6 +341,14 @@ class DeepSqueeze final : public Algorithm {
     });
   }
   void dropNeighbour(int j) override { received_.drop(j); }
+  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
+    return {{"error", e_}};
+  }
+  Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
+    GV_RETURN_IF_ERROR(Algorithm::loadState(s));
+    e_ = s[0].second;
+    return Status::ok();
+  }
 
  private:
   double gamma_;

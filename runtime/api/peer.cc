@@ -224,10 +224,10 @@ Peer::Peer(const Options& options) : impl_(std::make_unique<Impl>()) {
                 "or run under srun (SLURM_PROCID) or mpirun (OMPI_COMM_WORLD_RANK, PMIX_RANK)");
   }
   if (m.rank >= c.peers.count) {
-    throw Error(Code::kInvalidArgument,
-                "rank " + std::to_string(m.rank) + " is out of range: the config has " +
-                    std::to_string(c.peers.count) + " peers (ranks 0-" +
-                    std::to_string(c.peers.count - 1) + ")");
+    throw Error(Code::kInvalidArgument, "rank " + std::to_string(m.rank) +
+                                            " is out of range: the config has " +
+                                            std::to_string(c.peers.count) + " peers (ranks 0-" +
+                                            std::to_string(c.peers.count - 1) + ")");
   }
   m.outDir = options.outDir;
   if (m.outDir.empty()) {
@@ -296,8 +296,7 @@ void Peer::start() {
   check(m.session->open());
   // Every peer starts from the lowest rank's values, and the algorithm's public copies from them.
   check(m.session->runCollectives(engine::adoptLowestCollectives(*m.plan)));
-  auto algorithm =
-      engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model());
+  auto algorithm = engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model());
   check(algorithm.status());
   m.session->core().resetAlgorithm(std::move(*algorithm));
   m.collectEvents();
@@ -319,9 +318,9 @@ float* Peer::bind(const std::string& name) {
 void Peer::startStep(const std::vector<const float*>& grads, double loss) {
   Impl& m = *impl_;
   if (grads.size() != m.tensors.size()) {
-    throw Error(Code::kInvalidArgument,
-                "step: " + std::to_string(grads.size()) + " gradients for " +
-                    std::to_string(m.tensors.size()) + " registered tensors");
+    throw Error(Code::kInvalidArgument, "step: " + std::to_string(grads.size()) +
+                                            " gradients for " + std::to_string(m.tensors.size()) +
+                                            " registered tensors");
   }
   if (m.workload) m.workload->setGradients(grads, loss);
   m.startRound({true, loss}, "step()");
@@ -366,6 +365,32 @@ void Peer::report(const std::vector<std::pair<std::string, double>>& metrics) {
   } else {
     failState("report() before start()");
   }
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> Peer::state() const {
+  Impl& m = *impl_;
+  m.requireStarted("state()");
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  const auto momentum = m.core().optimizer().momentumBuffer();
+  if (!momentum.empty())
+    out.emplace_back("momentum", std::vector<float>(momentum.begin(), momentum.end()));
+  for (auto& b : m.core().algorithm().state()) out.push_back(std::move(b));
+  return out;
+}
+
+void Peer::loadState(const std::vector<std::pair<std::string, std::vector<float>>>& state) {
+  Impl& m = *impl_;
+  m.requireStarted("loadState()");
+  auto rest = state;
+  const bool hasMomentum = !m.core().optimizer().momentumBuffer().empty();
+  if (hasMomentum) {
+    if (rest.empty() || rest.front().first != "momentum") {
+      throw Error(Code::kInvalidArgument, "loadState: the first buffer must be 'momentum'");
+    }
+    check(m.core().optimizer().setMomentumBuffer(rest.front().second));
+    rest.erase(rest.begin());
+  }
+  check(m.core().mutableAlgorithm().loadState(rest));
 }
 
 std::vector<Event> Peer::pollEvents() {

@@ -489,7 +489,11 @@ Status PeerSession::Impl::finish(bool average) {
     sendDivergenceNotices();
   } else {
     linger(outcome.finished);
-    if (average && !stopRequested()) {
+    if (average && !outcome.finished) {
+      // The neighbours are still training: they would not join the collectives.
+      log::warn("finalize: not averaging, this peer ran ", outcome.rounds, " of its ",
+                plan_.config.run.rounds, " rounds (every peer averages after all run.rounds)");
+    } else if (average && !stopRequested()) {
       const Status st = runCollectives(averagingCollectives(plan_));
       if (!st.isOk()) log::warn("finalize averaging: ", st.toString());
       averaged_ = st.isOk();

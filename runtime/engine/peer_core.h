@@ -151,6 +151,8 @@ class PeerCore {
   train::Workload& workload() { return *workload_; }
   const train::Workload& workload() const { return *workload_; }
   const algorithms::Algorithm& algorithm() const { return *algorithm_; }
+  algorithms::Algorithm& mutableAlgorithm() { return *algorithm_; }
+  train::Optimizer& optimizer() { return *optimizer_; }
   const PeerCounters& counters() const { return counters_; }
   double lastLoss() const { return lastLoss_; }
   double lastLr() const { return lastLr_; }

@@ -1,5 +1,6 @@
 // grapevine::Peer through the shared library only (no internal headers): each peer runs on its own
 // thread over tcp on 127.0.0.1, exactly as separate processes would drive it.
+#include <barrier>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -55,9 +56,11 @@ float target(int rank, std::size_t k) { return static_cast<float>(rank) + 0.1f *
 TEST_CASE("step() trains and finalize(average) leaves every peer with the same average model") {
   const int peers = 4;
   const std::string out = freshDir("step");
-  const std::string cfg = ringConfig(peers, 60, 32100, "dsgd",
-                                     "optimizer:\n  lr: 0.1\n  momentum: 0\n  weight_decay: 0\n  schedule: constant\n");
-  std::vector<std::vector<float>> finals(peers);
+  const std::string cfg =
+      ringConfig(peers, 60, 32100, "dsgd",
+                 "optimizer:\n  lr: 0.1\n  momentum: 0\n  weight_decay: 0\n  schedule: constant\n");
+  std::vector<std::vector<float>> finals(peers), starts(peers);
+  std::vector<grapevine::Stats> stats(peers);
   runPeers(peers, [&](int r) {
     grapevine::Options o;
     o.configText = cfg;
@@ -71,8 +74,7 @@ TEST_CASE("step() trains and finalize(average) leaves every peer with the same a
     peer.addTensor("a", a.data(), a.size());
     peer.addTensor("b", b.data(), b.size());
     peer.start();
-    CHECK(a[1] == 1.0f);
-    CHECK(b[0] == 0.0f);
+    starts[r] = {a[1], b[0]};
     for (std::int64_t t = 0; t < peer.plannedRounds(); ++t) {
       double loss = 0;
       for (std::size_t k = 0; k < a.size(); ++k) {
@@ -86,12 +88,19 @@ TEST_CASE("step() trains and finalize(average) leaves every peer with the same a
       peer.step({ga.data(), gb.data()}, loss);
     }
     peer.report({{"test_accuracy", 0.5 + 0.1 * r}});
-    CHECK(peer.stats().rounds == 60);
-    CHECK(peer.stats().bytesSent > 0);
+    stats[r] = peer.stats();
     peer.finalize(true);
     finals[r] = a;
     finals[r].insert(finals[r].end(), b.begin(), b.end());
   });
+  // (Catch2 assertions only on this thread: it is not thread-safe.) Every peer started from rank
+  // 0's values.
+  for (int r = 0; r < peers; ++r) {
+    CHECK(starts[r] == std::vector<float>{1.0f, 0.0f});
+    CHECK(stats[r].rounds == 60);
+    CHECK(stats[r].bytesSent > 0);
+    CHECK(stats[r].liveNeighbours == 2);
+  }
   // Identical everywhere, and (the average of the c_r being the optimum of the sum) near it.
   for (int r = 1; r < peers; ++r) CHECK(finals[r] == finals[0]);
   for (std::size_t k = 0; k < finals[0].size(); ++k) {
@@ -113,8 +122,8 @@ TEST_CASE("step() trains and finalize(average) leaves every peer with the same a
 TEST_CASE("finalize averaging is the exact average of the peers' models") {
   const int peers = 5;
   const std::string out = freshDir("average");
-  // No round of training: finalize averages the start values. The start-up sync makes them equal,
-  // so each peer changes its values after start() (bind: in place), then averages.
+  // One round on equal values (the start-up sync made them so), then each peer changes its values
+  // (bind: in place) and finalize averages them.
   const std::string cfg = ringConfig(peers, 1, 32200, "choco", "compression:\n  method: sign\n");
   std::vector<std::vector<float>> finals(peers);
   runPeers(peers, [&](int r) {
@@ -126,6 +135,7 @@ TEST_CASE("finalize averaging is the exact average of the peers' models") {
     std::vector<float> x(1000);
     peer.addTensor("x", x.data(), x.size());
     peer.start();
+    peer.mix();  // the run's one round (the values are all equal: it leaves them so)
     float* v = peer.bind("x");
     for (std::size_t k = 0; k < x.size(); ++k) v[k] = static_cast<float>(r * 1000 + k);
     peer.finalize(true);
@@ -140,8 +150,9 @@ TEST_CASE("finalize averaging is the exact average of the peers' models") {
 
 TEST_CASE("mix() with the caller's optimizer matches step() with plain SGD") {
   const int peers = 3;
-  const std::string cfg = ringConfig(peers, 20, 32300, "dsgd",
-                                     "optimizer:\n  lr: 0.05\n  momentum: 0\n  weight_decay: 0\n  schedule: constant\n");
+  const std::string cfg = ringConfig(
+      peers, 20, 32300, "dsgd",
+      "optimizer:\n  lr: 0.05\n  momentum: 0\n  weight_decay: 0\n  schedule: constant\n");
   std::vector<std::vector<float>> viaStep(peers), viaMix(peers);
   for (const bool own : {true, false}) {
     const std::string out = freshDir(own ? "mix-step" : "mix-mix");
@@ -206,4 +217,65 @@ TEST_CASE("bad input is refused with clear errors") {
   CHECK_THROWS_AS(p.addTensor("x", x.data(), x.size()), grapevine::Error);
   CHECK_THROWS_AS(p.step({x.data()}), grapevine::Error);  // before start()
   CHECK_THROWS_AS(p.wait(), grapevine::Error);
+}
+
+TEST_CASE("state() and loadState() round-trip Grapevine's buffers") {
+  const int peers = 3;
+  const std::string out = freshDir("state");
+  const std::string cfg = ringConfig(peers, 5, 32500, "choco",
+                                     "optimizer:\n  momentum: 0.9\ncompression:\n  method: sign\n");
+  using State = std::vector<std::pair<std::string, std::vector<float>>>;
+  std::vector<State> states(peers), reloaded(peers);
+  std::vector<int> refused(peers, 0);
+  std::barrier sync(peers);  // every peer is still live while the others read their state
+  runPeers(peers, [&](int r) {
+    grapevine::Options o;
+    o.configText = cfg;
+    o.rank = r;
+    o.outDir = out;
+    grapevine::Peer peer(o);
+    std::vector<float> x(10, 1.0f), g(10);
+    peer.addTensor("x", x.data(), x.size());
+    peer.start();
+    for (int t = 0; t < 5; ++t) {
+      for (std::size_t k = 0; k < x.size(); ++k) g[k] = x[k] - target(r, k);
+      peer.step({g.data()});
+    }
+    states[r] = peer.state();
+    peer.loadState(states[r]);
+    reloaded[r] = peer.state();
+    auto bad = states[r];
+    if (bad.size() > 1) {
+      bad[1].second.pop_back();
+      try {
+        peer.loadState(bad);
+      } catch (const grapevine::Error&) {
+        ++refused[r];
+      }
+      bad = states[r];
+      bad[1].first = "public copy";
+      try {
+        peer.loadState(bad);
+      } catch (const grapevine::Error&) {
+        ++refused[r];
+      }
+    }
+    sync.arrive_and_wait();
+    peer.finalize(false);
+  });
+  for (int r = 0; r < peers; ++r) {
+    const State& s = states[r];
+    REQUIRE(s.size() == 4);  // momentum, public_copy, replica/<j> for the 2 neighbours
+    CHECK(s[0].first == "momentum");
+    CHECK(s[1].first == "public_copy");
+    CHECK(s[2].first == "replica/" + std::to_string((r + 1) % peers < (r + 2) % peers
+                                                        ? (r + 1) % peers
+                                                        : (r + 2) % peers));
+    CHECK(s[0].second.size() == 10);
+    double m = 0;  // a nonzero momentum buffer after 5 steps away from the target
+    for (float v : s[0].second) m += std::abs(v);
+    CHECK(m > 0);
+    CHECK(reloaded[r] == s);
+    CHECK(refused[r] == 2);
+  }
 }
