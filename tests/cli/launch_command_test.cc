@@ -22,10 +22,12 @@
 
 #include "runtime/common/subprocess.h"
 #include "tests/test_util/cli.h"
+#include "tests/test_util/ports.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using grapevine::test_util::freeBasePort;
 using grapevine::test_util::freshDir;
 using grapevine::test_util::grapevineBin;
 using grapevine::test_util::readSummary;
@@ -84,11 +86,12 @@ TEST_CASE("launch -- a wrapper around grapevine peer trains exactly what plain l
   const std::string wrapped = dir + "/wrapped";
   std::string output;
   REQUIRE(runCapture(grapevineBin() + " launch " + config + " --out " + plain + common +
-                         " --set peers.base_port=34100",
+                         " --set peers.base_port=" + std::to_string(freeBasePort(4)),
                      &output) == 0);
   INFO(output);
   const int rc = runCapture(grapevineBin() + " launch " + config + " --out " + wrapped + common +
-                                " --set peers.base_port=34120 -- sh -c 'exec " + grapevineBin() +
+                                " --set peers.base_port=" + std::to_string(freeBasePort(4)) +
+                                " -- sh -c 'exec " + grapevineBin() +
                                 " peer \"$GRAPEVINE_CONFIG\" --out \"$GRAPEVINE_OUT\"'",
                             &output);
   INFO(output);
@@ -141,9 +144,9 @@ TEST_CASE("launch -- a program using the API: records, summary and model as for 
   const std::string dir = freshDir("launch_command_test_api");
   const std::string out = dir + "/out";
   std::string output;
-  const int rc = runCapture(
-      grapevineBin() + " launch " + apiConfig(dir, 34200) + " --out " + out + " -- " + kApiChild,
-      &output);
+  const int rc = runCapture(grapevineBin() + " launch " + apiConfig(dir, freeBasePort(4)) +
+                                " --out " + out + " -- " + kApiChild,
+                            &output);
   INFO(output);
   REQUIRE(rc == 0);
   const auto s = readSummary(out);
@@ -184,8 +187,8 @@ TEST_CASE("launch -- a program that crashes mid-run: reported with its status, t
   const std::string dir = freshDir("launch_command_test_api_crash");
   const std::string out = dir + "/out";
   std::string output;
-  const int rc = runCapture(grapevineBin() + " launch " + apiConfig(dir, 34240) + " --out " + out +
-                                " -- " + kApiChild + " 1 50",
+  const int rc = runCapture(grapevineBin() + " launch " + apiConfig(dir, freeBasePort(4)) +
+                                " --out " + out + " -- " + kApiChild + " 1 50",
                             &output);
   INFO(output);
   CHECK(rc == 1);  // a command's own error status is passed on
@@ -201,11 +204,13 @@ TEST_CASE("launch -- COMMAND: every rank gets its variables and a config that lo
   const std::string dir = freshDir("launch_command_test_env");
   const std::string config = externalConfig(dir);
   const std::string out = dir + "/out";
-  // An installed layout (<prefix>/bin/grapevine, <prefix>/lib/grapevine/python) and a build tree
-  // layout (build/bin/grapevine, build/python): the binary finds the module folder next to itself.
+  // An installed layout (<prefix>/bin/grapevine, <prefix>/GRAPEVINE_INSTALL_PYTHONDIR) and a build
+  // tree layout (build/bin/grapevine, build/python): the binary finds the module folder next to
+  // itself.
   const std::string installed = dir + "/prefix";
+  const std::string installedModule = installed + "/" GRAPEVINE_INSTALL_PYTHONDIR;
   fs::create_directories(installed + "/bin");
-  fs::create_directories(installed + "/lib/grapevine/python");
+  fs::create_directories(installedModule);
   std::error_code ec;
   fs::create_hard_link(grapevineBin(), installed + "/bin/grapevine", ec);
   if (ec) fs::copy_file(grapevineBin(), installed + "/bin/grapevine");
@@ -235,7 +240,7 @@ TEST_CASE("launch -- COMMAND: every rank gets its variables and a config that lo
     CHECK(env.at("GRAPEVINE_OUT") == outAbs);
     CHECK(env.at("GRAPEVINE_CONFIG") == resolved);
     CHECK(readFile(out + "/pythonpath-" + std::to_string(r)) ==
-          fs::weakly_canonical(installed + "/lib/grapevine/python").string() + ":/earlier/path\n");
+          fs::weakly_canonical(installedModule).string() + ":/earlier/path\n");
   }
   // The resolved config loads, and it is the config with the overrides and the output folder.
   std::string fromFile, expected;

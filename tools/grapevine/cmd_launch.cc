@@ -12,7 +12,7 @@
 //   GRAPEVINE_RANK        this process's rank
 //   GRAPEVINE_WORLD_SIZE  peers.count
 //   GRAPEVINE_OUT         DIR (absolute), where records, models and final results go
-//   PYTHONPATH            the Python module's folder first (pythonModuleDir())
+//   PYTHONPATH            the Python module's folder first (pythonModuleDir()), when it exists
 // The progress line, the report of a dead peer and the summary read the files the API writes
 // (peer-<rank>.jsonl, peer-<rank>.final.json, model-<rank>.bin), as for built-in peers.
 #include <arpa/inet.h>
@@ -64,10 +64,13 @@ struct LaunchArgs {
 
 // The folder of the `grapevine` Python module that belongs to this binary, or "" when there is
 // none: <bin>/../python in a build tree (build/bin/grapevine, build/python), or
-// <prefix>/lib/grapevine/python for an installed binary (<prefix>/bin/grapevine).
+// <prefix>/GRAPEVINE_INSTALL_PYTHONDIR (lib/grapevine/python, with the platform's lib folder) for
+// an installed binary (<prefix>/bin/grapevine).
 std::string pythonModuleDir(const std::filesystem::path& self) {
   const std::filesystem::path bin = self.parent_path();
-  for (const auto& dir : {bin / ".." / "python", bin / ".." / "lib" / "grapevine" / "python"}) {
+  const std::filesystem::path installed = GRAPEVINE_INSTALL_PYTHONDIR;
+  for (const auto& dir :
+       {bin / ".." / "python", installed.is_absolute() ? installed : bin / ".." / installed}) {
     std::error_code ec;
     if (std::filesystem::is_directory(dir, ec)) {
       return std::filesystem::weakly_canonical(dir, ec).string();
