@@ -66,7 +66,7 @@ class GRAPEVINE_EXPORT Error : public std::runtime_error {
 
 struct Options {
   std::string configPath;  // a YAML config file; or, when empty,
-  std::string configText;  // the YAML text itself
+  std::string configText;  // the YAML text itself; both empty: the file GRAPEVINE_CONFIG names
   // "key=value" overrides applied last, as `--set` does (e.g. "optimizer.lr=0.05").
   std::vector<std::string> overrides;
   // -1: from the environment: GRAPEVINE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMIX_RANK.

@@ -197,9 +197,19 @@ Peer::Peer(const Options& options) : impl_(std::make_unique<Impl>()) {
   m.options = options;
   config::LoadOptions lo;
   lo.overrides = options.overrides;
-  config::LoadResult r = options.configPath.empty()
-                             ? config::loadString(options.configText, "<config text>", lo)
-                             : config::loadFile(options.configPath, lo);
+  // Neither a path nor a text: the config `grapevine launch ... -- COMMAND` resolved for us.
+  std::string path = options.configPath;
+  if (path.empty() && options.configText.empty()) {
+    const char* env = std::getenv("GRAPEVINE_CONFIG");
+    if (!env || !*env) {
+      throw Error(Code::kInvalidArgument,
+                  "no config: set Options::configPath or configText, or run under `grapevine "
+                  "launch CONFIG -- COMMAND` (GRAPEVINE_CONFIG)");
+    }
+    path = env;
+  }
+  config::LoadResult r = path.empty() ? config::loadString(options.configText, "<config text>", lo)
+                                      : config::loadFile(path, lo);
   if (!r.ok()) {
     throw Error(Code::kInvalidArgument,
                 "the config has errors:\n" + config::formatDiagnostics(r.diagnostics));

@@ -169,6 +169,38 @@ TEST_CASE("grapevine launch --emulate: peers run in namespaces, the latency show
   }
 }
 
+TEST_CASE("grapevine launch --emulate -- COMMAND: each command runs in its rank's namespace",
+          "[netemu]") {
+  requireNetemu();
+  const std::string dir = scratch("command");
+  const std::string config = writeConfig(dir, 3, 20, 31780, 2);
+  // Each command records its addresses, then runs the rank's peer from the resolved config (which
+  // must list the namespace addresses for the peers to find each other).
+  Process launch =
+      Process::start({kBin, "launch", config, "--quiet", "--", "sh", "-c",
+                      "ip -4 -o addr > \"$GRAPEVINE_OUT/addr-$GRAPEVINE_RANK\"; exec " + kBin +
+                          " peer \"$GRAPEVINE_CONFIG\""},
+                     dir + "/launch.out");
+  const std::string prefix = "gv" + std::to_string(launch.pid) + "-";
+  const int status = launch.wait(120);
+  INFO(launch.output());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const auto s = readJson(dir + "/out/summary.json");
+  INFO(s.dump(2));
+  CHECK(s["peers_finished"] == 3);
+  REQUIRE(s.contains("network_emulation"));
+  CHECK(s["network_emulation"]["bytes"].get<double>() >= s["bytes_sent_total"].get<double>());
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r);
+    std::ifstream in(dir + "/out/addr-" + std::to_string(r));
+    const std::string addrs((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(addrs);
+    CHECK(addrs.find("10.77.0." + std::to_string(r + 1) + "/") != std::string::npos);
+  }
+  CHECK(listNamespaces(prefix).empty());
+}
+
 TEST_CASE("grapevine launch --emulate: SIGINT stops the peers and removes the namespaces",
           "[netemu]") {
   requireNetemu();

@@ -1,9 +1,20 @@
-// `grapevine launch CONFIG [--out DIR]`: starts every peer whose host is local as a child process
-// (`grapevine peer CONFIG --rank R`), shows one live progress line, forwards SIGINT/SIGTERM,
-// reports a peer that dies with its exit status and last log lines, and at the end prints a table
-// and writes DIR/summary.json. With --emulate (or `network.emulate: netns`) every peer runs in its
-// own network namespace behind the link emulator (runtime/netemu), listening on its namespace's
-// address.
+// `grapevine launch CONFIG [--out DIR] [-- COMMAND [ARGS...]]`: starts every peer whose host is
+// local as a child process (`grapevine peer CONFIG --rank R`, or the user's COMMAND once per local
+// rank), shows one live progress line, forwards SIGINT/SIGTERM, reports a peer that dies with its
+// exit status and last log lines, and at the end prints a table and writes DIR/summary.json. With
+// --emulate (or `network.emulate: netns`) every peer runs in its own network namespace behind the
+// link emulator (runtime/netemu), listening on its namespace's address.
+//
+// A COMMAND is told its part through the environment (the launcher's contract with programs that
+// use the API, include/grapevine/grapevine.hpp, which reads the same variables):
+//   GRAPEVINE_CONFIG      DIR/config.resolved.yaml: the effective config (overrides, --out and the
+//                         emulated addresses applied), written by launch before any command starts
+//   GRAPEVINE_RANK        this process's rank
+//   GRAPEVINE_WORLD_SIZE  peers.count
+//   GRAPEVINE_OUT         DIR (absolute), where records, models and final results go
+//   PYTHONPATH            the Python module's folder first (pythonModuleDir()), when it exists
+// The progress line, the report of a dead peer and the summary read the files the API writes
+// (peer-<rank>.jsonl, peer-<rank>.final.json, model-<rank>.bin), as for built-in peers.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -21,11 +32,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "runtime/common/log.h"
 #include "runtime/common/subprocess.h"
+#include "runtime/config/loader.h"
 #include "runtime/engine/summary.h"
 #include "runtime/netemu/from_config.h"
 #include "tools/grapevine/command.h"
@@ -44,7 +57,37 @@ struct LaunchArgs {
   bool quiet = false;
   bool emulate = false;  // also on with network.emulate: netns
   int mtu = 9000;
+  // Everything after `--` (split off by main()): the program to start once per local rank
+  // instead of `grapevine peer`.
+  std::vector<std::string> command;
 };
+
+// The folder of the `grapevine` Python module that belongs to this binary, or "" when there is
+// none: <bin>/../python in a build tree (build/bin/grapevine, build/python), or
+// <prefix>/GRAPEVINE_INSTALL_PYTHONDIR (lib/grapevine/python, with the platform's lib folder) for
+// an installed binary (<prefix>/bin/grapevine).
+std::string pythonModuleDir(const std::filesystem::path& self) {
+  const std::filesystem::path bin = self.parent_path();
+  const std::filesystem::path installed = GRAPEVINE_INSTALL_PYTHONDIR;
+  for (const auto& dir :
+       {bin / ".." / "python", installed.is_absolute() ? installed : bin / ".." / installed}) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir, ec)) {
+      return std::filesystem::weakly_canonical(dir, ec).string();
+    }
+  }
+  return "";
+}
+
+// `sh -c 'exec x'` as one line for the plan (each word shown; those with spaces quoted).
+std::string commandText(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    out += a.find_first_of(" \t'\"$") == std::string::npos ? a : "'" + a + "'";
+  }
+  return out;
+}
 
 std::set<std::string> localAddresses() {
   std::set<std::string> out = {"localhost", "127.0.0.1", "::1", "0.0.0.0"};
@@ -128,6 +171,12 @@ struct LinkTotals {
   }
 };
 
+// `pid` leads its process group once it has run setpgid (Subprocess, newProcessGroup); before
+// that, only the process itself can be reached.
+void signalGroup(pid_t pid, int sig) {
+  if (kill(-pid, sig) != 0) kill(pid, sig);
+}
+
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status))
@@ -158,6 +207,10 @@ class Launch {
   std::string progressLine();    // reads the peers' new records
   nlohmann::json stopNetwork();  // the emulated links' totals (null without emulation)
   std::vector<engine::PeerResult> readResults() const;
+  int writeResolvedConfig();  // DIR/config.resolved.yaml for a COMMAND (GRAPEVINE_CONFIG)
+  std::vector<std::string> peerArgv(int rank, const std::string& self) const;
+  std::vector<std::pair<std::string, std::string>> commandEnvironment(
+      int rank, const std::string& self) const;
   std::string peerFile(int rank, const std::string& suffix) const {
     return out_ + "/peer-" + std::to_string(rank) + suffix;
   }
@@ -173,7 +226,9 @@ class Launch {
   std::vector<std::string> peerOverrides_;
   std::chrono::steady_clock::time_point start_;
   bool tty_ = false;
-  int failed_ = 0;
+  std::string resolvedConfig_;  // absolute path of DIR/config.resolved.yaml (COMMAND only)
+  int failed_ = 0;    // peers that exited with a status other than 0 and 3, or by a signal
+  int errored_ = 0;   // of those, the ones that exited with a status (their own error)
   int diverged_ = 0;  // peers that exited with kExitDiverged
   bool forwarded_ = false;
   std::chrono::steady_clock::time_point forwardedAt_;
@@ -184,6 +239,7 @@ int Launch::plan() {
   auto loaded = loadConfig(args_.path, args_.overrides);
   if (!loaded.isOk()) return kExitBadInput;
   config_ = std::move(*loaded);
+  if (args_.command.empty() && refuseExternal("launch", args_.path, config_)) return kExitBadInput;
   out_ = args_.out.empty() ? config_.output.dir : args_.out;
   std::error_code ec;
   std::filesystem::create_directories(out_, ec);
@@ -200,9 +256,10 @@ int Launch::plan() {
     children_.push_back(std::move(ch));
   }
   if (children_.empty()) {
-    std::cerr
-        << "grapevine launch: no peer of " << args_.path
-        << " has a local host; start peers with `grapevine peer CONFIG --rank R` on their hosts\n";
+    std::cerr << "grapevine launch: no peer of " << args_.path << " has a local host; start "
+              << (args_.command.empty() ? "peers with `grapevine peer CONFIG --rank R`"
+                                        : "the command with GRAPEVINE_RANK=R")
+              << " on their hosts\n";
     return kExitBadInput;
   }
   peerOverrides_ = args_.overrides;
@@ -248,16 +305,84 @@ int Launch::startNetwork() {
 void Launch::printPlan() const {
   const config::Config& c = config_;
   std::cout << "grapevine launch: " << children_.size() << " of " << c.peers.count
-            << " peers on this host, " << topology::kindName(c.topology.kind) << ", "
+            << " peers on this host"
+            << (args_.command.empty() ? "" : " (" + commandText(args_.command) + ")") << ", "
+            << topology::kindName(c.topology.kind) << ", "
             << algorithms::algorithmKindName(c.algorithm.name) << " + "
             << compress::methodName(c.compression.method) << " over " << c.transport.backend << ", "
             << c.run.rounds << " rounds; output in " << out_ << "/\n"
             << std::flush;
 }
 
+// The resolved config as one file, so that every command (and the API in it) trains exactly what
+// this launch planned; loading it back must give the same config, checked here.
+int Launch::writeResolvedConfig() {
+  config::Config resolved = config_;
+  std::error_code ec;
+  resolved.output.dir = std::filesystem::absolute(out_, ec).string();
+  if (network_) {
+    resolved.peers.list.clear();
+    for (int r = 0; r < resolved.peers.count; ++r) {
+      resolved.peers.list.push_back({network_->address(r), addrs_[r].port});
+    }
+  }
+  const std::string text = config::toYaml(resolved);
+  resolvedConfig_ = resolved.output.dir + "/config.resolved.yaml";
+  config::LoadOptions noEnvironment;
+  noEnvironment.useEnvironment = false;
+  const config::LoadResult again = config::loadString(text, resolvedConfig_, noEnvironment);
+  if (!again.ok() || config::toYaml(again.config) != text) {
+    std::cerr << "grapevine launch: internal error: the resolved config does not load back the "
+                 "same:\n"
+              << config::formatDiagnostics(again.diagnostics);
+    return kExitFailure;
+  }
+  std::ofstream file(resolvedConfig_, std::ios::trunc);
+  file << "# Written by grapevine launch from " << args_.path
+       << " with its overrides: the config every command of this run reads (GRAPEVINE_CONFIG).\n"
+       << text;
+  file.close();
+  if (!file) {
+    std::cerr << "grapevine launch: cannot write " << resolvedConfig_ << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+// `grapevine peer CONFIG --rank R --out DIR --set ...`, or the user's command.
+std::vector<std::string> Launch::peerArgv(int rank, const std::string& self) const {
+  if (!args_.command.empty()) return args_.command;
+  std::vector<std::string> argv = {self,    "peer", args_.path, "--rank", std::to_string(rank),
+                                   "--out", out_};
+  for (const auto& o : peerOverrides_) {
+    argv.push_back("--set");
+    argv.push_back(o);
+  }
+  return argv;
+}
+
+std::vector<std::pair<std::string, std::string>> Launch::commandEnvironment(
+    int rank, const std::string& self) const {
+  std::error_code ec;
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"GRAPEVINE_CONFIG", resolvedConfig_},
+      {"GRAPEVINE_RANK", std::to_string(rank)},
+      {"GRAPEVINE_WORLD_SIZE", std::to_string(config_.peers.count)},
+      {"GRAPEVINE_OUT", std::filesystem::absolute(out_, ec).string()},
+  };
+  if (const std::string module = pythonModuleDir(self); !module.empty()) {
+    const char* old = std::getenv("PYTHONPATH");
+    env.emplace_back("PYTHONPATH", old && *old ? module + ":" + old : module);
+  }
+  return env;
+}
+
 int Launch::startPeers() {
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (!args_.command.empty()) {
+    if (int rc = writeResolvedConfig(); rc != kExitOk) return rc;
+  }
   struct sigaction sa {};
   sa.sa_handler = onSignal;
   sigaction(SIGINT, &sa, nullptr);
@@ -268,18 +393,14 @@ int Launch::startPeers() {
     ch.log = peerFile(ch.rank, ".log");
     std::filesystem::remove(ch.jsonl, ec);
     std::filesystem::remove(peerFile(ch.rank, ".final.json"), ec);
-    std::vector<std::string> argv = {self,    "peer", args_.path, "--rank", std::to_string(ch.rank),
-                                     "--out", out_};
+    std::vector<std::string> argv = peerArgv(ch.rank, self);
     if (network_) {
       auto prefix = network_->execPrefix(ch.rank);
       argv.insert(argv.begin(), prefix.begin(), prefix.end());
     }
-    for (const auto& o : peerOverrides_) {
-      argv.push_back("--set");
-      argv.push_back(o);
-    }
     SpawnOptions spawn;
-    spawn.argv = argv;  // `ip` (emulation) is found on PATH; self is absolute
+    spawn.argv = argv;  // `ip` (emulation) and a command are found on PATH; self is absolute
+    if (!args_.command.empty()) spawn.setEnv = commandEnvironment(ch.rank, self);
     spawn.out = ChildStream::file(ch.log);
     spawn.err = ChildStream::sameAsStdout();
     spawn.newProcessGroup = true;  // a terminal's SIGINT reaches the launcher only; it forwards it
@@ -325,6 +446,7 @@ int Launch::reapExited() {
       ++diverged_;  // said once, by the summary (every peer of the run stops the same way)
     } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       ++failed_;
+      if (WIFEXITED(status)) ++errored_;
       if (tty_) std::cout << "\n";
       std::cout << "grapevine launch: peer " << ch.rank << " " << describeStatus(status)
                 << "; last lines of " << ch.log << ":\n"
@@ -334,21 +456,23 @@ int Launch::reapExited() {
   return running;
 }
 
-// SIGINT/SIGTERM: forwarded once as SIGINT; peers still running 5 s later are killed.
+// SIGINT/SIGTERM: forwarded once as SIGINT; peers still running 5 s later are killed. Each peer
+// leads its own process group (startPeers), and the signal goes to the group: a command such as
+// `sh -c 'python3 train.py'` or a program with worker processes stops as a whole.
 void Launch::forwardSignal(int running) {
   if (g_signal && !forwarded_) {
     std::cout << "\ngrapevine launch: " << strsignal(g_signal) << ": stopping " << running
               << " peers\n"
               << std::flush;
     for (auto& ch : children_) {
-      if (ch.running) kill(ch.pid, SIGINT);
+      if (ch.running) signalGroup(ch.pid, SIGINT);
     }
     forwarded_ = true;
     forwardedAt_ = std::chrono::steady_clock::now();
   }
   if (forwarded_ && std::chrono::steady_clock::now() - forwardedAt_ > std::chrono::seconds(5)) {
     for (auto& ch : children_) {
-      if (ch.running) kill(ch.pid, SIGKILL);
+      if (ch.running) signalGroup(ch.pid, SIGKILL);
     }
   }
 }
@@ -469,9 +593,14 @@ int Launch::writeSummary() {
   return kExitOk;
 }
 
+// A peer killed by a signal (a crash, the OOM killer, a preempted machine) is the fault a
+// decentralized run is built to survive: the run succeeds when any peer finished. A peer that
+// exited with a status other than 0 and 3 reported an error of its own (a user program's traceback,
+// a peer that could not start), which the exit code passes on.
 int Launch::exitCode() const {
   if (g_signal) return kExitFailure;
   if (diverged_ > 0) return kExitDiverged;
+  if (errored_ > 0) return kExitFailure;
   return failed_ == static_cast<int>(children_.size()) ? kExitFailure : kExitOk;
 }
 
@@ -488,11 +617,18 @@ int runLaunch(const LaunchArgs& a) {
 
 }  // namespace
 
-Command registerLaunch(CLI::App& root) {
+Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::string>>& command) {
   auto args = std::make_shared<LaunchArgs>();
-  CLI::App* app =
-      root.add_subcommand("launch", "Start every local peer of a config and follow the run");
+  CLI::App* app = root.add_subcommand(
+      "launch",
+      "Start every local peer of a config (or `-- COMMAND [ARGS...]`, your program, once per local "
+      "rank) and follow the run");
   app->add_option("config", args->path, "YAML config file")->required();
+  app->footer(
+      "-- COMMAND [ARGS...]: after the options, the program to run once per local rank instead of "
+      "`grapevine peer`, with GRAPEVINE_CONFIG (the resolved config), GRAPEVINE_RANK, "
+      "GRAPEVINE_WORLD_SIZE, GRAPEVINE_OUT and PYTHONPATH set (workload.name: external: your "
+      "model, through the API; docs/api.md)");
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
   app->add_option("--set", args->overrides, "Override a key for every peer (repeatable)");
   app->add_flag("--quiet", args->quiet, "No live progress line");
@@ -502,7 +638,14 @@ Command registerLaunch(CLI::App& root) {
       "jitter, loss from the network: section; needs root); same as network.emulate: netns");
   app->add_option("--emulate-mtu", args->mtu, "MTU of the emulated interfaces")
       ->check(CLI::Range(576, 65535));
-  return {app, [args] { return runLaunch(*args); }};
+  return {app, [args, &command] {
+            if (command && command->empty()) {
+              std::cerr << "grapevine launch: nothing after `--`: give the command to run\n";
+              return kExitBadInput;
+            }
+            if (command) args->command = *command;
+            return runLaunch(*args);
+          }};
 }
 
 }  // namespace grapevine::cli

@@ -1,7 +1,7 @@
 // `grapevine peer CONFIG --rank R`: one peer of a run (one per machine, or started by srun/mpirun).
-// Without --rank the rank comes from SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK: those
-// variables are the launcher's contract with us, not configuration, so they are read here and
-// nowhere else.
+// Without --rank the rank comes from GRAPEVINE_RANK (`grapevine launch ... -- COMMAND`), then
+// SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK: those variables are a launcher's contract with
+// us, not configuration, so they are read here (and by the API) and nowhere else.
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -26,7 +26,7 @@ struct PeerArgs {
 };
 
 int rankFromEnvironment() {
-  for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+  for (const char* name : {"GRAPEVINE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
     if (const char* v = std::getenv(name)) {
       char* end = nullptr;
       const long r = std::strtol(v, &end, 10);
@@ -40,11 +40,12 @@ int runPeer(const PeerArgs& a) {
   auto loaded = loadConfig(a.path, a.overrides);
   if (!loaded.isOk()) return kExitBadInput;
   config::Config c = std::move(*loaded);
+  if (refuseExternal("peer", a.path, c)) return kExitBadInput;
   int rank = a.rank >= 0 ? a.rank : rankFromEnvironment();
   if (rank < 0) {
     std::cerr
-        << "grapevine peer: no rank: pass --rank R, or run under srun (SLURM_PROCID) or mpirun "
-           "(OMPI_COMM_WORLD_RANK, PMIX_RANK)\n";
+        << "grapevine peer: no rank: pass --rank R, or set GRAPEVINE_RANK (grapevine launch does), "
+           "or run under srun (SLURM_PROCID) or mpirun (OMPI_COMM_WORLD_RANK, PMIX_RANK)\n";
     return kExitBadInput;
   }
   if (rank >= c.peers.count) {
@@ -87,7 +88,8 @@ Command registerPeer(CLI::App& root) {
       root.add_subcommand("peer", "Run one peer of a config (multi-machine runs, srun, mpirun)");
   app->add_option("config", args->path, "YAML config file")->required();
   app->add_option("--rank", args->rank,
-                  "This peer's rank (default: SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK)")
+                  "This peer's rank (default: GRAPEVINE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK "
+                  "or PMIX_RANK)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
   app->add_option("--incarnation", args->incarnation,

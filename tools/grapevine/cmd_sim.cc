@@ -34,6 +34,7 @@ int runSim(const SimArgs& a) {
   auto loaded = loadConfig(a.path, overrides);
   if (!loaded.isOk()) return kExitBadInput;
   config::Config c = std::move(*loaded);
+  if (refuseExternal("sim", a.path, c)) return kExitBadInput;
   log::setLevel(c.run.logLevel);
   const std::string out = a.out.empty() ? c.output.dir : a.out;
 

@@ -100,6 +100,9 @@ void printSummary(const config::Config& c, std::ostream& os) {
       os << " (alpha " << fmt(c.workload.alpha) << ")";
     }
   }
+  if (workload == WorkloadKind::kExternal) {
+    os << " (your model, through the API: grapevine launch CONFIG -- COMMAND, docs/api.md)";
+  }
   os << "\n";
   os << "  output       " << c.output.dir << "\n";
 }

@@ -7,6 +7,9 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace grapevine::cli {
 
@@ -25,7 +28,11 @@ Command registerValidate(CLI::App& root);
 Command registerConfig(CLI::App& root);
 Command registerTopo(CLI::App& root);
 Command registerPeer(CLI::App& root);
-Command registerLaunch(CLI::App& root);
+// `command`: the words after the first `--` of `grapevine launch CONFIG ... -- COMMAND [ARGS...]`
+// (nullopt without a `--`), split off by main() before parsing: CLI11 would let that `--` end a
+// multi-value option (--set) and then read the command's own flags (`sh -c`) as launch's. Read when
+// the subcommand runs, so it must outlive the returned Command.
+Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::string>>& command);
 Command registerInfo(CLI::App& root);
 Command registerBenchTransport(CLI::App& root);
 Command registerBench(CLI::App& root);  // `bench compress`

@@ -25,4 +25,17 @@ inline Result<config::Config> loadConfig(const std::string& path,
   return std::move(r.config);
 }
 
+// `workload.name: external` leaves the model to the user's program (the API, docs/api.md): a
+// command that would train a built-in workload has nothing to run. True, after saying so on `err`
+// with what to do instead, when `config` is such a config; the caller exits with kExitBadInput.
+inline bool refuseExternal(const std::string& command, const std::string& path,
+                           const config::Config& config, std::ostream& err = std::cerr) {
+  if (config.workload.name != train::WorkloadKind::kExternal) return false;
+  err << "grapevine " << command << ": " << path
+      << ": workload.name is 'external': the model is your program's, trained through the API "
+         "(docs/api.md); start it with `grapevine launch "
+      << path << " -- COMMAND [ARGS...]`\n";
+  return true;
+}
+
 }  // namespace grapevine::cli
