@@ -522,6 +522,8 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   auto j = peerResultToJson(result);
   j["wall_seconds"] = seconds();
   if (averaged_) j["averaged"] = true;
+  if (core_->counters().collectiveBytes > 0)
+    j["collective_bytes"] = core_->counters().collectiveBytes;
   GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));
   if (outcome.diverged) {
     log::info("stopped at round ", outcome.rounds, " (diverged); the last finite model is in ",

@@ -287,7 +287,11 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     e.resyncRequested = algorithm_->publicCopyHash() != 0;
   }
   e.nextSeqIn = env->sequence + 1;
-  counters_.bytesReceived += bytes.size();
+  // Collectives (the API's start-up sync and finalize averaging) are counted apart from training.
+  if (env->flags & kFlagCollective)
+    counters_.collectiveBytes += bytes.size();
+  else
+    counters_.bytesReceived += bytes.size();
   if (env->flags & kFlagDiverged) {
     auto notice = readNotice(bytes.subspan(kEnvelopeBytes, env->messageBytes));
     if (!notice) {
@@ -464,8 +468,7 @@ void PeerCore::beginCollective(CollectiveKind kind) {
     env.payloadCrc =
         payloadChecksum(std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, payload));
     writeEnvelope(env, e.out);
-    counters_.bytesSent += e.outBytes;
-    counters_.bytesDenseEquivalent += e.outBytes;
+    counters_.collectiveBytes += e.outBytes;
   }
 }
 

@@ -75,6 +75,9 @@ struct PeerCounters {
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;
   std::map<std::string, std::uint64_t> dropped;  // by reason: crc, bad_magic, duplicate, ...
+  // Sent and received in collectives (the API's start-up sync and finalize averaging), not in the
+  // byte counts above.
+  std::uint64_t collectiveBytes = 0;
 };
 
 // Why a run stops early: training diverged, here (origin == this peer's rank) or at a peer whose
