@@ -489,6 +489,11 @@ class Loader {
       warning(keyWhere("optimizer.nesterov"), "optimizer.nesterov",
               "has no effect with momentum 0");
     }
+    if (c.workload.name == train::WorkloadKind::kExternal && c.algorithm.localSteps != 1) {
+      error(keyWhere("algorithm.local_steps"), "algorithm.local_steps",
+            "must be 1 with workload.name external: every step() through the API is one round "
+            "(take extra local steps with your own optimizer and call mix())");
+    }
     if (c.workload.name == train::WorkloadKind::kQuadratic) {
       if (c.workload.data.empty()) {
         error(keyWhere("workload.name"), "workload.data",

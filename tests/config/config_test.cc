@@ -347,3 +347,13 @@ TEST_CASE("algorithm.consensus_step: auto by default, a number or auto when set"
                    "algorithm.consensus_step: expected a number in [0, 1] or auto"));
   }
 }
+
+TEST_CASE("an external workload needs local_steps 1 (every API step is one round)") {
+  LoadResult r = loadInvalid("external_local_steps.yaml");
+  CHECK_FALSE(r.ok());
+  const std::string d = allDiagnostics(r);
+  INFO(d);
+  CHECK(contains(d,
+                 "external_local_steps.yaml:7:3: error: algorithm.local_steps: must be 1 with "
+                 "workload.name external"));
+}
