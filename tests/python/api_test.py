@@ -9,49 +9,11 @@ import numpy as np
 import pytest
 
 import grapevine
-from gv_testing import free_base_port, scratch, scratch_root
+from gv_testing import external_config, free_base_port, run_threads, scratch
 
 
 def config(base_port, peers=2, rounds=3, **sections):
-    c = {
-        "run": {"name": "api-test", "seed": 1, "rounds": rounds},
-        "peers": {"count": peers, "host": "127.0.0.1", "base_port": base_port},
-        "topology": {"kind": "ring"},
-        "transport": {"backend": "tcp"},
-        "algorithm": {"name": "dsgd", "round_timeout": 60},
-        "compression": {"method": "none"},
-        "optimizer": {"lr": 0.5, "momentum": 0.0, "schedule": "constant", "weight_decay": 0.0},
-        "workload": {"name": "external"},
-        "output": {"dir": os.path.join(scratch_root(), "api-runs")},
-    }
-    for key, value in sections.items():
-        c.setdefault(key, {}).update(value)
-    return c
-
-
-def run_threads(functions):
-    """Runs each function in its own thread; returns their results, re-raising the first error."""
-    results = [None] * len(functions)
-    errors = [None] * len(functions)
-
-    def body(k):
-        try:
-            results[k] = functions[k]()
-        except BaseException as e:  # noqa: B902 - reported below
-            errors[k] = e
-
-    threads = [threading.Thread(target=body, args=(k,), daemon=True)
-               for k in range(len(functions))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    # A peer that failed leaves the other waiting on it: report the failure, not the wait.
-    for e in errors:
-        if e is not None:
-            raise e
-    assert not any(t.is_alive() for t in threads), "a peer thread hangs"
-    return results
+    return external_config("api-test", base_port, peers, rounds, 0.5, **sections)
 
 
 # ---- errors --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -170,3 +171,47 @@ def wait_for_file(path, procs, timeout):
             return False
         time.sleep(0.05)
     return True
+
+
+def external_config(name, base_port, peers=2, rounds=3, lr=0.5, **sections):
+    """A config dict for peers driven through the API: ring, dsgd, no compression, plain SGD over
+    tcp; `sections` update whole sections (e.g. workload={"name": "consensus"})."""
+    c = {
+        "run": {"name": name, "seed": 1, "rounds": rounds},
+        "peers": {"count": peers, "host": "127.0.0.1", "base_port": base_port},
+        "topology": {"kind": "ring"},
+        "transport": {"backend": "tcp"},
+        "algorithm": {"name": "dsgd", "round_timeout": 60},
+        "compression": {"method": "none"},
+        "optimizer": {"lr": lr, "momentum": 0.0, "schedule": "constant", "weight_decay": 0.0},
+        "workload": {"name": "external"},
+        "output": {"dir": os.path.join(scratch_root(), name + "-runs")},
+    }
+    for key, value in sections.items():
+        c.setdefault(key, {}).update(value)
+    return c
+
+
+def run_threads(functions):
+    """Runs each function in its own thread; returns their results, re-raising the first error."""
+    results = [None] * len(functions)
+    errors = [None] * len(functions)
+
+    def body(k):
+        try:
+            results[k] = functions[k]()
+        except BaseException as e:  # noqa: B902 - re-raised below
+            errors[k] = e
+
+    threads = [threading.Thread(target=body, args=(k,), daemon=True)
+               for k in range(len(functions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    # A peer that failed leaves the other waiting on it: report the failure, not the wait.
+    for e in errors:
+        if e is not None:
+            raise e
+    assert not any(t.is_alive() for t in threads), "a peer thread hangs"
+    return results

@@ -2,8 +2,6 @@
 parameters are registered, zero-copy, both ways to step, overlap, state_dict, finalize, and the
 errors a wrong model gets."""
 
-import os
-import threading
 
 import pytest
 
@@ -11,48 +9,11 @@ torch = pytest.importorskip("torch")
 
 import grapevine  # noqa: E402
 import grapevine.torch  # noqa: E402
-from gv_testing import free_base_port, scratch_root  # noqa: E402
+from gv_testing import external_config, free_base_port, run_threads  # noqa: E402
 
 
 def config(base_port, rounds=4, **sections):
-    c = {
-        "run": {"name": "torch-test", "seed": 1, "rounds": rounds},
-        "peers": {"count": 2, "host": "127.0.0.1", "base_port": base_port},
-        "topology": {"kind": "ring"},
-        "transport": {"backend": "tcp"},
-        "algorithm": {"name": "dsgd", "round_timeout": 60},
-        "compression": {"method": "none"},
-        "optimizer": {"lr": 0.1, "momentum": 0.0, "schedule": "constant", "weight_decay": 0.0},
-        "workload": {"name": "external"},
-        "output": {"dir": os.path.join(scratch_root(), "torch-runs")},
-    }
-    for key, value in sections.items():
-        c.setdefault(key, {}).update(value)
-    return c
-
-
-def run_threads(functions):
-    results = [None] * len(functions)
-    errors = [None] * len(functions)
-
-    def body(k):
-        try:
-            results[k] = functions[k]()
-        except BaseException as e:  # noqa: B902 - re-raised below
-            errors[k] = e
-
-    threads = [threading.Thread(target=body, args=(k,), daemon=True)
-               for k in range(len(functions))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    # A peer that failed leaves the other waiting on it: report the failure, not the wait.
-    for e in errors:
-        if e is not None:
-            raise e
-    assert not any(t.is_alive() for t in threads), "a peer thread hangs"
-    return results
+    return external_config("torch-test", base_port, 2, rounds, 0.1, **sections)
 
 
 class Net(torch.nn.Module):
