@@ -30,6 +30,18 @@ constexpr double kNormGrowth = 1000.0;   // x max(initial |x|, 1)
 constexpr std::size_t kNoticeFixedBytes = 4 + 8 + 8 + 8 + 2;
 constexpr std::size_t kNoticeMaxReason = 512;
 
+// A copy of `bytes` in a reused buffer from `spare` (or a new one): messages held for later.
+std::vector<std::uint8_t> copyToSpare(std::vector<std::vector<std::uint8_t>>& spare,
+                                      std::span<const std::uint8_t> bytes) {
+  std::vector<std::uint8_t> buf;
+  if (!spare.empty()) {
+    buf = std::move(spare.back());
+    spare.pop_back();
+  }
+  buf.assign(bytes.begin(), bytes.end());
+  return buf;
+}
+
 // Collective payload: origin u32, then the state as f64 (host order, as snapshots are).
 constexpr std::size_t kCollectiveHeaderBytes = 4;
 
@@ -307,26 +319,14 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
       drop("bad_collective");
       return;
     }
-    std::vector<std::uint8_t> buf;
-    if (!e.spare.empty()) {
-      buf = std::move(e.spare.back());
-      e.spare.pop_back();
-    }
-    buf.assign(bytes.begin(), bytes.end());
-    e.collectives.emplace_back(env->round, std::move(buf));
+    e.collectives.emplace_back(env->round, copyToSpare(e.spare, bytes));
     return;
   }
   e.lastRound = std::max(e.lastRound, static_cast<std::int64_t>(env->round));
   // Before round 0 (round_ == -1) every message is ahead: a neighbour may start round 0 while this
   // peer is still booting or in a start-up collective.
   if (round_ < 0 || env->round > static_cast<std::uint64_t>(round_)) {
-    std::vector<std::uint8_t> buf;
-    if (!e.spare.empty()) {
-      buf = std::move(e.spare.back());
-      e.spare.pop_back();
-    }
-    buf.assign(bytes.begin(), bytes.end());
-    e.ahead.push_back(std::move(buf));
+    e.ahead.push_back(copyToSpare(e.spare, bytes));
     return;
   }
   apply(j, e, *env, bytes);
