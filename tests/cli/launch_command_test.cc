@@ -51,7 +51,7 @@ int runCapture(const std::string& cmd, std::string* output) {
 std::string externalConfig(const std::string& dir) {
   const std::string path = dir + "/external.yaml";
   std::ofstream(path) << "run: { seed: 3, rounds: 50 }\n"
-                         "peers: { count: 2, base_port: 34150 }\n"
+                         "peers: { count: 2, base_port: 24150 }\n"
                          "topology: { kind: ring }\n"
                          "transport: { backend: tcp }\n"
                          "workload: { name: external }\n";

@@ -29,13 +29,13 @@ def test_exception_hierarchy():
 
 
 def test_bad_config_is_invalid_argument_with_the_diagnostic():
-    c = config(free_base_port(2, 33100))
+    c = config(free_base_port(2, 23100))
     c["optimizer"]["lr"] = -1.0
     with pytest.raises(grapevine.InvalidArgumentError) as info:
         grapevine.Peer(c, rank=0)
     assert "optimizer.lr" in str(info.value)
     assert info.value.code_name == "invalid_argument"
-    c = config(free_base_port(2, 33100))
+    c = config(free_base_port(2, 23100))
     c["run"]["no_such_key"] = 1
     with pytest.raises(grapevine.InvalidArgumentError) as info:
         grapevine.Peer(c, rank=0)
@@ -43,7 +43,7 @@ def test_bad_config_is_invalid_argument_with_the_diagnostic():
 
 
 def test_builtin_workload_is_refused():
-    c = config(free_base_port(2, 33100), workload={"name": "consensus"})
+    c = config(free_base_port(2, 23100), workload={"name": "consensus"})
     with pytest.raises(grapevine.InvalidArgumentError) as info:
         grapevine.Peer(c, rank=0)
     assert "external" in str(info.value)
@@ -63,7 +63,7 @@ def test_no_config_at_all(monkeypatch):
 
 
 def test_rank_out_of_range():
-    c = config(free_base_port(2, 33100))
+    c = config(free_base_port(2, 23100))
     with pytest.raises(grapevine.InvalidArgumentError) as info:
         grapevine.Peer(c, rank=2)
     assert "2" in str(info.value)
@@ -72,7 +72,7 @@ def test_rank_out_of_range():
 
 
 def test_rank_from_environment(monkeypatch):
-    c = config(free_base_port(2, 33100))
+    c = config(free_base_port(2, 23100))
     monkeypatch.setenv("GRAPEVINE_RANK", "1")
     assert grapevine.Peer(c).rank == 1
     monkeypatch.setenv("GRAPEVINE_RANK", "7")
@@ -81,7 +81,7 @@ def test_rank_from_environment(monkeypatch):
 
 
 def test_overrides_and_yaml_text():
-    c = config(free_base_port(2, 33100))
+    c = config(free_base_port(2, 23100))
     peer = grapevine.Peer(grapevine.to_yaml(c), rank=0, optimizer__lr=0.25,
                           overrides={"run.rounds": 7})
     assert peer.planned_rounds == 7
@@ -92,7 +92,7 @@ def test_overrides_and_yaml_text():
 
 
 def test_tensor_errors():
-    c = config(free_base_port(2, 33100))
+    c = config(free_base_port(2, 23100))
     peer = grapevine.Peer(c, rank=0)
     with pytest.raises(grapevine.InvalidArgumentError, match="float32"):
         peer.add_tensor("w", np.zeros(4, dtype=np.float64))
@@ -116,7 +116,7 @@ def test_tensor_errors():
 
 def test_two_peers_step_mix_bind_finalize():
     out = scratch("api-two-peers")
-    c = config(free_base_port(2, 33140), rounds=2)
+    c = config(free_base_port(2, 23140), rounds=2)
     grads = [np.array([1.0, 2.0, 3.0], dtype=np.float32),
              np.array([3.0, -2.0, 1.0], dtype=np.float32)]
 
@@ -160,7 +160,7 @@ def test_two_peers_step_mix_bind_finalize():
 
 
 def test_concurrent_calls_on_one_peer_are_refused():
-    c = config(free_base_port(2, 33180), peers=2)
+    c = config(free_base_port(2, 23180), peers=2)
     peer = grapevine.Peer(c, rank=0)
     peer.add_tensor("w", np.zeros(2, dtype=np.float32))
     errors = []

@@ -65,7 +65,7 @@ def optimum_distance(models, opt):
     return float(((mean - opt.astype(np.float64)) ** 2).sum())
 
 
-@pytest.mark.parametrize("mode,port", [("grapevine", 33300), ("sgd", 33360)])
+@pytest.mark.parametrize("mode,port", [("grapevine", 23300), ("sgd", 23360)])
 def test_torch_quadratic_equals_engine(reference, mode, port):
     data, a, b, summary, sim = reference
     d = scratch(f"exactness-{mode}")

@@ -30,7 +30,7 @@ def test_pytorch_example():
     assert n == 1
     text, n = re.subn(r"rounds: \d+", f"rounds: {ROUNDS}", text)
     assert n == 1
-    text, n = re.subn(r"base_port: \d+", f"base_port: {free_base_port(PEERS, 33600)}", text)
+    text, n = re.subn(r"base_port: \d+", f"base_port: {free_base_port(PEERS, 23600)}", text)
     assert n == 1
     config = os.path.join(d, "config.yaml")
     with open(config, "w") as f:
@@ -73,7 +73,7 @@ def test_pytorch_example_through_launch():
     d = scratch("example-pytorch-launch")
     cmd = [grapevine_bin(), "launch", os.path.join(EXAMPLE, "fashion_cnn.yaml"),
            "--set", f"peers.count={PEERS}", "--set", f"run.rounds={ROUNDS}",
-           "--set", f"peers.base_port={free_base_port(PEERS, 33650)}", "--out", d, "--quiet",
+           "--set", f"peers.base_port={free_base_port(PEERS, 23650)}", "--out", d, "--quiet",
            "--", "/usr/bin/python3", os.path.join(EXAMPLE, "train.py"), "--eval-samples", "1000"]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     if result.returncode != 0:

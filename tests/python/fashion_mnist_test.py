@@ -31,7 +31,7 @@ def test_mlp_choco_top1_percent():
     with open(config, "w") as f:
         f.write(f"run: {{ name: fashion-mnist-torch, seed: 1, rounds: {ROUNDS} }}\n"
                 f"peers: {{ count: {PEERS}, host: 127.0.0.1, "
-                f"base_port: {free_base_port(PEERS, 33400)} }}\n"
+                f"base_port: {free_base_port(PEERS, 23400)} }}\n"
                 "topology: { kind: ring }\n"
                 "transport: { backend: tcp }\n"
                 "algorithm: { name: choco, consensus_step: 0.05, round_timeout: 120 }\n"

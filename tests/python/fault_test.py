@@ -23,7 +23,7 @@ def test_killed_peer():
         # is killed, so they cannot run ahead; dead_after then ends the wait.
         f.write("run: { name: fault, seed: 1, rounds: 40 }\n"
                 f"peers: {{ count: {PEERS}, host: 127.0.0.1, "
-                f"base_port: {free_base_port(PEERS, 33500)}, heartbeat_interval: 0.1, "
+                f"base_port: {free_base_port(PEERS, 23500)}, heartbeat_interval: 0.1, "
                 "dead_after: 1.0 }\n"
                 "topology: { kind: ring }\n"
                 "transport: { backend: tcp }\n"

@@ -49,15 +49,27 @@ def _port_free(port):
     return True
 
 
+def _ephemeral_ports_start():
+    """The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_base_port(peers, start):
-    """A base port at or above `start` whose 2 * peers ports (control and data) are all free now."""
+    """A base port at or above `start` whose 2 * peers ports (control and data) are all free now,
+    below the kernel's ephemeral range: a port inside it can be taken at any moment as the local
+    port of some peer's outgoing connection before the peer that listens on it has bound it."""
     need = 2 * peers
+    limit = _ephemeral_ports_start()
     base = start
-    while base + need < 65000:
+    while base + need < limit:
         if all(_port_free(base + k) for k in range(need)):
             return base
         base += need + 7
-    raise RuntimeError("no free port range")
+    raise RuntimeError(f"no {need} free ports from {start} below the ephemeral range ({limit})")
 
 
 def write_quadratic_data(path, peers, dim):

@@ -91,7 +91,7 @@ def trainable(model):
 
 @pytest.mark.parametrize("owner", ["grapevine", "torch"])
 def test_two_peers_train_and_average(owner):
-    c = config(free_base_port(2, 33200 if owner == "grapevine" else 33220), rounds=4)
+    c = config(free_base_port(2, 23200 if owner == "grapevine" else 23220), rounds=4)
 
     def peer_main(rank):
         model = Net(seed=rank)
@@ -157,7 +157,7 @@ def test_two_peers_train_and_average(owner):
 
 
 def test_state_dict_round_trip():
-    c = config(free_base_port(2, 33240), rounds=2)
+    c = config(free_base_port(2, 23240), rounds=2)
 
     def peer_main(rank):
         model = torch.nn.Linear(3, 2)
@@ -232,8 +232,8 @@ def test_state_dict_restores_grapevine_state_exactly():
 
         return run_threads([lambda: peer_main(0), lambda: peer_main(1)])
 
-    straight = run(33260, 6, detour=False)
-    restored = run(33280, 7, detour=True)
+    straight = run(23260, 6, detour=False)
+    restored = run(23280, 7, detour=True)
     assert sorted(straight[0][0]["grapevine"]["state"]) == ["momentum", "public_copy",
                                                            "replica/1"]
     for rank in range(2):
