@@ -1,10 +1,11 @@
 // Free TCP ports on 127.0.0.1 for tests that run peers: peers.base_port = p gives rank r the
-// control port p + r (and data ports after them), so a run of n peers needs p .. p + count - 1 free.
+// control port p + r (and data ports after them), so a run of n peers needs p .. p + count - 1
+// free.
 //
 // The ports come from below the kernel's ephemeral range (net.ipv4.ip_local_port_range): a port
 // inside it can be taken at any moment as the local port of some peer's outgoing connection, before
-// the peer that should listen on it has bound it (seen in CI: "cannot listen on ...: Address already
-// in use" with 16 peers starting slowly).
+// the peer that should listen on it has bound it (seen in CI: "cannot listen on ...: Address
+// already in use" with 16 peers starting slowly).
 #pragma once
 
 #include <arpa/inet.h>
