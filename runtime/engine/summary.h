@@ -53,15 +53,17 @@ PeerResult collectResult(PeerCore& peer, bool finished);
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
                            double wallSeconds, const std::string& transport);
 
-// Writes `json` pretty-printed (2-space indent, trailing newline) to `path`, replacing it: how
-// DIR/summary.json and DIR/peer-<rank>.final.json are written. kUnavailable naming the path when
-// the file cannot be opened or the text did not all reach it (checked after closing).
+// Writes `json` pretty-printed (2-space indent, trailing newline) to `path`, replacing it
+// atomically (writeFileAtomically: a crash leaves the old file or the new one, never a torn one):
+// how DIR/summary.json and DIR/peer-<rank>.final.json are written. kUnavailable naming the path
+// when the file cannot be written.
 Status writeJsonFile(const std::string& path, const nlohmann::json& json);
 
 // A human table of the summary, for the end of `launch` / `sim`.
 std::string summaryTable(const nlohmann::json& summary);
 
-// Model files: DIR/model-<rank>.bin, raw little-endian fp32 with a 16-byte header.
+// Model files: DIR/model-<rank>.bin, raw little-endian fp32 with a 16-byte header, written
+// atomically.
 Status writeModel(const std::string& path, std::span<const float> x);
 Result<std::vector<float>> readModel(const std::string& path, std::size_t expected);
 

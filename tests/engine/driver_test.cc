@@ -3,8 +3,11 @@
 // run (one thread each, over TCP on localhost) with their records and final files.
 #include "runtime/engine/driver.h"
 
+#include <sys/resource.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -97,6 +100,40 @@ TEST_CASE("a write that does not reach the file is an error, not silence") {
   REQUIRE(engine::writeJsonFile(dir + "/x.json", j).isOk());
   std::ifstream in(dir + "/x.json");
   CHECK(nlohmann::json::parse(in) == j);
+}
+
+TEST_CASE("a write that fails halfway leaves the previous file whole (atomic output files)") {
+  // A file size limit makes the write fail after a few bytes (EFBIG; SIGXFSZ ignored), as a full
+  // disk or a crash in the middle would: the old summary / model must still be there, unchanged,
+  // and no temporary file may be left beside it.
+  const std::string dir = freshDir("atomic");
+  std::filesystem::create_directories(dir);
+  const nlohmann::json old = {{"rank", 0}, {"finished", true}};
+  REQUIRE(engine::writeJsonFile(dir + "/summary.json", old).isOk());
+  REQUIRE(engine::writeModel(dir + "/model-0.bin", std::vector<float>(4, 2.0f)).isOk());
+  nlohmann::json big = old;
+  big["pad"] = std::string(64 * 1024, 'x');
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
+  auto* savedHandler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit tiny = saved;
+  tiny.rlim_cur = 4096;
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &tiny) == 0);
+  const Status json = engine::writeJsonFile(dir + "/summary.json", big);
+  const Status model = engine::writeModel(dir + "/model-0.bin", std::vector<float>(100000, 3.0f));
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, savedHandler);
+  INFO(json.toString() << " / " << model.toString());
+  CHECK_FALSE(json.isOk());
+  CHECK_FALSE(model.isOk());
+  std::ifstream in(dir + "/summary.json");
+  CHECK(nlohmann::json::parse(in) == old);
+  auto back = engine::readModel(dir + "/model-0.bin", 4);
+  REQUIRE(back.isOk());
+  CHECK(*back == std::vector<float>(4, 2.0f));
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  CHECK(files == 2);
 }
 
 TEST_CASE("a peer process whose output folder cannot be made names the folder") {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/netemu/from_config.h"
 #include "tools/grapevine/command.h"
 #include "tools/grapevine/load_config.h"
@@ -35,17 +36,6 @@ struct EmulateArgs {
   std::string readyFile;
   bool json = false;
 };
-
-bool writeAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    if (!(out << text) || !out.flush()) return false;
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  return !ec;
-}
 
 nlohmann::json linkCounters(const netemu::Network& net) {
   nlohmann::json links = nlohmann::json::array();
@@ -165,7 +155,7 @@ int runEmulate(const EmulateArgs& a) {
     std::cout << "running until SIGINT/SIGTERM; run processes with `ip netns exec <ns> ...`\n";
   }
   std::cout << std::flush;
-  if (!a.readyFile.empty() && !writeAtomically(a.readyFile, ready.dump(2) + "\n")) {
+  if (!a.readyFile.empty() && !writeFileAtomically(a.readyFile, ready.dump(2) + "\n").isOk()) {
     std::cerr << "grapevine emulate: cannot write " << a.readyFile << "\n";
     return kExitFailure;
   }

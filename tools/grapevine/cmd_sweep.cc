@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/subprocess.h"
 #include "runtime/config/loader.h"
 #include "runtime/sweep/sweep.h"
@@ -50,14 +51,7 @@ std::string readFile(const std::string& path) {
 }
 
 bool writeFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!(out << text)) return false;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  return !ec;
+  return writeFileAtomically(path, text).isOk();
 }
 
 std::string selfExe() {
