@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -98,8 +100,12 @@ class PeerSession::Impl {
 
   // ---- training thread: one round ----
   double seconds() const;  // since the rounds started
-  // Waits for the previous round's (or collective's) sends, with a deadline.
-  void waitPreviousSends(const char* what);
+  // Waits until no send to a live neighbour is pending: the next round (or collective) rewrites the
+  // per-edge buffers those sends read. A neighbour whose send has been pending for longer than
+  // transport.io_timeout is marked dead (which closes the edge and cancels the send; a dead edge's
+  // buffer is never written again), so no buffer is rewritten while a transport may still read it,
+  // on any backend. kCancelled when options.stop is raised meanwhile (nothing was rewritten).
+  Status waitPreviousSends(const char* what);
   // Hands the core's outgoing messages (to sendTo()) to the loop.
   void sendOutgoing();
   // Applies neighbour messages until the round (or collective) is complete, stopped, or past its
@@ -122,6 +128,7 @@ class PeerSession::Impl {
   // Applies everything in the inbox; returns false if nothing was there.
   bool drainInbox();
   bool waitSends(Clock::time_point deadline);
+  void countPending(const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends);
   void markDead(int j, const std::string& why);
 
   const RunPlan& plan_;
@@ -141,6 +148,9 @@ class PeerSession::Impl {
   std::condition_variable cv_;
   std::deque<InboxItem> inbox_;  // guarded by mu_
   int pendingSends_ = 0;         // guarded by mu_
+  // Per neighbour: sends not completed yet, and since when the count has been above zero.
+  std::map<int, int> pendingTo_;                   // guarded by mu_
+  std::map<int, Clock::time_point> pendingSince_;  // guarded by mu_
   std::vector<int> deadThisRound_;
 
   // Training thread.
@@ -189,12 +199,14 @@ void PeerSession::Impl::sendRound(
     if (it == neighbours_.end() || !it->second.data) {
       std::lock_guard<std::mutex> lock(mu_);
       --pendingSends_;
+      --pendingTo_[j];
       continue;
     }
     it->second.data->send(kDataTag, bytes, [this, j = j](Status st) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         --pendingSends_;
+        --pendingTo_[j];
       }
       cv_.notify_one();
       if (!st.isOk() && st.code() != ErrorCode::kCancelled) {
@@ -214,7 +226,7 @@ void PeerSession::Impl::closeNeighbour(int j) {
 void PeerSession::Impl::markDead(int j, const std::string& why) {
   if (core_->isDead(j)) return;
   const bool finished = core_->lastRoundFrom(j) >= plan_.config.run.rounds - 1;
-  core_->markDead(j);
+  core_->markDead(j, !finished);
   loop_.post([this, j] { closeNeighbour(j); });
   if (finished) {
     log::debug("neighbour ", j, " finished its rounds");
@@ -290,7 +302,22 @@ Status PeerSession::Impl::boot() {
       bootstrap_ = *bs;
   });
   const auto bootStart = Clock::now();
-  GV_RETURN_IF_ERROR(booted.get_future().get());
+  // Waits in slices so that SIGINT / SIGTERM (options.stop) ends a bootstrap that waits on a
+  // missing neighbour: cancelling makes the bootstrap complete with kCancelled.
+  std::future<Status> bootResult = booted.get_future();
+  bool cancelling = false;
+  while (bootResult.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    if (!cancelling && stopRequested()) {
+      cancelling = true;
+      loop_.post([this] {
+        if (bootstrap_) bootstrap_->cancel();
+      });
+    }
+  }
+  if (Status st = bootResult.get(); !st.isOk()) {
+    if (cancelling) return cancelled("stopped during the bootstrap");
+    return st;
+  }
   log::info("connected to ", core_->neighbours().size(), " neighbours over ", c.transport.backend,
             " in ", since(bootStart), " s");
   return Status::ok();
@@ -311,21 +338,60 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
 
 double PeerSession::Impl::seconds() const { return since(roundsStart_); }
 
-void PeerSession::Impl::waitPreviousSends(const char* what) {
-  const double deadAfter = plan_.config.peers.deadAfter;
-  if (!waitSends(Clock::now() + toDuration(deadAfter))) {
-    log::warn("sends of the previous ", what, " still pending after ", deadAfter, " s");
-    waitSends(Clock::now() + std::chrono::seconds(30));
+void PeerSession::Impl::countPending(
+    const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = Clock::now();
+  pendingSends_ += static_cast<int>(sends.size());
+  for (const auto& [j, bytes] : sends) {
+    if (pendingTo_[j]++ == 0) pendingSince_[j] = now;
+  }
+}
+
+Status PeerSession::Impl::waitPreviousSends(const char* what) {
+  const config::Config& c = plan_.config;
+  const auto start = Clock::now();
+  const auto ioTimeout = toDuration(c.transport.ioTimeout);
+  bool warned = false;
+  for (;;) {
+    std::vector<int> stuck;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const auto now = Clock::now();
+      bool busy = false;
+      for (const auto& [j, n] : pendingTo_) {
+        if (n <= 0 || core_->isDead(j)) continue;
+        busy = true;
+        if (now - pendingSince_[j] >= ioTimeout) stuck.push_back(j);
+      }
+      if (!busy) return Status::ok();
+      if (stuck.empty()) {
+        if (stopRequested()) return cancelled("stopped while sends were pending");
+        if (!warned && now - start >= toDuration(c.peers.deadAfter)) {
+          warned = true;
+          log::warn("sends of the previous ", what, " still pending after ", c.peers.deadAfter,
+                    " s");
+        }
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
+        continue;
+      }
+    }
+    for (int j : stuck) {
+      char why[96];
+      std::snprintf(why, sizeof why,
+                    "a send to it was pending for more than transport.io_timeout = %g s",
+                    c.transport.ioTimeout);
+      markDead(j, why);
+    }
+    // A heartbeat verdict may have arrived meanwhile: apply it before looking again.
+    drainInbox();
   }
 }
 
 void PeerSession::Impl::sendOutgoing() {
   std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
   for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pendingSends_ += static_cast<int>(sends.size());
-  }
+  countPending(sends);
   loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
 }
 
@@ -340,7 +406,7 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
     started_ = true;
   }
   // The previous round's sends must be done before their buffers are rewritten.
-  waitPreviousSends("round");
+  GV_RETURN_IF_ERROR(waitPreviousSends("round"));
   const auto stepStart = Clock::now();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
   stepSeconds_ += since(stepStart);
@@ -374,7 +440,7 @@ Status PeerSession::Impl::completeRound() {
 Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds) {
   if (finished_) return failedPrecondition("the run is over");
   for (CollectiveKind kind : kinds) {
-    waitPreviousSends("collective");
+    GV_RETURN_IF_ERROR(waitPreviousSends("collective"));
     core_->beginCollective(kind);
     sendOutgoing();
     awaitNeighbours(true);
@@ -468,10 +534,7 @@ void PeerSession::Impl::sendDivergenceNotices() {
   }
   // The round's own sends may still be pending: their buffers are untouched (notices have their
   // own).
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pendingSends_ += static_cast<int>(sends.size());
-  }
+  countPending(sends);
   loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
@@ -622,7 +685,10 @@ Status runPeerProcess(const RunPlan& plan, const PeerRunOptions& options) {
   PeerSession session(plan, options, std::move(core));
   GV_RETURN_IF_ERROR(session.open());
   while (session.roundsDone() < plan.config.run.rounds && !session.stopRequested()) {
-    GV_RETURN_IF_ERROR(session.startRound());
+    if (Status st = session.startRound(); !st.isOk()) {
+      if (st.code() == ErrorCode::kCancelled && session.stopRequested()) break;
+      return st;
+    }
     const Status st = session.completeRound();
     if (st.code() == ErrorCode::kAborted) break;
     GV_RETURN_IF_ERROR(st);

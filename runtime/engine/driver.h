@@ -50,6 +50,7 @@ class PeerSession {
   PeerSession& operator=(const PeerSession&) = delete;
 
   // Opens the output folder and records, starts the loop thread and connects to every neighbour.
+  // kCancelled when options.stop was raised during the bootstrap.
   Status open();
   // Collective rounds (PeerCore::beginCollective), one per entry, then the result becomes the
   // model. Every peer must run the same sequence.
@@ -57,7 +58,9 @@ class PeerSession {
   // Rounds: startRound() takes the local step (or the caller's, per `input`) and sends the
   // messages; completeRound() waits for the neighbours' (up to algorithm.round_timeout), mixes and
   // writes the round's record when due. completeRound() returns kAborted when training diverged
-  // (here or at a peer whose notice arrived): the run is over, call finish().
+  // (here or at a peer whose notice arrived): the run is over, call finish(). startRound() first
+  // waits for the previous round's sends (see waitPreviousSends in driver.cc) and returns
+  // kCancelled when options.stop is raised meanwhile.
   Status startRound(const RoundInput& input = {});
   Status completeRound();
   std::int64_t roundsDone() const;

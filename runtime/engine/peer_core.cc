@@ -529,9 +529,10 @@ void PeerCore::resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm) 
   message_.resize(std::max(message_.size(), algorithm_->maxMessageBytes()));
 }
 
-void PeerCore::markDead(int j) {
+void PeerCore::markDead(int j, bool lost) {
   if (!edges_.count(j) || dead_.count(j)) return;
   dead_[j] = true;
+  if (lost) ++counters_.deadNeighbours;
   // Its state is still needed for this round's mix when its message of this round arrived.
   if (edges_.at(j).arrived)
     pendingDrops_.push_back(j);

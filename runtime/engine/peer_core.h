@@ -70,7 +70,8 @@ struct PeerCounters {
   std::uint64_t bytesDenseEquivalent = 0;
   std::uint64_t messagesApplied = 0;
   std::uint64_t lateApplied = 0;
-  std::uint64_t suspectRounds = 0;  // (neighbour, round) pairs that missed the round
+  std::uint64_t suspectRounds = 0;   // (neighbour, round) pairs that missed the round
+  std::uint64_t deadNeighbours = 0;  // neighbours lost before they finished their rounds
   std::uint64_t replicaChecks = 0;
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;
@@ -140,8 +141,9 @@ class PeerCore {
   void resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm);
   // The lowest origin rank the last kAdoptLowest collective adopted.
   int adoptedOrigin() const { return origin_; }
-  // Drops the edge for good (connection failed or heartbeats stopped).
-  void markDead(int neighbour);
+  // Drops the edge for good (connection failed, heartbeats stopped, or the neighbour finished its
+  // rounds). `lost`: it had not finished (counted in counters().deadNeighbours).
+  void markDead(int neighbour, bool lost = true);
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
   // The latest round of any message received from `neighbour` (-1: none yet).
   std::int64_t lastRoundFrom(int neighbour) const;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <limits>
 
+#include "runtime/common/atomic_file.h"
+
 namespace grapevine::engine {
 
 PeerResult collectResult(PeerCore& peer, bool finished) {
@@ -22,6 +24,7 @@ PeerResult collectResult(PeerCore& peer, bool finished) {
   r.bytesReceived = c.bytesReceived;
   r.bytesDenseEquivalent = c.bytesDenseEquivalent;
   r.suspectRounds = c.suspectRounds;
+  r.deadNeighbours = c.deadNeighbours;
   for (const auto& [reason, n] : c.dropped) r.droppedFrames += n;
   r.replicaMismatches = c.replicaMismatches;
   r.resyncs = c.resyncs;
@@ -131,7 +134,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   double stepSum = 0, stepMin = std::numeric_limits<double>::infinity(), stepMax = -stepMin;
   double qualitySum = 0;
   int withStep = 0, withQuality = 0;
-  std::uint64_t sent = 0, dense = 0, received = 0;
+  std::uint64_t sent = 0, dense = 0, received = 0, suspects = 0, deadEdges = 0;
   std::vector<const PeerResult*> done;
   const Divergence* firstDivergence = nullptr;
   nlohmann::json rows = nlohmann::json::array();
@@ -139,6 +142,8 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     sent += p.bytesSent;
     received += p.bytesReceived;
     dense += p.bytesDenseEquivalent;
+    suspects += p.suspectRounds;
+    deadEdges += p.deadNeighbours;
     rows.push_back({{"rank", p.rank},
                     {"finished", p.finished},
                     {"rounds", p.rounds},
@@ -147,6 +152,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
                     {"bytes_sent", p.bytesSent},
                     {"bytes_received", p.bytesReceived},
                     {"suspect_rounds", p.suspectRounds},
+                    {"dead_neighbours", p.deadNeighbours},
                     {"dropped_frames", p.droppedFrames},
                     {"replica_mismatches", p.replicaMismatches},
                     {"resyncs", p.resyncs},
@@ -195,6 +201,8 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["bytes_sent_total"] = sent;
   s["bytes_received_total"] = received;
   s["bytes_dense_equivalent"] = dense;
+  s["suspect_rounds_total"] = suspects;
+  s["dead_neighbours_total"] = deadEdges;
   if (withStep) {
     s["consensus_step"] = stepSum / withStep;
     s["consensus_step_min"] = stepMin;
@@ -240,12 +248,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
 }
 
 Status writeJsonFile(const std::string& path, const nlohmann::json& json) {
-  std::ofstream out(path, std::ios::trunc);
-  if (!out) return unavailable("cannot write " + path);
-  out << json.dump(2) << "\n";
-  out.close();  // flushes: a full disk shows here, not in operator<<
-  if (!out) return unavailable("short write to " + path);
-  return Status::ok();
+  return writeFileAtomically(path, json.dump(2) + "\n");
 }
 
 std::string summaryTable(const nlohmann::json& s) {
@@ -309,16 +312,13 @@ std::string summaryTable(const nlohmann::json& s) {
 }
 
 Status writeModel(const std::string& path, std::span<const float> x) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return unavailable("cannot write " + path);
   const char magic[8] = {'G', 'V', 'M', 'O', 'D', 'E', 'L', '1'};
   const std::uint64_t n = x.size();
-  out.write(magic, 8);
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size_bytes()));
-  out.close();  // flushes: a full disk shows here, not in write()
-  if (!out) return unavailable("short write to " + path);
-  return Status::ok();
+  auto bytes = [](const void* p, std::size_t size) {
+    return std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(p), size);
+  };
+  return writeFileAtomically(path,
+                             {bytes(magic, 8), bytes(&n, 8), bytes(x.data(), x.size_bytes())});
 }
 
 Result<std::vector<float>> readModel(const std::string& path, std::size_t expected) {

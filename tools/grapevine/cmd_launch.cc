@@ -21,6 +21,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@
 #include <set>
 #include <thread>
 
+#include "runtime/common/group_guard.h"
 #include "runtime/common/log.h"
 #include "runtime/common/subprocess.h"
 #include "runtime/config/loader.h"
@@ -220,6 +222,8 @@ class Launch {
   std::string out_;
   std::vector<config::PeerAddress> addrs_;
   std::vector<Child> children_;
+  // The peers' process groups die with us, even when we are SIGKILLed (startPeers).
+  GroupGuard guard_;
   // Emulated network: created before any peer starts, destroyed (emulator stopped, namespaces
   // deleted) by stopNetwork() or with this object, on every return, after a signal too.
   std::unique_ptr<netemu::Network> network_;
@@ -387,6 +391,14 @@ int Launch::startPeers() {
   sa.sa_handler = onSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a write to a guardian that is gone must not kill us
+  auto guard = GroupGuard::start(static_cast<int>(children_.size()));
+  if (!guard.isOk()) {
+    std::cerr << "grapevine launch: " << guard.status().message() << "\n";
+    return kExitFailure;
+  }
+  guard_ = std::move(*guard);
+  const pid_t launcher = getpid();
   start_ = std::chrono::steady_clock::now();
   for (auto& ch : children_) {
     ch.jsonl = peerFile(ch.rank, ".jsonl");
@@ -404,6 +416,11 @@ int Launch::startPeers() {
     spawn.out = ChildStream::file(ch.log);
     spawn.err = ChildStream::sameAsStdout();
     spawn.newProcessGroup = true;  // a terminal's SIGINT reaches the launcher only; it forwards it
+    // Until guard_ lists the new group, the parent-death signal covers a launcher that dies.
+    spawn.beforeExec = [launcher] {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher) _exit(1);
+    };
     auto child = Subprocess::spawn(spawn);
     if (!child.isOk()) {
       std::cerr << "grapevine launch: cannot start peer " << ch.rank << ": "
@@ -412,6 +429,10 @@ int Launch::startPeers() {
     }
     ch.pid = child->release();  // reaped by watch()
     ch.running = true;
+    if (Status st = guard_.add(ch.pid); !st.isOk()) {
+      std::cerr << "grapevine launch: " << st.message() << "\n";
+      return kExitFailure;
+    }
   }
   return kExitOk;
 }
@@ -441,6 +462,7 @@ int Launch::reapExited() {
     }
     ch.running = false;
     ch.status = status;
+    guard_.remove(ch.pid);
     readNewRecords(ch);
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) {
       ++diverged_;  // said once, by the summary (every peer of the run stops the same way)
