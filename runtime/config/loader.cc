@@ -42,6 +42,32 @@ class Loader {
     result_.diagnostics.push_back(
         {w.file, w.line, w.column, std::move(key), std::move(message), false});
   }
+  // A control port inside this machine's ephemeral range (net.ipv4.ip_local_port_range) can be
+  // taken as the local port of an outgoing connection before its peer listens on it: the peer then
+  // fails with "address already in use" at random. Warned, not refused: the range is this
+  // machine's, the peers may run elsewhere.
+  void checkEphemeralPorts() {
+    const Config& c = result_.config;
+    std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+    int low = 0, high = 0;
+    if (!(in >> low >> high) || low <= 0 || high < low) return;
+    std::vector<int> ports;
+    for (const auto& a : c.peers.addresses()) ports.push_back(a.port);
+    if (ports.empty()) return;
+    const auto [lo, hi] = std::minmax_element(ports.begin(), ports.end());
+    const bool inside =
+        std::any_of(ports.begin(), ports.end(), [&](int p) { return p >= low && p <= high; });
+    if (!inside) return;
+    const std::string key = c.peers.list.empty() ? "peers.base_port" : "peers.list";
+    warning(keyWhere(key), key,
+            "control ports " + std::to_string(*lo) + "-" + std::to_string(*hi) +
+                " overlap this machine's ephemeral port range " + std::to_string(low) + "-" +
+                std::to_string(high) +
+                " (net.ipv4.ip_local_port_range): an outgoing connection can take a peer's port "
+                "before it listens; use ports below " +
+                std::to_string(low));
+  }
+
   void warning(const Where& w, std::string key, std::string message) {
     result_.diagnostics.push_back(
         {w.file, w.line, w.column, std::move(key), std::move(message), true});
@@ -341,6 +367,7 @@ class Loader {
         }
       }
     }
+    checkEphemeralPorts();
     if (c.peers.deadAfter <= c.peers.heartbeatInterval) {
       error(keyWhere("peers.dead_after"), "peers.dead_after",
             "must be longer than peers.heartbeat_interval (" +

@@ -204,6 +204,30 @@ TEST_CASE("error feedback is refused where the algorithm already carries the res
   CHECK(contains(allDiagnostics(dsgd), "warning: compression.error_feedback: has no effect"));
 }
 
+TEST_CASE("control ports inside this machine's ephemeral port range get a warning") {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  if (!(in >> low >> high) || low <= 1100) {
+    WARN("no ephemeral port range readable here; case not run");
+    return;
+  }
+  const auto inside = loadString(
+      "peers: { count: 4, base_port: " + std::to_string(low + 10) + " }\n", "inside.yaml", noEnv());
+  CHECK(inside.ok());  // a warning, not an error: the peers may run on other machines
+  CHECK(contains(allDiagnostics(inside),
+                 "warning: peers.base_port: control ports " + std::to_string(low + 10) + "-" +
+                     std::to_string(low + 13) + " overlap this machine's ephemeral port range"));
+  const auto below = loadString(
+      "peers: { count: 4, base_port: " + std::to_string(low - 100) + " }\n", "below.yaml", noEnv());
+  CHECK(below.ok());
+  CHECK_FALSE(contains(allDiagnostics(below), "ephemeral"));
+  const auto list = loadString(
+      "peers:\n  - { host: a, port: 1000 }\n  - { host: b, port: " + std::to_string(high) + " }\n",
+      "list.yaml", noEnv());
+  CHECK(contains(allDiagnostics(list),
+                 "warning: peers.list: control ports 1000-" + std::to_string(high)));
+}
+
 TEST_CASE("hostile input: deep nesting, huge files, binary garbage never crash") {
   SECTION("deep flow nesting") {
     std::string deep = "run: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
