@@ -10,6 +10,13 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)  # libzstd-dev
 find_package(BLAS REQUIRED)              # libopenblas-dev
 find_package(ZLIB REQUIRED)              # zlib1g-dev (gzip-compressed IDX datasets)
 find_package(Catch2 2 REQUIRED)          # catch2
+# prometheus-cpp-dev: each peer's /metrics (monitoring.prometheus_port). Required like the others;
+# checked here so that a missing package names itself rather than a CMake search path.
+find_package(prometheus-cpp CONFIG QUIET)
+if(NOT prometheus-cpp_FOUND OR NOT TARGET prometheus-cpp::pull)
+  message(FATAL_ERROR "prometheus-cpp (core + pull) was not found: install the Debian package "
+                      "'prometheus-cpp-dev' (tools/install-deps)")
+endif()
 
 # grapevine_optional_dependency(OPTION FOUND PACKAGE) sets GRAPEVINE_HAVE_<X> from an AUTO|ON|OFF option.
 macro(grapevine_optional_dependency opt found package)

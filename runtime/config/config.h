@@ -133,6 +133,10 @@ struct OutputSection {
   int logEvery = 10;
 };
 
+struct MonitoringSection {
+  int prometheusPort = 0;  // 0: off; else peer r serves /metrics on prometheusPort + r
+};
+
 // One directed link's parameters, after overrides (NetworkSection::link).
 struct LinkParams {
   double bandwidthMbit = 0.0;  // 0 = unlimited
@@ -200,6 +204,7 @@ struct Config {
   CompressionSection compression;
   WorkloadSection workload;
   OutputSection output;
+  MonitoringSection monitoring;
   NetworkSection network;
 
   // The topology as the topology library wants it (peers from peers.count, seed from run.seed).

@@ -333,6 +333,47 @@ class Loader {
     }
   }
 
+  // monitoring.prometheus_port: peer r serves on port + r at its own host, so the range must fit
+  // below 65536 and miss the ports the peers reserve on the same host (base_port .. base_port +
+  // 2 count - 1 when given by count, as checked above; each list entry's port otherwise).
+  void checkMonitoringPorts(const Config& c) {
+    const long long first = c.monitoring.prometheusPort;
+    if (first == 0) return;
+    const long long n = c.peers.count;
+    const long long last = first + n - 1;
+    const std::string range = std::to_string(first) + ".." + std::to_string(last);
+    if (last > 65535) {
+      error(keyWhere("monitoring.prometheus_port"), "monitoring.prometheus_port",
+            std::to_string(first) + " + one port for each of " + std::to_string(n) +
+                " peers passes 65535");
+      return;
+    }
+    if (c.peers.list.empty()) {
+      const long long base = c.peers.basePort;
+      const long long baseLast = base + 2 * n - 1;
+      if (first <= baseLast && base <= last) {
+        error(keyWhere("monitoring.prometheus_port"), "monitoring.prometheus_port",
+              "ports " + range + " overlap the peers' ports " + std::to_string(base) + ".." +
+                  std::to_string(baseLast) + " (peers.base_port) on host " + c.peers.host);
+      }
+      return;
+    }
+    std::map<std::pair<std::string, long long>, std::size_t> owner;  // (host, port) -> rank
+    for (std::size_t s = 0; s < c.peers.list.size(); ++s)
+      owner.emplace(std::make_pair(c.peers.list[s].host, c.peers.list[s].port), s);
+    for (std::size_t r = 0; r < c.peers.list.size(); ++r) {
+      const long long port = first + static_cast<long long>(r);
+      const auto it = owner.find(std::make_pair(c.peers.list[r].host, port));
+      if (it != owner.end()) {
+        error(keyWhere("monitoring.prometheus_port"), "monitoring.prometheus_port",
+              "peer " + std::to_string(r) + "'s metrics port " + std::to_string(port) +
+                  " is peer " + std::to_string(it->second) + "'s port in peers.list (host " +
+                  c.peers.list[r].host + ")");
+        return;
+      }
+    }
+  }
+
   // Rules that span keys. Each error points at the key that is most likely wrong.
   void checkSemantics() {
     Config& c = result_.config;
@@ -368,6 +409,7 @@ class Loader {
       }
     }
     checkEphemeralPorts();
+    checkMonitoringPorts(c);
     if (c.peers.deadAfter <= c.peers.heartbeatInterval) {
       error(keyWhere("peers.dead_after"), "peers.dead_after",
             "must be longer than peers.heartbeat_interval (" +

@@ -742,6 +742,13 @@ std::vector<KeyDef> buildSchema() {
       "output.log_every", [](Config & c) -> auto& { return c.output.logEvery; }, 1, 1e9,
       "Rounds between per-peer records"));
 
+  // monitoring
+  t.push_back(intKey(
+      "monitoring.prometheus_port", [](Config & c) -> auto& { return c.monitoring.prometheusPort; },
+      0, 65535,
+      "Prometheus /metrics of peer r on port prometheus_port + r, at the peer's own host (0: "
+      "off)"));
+
   // network
   t.push_back(enumKey(
       "network.emulate", [](Config & c) -> auto& { return c.network.emulate; },

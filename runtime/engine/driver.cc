@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "runtime/common/log.h"
+#include "runtime/engine/metrics.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/records.h"
 #include "runtime/engine/summary.h"
@@ -68,9 +69,12 @@ class PeerSession::Impl {
   // ---- training thread: the steps of a run ----
   Status open() {
     GV_RETURN_IF_ERROR(openOutput());
+    GV_RETURN_IF_ERROR(startMetrics());
     return boot();
   }
   Status openOutput();
+  // monitoring.prometheus_port: serves /metrics from here until finish() (or destruction).
+  Status startMetrics();
   // Starts the loop thread, then creates the data Context and runs the bootstrap on it; blocks
   // until every neighbour is connected or the bootstrap failed.
   Status boot();
@@ -115,6 +119,8 @@ class PeerSession::Impl {
   std::vector<int> mixRound(std::int64_t round);
   // Writes the round's record when it is due (see RoundReport).
   Status report(std::int64_t round, const std::vector<int>& suspects);
+  // Sets the Prometheus metrics after a completed round (when serving them).
+  void updateMetrics(const std::vector<int>& suspects);
 
   // ---- loop thread ----
   // Hands an item to the training thread (thread-safe; the loop thread's callbacks call it).
@@ -166,6 +172,10 @@ class PeerSession::Impl {
   // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
   // the neighbours' messages, and mixing them in.
   double stepSeconds_ = 0.0, waitSeconds_ = 0.0, mixSeconds_ = 0.0;
+  // monitoring.prometheus_port (null when 0), and the test evaluation of the latest record (NaN:
+  // none since the last update) for it.
+  std::unique_ptr<PeerMetrics> prometheus_;
+  double recordAccuracy_ = std::nan(""), recordTestLoss_ = std::nan("");
 };
 
 void PeerSession::Impl::push(InboxItem item) {
@@ -268,6 +278,13 @@ Status PeerSession::Impl::openOutput() {
   std::filesystem::create_directories(outDir_, ec);
   if (ec) return unavailable("cannot create " + outDir_ + ": " + ec.message());
   return records_.open(outDir_ + "/peer-" + std::to_string(options_.rank) + ".jsonl");
+}
+
+Status PeerSession::Impl::startMetrics() {
+  if (plan_.config.monitoring.prometheusPort == 0) return Status::ok();
+  GV_ASSIGN_OR_RETURN(prometheus_, PeerMetrics::start(plan_.config, options_.rank, *core_));
+  log::info("serving Prometheus metrics on http://", prometheus_->address(), "/metrics");
+  return Status::ok();
 }
 
 Status PeerSession::Impl::boot() {
@@ -434,7 +451,21 @@ Status PeerSession::Impl::completeRound() {
   }
   GV_RETURN_IF_ERROR(report(round, suspects));
   ++outcome_.rounds;
+  updateMetrics(suspects);
+  deadThisRound_.clear();
   return Status::ok();
+}
+
+void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
+  if (!prometheus_) return;
+  RoundMetrics m;
+  m.rounds = outcome_.rounds;
+  m.phases = {stepSeconds_, waitSeconds_, mixSeconds_, evalSeconds_};
+  m.suspects = &suspects;
+  m.dead = &deadThisRound_;
+  m.testAccuracy = std::exchange(recordAccuracy_, std::nan(""));
+  m.testLoss = std::exchange(recordTestLoss_, std::nan(""));
+  prometheus_->update(*core_, m);
 }
 
 Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds) {
@@ -505,7 +536,13 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
   rec["mix_seconds"] = mixSeconds_;
   rec.update(metrics_);
   metrics_ = nlohmann::json::object();
-  deadThisRound_.clear();
+  // The evaluation as recorded (the workload's, or the API caller's metrics), for the metrics.
+  if (prometheus_) {
+    if (auto it = rec.find("test_accuracy"); it != rec.end() && it->is_number())
+      recordAccuracy_ = it->get<double>();
+    if (auto it = rec.find("test_loss"); it != rec.end() && it->is_number())
+      recordTestLoss_ = it->get<double>();
+  }
   return records_.write(rec);
 }
 
@@ -566,6 +603,7 @@ Status PeerSession::Impl::finish(bool average) {
   finished_ = true;
   finishStatus_ = writeFinal(outcome);
   shutdown();
+  prometheus_.reset();  // the endpoint goes away with the run
   if (finishStatus_.isOk() && outcome.diverged) {
     finishStatus_ = aborted(divergenceMessage(*core_->divergence(), std::nan("")));
   }

@@ -252,6 +252,7 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
         std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, e.outBytes - kEnvelopeBytes));
     writeEnvelope(env, e.out);
     counters_.bytesSent += e.outBytes;
+    counters_.bytesSentTo[j] += e.outBytes;
     counters_.bytesDenseEquivalent += kEnvelopeBytes + algorithm_->denseBytes();
   }
   // Messages of this round that arrived while we were still in the previous one.
@@ -300,10 +301,12 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
   }
   e.nextSeqIn = env->sequence + 1;
   // Collectives (the API's start-up sync and finalize averaging) are counted apart from training.
-  if (env->flags & kFlagCollective)
+  if (env->flags & kFlagCollective) {
     counters_.collectiveBytes += bytes.size();
-  else
+  } else {
     counters_.bytesReceived += bytes.size();
+    counters_.bytesReceivedFrom[j] += bytes.size();
+  }
   if (env->flags & kFlagDiverged) {
     auto notice = readNotice(bytes.subspan(kEnvelopeBytes, env->messageBytes));
     if (!notice) {

@@ -68,6 +68,8 @@ struct PeerCounters {
   std::uint64_t bytesSent = 0;
   std::uint64_t bytesReceived = 0;
   std::uint64_t bytesDenseEquivalent = 0;
+  // bytesSent and bytesReceived by neighbour (each map sums to its total): the metrics' labels.
+  std::map<int, std::uint64_t> bytesSentTo, bytesReceivedFrom;
   std::uint64_t messagesApplied = 0;
   std::uint64_t lateApplied = 0;
   std::uint64_t suspectRounds = 0;   // (neighbour, round) pairs that missed the round

@@ -2,6 +2,7 @@
 // thread over tcp on 127.0.0.1, exactly as separate processes would drive it.
 #include <barrier>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/test_util/ports.h"
+#include "tests/test_util/prometheus.h"
 
 namespace {
 
@@ -277,5 +281,96 @@ TEST_CASE("state() and loadState() round-trip Grapevine's buffers") {
     CHECK(m > 0);
     CHECK(reloaded[r] == s);
     CHECK(refused[r] == 2);
+  }
+}
+
+TEST_CASE(
+    "monitoring.prometheus_port: API peers serve /metrics while they run, not after "
+    "finalize()") {
+  const int peers = 2;
+  const int base = grapevine::test_util::freeBasePort(3 * peers);
+  const int metricsPort = base + 2 * peers;  // past the 2 x peers ports the peers reserve
+  const std::string out = freshDir("metrics");
+  const std::string cfg = ringConfig(peers, 20, base, "dsgd",
+                                     "output:\n  log_every: 1\nmonitoring:\n  prometheus_port: " +
+                                         std::to_string(metricsPort) + "\n");
+  // The peers stop twice for this thread, which scrapes them: after 10 rounds, and after
+  // finalize() (with the Peer objects, and so the process's other state, still alive). Each stop
+  // is two barrier phases: all arrived, then this thread is done with them.
+  std::barrier sync(peers + 1);
+  auto hold = [&sync] {
+    sync.arrive_and_wait();
+    sync.arrive_and_wait();
+  };
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(peers);
+  for (int r = 0; r < peers; ++r) {
+    threads.emplace_back([&, r] {
+      int held = 0;  // stops this thread has passed
+      try {
+        grapevine::Options o;
+        o.configText = cfg;
+        o.rank = r;
+        o.outDir = out;
+        grapevine::Peer peer(o);
+        std::vector<float> a(3, 0.0f), ga(3);
+        peer.addTensor("a", a.data(), a.size());
+        peer.start();
+        for (std::int64_t t = 0; t < peer.plannedRounds(); ++t) {
+          for (std::size_t k = 0; k < a.size(); ++k) ga[k] = a[k] - target(r, k);
+          if (t == 9) peer.report({{"test_accuracy", 0.5 + 0.1 * r}});
+          peer.step({ga.data()}, 1.0 + r);
+          if (t == 9) {
+            hold();  // scraped now: 10 rounds done
+            ++held;
+          }
+        }
+        peer.finalize(false);
+        hold();  // connected to now: finalized
+        ++held;
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+      // A failed peer still lets the scraping thread through the phases it did not reach.
+      for (; held < 2; ++held) hold();
+    });
+  }
+  // No assertions while the peers wait at the barrier (a failure would leave them waiting):
+  // collect, check after the join.
+  std::vector<std::optional<std::string>> during(peers);
+  std::vector<int> afterFd(peers, -1), afterErrno(peers, 0);
+  sync.arrive_and_wait();  // every peer has run 10 rounds
+  for (int r = 0; r < peers; ++r) {
+    try {
+      during[r] = grapevine::test_util::httpGet(metricsPort + r);
+    } catch (...) {  // a failed REQUIRE inside: already reported
+    }
+  }
+  sync.arrive_and_wait();  // let them go on
+  sync.arrive_and_wait();  // every peer has finalized
+  for (int r = 0; r < peers; ++r) {
+    afterFd[r] = grapevine::test_util::connectTo(metricsPort + r);
+    afterErrno[r] = errno;
+    if (afterFd[r] >= 0) close(afterFd[r]);
+  }
+  sync.arrive_and_wait();
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  for (int r = 0; r < peers; ++r) {
+    INFO("rank " << r);
+    REQUIRE(during[r]);
+    const auto s = grapevine::test_util::parse(*during[r]);
+    // step() returns after the round's update: exactly 10 rounds, and the caller's metrics.
+    CHECK(s.value("grapevine_rounds_total", {{"rank", std::to_string(r)}}) == 10);
+    CHECK(s.value("grapevine_loss") == Approx(1.0 + r));
+    CHECK(s.value("grapevine_test_accuracy") == Approx(0.5 + 0.1 * r));
+    CHECK(s.value("grapevine_sent_bytes_total", {{"neighbour", std::to_string(1 - r)}}) > 0);
+    CHECK(s.types.at("grapevine_info") == "gauge");
+    CHECK(s.find("grapevine_info", {{"algorithm", "dsgd"}}).size() == 1);
+    // finalize() took the endpoint down.
+    CHECK(afterFd[r] < 0);
+    CHECK(afterErrno[r] == ECONNREFUSED);
   }
 }

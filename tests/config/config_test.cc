@@ -381,3 +381,41 @@ TEST_CASE("an external workload needs local_steps 1 (every API step is one round
                  "external_local_steps.yaml:7:3: error: algorithm.local_steps: must be 1 with "
                  "workload.name external"));
 }
+
+TEST_CASE("monitoring.prometheus_port: off by default; refused past 65535 or on the peers' ports") {
+  const std::string base = "peers: { count: 4, base_port: 29500 }\ntopology: { kind: ring }\n";
+  auto off = loadString(base, "m.yaml", noEnv());
+  REQUIRE(off.ok());
+  CHECK(off.config.monitoring.prometheusPort == 0);
+  auto on = loadString(base + "monitoring: { prometheus_port: 29508 }\n", "m.yaml", noEnv());
+  INFO(allDiagnostics(on));
+  CHECK(on.ok());  // 29508..29511 is just past the 2 x 4 ports the peers reserve
+  CHECK(on.config.monitoring.prometheusPort == 29508);
+
+  auto past = loadString(base + "monitoring: { prometheus_port: 65533 }\n", "m.yaml", noEnv());
+  CHECK_FALSE(past.ok());
+  CHECK(contains(allDiagnostics(past),
+                 "monitoring.prometheus_port: 65533 + one port for each of 4 peers passes 65535"));
+  auto overlap = loadString(base + "monitoring: { prometheus_port: 29505 }\n", "m.yaml", noEnv());
+  CHECK_FALSE(overlap.ok());
+  CHECK(contains(allDiagnostics(overlap),
+                 "monitoring.prometheus_port: ports 29505..29508 overlap the peers' ports "
+                 "29500..29507 (peers.base_port) on host 127.0.0.1"));
+  auto below = loadString(base + "monitoring: { prometheus_port: 29497 }\n", "m.yaml", noEnv());
+  CHECK_FALSE(below.ok());  // 29497..29500 reaches peer 0's control port
+
+  // With a peers list only a port of the same host counts.
+  const std::string list =
+      "peers:\n  - { host: 10.0.0.1, port: 9001 }\n  - { host: 10.0.0.2, port: 9000 }\n"
+      "topology: { kind: ring }\n";
+  // Peer 0 serves on 10.0.0.1:9000 and peer 1 on 10.0.0.2:9001: each port is taken only on the
+  // other host.
+  auto other = loadString(list + "monitoring: { prometheus_port: 9000 }\n", "l.yaml", noEnv());
+  INFO(allDiagnostics(other));
+  CHECK(other.ok());
+  auto same = loadString(list + "monitoring: { prometheus_port: 9001 }\n", "l.yaml", noEnv());
+  CHECK_FALSE(same.ok());
+  CHECK(contains(allDiagnostics(same),
+                 "monitoring.prometheus_port: peer 0's metrics port 9001 is peer 0's port in "
+                 "peers.list (host 10.0.0.1)"));
+}
