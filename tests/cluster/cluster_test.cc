@@ -163,19 +163,28 @@ void checkRanksAreTasks(const std::string& log, const std::regex& line, int peer
   CHECK(static_cast<int>(tasks.size()) == peers);
 }
 
-// munged, slurmctld and slurmd of a one-node cluster, all files in `dir`. The daemons die with this
-// process (PR_SET_PDEATHSIG) if it is killed; the destructor cancels every job and stops them.
+// munged, slurmctld and slurmd of a one-node cluster, their files in `dir` (munged's in /tmp). The
+// daemons die with this process (PR_SET_PDEATHSIG) if it is killed; the destructor cancels every
+// job and stops them.
 class SlurmCluster {
  public:
   SlurmCluster(std::string dir, int ctldPort) : dir_(std::move(dir)) {
     conf_ = dir_ + "/slurm.conf";
-    munge_ = dir_ + "/munge";
-    fs::create_directories(munge_);
-    // munged refuses a socket folder that others cannot traverse, and a key others can read.
+    // munged refuses a socket whose folder, or any folder above it, others cannot traverse (a
+    // build tree under /root would do), and a key others can read: its files go to /tmp.
+    char munge[] = "/tmp/grapevine-munge-XXXXXX";
+    REQUIRE(mkdtemp(munge) != nullptr);
+    munge_ = munge;
     fs::permissions(munge_, fs::perms(0755));
     writeConfig(ctldPort);
   }
-  ~SlurmCluster() { stop(); }
+  ~SlurmCluster() {
+    stop();
+    std::error_code ec;
+    fs::remove_all(munge_, ec);
+  }
+
+  const std::string& mungeDir() const { return munge_; }
 
   // "SLURM_CONF=... " for commands run against this cluster.
   std::string env() const { return "SLURM_CONF='" + conf_ + "' "; }
@@ -306,6 +315,7 @@ TEST_CASE("Slurm: srun -n 8 and sbatch of examples/slurm/ring8.sbatch run every 
   // slurmctld, slurmd, then the 8 peers' control ports.
   const int base = freeBasePort(10);
   const std::string peersEnv = "GRAPEVINE_PEERS_BASE_PORT=" + std::to_string(base + 2) + " ";
+  std::string mungeDir;
   {
     SlurmCluster cluster(dir, base);
     cluster.start();
@@ -347,8 +357,11 @@ TEST_CASE("Slurm: srun -n 8 and sbatch of examples/slurm/ring8.sbatch run every 
     // The script's own `grapevine summarize` ran too: its table is in the job's log.
     CHECK(jobLogs.find("summary: " + jobOut + "/summary.json") != std::string::npos);
     cluster.stop();
+    mungeDir = cluster.mungeDir();
   }
-  const auto left = processesMentioning(dir);
+  auto left = processesMentioning(dir);
+  REQUIRE_FALSE(mungeDir.empty());
+  for (const auto& p : processesMentioning(mungeDir)) left.push_back(p);
   INFO("left running:\n"
        << [&] {
             std::string s;
