@@ -5,10 +5,13 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -64,6 +67,30 @@ Result<std::string> readAddress(const std::string& dir, int rank) {
   return line;
 }
 
+// Binds "ip:port" once and releases it. Errors: kUnavailable naming the address.
+Status checkBindable(const std::string& address) {
+  const auto colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  const std::string host = address.substr(0, colon);
+  if (inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &a.sin_addr) != 1) {
+    return Status::ok();  // IPv6 (or a mistake): the bootstrap's own bind reports it
+  }
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return unavailable("peers.rendezvous: socket: " + std::string(std::strerror(errno)));
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  const bool ok = bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) {
+    return unavailable("peers.rendezvous: cannot listen on " + address + ": " + std::strerror(err) +
+                       " (peers.base_port + rank is taken on this machine)");
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::string> resolveHost(const std::string& host) {
@@ -101,6 +128,9 @@ Result<std::vector<std::string>> rendezvous(const RendezvousOptions& o) {
     return unavailable("peers.rendezvous: cannot create " + o.dir +
                        (ec ? ": " + ec.message() : std::string()));
   }
+  // A port someone else holds would send the neighbours to that process: refuse it before
+  // publishing (the bootstrap binds it for good moments later, with the same SO_REUSEADDR).
+  GV_RETURN_IF_ERROR(checkBindable(o.address));
   // Temp file + rename: a reader never sees a partial address.
   const std::string path = rankFile(o.dir, o.rank);
   const std::string temp = o.dir + "/.rank-" + std::to_string(o.rank) + ".tmp." +

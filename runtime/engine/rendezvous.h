@@ -35,11 +35,12 @@ struct RendezvousOptions {
   const std::atomic<bool>* stop = nullptr;  // set: give up waiting (kCancelled)
 };
 
-// Publishes options.address as DIR/rank-<rank> (creating DIR), then waits until every rank in
+// Checks that options.address ("ip:port") can be bound here, publishes it as DIR/rank-<rank>
+// (creating DIR), then waits until every rank in
 // options.wait has published. Returns "host:port" by rank: this peer's and the waited-for ranks'
-// entries filled, the others empty. Errors: DIR not writable (kUnavailable), a malformed file
-// (kInvalidArgument, naming it), ranks still missing at the deadline (kDeadlineExceeded, naming
-// them and DIR), a stop request (kCancelled).
+// entries filled, the others empty. Errors: an IPv4 address's port taken here or DIR not writable
+// (kUnavailable), a malformed file (kInvalidArgument, naming it), ranks still missing at the
+// deadline (kDeadlineExceeded, naming them and DIR), a stop request (kCancelled).
 Result<std::vector<std::string>> rendezvous(const RendezvousOptions& options);
 
 }  // namespace grapevine::engine

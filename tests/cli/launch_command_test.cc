@@ -395,3 +395,13 @@ TEST_CASE("grapevine peer takes its rank from GRAPEVINE_RANK", "[cli]") {
                    &output) == 2);
   CHECK(output.find("GRAPEVINE_RANK") != std::string::npos);  // the "no rank" message names it
 }
+
+TEST_CASE("grapevine summarize refuses a folder where no peer finished", "[cli]") {
+  const std::string dir = freshDir("launch_command_test_summarize");
+  const std::string config = dir + "/four.yaml";
+  std::ofstream(config) << "peers: { count: 4 }\nworkload: { name: consensus }\n";
+  std::string output;
+  CHECK(runCapture(grapevineBin() + " summarize " + config + " " + dir, &output) == 1);
+  CHECK(output.find("no peer of " + config + " finished in " + dir) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir + "/summary.json"));
+}

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_util/ports.h"
+
 using namespace grapevine;
 namespace fs = std::filesystem;
 
@@ -24,12 +26,18 @@ std::string freshFolder(const std::string& name) {
   return dir;  // not created: rendezvous() creates it
 }
 
+// Free control ports for ranks 0-3 (each publishes an address it could bind).
+int basePort() {
+  static const int base = test_util::freeBasePort(4);
+  return base;
+}
+
 engine::RendezvousOptions options(const std::string& dir, int rank, std::vector<int> wait) {
   engine::RendezvousOptions o;
   o.dir = dir;
   o.rank = rank;
   o.count = 4;
-  o.address = "127.0.0." + std::to_string(rank + 1) + ":" + std::to_string(29500 + rank);
+  o.address = "127.0.0." + std::to_string(rank + 1) + ":" + std::to_string(basePort() + rank);
   o.wait = std::move(wait);
   o.timeoutSeconds = 60;  // a failure guard only: both sides publish at once
   return o;
@@ -84,6 +92,25 @@ TEST_CASE("a malformed rank file is refused, naming it") {
   REQUIRE_FALSE(r.isOk());
   CHECK(r.status().code() == ErrorCode::kInvalidArgument);
   CHECK(r.status().message().find(dir + "/rank-1 holds 'no port here'") != std::string::npos);
+}
+
+TEST_CASE("a port taken on this machine is refused before it is published") {
+  const std::string dir = freshFolder("taken");
+  auto o = options(dir, 0, {1});
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(basePort()));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(fd, 1) == 0);
+  auto r = engine::rendezvous(o);
+  close(fd);
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == ErrorCode::kUnavailable);
+  CHECK(r.status().message().find("cannot listen on " + o.address) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir + "/rank-0"));
 }
 
 TEST_CASE("a stop request ends the wait") {
