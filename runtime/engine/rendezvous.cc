@@ -104,8 +104,10 @@ Result<std::string> resolveHost(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = getaddrinfo(name, nullptr, &hints, &found); rc != 0) {
-    return unavailable(std::string("peers.host auto: cannot resolve this machine's name '") + name +
-                       "': " + gai_strerror(rc));
+    // A name missing from DNS and /etc/hosts (some containers): an interface still has an address.
+    log::warn("peers.host auto: cannot resolve this machine's name '", name,
+              "': ", gai_strerror(rc), "; using an interface's address");
+    found = nullptr;
   }
   std::string first, routable;
   for (addrinfo* a = found; a; a = a->ai_next) {
@@ -113,7 +115,7 @@ Result<std::string> resolveHost(const std::string& host) {
     if (first.empty()) first = ip;
     if (routable.empty() && !isLoopback(ip)) routable = ip;
   }
-  freeaddrinfo(found);
+  if (found) freeaddrinfo(found);
   if (!routable.empty()) return routable;
   // The name maps to loopback (Debian's /etc/hosts does so by default): an interface's address
   // reaches other machines; with none, this is a single machine and loopback is right.

@@ -21,8 +21,8 @@ namespace grapevine::engine {
 
 // This machine's address for peers.host: a numeric IP or "localhost" as given; "auto" resolves
 // gethostname() (an IPv4 address that is not loopback when it has one; else the first up IPv4
-// interface that is not loopback; else 127.0.0.1, a single machine). Errors: a hostname that does
-// not resolve.
+// interface that is not loopback; else 127.0.0.1, a single machine). A name that does not resolve
+// is warned about and treated like one that maps to loopback. Errors: gethostname() failing.
 Result<std::string> resolveHost(const std::string& host);
 
 struct RendezvousOptions {
