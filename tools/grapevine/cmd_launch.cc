@@ -250,7 +250,8 @@ int Launch::plan() {
   const auto local = localAddresses();
   addrs_ = config_.peers.addresses();
   for (int r = 0; r < config_.peers.count; ++r) {
-    if (!isLocal(addrs_[r].host, local)) continue;
+    // `auto` (with peers.rendezvous) is whichever machine the peer runs on: here.
+    if (addrs_[r].host != "auto" && !isLocal(addrs_[r].host, local)) continue;
     Child ch;
     ch.rank = r;
     children_.push_back(std::move(ch));
