@@ -10,6 +10,10 @@
 // started here is stopped again, on failure paths too (the cluster's destructor), and the cases
 // check that no process of theirs is left.
 //
+// Authentication is munge, as on real clusters: munged runs in the foreground with a key and socket
+// of its own (AuthInfo=socket=...), so a system munged, if any, is neither needed nor touched.
+// (Slurm 22.05 still ships auth/none, but it is gone from later releases and accepts anyone.)
+//
 // The daemons run as root (SlurmUser=root): tools/test runs as root in CI. Without root, or without
 // the packages (tools/install-deps installs them), the Slurm case is skipped, visibly.
 #include <signal.h>
@@ -108,9 +112,10 @@ std::vector<std::string> processesMentioning(const std::string& needle) {
 }
 
 // A run of examples/slurm/ring8.yaml with `peers` peers in `dir`: every peer finished all rounds,
-// its final file names its own rank, every peer published its address in the rendezvous folder,
-// and `grapevine summarize` writes a summary that agrees.
-void checkRun(const std::string& dir, int peers, const std::string& rendezvous) {
+// its final file names its own rank, its records end with the final one, it published its address
+// (port basePort + rank) in the rendezvous folder, and `grapevine summarize` writes a summary that
+// agrees.
+void checkRun(const std::string& dir, int peers, const std::string& rendezvous, int basePort) {
   for (int r = 0; r < peers; ++r) {
     INFO("peer " << r << " in " << dir);
     const std::string final = dir + "/peer-" + std::to_string(r) + ".final.json";
@@ -119,9 +124,18 @@ void checkRun(const std::string& dir, int peers, const std::string& rendezvous) 
     CHECK(j["rank"] == r);
     CHECK(j["finished"] == true);
     CHECK(j["rounds"] == 300);
+    // The records end with the final one.
+    std::istringstream records(readFile(dir + "/peer-" + std::to_string(r) + ".jsonl"));
+    std::string line, last;
+    while (std::getline(records, line))
+      if (!line.empty()) last = line;
+    const auto lastRecord = nlohmann::json::parse(last, nullptr, false);
+    REQUIRE(lastRecord.is_object());
+    CHECK(lastRecord.value("final", false));
     // host:port, with the port the config gives rank r.
     const std::string address = readFile(rendezvous + "/rank-" + std::to_string(r));
     CHECK(std::regex_match(address, std::regex(R"([0-9.]+:[0-9]+\n)")));
+    CHECK(address.ends_with(":" + std::to_string(basePort + r) + "\n"));
   }
   CHECK_FALSE(fs::exists(dir + "/peer-" + std::to_string(peers) + ".final.json"));
   const std::string log = dir + ".summarize.log";
@@ -330,7 +344,7 @@ TEST_CASE("Slurm: srun -n 8 and sbatch of examples/slurm/ring8.sbatch run every 
                     srunLog, 300);
     INFO(readFile(srunLog) << cluster.logs());
     REQUIRE(rc == 0);
-    checkRun(out, 8, out + "/rendezvous");
+    checkRun(out, 8, out + "/rendezvous", base + 2);
     checkRanksAreTasks(srunLog, std::regex(R"(^\s*(\d+): .*?\bpeer (\d+)\b)"), 8);
 
     // sbatch of the shipped script, waited for (--wait returns when the job ended, with its exit
@@ -353,7 +367,7 @@ TEST_CASE("Slurm: srun -n 8 and sbatch of examples/slurm/ring8.sbatch run every 
     INFO(readFile(sbatchLog) << jobLogs << cluster.logs());
     REQUIRE(rc == 0);
     REQUIRE_FALSE(jobOut.empty());
-    checkRun(jobOut, 8, jobOut + "/rendezvous");
+    checkRun(jobOut, 8, jobOut + "/rendezvous", base + 2);
     // The script's own `grapevine summarize` ran too: its table is in the job's log.
     CHECK(jobLogs.find("summary: " + jobOut + "/summary.json") != std::string::npos);
     cluster.stop();
@@ -387,7 +401,7 @@ TEST_CASE("Open MPI: mpirun -np 4 runs every peer, ranks from OMPI_COMM_WORLD_RA
                         log, 300);
   INFO(readFile(log));
   REQUIRE(rc == 0);
-  checkRun(out, 4, out + "/rendezvous");
+  checkRun(out, 4, out + "/rendezvous", base);
   checkRanksAreTasks(log, std::regex(R"(^\[\d+,(\d+)\]<std...>:.*?\bpeer (\d+)\b)"), 4);
   CHECK(processesMentioning(out).empty());
 }
