@@ -45,10 +45,14 @@ struct PeersSection {
   std::string host = "127.0.0.1";
   int basePort = 29500;
   std::vector<PeerAddress> list;  // explicit addresses; when set, count = list.size()
+  // A shared folder where each peer publishes its address and reads its neighbours' (engine/
+  // rendezvous.h); empty: addresses come from `list` or host + base_port. Never with `list`.
+  std::string rendezvous;
   double connectTimeout = 30.0;
   double heartbeatInterval = 0.2;
   double deadAfter = 2.0;
-  // The address of every peer, from `list` or from host + base_port + rank.
+  // The address of every peer, from `list` or from host + base_port + rank. With `rendezvous` only
+  // the ports are known before the run (host is this peer's own, possibly `auto`).
   std::vector<PeerAddress> addresses() const;
 };
 

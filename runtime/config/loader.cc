@@ -410,6 +410,18 @@ class Loader {
     }
     checkEphemeralPorts();
     checkMonitoringPorts(c);
+    // A rendezvous publishes addresses that a list would fix in advance: two sources of truth.
+    if (!c.peers.rendezvous.empty() && !c.peers.list.empty()) {
+      error(keyWhere("peers.rendezvous"), "peers.rendezvous",
+            "cannot be combined with an explicit peers list: the list already gives every "
+            "address; use one or the other");
+    }
+    // `auto` is each machine's own name: only a rendezvous tells the other peers what it became.
+    if (c.peers.host == "auto" && c.peers.rendezvous.empty() && c.peers.list.empty()) {
+      error(keyWhere("peers.host"), "peers.host",
+            "`auto` (this machine's address) needs peers.rendezvous: without it the other peers "
+            "cannot learn the address");
+    }
     if (c.peers.deadAfter <= c.peers.heartbeatInterval) {
       error(keyWhere("peers.dead_after"), "peers.dead_after",
             "must be longer than peers.heartbeat_interval (" +

@@ -515,7 +515,8 @@ std::vector<KeyDef> buildSchema() {
       "Number of peers (with `peers` given as a list, its length)")));
   t.push_back(stringKey(
       "peers.host", [](Config & c) -> auto& { return c.peers.host; },
-      "Host of every peer when peers are given by count"));
+      "Host of every peer when peers are given by count; with peers.rendezvous, this peer's own "
+      "address: a numeric IP, or `auto` (this machine's hostname, resolved to its address)"));
   t.push_back(intKey(
       "peers.base_port", [](Config & c) -> auto& { return c.peers.basePort; }, 1, 65535,
       "Control port of peer 0; peer r listens on base_port + r"));
@@ -523,6 +524,10 @@ std::vector<KeyDef> buildSchema() {
       "peers.list", ValueType::kPeerList,
       "Explicit peer addresses, rank order; also written as `peers: [{host: h, port: p}, ...]`",
       applyPeerList, showPeerList));
+  t.push_back(stringKey(
+      "peers.rendezvous", [](Config & c) -> auto& { return c.peers.rendezvous; },
+      "Shared folder (one per run) where each peer writes `rank-<r>` with its host:port and reads "
+      "its neighbours' (for hosts assigned by a scheduler); empty: off"));
   t.push_back(doubleKey(
       "peers.connect_timeout", [](Config & c) -> auto& { return c.peers.connectTimeout; }, 0.1,
       86400, "Seconds to keep retrying an unreachable neighbour before giving up"));

@@ -18,6 +18,7 @@
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/records.h"
+#include "runtime/engine/rendezvous.h"
 #include "runtime/engine/summary.h"
 #include "runtime/transport/bootstrap.h"
 #include "runtime/transport/loop.h"
@@ -290,9 +291,23 @@ Status PeerSession::Impl::startMetrics() {
 Status PeerSession::Impl::boot() {
   const config::Config& c = plan_.config;
   loopThread_ = std::thread([this, busy = c.transport.busyPoll] { loop_.run(busy); });
-  const transport::Options to = transportOptions(c, options_.rank, *core_);
+  transport::Options to = transportOptions(c, options_.rank, *core_);
   transport::BootstrapOptions bo =
       bootstrapOptions(plan_, options_.rank, options_.incarnation, *core_);
+  if (!c.peers.rendezvous.empty()) {
+    // Addresses from the shared folder instead of the config (rendezvous.h): ours is published,
+    // the neighbours' are read; the bootstrap then runs as with addresses from the config.
+    GV_ASSIGN_OR_RETURN(to.host, resolveHost(c.peers.host));
+    RendezvousOptions ro;
+    ro.dir = c.peers.rendezvous;
+    ro.rank = options_.rank;
+    ro.count = c.peers.count;
+    ro.address = to.host + ":" + std::to_string(c.peers.basePort + options_.rank);
+    ro.wait = core_->neighbours();
+    ro.timeoutSeconds = c.peers.connectTimeout;
+    ro.stop = options_.stop;
+    GV_ASSIGN_OR_RETURN(bo.peers, rendezvous(ro));
+  }
   bo.onEvent = [this](const transport::ControlEvent& ev) {
     if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) return;
     push({InboxItem::kDead, ev.peer, -1, 0, ev.message});

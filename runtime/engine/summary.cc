@@ -339,4 +339,29 @@ Result<std::vector<float>> readModel(const std::string& path, std::size_t expect
   return x;
 }
 
+std::vector<PeerResult> readPeerResults(const std::string& dir, const std::vector<int>& ranks) {
+  std::vector<PeerResult> results;
+  for (int rank : ranks) {
+    const std::string r = std::to_string(rank);
+    std::ifstream in(dir + "/peer-" + r + ".final.json");
+    PeerResult result;
+    result.rank = rank;
+    if (in) {
+      try {
+        result = peerResultFromJson(nlohmann::json::parse(in));
+        auto m =
+            readModel(dir + "/model-" + r + ".bin", static_cast<std::size_t>(result.modelSize));
+        if (m.isOk())
+          result.model = std::move(*m);
+        else
+          result.finished = false;
+      } catch (const nlohmann::json::exception&) {
+        result.finished = false;
+      }
+    }
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
 }  // namespace grapevine::engine

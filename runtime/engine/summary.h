@@ -53,6 +53,11 @@ PeerResult collectResult(PeerCore& peer, bool finished);
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
                            double wallSeconds, const std::string& transport);
 
+// Every listed peer's result from DIR/peer-<rank>.final.json and DIR/model-<rank>.bin, in the
+// order given; a peer whose files are missing or unreadable counts as not finished. What `launch`
+// and `summarize` build summary.json from.
+std::vector<PeerResult> readPeerResults(const std::string& dir, const std::vector<int>& ranks);
+
 // Writes `json` pretty-printed (2-space indent, trailing newline) to `path`, replacing it
 // atomically (writeFileAtomically: a crash leaves the old file or the new one, never a torn one):
 // how DIR/summary.json and DIR/peer-<rank>.final.json are written. kUnavailable naming the path

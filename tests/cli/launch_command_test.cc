@@ -395,3 +395,30 @@ TEST_CASE("grapevine peer takes its rank from GRAPEVINE_RANK", "[cli]") {
                    &output) == 2);
   CHECK(output.find("GRAPEVINE_RANK") != std::string::npos);  // the "no rank" message names it
 }
+
+TEST_CASE("grapevine summarize refuses a folder where no peer finished", "[cli]") {
+  const std::string dir = freshDir("launch_command_test_summarize");
+  const std::string config = dir + "/four.yaml";
+  std::ofstream(config) << "peers: { count: 4 }\nworkload: { name: consensus }\n";
+  std::string output;
+  CHECK(runCapture(grapevineBin() + " summarize " + config + " " + dir, &output) == 1);
+  CHECK(output.find("no peer of " + config + " finished in " + dir) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir + "/summary.json"));
+}
+
+TEST_CASE("launch starts every peer of a host: auto config locally, through the rendezvous",
+          "[cli]") {
+  const std::string dir = freshDir("launch_command_test_rendezvous");
+  const std::string config = std::string(GRAPEVINE_SOURCE_DIR) + "/examples/slurm/ring8.yaml";
+  std::string output;
+  const int rc = runCapture(grapevineBin() + " launch " + config + " --out " + dir +
+                                "/out --quiet --set peers.count=2 --set run.rounds=20" +
+                                " --set peers.base_port=" + std::to_string(freeBasePort(2)) +
+                                " --set peers.rendezvous=" + dir + "/out/rendezvous",
+                            &output);
+  INFO(output);
+  REQUIRE(rc == 0);
+  CHECK(readSummary(dir + "/out")["peers_finished"] == 2);
+  CHECK(fs::exists(dir + "/out/rendezvous/rank-0"));
+  CHECK(fs::exists(dir + "/out/rendezvous/rank-1"));
+}

@@ -107,6 +107,23 @@ TEST_CASE("peers with the same host:port are refused") {
   CHECK(contains(d, "peers.list: peers 0 and 2 have the same address 10.0.0.1:29500"));
 }
 
+TEST_CASE("peers.rendezvous: refused beside a peers list; host auto needs it") {
+  LoadOptions o = noEnv();
+  o.overrides = {"peers.rendezvous=/shared/rdv"};
+  const std::string listed = allDiagnostics(loadString(
+      "peers:\n  - { host: 10.0.0.1, port: 29500 }\n  - { host: 10.0.0.2, port: 29500 }\n",
+      "r.yaml", o));
+  CHECK(contains(listed, "peers.rendezvous: cannot be combined with an explicit peers list"));
+  const std::string autoHost =
+      allDiagnostics(loadString("peers: { count: 4, host: auto }\n", "a.yaml", noEnv()));
+  CHECK(contains(autoHost, "peers.host: `auto` (this machine's address) needs peers.rendezvous"));
+  auto ok =
+      loadString("peers: { count: 4, host: auto, rendezvous: /shared/rdv }\n", "a.yaml", noEnv());
+  INFO(allDiagnostics(ok));
+  CHECK(ok.ok());
+  CHECK(ok.config.peers.rendezvous == "/shared/rdv");
+}
+
 TEST_CASE("torus sizes must multiply to the peer count") {
   const std::string d = allDiagnostics(loadInvalid("torus_mismatch.yaml"));
   CHECK(contains(d, "topology.dims: sizes multiply to 9 but peers.count is 8"));

@@ -254,7 +254,8 @@ int Launch::plan() {
   const auto local = localAddresses();
   addrs_ = config_.peers.addresses();
   for (int r = 0; r < config_.peers.count; ++r) {
-    if (!isLocal(addrs_[r].host, local)) continue;
+    // `auto` (with peers.rendezvous) is whichever machine the peer runs on: here.
+    if (addrs_[r].host != "auto" && !isLocal(addrs_[r].host, local)) continue;
     Child ch;
     ch.rank = r;
     children_.push_back(std::move(ch));
@@ -568,27 +569,9 @@ nlohmann::json Launch::stopNetwork() {
 
 // Every peer's final record and model; a peer without them counts as not finished.
 std::vector<engine::PeerResult> Launch::readResults() const {
-  std::vector<engine::PeerResult> results;
-  for (const auto& ch : children_) {
-    std::ifstream in(peerFile(ch.rank, ".final.json"));
-    engine::PeerResult r;
-    r.rank = ch.rank;
-    if (in) {
-      try {
-        r = engine::peerResultFromJson(nlohmann::json::parse(in));
-        auto m = engine::readModel(out_ + "/model-" + std::to_string(ch.rank) + ".bin",
-                                   static_cast<std::size_t>(r.modelSize));
-        if (m.isOk())
-          r.model = std::move(*m);
-        else
-          r.finished = false;
-      } catch (const nlohmann::json::exception&) {
-        r.finished = false;
-      }
-    }
-    results.push_back(std::move(r));
-  }
-  return results;
+  std::vector<int> ranks;
+  for (const auto& ch : children_) ranks.push_back(ch.rank);
+  return engine::readPeerResults(out_, ranks);
 }
 
 int Launch::writeSummary() {

@@ -29,6 +29,7 @@ void printSummary(const config::Config& c, std::ostream& os) {
   os << "  peers        " << c.peers.count << " (";
   if (c.peers.list.empty()) {
     os << c.peers.host << ":" << c.peers.basePort << "-" << c.peers.basePort + c.peers.count - 1;
+    if (!c.peers.rendezvous.empty()) os << ", hosts through the rendezvous " << c.peers.rendezvous;
   } else {
     os << addrs.front().host << ":" << addrs.front().port << " ... " << addrs.back().host << ":"
        << addrs.back().port;

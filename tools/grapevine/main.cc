@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
       registerSweep(root),
       registerPlot(root),
       registerEmulate(root),
+      registerSummarize(root),
   };
 
   try {
