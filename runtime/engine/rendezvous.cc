@@ -1,7 +1,5 @@
 #include "runtime/engine/rendezvous.h"
 
-#include "runtime/common/atomic_file.h"
-
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -18,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/log.h"
 
 namespace grapevine::engine {
