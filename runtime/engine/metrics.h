@@ -1,4 +1,4 @@
-// Prometheus metrics of one peer process (monitoring.prometheus_port; docs/monitoring.md): an HTTP
+// Prometheus metrics of one peer process (monitoring.prometheus_port; docs/operations.md, "Prometheus"): an HTTP
 // endpoint, /metrics in the Prometheus text format, served by prometheus-cpp's civetweb threads
 // from start() until the object is destroyed. The values mirror what the records carry
 // (records.h): counters and gauges set from PeerCore after every round.
