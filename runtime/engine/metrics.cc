@@ -19,6 +19,14 @@
 namespace grapevine::engine {
 namespace {
 
+// civetweb's library set-up and tear-down (mg_init_library / mg_exit_library, run by every server's
+// start and stop) are not thread-safe: two API peers of one process starting their endpoints at
+// the same time crashed in mg_init_library. Every Exposer is made and destroyed under this lock.
+std::mutex& civetwebMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 // A Prometheus counter that mirrors a cumulative value kept elsewhere (PeerCounters, the driver's
 // phase totals): set() adds the growth since the last call, so the counter equals the value.
 // Counters hold doubles: byte counts are exact up to 2^53.
@@ -193,6 +201,7 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
   s.address = transport::formatEndpoint(*endpoint);
   s.collectable = std::make_shared<LockedRegistry>(s.mu, s.registry);
   try {
+    const std::lock_guard<std::mutex> lock(civetwebMutex());
     s.exposer = std::make_unique<prometheus::Exposer>(
         std::vector<std::string>{"listening_ports", s.address, "num_threads", "2"});
   } catch (const std::exception& e) {
@@ -206,7 +215,9 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
 PeerMetrics::PeerMetrics(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 PeerMetrics::~PeerMetrics() {
-  if (state_) state_->exposer.reset();  // stops the server threads and closes the port
+  if (!state_) return;
+  const std::lock_guard<std::mutex> lock(civetwebMutex());
+  state_->exposer.reset();  // stops the server threads and closes the port
 }
 
 const std::string& PeerMetrics::address() const { return state_->address; }
