@@ -1,5 +1,7 @@
 #include "runtime/config/loader.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -42,6 +44,36 @@ class Loader {
     result_.diagnostics.push_back(
         {w.file, w.line, w.column, std::move(key), std::move(message), false});
   }
+  // Peers' hosts are numeric IP addresses (or localhost, or `auto` with a rendezvous): the
+  // transports do not resolve names, so a hostname would pass here and fail every peer at start.
+  void checkHosts() {
+    const Config& c = result_.config;
+    auto numeric = [](std::string host) {
+      if (host == "localhost") return true;
+      if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+      }
+      unsigned char buf[sizeof(in6_addr)];
+      return inet_pton(AF_INET, host.c_str(), buf) == 1 ||
+             inet_pton(AF_INET6, host.c_str(), buf) == 1;
+    };
+    const std::string why =
+        ": hosts must be numeric IP addresses (or localhost); names are not resolved. On machines "
+        "a scheduler assigns, use peers.host: auto with peers.rendezvous";
+    if (c.peers.list.empty()) {
+      if (c.peers.host != "auto" && !numeric(c.peers.host)) {
+        error(keyWhere("peers.host"), "peers.host", "\"" + c.peers.host + "\"" + why);
+      }
+      return;
+    }
+    for (std::size_t r = 0; r < c.peers.list.size(); ++r) {
+      if (!numeric(c.peers.list[r].host)) {
+        error(keyWhere("peers.list"), "peers.list",
+              "peer " + std::to_string(r) + "'s host \"" + c.peers.list[r].host + "\"" + why);
+      }
+    }
+  }
+
   // A control port inside this machine's ephemeral range (net.ipv4.ip_local_port_range) can be
   // taken as the local port of an outgoing connection before its peer listens on it: the peer then
   // fails with "address already in use" at random. Warned, not refused: the range is this
@@ -409,6 +441,7 @@ class Loader {
       }
     }
     checkEphemeralPorts();
+    checkHosts();
     checkMonitoringPorts(c);
     // A rendezvous publishes addresses that a list would fix in advance: two sources of truth.
     if (!c.peers.rendezvous.empty() && !c.peers.list.empty()) {

@@ -221,6 +221,23 @@ TEST_CASE("error feedback is refused where the algorithm already carries the res
   CHECK(contains(allDiagnostics(dsgd), "warning: compression.error_feedback: has no effect"));
 }
 
+TEST_CASE("peers' hosts must be numeric addresses: a hostname is refused, naming the key") {
+  const auto named = loadString("peers: { count: 2, host: node1 }\n", "named.yaml", noEnv());
+  CHECK_FALSE(named.ok());
+  CHECK(contains(allDiagnostics(named), "error: peers.host: \"node1\": hosts must be numeric IP"));
+  const auto list = loadString(
+      "peers:\n  - { host: 10.0.0.1, port: 29500 }\n"
+      "  - { host: node2, port: 29500 }\n",
+      "list.yaml", noEnv());
+  CHECK_FALSE(list.ok());
+  CHECK(contains(allDiagnostics(list), "error: peers.list: peer 1's host \"node2\""));
+  for (const char* ok : {"127.0.0.1", "localhost", "::1", "10.1.2.3"}) {
+    INFO(ok);
+    CHECK(loadString(std::string("peers: { count: 2, host: \"") + ok + "\" }\n", "ok.yaml", noEnv())
+              .ok());
+  }
+}
+
 TEST_CASE("control ports inside this machine's ephemeral port range get a warning") {
   std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
   int low = 0, high = 0;
@@ -238,9 +255,10 @@ TEST_CASE("control ports inside this machine's ephemeral port range get a warnin
       "peers: { count: 4, base_port: " + std::to_string(low - 100) + " }\n", "below.yaml", noEnv());
   CHECK(below.ok());
   CHECK_FALSE(contains(allDiagnostics(below), "ephemeral"));
-  const auto list = loadString(
-      "peers:\n  - { host: a, port: 1000 }\n  - { host: b, port: " + std::to_string(high) + " }\n",
-      "list.yaml", noEnv());
+  const auto list =
+      loadString("peers:\n  - { host: 10.0.0.1, port: 1000 }\n  - { host: 10.0.0.2, port: " +
+                     std::to_string(high) + " }\n",
+                 "list.yaml", noEnv());
   CHECK(contains(allDiagnostics(list),
                  "warning: peers.list: control ports 1000-" + std::to_string(high)));
 }
