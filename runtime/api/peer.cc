@@ -103,21 +103,6 @@ void check(const Status& st) {
   throw Error(Code::kFailedPrecondition, message);
 }
 
-int rankFromEnvironment() {
-  for (const char* name : {"GRAPEVINE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
-    const char* v = std::getenv(name);
-    if (!v) continue;
-    char* end = nullptr;
-    const long r = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || r < 0 || r > std::numeric_limits<int>::max()) {
-      throw Error(Code::kInvalidArgument,
-                  std::string(name) + "='" + v + "' is not a rank (a non-negative integer)");
-    }
-    return static_cast<int>(r);
-  }
-  return -1;
-}
-
 }  // namespace
 
 struct Peer::Impl {
@@ -227,7 +212,12 @@ Peer::Peer(const Options& options) : impl_(std::make_unique<Impl>()) {
                     ": with workload.name external every step() is one round (local_steps 1); "
                     "take extra local steps with your own optimizer and call mix()");
   }
-  m.rank = options.rank >= 0 ? options.rank : rankFromEnvironment();
+  m.rank = options.rank;
+  if (m.rank < 0) {
+    auto fromEnv = config::rankFromEnvironment();
+    if (!fromEnv.isOk()) throw Error(Code::kInvalidArgument, fromEnv.status().message());
+    m.rank = *fromEnv;
+  }
   if (m.rank < 0) {
     throw Error(Code::kInvalidArgument,
                 "no rank: pass one, or set GRAPEVINE_RANK (grapevine launch ... -- COMMAND does), "

@@ -1,6 +1,7 @@
 #include "runtime/config/config.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
 
@@ -78,6 +79,21 @@ double NetworkSection::computeScaleOf(int rank) const {
     if (pn.rank == rank && pn.computeScale) s = *pn.computeScale;
   }
   return s;
+}
+
+Result<int> rankFromEnvironment() {
+  for (const char* name : {"GRAPEVINE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || r < 0 || r > std::numeric_limits<int>::max()) {
+      return invalidArgument(std::string(name) + "='" + v +
+                             "' is not a rank (a non-negative integer)");
+    }
+    return static_cast<int>(r);
+  }
+  return -1;
 }
 
 }  // namespace grapevine::config

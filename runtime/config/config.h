@@ -215,4 +215,11 @@ struct Config {
   topology::Spec topologySpec() const;
 };
 
+// The rank a launcher gives this process: the first of GRAPEVINE_RANK (`grapevine launch`),
+// SLURM_PROCID (srun), OMPI_COMM_WORLD_RANK and PMIX_RANK (mpirun) that is set; -1 when none is.
+// kInvalidArgument naming the variable when that one is not a non-negative integer (a malformed
+// rank is an error, never a reason to look at the next variable). `grapevine peer` and the API
+// both take their rank from here.
+Result<int> rankFromEnvironment();
+
 }  // namespace grapevine::config

@@ -394,6 +394,11 @@ TEST_CASE("grapevine peer takes its rank from GRAPEVINE_RANK", "[cli]") {
                        grapevineBin() + " peer " + config,
                    &output) == 2);
   CHECK(output.find("GRAPEVINE_RANK") != std::string::npos);  // the "no rank" message names it
+  // A malformed rank is refused naming the variable, not skipped for the next one.
+  CHECK(runCapture("env -u GRAPEVINE_RANK -u OMPI_COMM_WORLD_RANK -u PMIX_RANK SLURM_PROCID=x2 " +
+                       grapevineBin() + " peer " + config,
+                   &output) == 2);
+  CHECK(output.find("SLURM_PROCID='x2' is not a rank") != std::string::npos);
 }
 
 TEST_CASE("grapevine summarize refuses a folder where no peer finished", "[cli]") {

@@ -25,23 +25,20 @@ struct PeerArgs {
   std::vector<std::string> overrides;
 };
 
-int rankFromEnvironment() {
-  for (const char* name : {"GRAPEVINE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
-    if (const char* v = std::getenv(name)) {
-      char* end = nullptr;
-      const long r = std::strtol(v, &end, 10);
-      if (end != v && *end == '\0' && r >= 0) return static_cast<int>(r);
-    }
-  }
-  return -1;
-}
-
 int runPeer(const PeerArgs& a) {
   auto loaded = loadConfig(a.path, a.overrides);
   if (!loaded.isOk()) return kExitBadInput;
   config::Config c = std::move(*loaded);
   if (refuseExternal("peer", a.path, c)) return kExitBadInput;
-  int rank = a.rank >= 0 ? a.rank : rankFromEnvironment();
+  int rank = a.rank;
+  if (rank < 0) {
+    auto fromEnv = config::rankFromEnvironment();
+    if (!fromEnv.isOk()) {
+      std::cerr << "grapevine peer: " << fromEnv.status().message() << "\n";
+      return kExitBadInput;
+    }
+    rank = *fromEnv;
+  }
   if (rank < 0) {
     std::cerr
         << "grapevine peer: no rank: pass --rank R, or set GRAPEVINE_RANK (grapevine launch does), "
