@@ -315,8 +315,17 @@ void Launch::printPlan() const {
             << topology::kindName(c.topology.kind) << ", "
             << algorithms::algorithmKindName(c.algorithm.name) << " + "
             << compress::methodName(c.compression.method) << " over " << c.transport.backend << ", "
-            << c.run.rounds << " rounds; output in " << out_ << "/\n"
-            << std::flush;
+            << c.run.rounds << " rounds; output in " << out_ << "/\n";
+  if (c.monitoring.prometheusPort > 0 && !children_.empty()) {
+    // Where to point a browser or a scrape config (docs/operations.md).
+    std::cout << "grapevine launch: metrics at http://" << addrs_[children_.front().rank].host
+              << ":" << c.monitoring.prometheusPort + children_.front().rank << "/metrics";
+    if (children_.size() > 1) {
+      std::cout << " .. :" << c.monitoring.prometheusPort + children_.back().rank;
+    }
+    std::cout << " (peer r on prometheus_port + r)\n";
+  }
+  std::cout << std::flush;
 }
 
 // The resolved config as one file, so that every command (and the API in it) trains exactly what
