@@ -32,12 +32,7 @@ using grapevine::test_util::freshDir;
 using grapevine::test_util::grapevineBin;
 using grapevine::test_util::readSummary;
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using grapevine::test_util::readFile;
 
 // Runs `cmd` through the shell, stdout and stderr into `output`; the exit status (-1: no exit).
 int runCapture(const std::string& cmd, std::string* output) {

@@ -30,10 +30,7 @@ using grapevine::test_util::freshDir;
 using grapevine::test_util::portsFree;
 const std::string kBin = grapevine::test_util::grapevineBin();
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using grapevine::test_util::readFile;
 
 // Waits until `done()` or the deadline; true when done.
 template <typename F>

@@ -56,12 +56,7 @@ using grapevine::test_util::grapevineBin;
 const std::string kSource = GRAPEVINE_SOURCE_DIR;
 const std::string kConfig = "examples/slurm/ring8.yaml";  // relative to kSource, as users type it
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using grapevine::test_util::readFile;
 
 bool onPath(const std::string& program) {
   return std::system(("command -v " + program + " > /dev/null 2>&1").c_str()) == 0;

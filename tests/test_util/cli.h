@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -31,6 +32,13 @@ inline const std::string& grapevineBin() {
 inline int runQuiet(const std::string& cmd) {
   const int st = std::system((cmd + " > /dev/null 2>&1").c_str());
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// The whole text of `path`; empty when it is missing or unreadable (tests poll for files that are
+// still to come).
+inline std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 inline nlohmann::json readSummary(const std::string& dir) {
