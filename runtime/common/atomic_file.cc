@@ -15,15 +15,18 @@ Status failed(const std::string& what, const std::string& path, int err) {
   return unavailable("cannot " + what + " " + path + ": " + std::strerror(err));
 }
 
-bool writeAll(int fd, std::span<const std::uint8_t> bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
+// Writes every part in order: 0, or the errno of the write that failed (EIO when none was set).
+int writeAll(int fd, std::initializer_list<std::span<const std::uint8_t>> parts) {
+  for (auto bytes : parts) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return n < 0 && errno ? errno : EIO;
+      done += static_cast<std::size_t>(n);
+    }
   }
-  return true;
+  return 0;
 }
 
 }  // namespace
@@ -39,12 +42,9 @@ Status writeFileAtomically(const std::string& path,
       kind != std::filesystem::file_type::not_found) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (fd < 0) return failed("open", path, errno);
-    for (auto part : parts) {
-      if (!writeAll(fd, part)) {
-        const int err = errno ? errno : EIO;
-        ::close(fd);
-        return failed("write", path, err);
-      }
+    if (const int err = writeAll(fd, parts); err != 0) {
+      ::close(fd);
+      return failed("write", path, err);
     }
     if (::close(fd) != 0) return failed("write", path, errno);
     return Status::ok();
@@ -55,13 +55,10 @@ Status writeFileAtomically(const std::string& path,
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return failed("create", tmp, errno);
-  for (auto part : parts) {
-    if (!writeAll(fd, part)) {
-      const int err = errno ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return failed("write", path, err);
-    }
+  if (const int err = writeAll(fd, parts); err != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return failed("write", path, err);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     const int err = errno;
