@@ -104,6 +104,11 @@ class Algorithm {
   // same names and sizes (kInvalidArgument naming the first that differs) and replaces them.
   virtual std::vector<std::pair<std::string, std::vector<float>>> state() const { return {}; }
   virtual Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& state);
+  // Scalar state between rounds that state() does not hold (CHOCO's consensus-step controller and
+  // last proposal), in double so a checkpoint restores it exactly. loadScalars() takes what
+  // scalars() gave (kInvalidArgument when the count differs, the state unchanged).
+  virtual std::vector<double> scalars() const { return {}; }
+  virtual Status loadScalars(std::span<const double> values);
 
   // The consensus step this peer proposes for the current round (after prepare), carried in its
   // envelopes; 0 when the step is fixed by the config (or the algorithm has none).

@@ -44,6 +44,12 @@ Status Algorithm::loadState(const std::vector<std::pair<std::string, std::vector
   return Status::ok();
 }
 
+Status Algorithm::loadScalars(std::span<const double> values) {
+  if (values.empty()) return Status::ok();
+  return invalidArgument("algorithm state: " + std::string(name()) + " has no scalars, got " +
+                         std::to_string(values.size()));
+}
+
 std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.size_bytes()); }
 
 namespace {
@@ -270,6 +276,28 @@ class Choco final : public Algorithm {
     xhat_ = s[0].second;
     for (std::size_t k = 1; k < s.size(); ++k)
       replicas_[std::stoi(s[k].first.substr(8))] = s[k].second;
+    return Status::ok();
+  }
+  std::vector<double> scalars() const override {
+    std::vector<double> out = step_.save();
+    out.insert(out.end(), {static_cast<double>(proposal_), xhatNorm2_, report_.step,
+                           report_.proposed, report_.publicLag, report_.localConsensus});
+    return out;
+  }
+  Status loadScalars(std::span<const double> v) override {
+    constexpr std::size_t kOwn = 6;
+    if (v.size() != AutoStep::kStateSize + kOwn || !step_.load(v.first(AutoStep::kStateSize))) {
+      return invalidArgument("CHOCO state: expected " +
+                             std::to_string(AutoStep::kStateSize + kOwn) + " scalars, got " +
+                             std::to_string(v.size()));
+    }
+    const auto own = v.subspan(AutoStep::kStateSize);
+    proposal_ = static_cast<float>(own[0]);
+    xhatNorm2_ = own[1];
+    report_.step = own[2];
+    report_.proposed = own[3];
+    report_.publicLag = own[4];
+    report_.localConsensus = own[5];
     return Status::ok();
   }
   float proposedStep() const override { return auto_ ? proposal_ : 0.0f; }

@@ -46,4 +46,33 @@ void AutoStep::update() {
   proposal_ = std::clamp(base * backoff_, kMinStep, kMaxStep);
 }
 
+std::vector<double> AutoStep::save() const {
+  // Integers and flags travel as doubles: every one of them is exact below 2^53.
+  return {quality_,
+          haveQuality_ ? 1.0 : 0.0,
+          a_,
+          trend_,
+          windowStart_,
+          haveLag_ ? 1.0 : 0.0,
+          backoff_,
+          proposal_,
+          static_cast<double>(rounds_),
+          static_cast<double>(backoffs_)};
+}
+
+bool AutoStep::load(std::span<const double> s) {
+  if (s.size() != kStateSize) return false;
+  quality_ = s[0];
+  haveQuality_ = s[1] != 0.0;
+  a_ = s[2];
+  trend_ = s[3];
+  windowStart_ = s[4];
+  haveLag_ = s[5] != 0.0;
+  backoff_ = s[6];
+  proposal_ = s[7];
+  rounds_ = static_cast<std::int64_t>(s[8]);
+  backoffs_ = static_cast<std::uint64_t>(s[9]);
+  return true;
+}
+
 }  // namespace grapevine::algorithms

@@ -34,6 +34,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace grapevine::algorithms {
 
@@ -63,6 +65,12 @@ class AutoStep {
   double backoff() const { return backoff_; }
   // How many times the lag signal made this peer back off.
   std::uint64_t backoffs() const { return backoffs_; }
+
+  // The whole controller state, for checkpoints: save() gives kStateSize values, load() takes them
+  // back (false on a size mismatch, the state unchanged).
+  static constexpr std::size_t kStateSize = 10;
+  std::vector<double> save() const;
+  bool load(std::span<const double> state);
 
  private:
   void update();

@@ -141,6 +141,13 @@ struct MonitoringSection {
   int prometheusPort = 0;  // 0: off; else peer r serves /metrics on prometheusPort + r
 };
 
+// Periodic checkpoints of each peer's whole state (runtime/engine/checkpoint.h), for --resume.
+struct CheckpointSection {
+  int every = 0;    // rounds between checkpoints; 0: off
+  std::string dir;  // "" = <output.dir>/checkpoints
+  int keep = 2;     // newest checkpoints kept per peer
+};
+
 // One directed link's parameters, after overrides (NetworkSection::link).
 struct LinkParams {
   double bandwidthMbit = 0.0;  // 0 = unlimited
@@ -209,6 +216,7 @@ struct Config {
   WorkloadSection workload;
   OutputSection output;
   MonitoringSection monitoring;
+  CheckpointSection checkpoint;
   NetworkSection network;
 
   // The topology as the topology library wants it (peers from peers.count, seed from run.seed).

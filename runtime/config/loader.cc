@@ -608,6 +608,11 @@ class Loader {
             "must be 1 with workload.name external: every step() through the API is one round "
             "(take extra local steps with your own optimizer and call mix())");
     }
+    if (c.workload.name == train::WorkloadKind::kExternal && c.checkpoint.every > 0) {
+      error(keyWhere("checkpoint.every"), "checkpoint.every",
+            "is for `grapevine peer`/`launch` (--resume); with workload.name external your program "
+            "owns its model and optimizer: checkpoint them with the API's state()/load_state()");
+    }
     if (c.workload.name == train::WorkloadKind::kQuadratic) {
       if (c.workload.data.empty()) {
         error(keyWhere("workload.name"), "workload.data",

@@ -754,6 +754,17 @@ std::vector<KeyDef> buildSchema() {
       "Prometheus /metrics of peer r on port prometheus_port + r, at the peer's own host (0: "
       "off)"));
 
+  // checkpoint
+  t.push_back(intKey(
+      "checkpoint.every", [](Config & c) -> auto& { return c.checkpoint.every; }, 0, 1e9,
+      "Rounds between checkpoints of every peer's state, for --resume (0: off)"));
+  t.push_back(stringKey(
+      "checkpoint.dir", [](Config & c) -> auto& { return c.checkpoint.dir; },
+      "Folder for the checkpoints, one subfolder per rank (empty: <output.dir>/checkpoints)"));
+  t.push_back(intKey(
+      "checkpoint.keep", [](Config & c) -> auto& { return c.checkpoint.keep; }, 1, 1e6,
+      "Newest checkpoints kept per peer (older ones are deleted)"));
+
   // network
   t.push_back(enumKey(
       "network.emulate", [](Config & c) -> auto& { return c.network.emulate; },

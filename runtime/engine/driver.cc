@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "runtime/common/log.h"
+#include "runtime/engine/checkpoint.h"
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/records.h"
@@ -71,7 +72,9 @@ class PeerSession::Impl {
   Status open() {
     GV_RETURN_IF_ERROR(openOutput());
     GV_RETURN_IF_ERROR(startMetrics());
-    return boot();
+    GV_RETURN_IF_ERROR(boot());
+    if (options_.resume) GV_RETURN_IF_ERROR(resume());
+    return openRecords();
   }
   Status openOutput();
   // monitoring.prometheus_port: serves /metrics from here until finish() (or destruction).
@@ -81,7 +84,9 @@ class PeerSession::Impl {
   Status boot();
   Status startRound(const RoundInput& input);
   Status completeRound();
-  Status runCollectives(const std::vector<CollectiveKind>& kinds);
+  // `initial`: a small state of the caller's instead of the model (PeerCore::beginCollective).
+  Status runCollectives(const std::vector<CollectiveKind>& kinds,
+                        std::span<const double> initial = {});
   Status finish(bool average);
   std::int64_t roundsDone() const { return outcome_.rounds; }
   PeerCore& core() { return *core_; }
@@ -96,6 +101,14 @@ class PeerSession::Impl {
   // After a divergence: sends the notice to every live neighbour (they stop and pass it on, so
   // nobody waits for us) and waits briefly for those sends.
   void sendDivergenceNotices();
+  // --resume: agrees on the round with the other peers (two minimum collectives over the graph's
+  // diameter: the newest checkpoint round each has, then whether each has that one) and restores
+  // it. kFailedPrecondition when a peer lacks the agreed round's checkpoint.
+  Status resume();
+  // Opens DIR/peer-<rank>.jsonl: afresh, or keeping the records up to the resumed round.
+  Status openRecords();
+  // checkpoint.every: writes this round's checkpoint when due (a failure is logged, not fatal).
+  void checkpointIfDue(std::int64_t round);
   // The final evaluation, record, model and DIR/peer-<rank>.final.json.
   Status writeFinal(const RoundsOutcome& outcome);
   // Closes every neighbour and the data Context on the loop thread and waits for that to have
@@ -177,6 +190,10 @@ class PeerSession::Impl {
   // none since the last update) for it.
   std::unique_ptr<PeerMetrics> prometheus_;
   double recordAccuracy_ = std::nan(""), recordTestLoss_ = std::nan("");
+  // Checkpoints: the round resumed from (-1: none), written ones, their cumulative time.
+  std::int64_t resumedFrom_ = -1;
+  std::uint64_t checkpointsWritten_ = 0;
+  double checkpointSeconds_ = 0.0;
 };
 
 void PeerSession::Impl::push(InboxItem item) {
@@ -278,7 +295,74 @@ Status PeerSession::Impl::openOutput() {
   std::error_code ec;
   std::filesystem::create_directories(outDir_, ec);
   if (ec) return unavailable("cannot create " + outDir_ + ": " + ec.message());
-  return records_.open(outDir_ + "/peer-" + std::to_string(options_.rank) + ".jsonl");
+  return Status::ok();
+}
+
+Status PeerSession::Impl::openRecords() {
+  const std::string path = outDir_ + "/peer-" + std::to_string(options_.rank) + ".jsonl";
+  return resumedFrom_ >= 0 ? records_.openResumed(path, resumedFrom_) : records_.open(path);
+}
+
+Status PeerSession::Impl::resume() {
+  const config::Config& c = plan_.config;
+  const CheckpointIdentity id = checkpointIdentity(c, *core_);
+  const std::string folder = checkpointFolder(c, outDir_, options_.rank);
+  const auto latest = latestCheckpoint(folder, id);
+  const double own = latest ? static_cast<double>(latest->state.round) : -1.0;
+  const auto agree = adoptLowestCollectives(plan_).size();
+  const std::vector<CollectiveKind> minimum(agree, CollectiveKind::kMinimum);
+  GV_RETURN_IF_ERROR(runCollectives(minimum, std::span<const double>(&own, 1)));
+  const auto round = static_cast<std::int64_t>(core_->collectiveState().at(0));
+  if (round < 0) {
+    if (latest) {
+      log::warn(
+          "resume: a peer has no checkpoint; every peer starts from round 0 (this one had "
+          "round ",
+          latest->state.round, ")");
+    } else {
+      log::info("resume: no checkpoint in ", folder,
+                " (or at another peer): starting from round 0");
+    }
+    // The peers still agree that they start afresh (nothing to check).
+    return Status::ok();
+  }
+  std::optional<LoadedCheckpoint> chosen;
+  if (latest && latest->state.round == round) {
+    chosen = latest;
+  } else {
+    chosen = latestCheckpoint(folder, id, round);
+    if (chosen && chosen->state.round != round) chosen.reset();
+  }
+  const double have = chosen ? 1.0 : 0.0;
+  GV_RETURN_IF_ERROR(runCollectives(minimum, std::span<const double>(&have, 1)));
+  if (core_->collectiveState().at(0) < 1.0) {
+    return failedPrecondition(
+        "resume: the newest checkpoint every peer has is round " + std::to_string(round) +
+        ", but " +
+        (chosen ? std::string("another peer") : std::string("this peer (") + folder + ")") +
+        " does not have a valid one of that round; raise checkpoint.keep, or start afresh "
+        "without --resume");
+  }
+  GV_RETURN_IF_ERROR(core_->restoreState(chosen->state));
+  resumedFrom_ = round;
+  outcome_.rounds = round + 1;
+  log::info("resumed from round ", round, " (", chosen->path, "), continuing at round ", round + 1);
+  return Status::ok();
+}
+
+void PeerSession::Impl::checkpointIfDue(std::int64_t round) {
+  const config::Config& c = plan_.config;
+  if (c.checkpoint.every <= 0 || (round + 1) % c.checkpoint.every != 0) return;
+  const auto start = Clock::now();
+  const Status st =
+      writeCheckpoint(checkpointFolder(c, outDir_, options_.rank), checkpointIdentity(c, *core_),
+                      options_.incarnation, core_->saveState(), c.checkpoint.keep);
+  checkpointSeconds_ += since(start);
+  if (st.isOk()) {
+    ++checkpointsWritten_;
+  } else {
+    log::warn("checkpoint of round ", round, " not written: ", st.message());
+  }
 }
 
 Status PeerSession::Impl::startMetrics() {
@@ -465,6 +549,7 @@ Status PeerSession::Impl::completeRound() {
         {SessionEvent::Kind::kSuspect, j, round, "no message within algorithm.round_timeout"});
   }
   GV_RETURN_IF_ERROR(report(round, suspects));
+  checkpointIfDue(round);
   ++outcome_.rounds;
   updateMetrics(suspects);
   deadThisRound_.clear();
@@ -483,11 +568,12 @@ void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
   prometheus_->update(*core_, m);
 }
 
-Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds) {
+Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds,
+                                         std::span<const double> initial) {
   if (finished_) return failedPrecondition("the run is over");
   for (CollectiveKind kind : kinds) {
     GV_RETURN_IF_ERROR(waitPreviousSends("collective"));
-    core_->beginCollective(kind);
+    core_->beginCollective(kind, initial);
     sendOutgoing();
     awaitNeighbours(true);
     core_->endCollective();
@@ -640,6 +726,11 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   if (averaged_) j["averaged"] = true;
   if (core_->counters().collectiveBytes > 0)
     j["collective_bytes"] = core_->counters().collectiveBytes;
+  if (resumedFrom_ >= 0) j["resumed_from_round"] = resumedFrom_;
+  if (plan_.config.checkpoint.every > 0) {
+    j["checkpoints_written"] = checkpointsWritten_;
+    j["checkpoint_seconds"] = checkpointSeconds_;
+  }
   GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));
   if (outcome.diverged) {
     log::info("stopped at round ", outcome.rounds, " (diverged); the last finite model is in ",

@@ -25,6 +25,10 @@ struct PeerRunOptions {
   // The API drives the peer (workload.name external): the caller computes gradients (no overlap
   // precompute here) and reports its own metrics (no built-in evaluation).
   bool external = false;
+  // `--resume`: after the bootstrap every peer agrees with the others on the newest checkpoint
+  // round they all have (checkpoint.h) and continues from it; with none anywhere, from round 0.
+  // Every peer of the run must be started with it.
+  bool resume = false;
 };
 
 // What happened to a neighbour (or the run), for the API's event queue.

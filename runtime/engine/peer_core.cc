@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,6 +45,8 @@ std::vector<std::uint8_t> copyToSpare(std::vector<std::vector<std::uint8_t>>& sp
 
 // Collective payload: origin u32, then the state as f64 (host order, as snapshots are).
 constexpr std::size_t kCollectiveHeaderBytes = 4;
+// The largest state of a small collective (beginCollective with an initial state).
+constexpr std::size_t kMaxSmallCollective = 16;
 
 }  // namespace
 
@@ -65,6 +68,8 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
   message_.resize(algorithm_->maxMessageBytes());
   wireCapacity_ = std::max(kEnvelopeBytes + message_.size() + n * sizeof(float),
                            kEnvelopeBytes + kNoticeFixedBytes + kNoticeMaxReason);
+  wireCapacity_ =
+      std::max(wireCapacity_, kEnvelopeBytes + kCollectiveHeaderBytes + kMaxSmallCollective * 8);
   if (options_.collectives) {
     wireCapacity_ = std::max(wireCapacity_, kEnvelopeBytes + kCollectiveHeaderBytes + n * 8);
   }
@@ -317,8 +322,15 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     return;
   }
   if (env->flags & kFlagCollective) {
-    if (!options_.collectives ||
-        env->messageBytes != kCollectiveHeaderBytes + x_.size() * sizeof(double)) {
+    // A model-sized state (when collectives are enabled) or a small one; endCollective() checks
+    // that it is the current collective's size.
+    const std::size_t values = env->messageBytes >= kCollectiveHeaderBytes
+                                   ? (env->messageBytes - kCollectiveHeaderBytes) / sizeof(double)
+                                   : 0;
+    const bool sized =
+        env->messageBytes == kCollectiveHeaderBytes + values * sizeof(double) && values > 0;
+    if (!sized ||
+        !((options_.collectives && values == x_.size()) || values <= kMaxSmallCollective)) {
       drop("bad_collective");
       return;
     }
@@ -434,9 +446,15 @@ std::vector<int> PeerCore::endRound() {
   return suspects;
 }
 
-void PeerCore::beginCollective(CollectiveKind kind) {
+void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> initial) {
   if (!collectiveActive_) {
-    state_.assign(x_.begin(), x_.end());
+    collectiveOnModel_ = initial.empty();
+    if (collectiveOnModel_) {
+      state_.assign(x_.begin(), x_.end());
+    } else {
+      assert(initial.size() <= kMaxSmallCollective);
+      state_.assign(initial.begin(), initial.end());
+    }
     origin_ = options_.rank;
     collectiveActive_ = true;
   }
@@ -502,7 +520,15 @@ void PeerCore::endCollective() {
     const std::uint8_t* p = buf.data() + kEnvelopeBytes;
     const int origin = static_cast<int>(loadLe<std::uint32_t>(p));
     const std::uint8_t* values = p + kCollectiveHeaderBytes;
-    if (env.isOk() && collectiveKind_ == CollectiveKind::kAverage) {
+    if (env.isOk() && env->messageBytes != kCollectiveHeaderBytes + n * sizeof(double)) {
+      drop("bad_collective");  // another collective's size: a peer out of step
+    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kMinimum) {
+      for (std::size_t k = 0; k < n; ++k) {
+        double v;
+        std::memcpy(&v, values + k * sizeof(double), sizeof v);
+        state_[k] = std::min(state_[k], v);
+      }
+    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kAverage) {
       const double w = 1.0 / (1.0 + std::max<double>(degreeAtRound_, env->liveDegree));
       for (std::size_t k = 0; k < n; ++k) {
         double v;
@@ -521,10 +547,93 @@ void PeerCore::endCollective() {
 
 void PeerCore::finishCollectives() {
   if (!collectiveActive_) return;
-  for (std::size_t k = 0; k < x_.size(); ++k) x_[k] = static_cast<float>(state_[k]);
+  if (collectiveOnModel_) {
+    for (std::size_t k = 0; k < x_.size(); ++k) x_[k] = static_cast<float>(state_[k]);
+  }
   collectiveActive_ = false;
   sendTo_.clear();
   expected_.clear();
+}
+
+PeerState PeerCore::saveState() const {
+  PeerState s;
+  s.round = round_;
+  s.workloadStep = workload_->step();
+  s.model = x_;
+  const auto m = optimizer_->momentumBuffer();
+  s.momentum.assign(m.begin(), m.end());
+  s.gradientReady = gradientReady_;
+  if (gradientReady_) s.gradient = g_;
+  s.algorithm = algorithm_->state();
+  s.algorithmScalars = algorithm_->scalars();
+  s.initialNorm = initialNorm_;
+  s.firstLoss = firstLoss_;
+  s.lossEma = lossEma_;
+  s.minLossEma = minLossEma_;
+  s.lossSeen = lossSeen_;
+  s.lastLoss = lastLoss_;
+  s.lastLr = lastLr_;
+  s.counters = counters_;
+  return s;
+}
+
+Status PeerCore::restoreState(const PeerState& s) {
+  const auto size = [](std::string_view what, std::size_t got, std::size_t want) -> Status {
+    if (got == want) return Status::ok();
+    return invalidArgument(std::string(what) + ": " + std::to_string(got) +
+                           " values, this peer has " + std::to_string(want));
+  };
+  GV_RETURN_IF_ERROR(size("model", s.model.size(), x_.size()));
+  GV_RETURN_IF_ERROR(
+      size("optimizer momentum", s.momentum.size(), optimizer_->momentumBuffer().size()));
+  if (s.gradientReady) GV_RETURN_IF_ERROR(size("overlap gradient", s.gradient.size(), g_.size()));
+  // The algorithm's buffers: the saved ones by name, the others (neighbours that were dead then)
+  // as they start; any name this peer does not have, or another size, means another config.
+  auto buffers = algorithm_->state();
+  std::vector<int> fresh;
+  for (auto& [name, values] : buffers) {
+    const auto it = std::find_if(s.algorithm.begin(), s.algorithm.end(),
+                                 [&](const auto& b) { return b.first == name; });
+    if (it == s.algorithm.end()) {
+      if (name.rfind("replica/", 0) != 0)
+        return invalidArgument("algorithm state: no '" + name + "'");
+      fresh.push_back(std::stoi(name.substr(8)));
+      continue;
+    }
+    GV_RETURN_IF_ERROR(size("algorithm state '" + name + "'", it->second.size(), values.size()));
+    values = it->second;
+  }
+  for (const auto& [name, values] : s.algorithm) {
+    if (std::none_of(buffers.begin(), buffers.end(),
+                     [&](const auto& b) { return b.first == name; }))
+      return invalidArgument("algorithm state: '" + name + "' is not a buffer of this peer's " +
+                             std::string(algorithm_->name()));
+  }
+  // Checked scalars first, so that a mismatch changes nothing.
+  const auto scalarsBefore = algorithm_->scalars();
+  GV_RETURN_IF_ERROR(algorithm_->loadScalars(s.algorithmScalars));
+  if (Status st = algorithm_->loadState(buffers); !st.isOk()) {
+    (void)algorithm_->loadScalars(scalarsBefore);
+    return st;
+  }
+  if (!s.momentum.empty()) GV_RETURN_IF_ERROR(optimizer_->setMomentumBuffer(s.momentum));
+  round_ = s.round;
+  workload_->setStep(s.workloadStep);
+  x_ = s.model;
+  gradientReady_ = s.gradientReady;
+  if (gradientReady_) g_ = s.gradient;
+  initialNorm_ = s.initialNorm;
+  firstLoss_ = s.firstLoss;
+  lossEma_ = s.lossEma;
+  minLossEma_ = s.minLossEma;
+  lossSeen_ = s.lossSeen;
+  lastLoss_ = s.lastLoss;
+  lastLr_ = s.lastLr;
+  counters_ = s.counters;
+  for (int j : fresh) {
+    if (edges_.count(j)) edges_[j].resyncRequested = true;
+  }
+  return Status::ok();
 }
 
 void PeerCore::resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm) {

@@ -62,6 +62,7 @@ struct RoundInput {
 enum class CollectiveKind {
   kAverage,      // y <- y + sum_j w_ij (y_j - y), Metropolis weights of the live degrees
   kAdoptLowest,  // y <- the state of the lowest origin rank seen (self or a neighbour's)
+  kMinimum,      // y <- min(y, y_j) element by element (a small state: see beginCollective)
 };
 
 struct PeerCounters {
@@ -81,6 +82,27 @@ struct PeerCounters {
   // Sent and received in collectives (the API's start-up sync and finalize averaging), not in the
   // byte counts above.
   std::uint64_t collectiveBytes = 0;
+};
+
+// Everything a peer needs to continue a run exactly after the round it was taken in (checkpoints:
+// runtime/engine/checkpoint.h). Not in it, by design: per-edge sequence numbers and in-flight
+// messages (a resumed peer's edges start afresh, as after any reconnection, at both ends) and the
+// set of dead neighbours (everyone is alive again after a restart).
+struct PeerState {
+  std::int64_t round = -1;         // the last completed round
+  std::uint64_t workloadStep = 0;  // the minibatch stream's position (Workload::step)
+  std::vector<float> model;
+  std::vector<float> momentum;  // the optimizer's buffer (empty without momentum)
+  // algorithm.overlap: the next round's gradient, computed during this round's communication.
+  std::vector<float> gradient;
+  bool gradientReady = false;
+  std::vector<std::pair<std::string, std::vector<float>>> algorithm;  // Algorithm::state()
+  std::vector<double> algorithmScalars;                               // Algorithm::scalars()
+  // Divergence detection's history and the last round's figures (records).
+  double initialNorm = 0.0, firstLoss = 0.0, lossEma = 0.0, minLossEma = 0.0;
+  bool lossSeen = false;
+  double lastLoss = 0.0, lastLr = 0.0;
+  PeerCounters counters;
 };
 
 // Why a run stops early: training diverged, here (origin == this peer's rank) or at a peer whose
@@ -134,11 +156,21 @@ class PeerCore {
   // messages, expectedFrom() is every live neighbour, onMessage() takes theirs and
   // collectiveComplete() says when all arrived; endCollective() combines (a neighbour whose
   // message is missing is left out) and finishCollectives() writes the state into the model.
-  void beginCollective(CollectiveKind kind);
+  // `initial` (at most 16 values, the first of a sequence only): the state is that instead of the
+  // model, and finishCollectives() leaves the model alone (collectiveState() has the result).
+  void beginCollective(CollectiveKind kind, std::span<const double> initial = {});
+  const std::vector<double>& collectiveState() const { return state_; }
   bool collectiveComplete() const;
   void endCollective();
   void finishCollectives();
   std::int64_t collectiveIndex() const { return collective_; }
+  // Checkpoints. saveState() between rounds; restoreState() before the first round of this core
+  // (after any collectives), continuing from state.round + 1. The algorithm buffers the state lacks
+  // (a neighbour that was dead when it was taken) keep their initial value and that edge asks its
+  // neighbour for a snapshot at once. kInvalidArgument, changing nothing, when a size or name
+  // differs from this peer's (another config).
+  PeerState saveState() const;
+  Status restoreState(const PeerState& state);
   // Replaces the algorithm (the API, after the start-up sync changed the common initial model).
   void resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm);
   // The lowest origin rank the last kAdoptLowest collective adopted.
@@ -220,7 +252,8 @@ class PeerCore {
   std::int64_t collective_ = -1;  // index of the current one
   CollectiveKind collectiveKind_ = CollectiveKind::kAverage;
   bool collectiveActive_ = false;
-  std::vector<double> state_;  // the collective state
+  bool collectiveOnModel_ = true;  // the state is the model (else the caller's small state)
+  std::vector<double> state_;      // the collective state
   int origin_ = 0;
   std::size_t collectiveBytes_ = 0;
 };

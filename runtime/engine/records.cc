@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "runtime/common/atomic_file.h"
+
 namespace grapevine::engine {
 
 RecordWriter::~RecordWriter() { close(); }
@@ -9,6 +11,31 @@ RecordWriter::~RecordWriter() { close(); }
 Status RecordWriter::open(const std::string& path) {
   close();
   file_ = std::fopen(path.c_str(), "w");
+  if (!file_) return unavailable("cannot write " + path);
+  path_ = path;
+  return Status::ok();
+}
+
+Status RecordWriter::openResumed(const std::string& path, std::int64_t lastRound) {
+  close();
+  std::string kept;
+  if (std::FILE* in = std::fopen(path.c_str(), "r")) {
+    std::string line;
+    for (int c; (c = std::fgetc(in)) != EOF;) {
+      if (c != '\n') {
+        line += static_cast<char>(c);
+        continue;
+      }
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      // A torn last line (the crash) is not JSON and goes too.
+      if (j.is_object() && !j.value("final", false) && j.value("round", lastRound + 1) <= lastRound)
+        kept += line + "\n";
+      line.clear();
+    }
+    std::fclose(in);
+  }
+  GV_RETURN_IF_ERROR(writeFileAtomically(path, kept));
+  file_ = std::fopen(path.c_str(), "a");
   if (!file_) return unavailable("cannot write " + path);
   path_ = path;
   return Status::ok();

@@ -26,6 +26,9 @@ class RecordWriter {
   RecordWriter& operator=(const RecordWriter&) = delete;
 
   Status open(const std::string& path);
+  // A resumed run: keeps the records of rounds <= lastRound already in `path` (a run that went on
+  // past its checkpoint wrote more, and a final line), rewritten crash-consistently, and appends.
+  Status openResumed(const std::string& path, std::int64_t lastRound);
   // Writes one line and flushes it (a reader tails the file for progress). kUnavailable naming the
   // file when the line did not reach it (or when the writer is not open).
   Status write(const nlohmann::json& record);

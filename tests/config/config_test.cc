@@ -417,6 +417,30 @@ TEST_CASE("an external workload needs local_steps 1 (every API step is one round
                  "workload.name external"));
 }
 
+TEST_CASE("checkpoint: off by default, keep >= 1, refused for an external workload") {
+  auto off = loadString("peers: { count: 2 }\n", "k.yaml", noEnv());
+  REQUIRE(off.ok());
+  CHECK(off.config.checkpoint.every == 0);
+  CHECK(off.config.checkpoint.keep == 2);
+  CHECK(off.config.checkpoint.dir.empty());
+  auto on = loadString("peers: { count: 2 }\ncheckpoint: { every: 50, dir: /tmp/ck, keep: 3 }\n",
+                       "k.yaml", noEnv());
+  REQUIRE(on.ok());
+  CHECK(on.config.checkpoint.every == 50);
+  CHECK(on.config.checkpoint.dir == "/tmp/ck");
+  CHECK(on.config.checkpoint.keep == 3);
+  auto keep0 = loadString("peers: { count: 2 }\ncheckpoint: { every: 5, keep: 0 }\n", "k.yaml",
+                          noEnv());
+  CHECK_FALSE(keep0.ok());
+  CHECK(contains(allDiagnostics(keep0), "checkpoint.keep"));
+  auto external = loadString(
+      "peers: { count: 2 }\nworkload: { name: external }\ncheckpoint: { every: 5 }\n", "k.yaml",
+      noEnv());
+  CHECK_FALSE(external.ok());
+  INFO(allDiagnostics(external));
+  CHECK(contains(allDiagnostics(external), "checkpoint.every: is for `grapevine peer`/`launch`"));
+}
+
 TEST_CASE("monitoring.prometheus_port: off by default; refused past 65535 or on the peers' ports") {
   const std::string base = "peers: { count: 4, base_port: 29500 }\ntopology: { kind: ring }\n";
   auto off = loadString(base, "m.yaml", noEnv());

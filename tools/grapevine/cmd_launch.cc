@@ -59,6 +59,7 @@ struct LaunchArgs {
   bool quiet = false;
   bool emulate = false;  // also on with network.emulate: netns
   int mtu = 9000;
+  bool resume = false;  // every peer gets --resume
   // Everything after `--` (split off by main()): the program to start once per local rank
   // instead of `grapevine peer`.
   std::vector<std::string> command;
@@ -368,6 +369,7 @@ std::vector<std::string> Launch::peerArgv(int rank, const std::string& self) con
   if (!args_.command.empty()) return args_.command;
   std::vector<std::string> argv = {self,    "peer", args_.path, "--rank", std::to_string(rank),
                                    "--out", out_};
+  if (args_.resume) argv.push_back("--resume");
   for (const auto& o : peerOverrides_) {
     argv.push_back("--set");
     argv.push_back(o);
@@ -413,7 +415,8 @@ int Launch::startPeers() {
   for (auto& ch : children_) {
     ch.jsonl = peerFile(ch.rank, ".jsonl");
     ch.log = peerFile(ch.rank, ".log");
-    std::filesystem::remove(ch.jsonl, ec);
+    // A resumed peer keeps its records up to the checkpoint (it rewrites the file itself).
+    if (!args_.resume) std::filesystem::remove(ch.jsonl, ec);
     std::filesystem::remove(peerFile(ch.rank, ".final.json"), ec);
     std::vector<std::string> argv = peerArgv(ch.rank, self);
     if (network_) {
@@ -652,9 +655,18 @@ Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::stri
       "jitter, loss from the network: section; needs root); same as network.emulate: netns");
   app->add_option("--emulate-mtu", args->mtu, "MTU of the emulated interfaces")
       ->check(CLI::Range(576, 65535));
+  app->add_flag("--resume", args->resume,
+                "Every peer continues from the newest checkpoint all of them have "
+                "(checkpoint.every; docs/faults.md)");
   return {app, [args, &command] {
             if (command && command->empty()) {
               std::cerr << "grapevine launch: nothing after `--`: give the command to run\n";
+              return kExitBadInput;
+            }
+            if (command && args->resume) {
+              std::cerr << "grapevine launch: --resume restarts `grapevine peer` from its "
+                           "checkpoints; a program of your own (`-- COMMAND`) resumes from its own "
+                           "(the API's state()/load_state())\n";
               return kExitBadInput;
             }
             if (command) args->command = *command;

@@ -22,6 +22,7 @@ struct PeerArgs {
   int rank = -1;
   std::string out;
   std::uint32_t incarnation = 0;
+  bool resume = false;
   std::vector<std::string> overrides;
 };
 
@@ -63,6 +64,7 @@ int runPeer(const PeerArgs& a) {
   engine::PeerRunOptions o;
   o.rank = rank;
   o.incarnation = a.incarnation;
+  o.resume = a.resume;
   o.outDir = a.out;
   o.stop = &g_stop;
   Status st = engine::runPeerProcess(**plan, o);
@@ -91,6 +93,9 @@ Command registerPeer(CLI::App& root) {
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
   app->add_option("--incarnation", args->incarnation,
                   "Restart count of this peer (a rejoining peer)");
+  app->add_flag("--resume", args->resume,
+                "Continue from the newest checkpoint every peer of the run has (start every peer "
+                "with it; checkpoint.every; docs/faults.md)");
   app->add_option("--set", args->overrides,
                   "Override a key: --set transport.backend=tcp (repeatable)");
   return {app, [args] { return runPeer(*args); }};

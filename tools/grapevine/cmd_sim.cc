@@ -37,6 +37,10 @@ int runSim(const SimArgs& a) {
   if (refuseExternal("sim", a.path, c)) return kExitBadInput;
   log::setLevel(c.run.logLevel);
   const std::string out = a.out.empty() ? c.output.dir : a.out;
+  if (c.checkpoint.every > 0) {
+    std::cerr << "grapevine sim: note: checkpoint.every is for `grapevine peer`/`launch` "
+                 "(--resume); a simulation is reproducible from its seed and writes none\n";
+  }
 
   auto plan = engine::makeRunPlan(c);
   if (!plan.isOk()) {

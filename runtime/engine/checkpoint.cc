@@ -1,0 +1,292 @@
+#include "runtime/engine/checkpoint.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "runtime/algorithms/algorithm.h"
+#include "runtime/common/atomic_file.h"
+#include "runtime/common/byte_order.h"
+#include "runtime/common/hash.h"
+#include "runtime/common/log.h"
+#include "runtime/train/options.h"
+
+namespace grapevine::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr char kMagic[8] = {'G', 'V', 'C', 'K', 'P', 'T', '1', '\n'};
+constexpr std::size_t kMaxNameBytes = 4096;
+
+// Doubles travel as their bit patterns: exact, and NaN (an unreported loss) survives.
+std::uint64_t bits(double v) { return std::bit_cast<std::uint64_t>(v); }
+double fromBits(const Json& j) { return std::bit_cast<double>(j.get<std::uint64_t>()); }
+
+Json countersToJson(const PeerCounters& c) {
+  const auto byPeer = [](const std::map<int, std::uint64_t>& m) {
+    Json j = Json::object();
+    for (const auto& [peer, n] : m) j[std::to_string(peer)] = n;
+    return j;
+  };
+  return {{"bytes_sent", c.bytesSent},
+          {"bytes_received", c.bytesReceived},
+          {"bytes_dense_equivalent", c.bytesDenseEquivalent},
+          {"bytes_sent_to", byPeer(c.bytesSentTo)},
+          {"bytes_received_from", byPeer(c.bytesReceivedFrom)},
+          {"messages_applied", c.messagesApplied},
+          {"late_applied", c.lateApplied},
+          {"suspect_rounds", c.suspectRounds},
+          {"dead_neighbours", c.deadNeighbours},
+          {"replica_checks", c.replicaChecks},
+          {"replica_mismatches", c.replicaMismatches},
+          {"resyncs", c.resyncs},
+          {"dropped", c.dropped},
+          {"collective_bytes", c.collectiveBytes}};
+}
+
+PeerCounters countersFromJson(const Json& j) {
+  const auto byPeer = [](const Json& o) {
+    std::map<int, std::uint64_t> m;
+    for (const auto& [peer, n] : o.items()) m[std::stoi(peer)] = n.get<std::uint64_t>();
+    return m;
+  };
+  PeerCounters c;
+  c.bytesSent = j.at("bytes_sent");
+  c.bytesReceived = j.at("bytes_received");
+  c.bytesDenseEquivalent = j.at("bytes_dense_equivalent");
+  c.bytesSentTo = byPeer(j.at("bytes_sent_to"));
+  c.bytesReceivedFrom = byPeer(j.at("bytes_received_from"));
+  c.messagesApplied = j.at("messages_applied");
+  c.lateApplied = j.at("late_applied");
+  c.suspectRounds = j.at("suspect_rounds");
+  c.deadNeighbours = j.at("dead_neighbours");
+  c.replicaChecks = j.at("replica_checks");
+  c.replicaMismatches = j.at("replica_mismatches");
+  c.resyncs = j.at("resyncs");
+  c.dropped = j.at("dropped").get<std::map<std::string, std::uint64_t>>();
+  c.collectiveBytes = j.at("collective_bytes");
+  return c;
+}
+
+void appendLe64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  std::uint8_t b[8];
+  storeLe(b, v);
+  out.insert(out.end(), b, b + 8);
+}
+
+void appendSection(std::vector<std::uint8_t>& out, const std::string& name,
+                   const std::vector<float>& values) {
+  std::uint8_t b[4];
+  storeLe(b, static_cast<std::uint32_t>(name.size()));
+  out.insert(out.end(), b, b + 4);
+  out.insert(out.end(), name.begin(), name.end());
+  appendLe64(out, values.size());
+  const auto* p = reinterpret_cast<const std::uint8_t*>(values.data());
+  out.insert(out.end(), p, p + values.size() * sizeof(float));
+}
+
+// Reads what appendSection wrote; false when the bytes run out or a size is absurd.
+bool readSection(std::span<const std::uint8_t>& in, std::string& name, std::vector<float>& values) {
+  if (in.size() < 4) return false;
+  const std::uint32_t nameBytes = loadLe<std::uint32_t>(in.data());
+  if (nameBytes > kMaxNameBytes || in.size() < 4 + std::size_t{nameBytes} + 8) return false;
+  name.assign(reinterpret_cast<const char*>(in.data() + 4), nameBytes);
+  const std::uint64_t count = loadLe<std::uint64_t>(in.data() + 4 + nameBytes);
+  const std::size_t at = 4 + std::size_t{nameBytes} + 8;
+  if (count > (in.size() - at) / sizeof(float)) return false;
+  values.resize(count);
+  std::memcpy(values.data(), in.data() + at, count * sizeof(float));
+  in = in.subspan(at + count * sizeof(float));
+  return true;
+}
+
+}  // namespace
+
+CheckpointIdentity checkpointIdentity(const config::Config& config, const PeerCore& core) {
+  CheckpointIdentity id;
+  id.rank = core.rank();
+  id.peers = config.peers.count;
+  id.workload = std::string(train::workloadKindName(config.workload.name));
+  id.algorithm = std::string(core.algorithm().name());
+  id.parameters = core.model().size();
+  return id;
+}
+
+std::string checkpointFolder(const config::Config& config, const std::string& outDir, int rank) {
+  const std::string base =
+      config.checkpoint.dir.empty() ? outDir + "/checkpoints" : config.checkpoint.dir;
+  return base + "/rank-" + std::to_string(rank);
+}
+
+std::string checkpointPath(const std::string& folder, std::int64_t round) {
+  char name[40];
+  std::snprintf(name, sizeof name, "/round-%010lld.ckpt", static_cast<long long>(round));
+  return folder + name;
+}
+
+std::vector<std::int64_t> checkpointRounds(const std::string& folder) {
+  std::vector<std::int64_t> rounds;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    long long round = -1;
+    char tail[8] = {};
+    // Exactly "round-<digits>.ckpt" (temporary files of an interrupted write do not match).
+    if (name.size() == 21 && std::sscanf(name.c_str(), "round-%10lld.%4s", &round, tail) == 2 &&
+        std::string(tail) == "ckpt" && round >= 0) {
+      rounds.push_back(round);
+    }
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds;
+}
+
+Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
+                       std::uint32_t incarnation, const PeerState& s, int keep) {
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) return unavailable("cannot create " + folder + ": " + ec.message());
+  Json h = {{"rank", id.rank},
+            {"peers", id.peers},
+            {"workload", id.workload},
+            {"algorithm", id.algorithm},
+            {"parameters", id.parameters},
+            {"round", s.round},
+            {"incarnation", incarnation},
+            {"workload_step", s.workloadStep},
+            {"gradient_ready", s.gradientReady},
+            {"initial_norm", bits(s.initialNorm)},
+            {"first_loss", bits(s.firstLoss)},
+            {"loss_ema", bits(s.lossEma)},
+            {"min_loss_ema", bits(s.minLossEma)},
+            {"loss_seen", s.lossSeen},
+            {"last_loss", bits(s.lastLoss)},
+            {"last_lr", bits(s.lastLr)},
+            {"counters", countersToJson(s.counters)}};
+  Json scalars = Json::array();
+  for (double v : s.algorithmScalars) scalars.push_back(bits(v));
+  h["algorithm_scalars"] = scalars;
+  const std::string header = h.dump();
+
+  std::vector<std::uint8_t> body(kMagic, kMagic + sizeof kMagic);
+  appendLe64(body, header.size());
+  body.insert(body.end(), header.begin(), header.end());
+  appendSection(body, "model", s.model);
+  appendSection(body, "momentum", s.momentum);
+  appendSection(body, "gradient", s.gradient);
+  for (const auto& [name, values] : s.algorithm) appendSection(body, "algorithm/" + name, values);
+  std::uint8_t sum[8];
+  storeLe(sum, fnv1a64(body.data(), body.size()));
+  const std::string path = checkpointPath(folder, s.round);
+  GV_RETURN_IF_ERROR(writeFileAtomically(path, {body, sum}));
+
+  // Only now the old ones go: a crash before here leaves one more, never one fewer.
+  const auto rounds = checkpointRounds(folder);
+  for (std::size_t k = 0; k + static_cast<std::size_t>(keep) < rounds.size(); ++k) {
+    fs::remove(checkpointPath(folder, rounds[k]), ec);
+  }
+  return Status::ok();
+}
+
+Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const CheckpointIdentity& id) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return notFound(path + ": cannot open");
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                  std::istreambuf_iterator<char>());
+  const auto corrupt = [&](const std::string& why) { return dataLoss(path + ": " + why); };
+  if (bytes.size() < sizeof kMagic + 16 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    return corrupt("not a Grapevine checkpoint (bad magic or too short)");
+  }
+  const std::size_t bodyBytes = bytes.size() - 8;
+  if (loadLe<std::uint64_t>(bytes.data() + bodyBytes) != fnv1a64(bytes.data(), bodyBytes)) {
+    return corrupt("checksum mismatch (torn or corrupt)");
+  }
+  std::span<const std::uint8_t> in(bytes.data() + sizeof kMagic, bodyBytes - sizeof kMagic);
+  const std::uint64_t headerBytes = loadLe<std::uint64_t>(in.data());
+  if (headerBytes > in.size() - 8) return corrupt("header size out of range");
+  Json h = Json::parse(in.begin() + 8, in.begin() + 8 + static_cast<std::ptrdiff_t>(headerBytes),
+                       nullptr, false);
+  if (h.is_discarded() || !h.is_object()) return corrupt("header is not JSON");
+  in = in.subspan(8 + headerBytes);
+
+  LoadedCheckpoint out;
+  out.path = path;
+  PeerState& s = out.state;
+  try {
+    const auto mismatch = [&](const char* field, const std::string& theirs,
+                              const std::string& ours) {
+      return invalidArgument(path + ": made for " + field + " " + theirs + ", this peer has " +
+                             ours + " (another run's or config's checkpoint)");
+    };
+    if (h.at("rank").get<int>() != id.rank)
+      return mismatch("rank", std::to_string(h.at("rank").get<int>()), std::to_string(id.rank));
+    if (h.at("peers").get<int>() != id.peers)
+      return mismatch("peers.count", std::to_string(h.at("peers").get<int>()),
+                      std::to_string(id.peers));
+    if (h.at("workload").get<std::string>() != id.workload)
+      return mismatch("workload.name", h.at("workload"), id.workload);
+    if (h.at("algorithm").get<std::string>() != id.algorithm)
+      return mismatch("algorithm.name", h.at("algorithm"), id.algorithm);
+    if (h.at("parameters").get<std::uint64_t>() != id.parameters)
+      return mismatch("a model of", std::to_string(h.at("parameters").get<std::uint64_t>()),
+                      std::to_string(id.parameters) + " parameters");
+    s.round = h.at("round");
+    out.incarnation = h.at("incarnation");
+    s.workloadStep = h.at("workload_step");
+    s.gradientReady = h.at("gradient_ready");
+    s.initialNorm = fromBits(h.at("initial_norm"));
+    s.firstLoss = fromBits(h.at("first_loss"));
+    s.lossEma = fromBits(h.at("loss_ema"));
+    s.minLossEma = fromBits(h.at("min_loss_ema"));
+    s.lossSeen = h.at("loss_seen");
+    s.lastLoss = fromBits(h.at("last_loss"));
+    s.lastLr = fromBits(h.at("last_lr"));
+    s.counters = countersFromJson(h.at("counters"));
+    for (const auto& v : h.at("algorithm_scalars")) s.algorithmScalars.push_back(fromBits(v));
+  } catch (const Json::exception& e) {
+    return corrupt(std::string("header: ") + e.what());
+  }
+  std::string name;
+  std::vector<float> values;
+  bool model = false;
+  while (!in.empty()) {
+    if (!readSection(in, name, values)) return corrupt("a section runs past the end");
+    if (name == "model") {
+      s.model = std::move(values);
+      model = true;
+    } else if (name == "momentum") {
+      s.momentum = std::move(values);
+    } else if (name == "gradient") {
+      s.gradient = std::move(values);
+    } else if (name.rfind("algorithm/", 0) == 0) {
+      s.algorithm.emplace_back(name.substr(10), std::move(values));
+    } else {
+      return corrupt("unknown section '" + name + "'");
+    }
+    values.clear();
+  }
+  if (!model) return corrupt("no model section");
+  return out;
+}
+
+std::optional<LoadedCheckpoint> latestCheckpoint(const std::string& folder,
+                                                 const CheckpointIdentity& id,
+                                                 std::int64_t maxRound) {
+  auto rounds = checkpointRounds(folder);
+  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it) {
+    if (*it > maxRound) continue;
+    auto loaded = readCheckpoint(checkpointPath(folder, *it), id);
+    if (loaded.isOk()) return std::move(*loaded);
+    log::warn("skipping checkpoint: ", loaded.status().message());
+  }
+  return std::nullopt;
+}
+
+}  // namespace grapevine::engine

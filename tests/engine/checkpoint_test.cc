@@ -1,0 +1,216 @@
+// Checkpoints (runtime/engine/checkpoint.h): a run restored from a checkpoint continues bit for bit
+// as the uninterrupted run; torn, corrupt and foreign files are refused and the previous one used;
+// `keep` prunes; a state without a neighbour's replica asks it for a snapshot.
+#include "runtime/engine/checkpoint.h"
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/engine/envelope.h"
+#include "runtime/engine/lockstep.h"
+#include "runtime/engine/setup.h"
+#include "tests/test_util/config.h"
+
+using namespace grapevine;
+using engine::PeerCore;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::unique_ptr<PeerCore>> makePeers(const engine::RunPlan& plan) {
+  std::vector<std::unique_ptr<PeerCore>> peers;
+  for (int r = 0; r < plan.config.peers.count; ++r) {
+    auto p = engine::makePeer(plan, r, 0);
+    INFO(p.status().toString());
+    REQUIRE(p.isOk());
+    peers.push_back(std::move(*p));
+  }
+  return peers;
+}
+
+// Stochastic gradients (minibatches), momentum, CHOCO with the automatic step and top-k: every kind
+// of state a checkpoint must carry (model, momentum, public copies, replicas, the step controller,
+// the minibatch stream's position).
+config::Config chocoConfig() {
+  return test_util::loadYaml(
+      "run: { seed: 5, rounds: 120 }\npeers: { count: 5 }\ntopology: { kind: ring }\n"
+      "algorithm: { name: choco, consensus_step: auto }\n"
+      "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, schedule: cosine, batch_size: 16 }\n"
+      "compression: { method: top-k, ratio: 0.1, dense_below: 0 }\n"
+      "workload: { name: fashion-mnist-mlp, hidden: [16], eval_every: 0, eval_samples: 200 }\n",
+      "checkpoint_test.yaml");
+}
+
+std::string tempFolder(const std::string& name) {
+  const std::string dir = std::string(GRAPEVINE_BINARY_DIR) + "/checkpoint_test/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::vector<char> readBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+void writeBytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a restored run continues bit for bit as the uninterrupted one") {
+  const auto c = chocoConfig();
+  auto plan = test_util::makePlan(c);
+  auto reference = makePeers(*plan);
+  REQUIRE(engine::runLockstep(reference, 0, 120).isOk());
+
+  auto first = makePeers(*plan);
+  REQUIRE(engine::runLockstep(first, 0, 47).isOk());
+  const std::string dir = tempFolder("exact");
+  for (const auto& p : first) {
+    const std::string folder = engine::checkpointFolder(c, dir, p->rank());
+    REQUIRE(engine::writeCheckpoint(folder, engine::checkpointIdentity(c, *p), 3, p->saveState(), 2)
+                .isOk());
+  }
+  first.clear();  // nothing survives but the files
+
+  auto resumed = makePeers(*plan);
+  for (auto& p : resumed) {
+    const std::string folder = engine::checkpointFolder(c, dir, p->rank());
+    auto loaded = engine::latestCheckpoint(folder, engine::checkpointIdentity(c, *p));
+    REQUIRE(loaded.has_value());
+    CHECK(loaded->state.round == 46);
+    CHECK(loaded->incarnation == 3);
+    const Status st = p->restoreState(loaded->state);
+    INFO(st.toString());
+    REQUIRE(st.isOk());
+    CHECK(p->round() == 46);
+  }
+  REQUIRE(engine::runLockstep(resumed, 47, 120 - 47).isOk());
+  for (std::size_t r = 0; r < resumed.size(); ++r) {
+    INFO("peer " << r);
+    const auto a = reference[r]->model();
+    const auto b = resumed[r]->model();
+    REQUIRE(a.size() == b.size());
+    CHECK(std::equal(a.begin(), a.end(), b.begin()));  // bit for bit
+    CHECK(reference[r]->workload().step() == resumed[r]->workload().step());
+    CHECK(reference[r]->counters().bytesSent == resumed[r]->counters().bytesSent);
+    CHECK(reference[r]->algorithm().publicCopyHash() == resumed[r]->algorithm().publicCopyHash());
+    CHECK(reference[r]->algorithm().scalars() == resumed[r]->algorithm().scalars());
+  }
+}
+
+TEST_CASE("checkpoint: torn, corrupt and foreign files are refused; the previous one is used") {
+  const auto c = chocoConfig();
+  auto plan = test_util::makePlan(c);
+  auto peers = makePeers(*plan);
+  const std::string folder = tempFolder("corrupt") + "/rank-0";
+  const auto id = engine::checkpointIdentity(c, *peers[0]);
+  for (std::int64_t t = 0; t < 30; ++t) {
+    REQUIRE(engine::runLockstep(peers, t, 1).isOk());
+    if ((t + 1) % 10 == 0) {
+      REQUIRE(engine::writeCheckpoint(folder, id, 0, peers[0]->saveState(), 3).isOk());
+    }
+  }
+  REQUIRE(engine::checkpointRounds(folder) == std::vector<std::int64_t>{9, 19, 29});
+
+  SECTION("a flipped byte fails the checksum; the previous one loads") {
+    const std::string newest = engine::checkpointPath(folder, 29);
+    auto bytes = readBytes(newest);
+    bytes[bytes.size() / 2] ^= 0x10;
+    writeBytes(newest, bytes);
+    auto r = engine::readCheckpoint(newest, id);
+    REQUIRE_FALSE(r.isOk());
+    CHECK(r.status().code() == ErrorCode::kDataLoss);
+    CHECK_THAT(r.status().message(), Catch::Contains("checksum"));
+    auto latest = engine::latestCheckpoint(folder, id);
+    REQUIRE(latest.has_value());
+    CHECK(latest->state.round == 19);
+  }
+  SECTION("a torn (truncated) file and a leftover temporary are skipped") {
+    const std::string newest = engine::checkpointPath(folder, 29);
+    auto bytes = readBytes(newest);
+    bytes.resize(bytes.size() * 2 / 3);
+    writeBytes(newest, bytes);
+    writeBytes(newest + ".tmp.123.0", bytes);  // a write killed before its rename
+    CHECK(engine::checkpointRounds(folder) == std::vector<std::int64_t>{9, 19, 29});
+    CHECK(engine::readCheckpoint(newest, id).status().code() == ErrorCode::kDataLoss);
+    auto latest = engine::latestCheckpoint(folder, id);
+    REQUIRE(latest.has_value());
+    CHECK(latest->state.round == 19);
+    // What it restores is round 19's state exactly.
+    auto fresh = makePeers(*plan);
+    REQUIRE(fresh[0]->restoreState(latest->state).isOk());
+    CHECK(fresh[0]->round() == 19);
+  }
+  SECTION("another rank's or config's checkpoint is refused naming the field") {
+    auto other = id;
+    other.rank = 1;
+    auto r = engine::readCheckpoint(engine::checkpointPath(folder, 29), other);
+    REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains("rank 0"));
+    other = id;
+    other.parameters = id.parameters + 1;
+    r = engine::readCheckpoint(engine::checkpointPath(folder, 29), other);
+    REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains(std::to_string(id.parameters)));
+    other = id;
+    other.algorithm = "dsgd";
+    CHECK(engine::readCheckpoint(engine::checkpointPath(folder, 29), other).status().code() ==
+          ErrorCode::kInvalidArgument);
+    CHECK_FALSE(engine::latestCheckpoint(folder, other).has_value());
+  }
+  SECTION("keep prunes the oldest, never the one just written") {
+    REQUIRE(engine::runLockstep(peers, 30, 10).isOk());
+    REQUIRE(engine::writeCheckpoint(folder, id, 0, peers[0]->saveState(), 2).isOk());
+    CHECK(engine::checkpointRounds(folder) == std::vector<std::int64_t>{29, 39});
+  }
+}
+
+TEST_CASE(
+    "checkpoint: restoring refuses another model, and a missing replica asks for a snapshot") {
+  const auto c = chocoConfig();
+  auto plan = test_util::makePlan(c);
+  auto peers = makePeers(*plan);
+  REQUIRE(engine::runLockstep(peers, 0, 20).isOk());
+  // Peer 0's neighbour 1 died before the checkpoint (its replica goes after the next mix): it is
+  // not in the state.
+  peers[0]->markDead(1);
+  REQUIRE(engine::runLockstep(peers, 20, 1).isOk());
+  const engine::PeerState saved = peers[0]->saveState();
+  for (const auto& [name, values] : saved.algorithm) CHECK(name != "replica/1");
+
+  auto fresh = makePeers(*plan);
+  SECTION("another size changes nothing") {
+    engine::PeerState bad = saved;
+    bad.model.pop_back();
+    const Status st = fresh[0]->restoreState(bad);
+    CHECK(st.code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Catch::Contains("model"));
+    CHECK(fresh[0]->round() == -1);
+    bad = saved;
+    bad.algorithm.emplace_back("replica/9", bad.model);
+    CHECK(fresh[0]->restoreState(bad).code() == ErrorCode::kInvalidArgument);
+    CHECK(fresh[0]->round() == -1);
+  }
+  SECTION("the missing replica's edge requests a snapshot in its next message") {
+    REQUIRE(fresh[0]->restoreState(saved).isOk());
+    CHECK(fresh[0]->round() == 20);
+    REQUIRE(fresh[0]->beginRound(21).isOk());
+    const auto toOne = fresh[0]->outgoing(1);
+    const auto env = engine::readEnvelope(toOne);
+    REQUIRE(env.isOk());
+    CHECK((env->flags & engine::kFlagResyncRequest) != 0);
+    const auto toFour = fresh[0]->outgoing(4);
+    const auto env4 = engine::readEnvelope(toFour);
+    REQUIRE(env4.isOk());
+    CHECK((env4->flags & engine::kFlagResyncRequest) == 0);
+  }
+}
