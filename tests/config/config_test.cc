@@ -429,13 +429,13 @@ TEST_CASE("checkpoint: off by default, keep >= 1, refused for an external worklo
   CHECK(on.config.checkpoint.every == 50);
   CHECK(on.config.checkpoint.dir == "/tmp/ck");
   CHECK(on.config.checkpoint.keep == 3);
-  auto keep0 = loadString("peers: { count: 2 }\ncheckpoint: { every: 5, keep: 0 }\n", "k.yaml",
-                          noEnv());
+  auto keep0 =
+      loadString("peers: { count: 2 }\ncheckpoint: { every: 5, keep: 0 }\n", "k.yaml", noEnv());
   CHECK_FALSE(keep0.ok());
   CHECK(contains(allDiagnostics(keep0), "checkpoint.keep"));
-  auto external = loadString(
-      "peers: { count: 2 }\nworkload: { name: external }\ncheckpoint: { every: 5 }\n", "k.yaml",
-      noEnv());
+  auto external =
+      loadString("peers: { count: 2 }\nworkload: { name: external }\ncheckpoint: { every: 5 }\n",
+                 "k.yaml", noEnv());
   CHECK_FALSE(external.ok());
   INFO(allDiagnostics(external));
   CHECK(contains(allDiagnostics(external), "checkpoint.every: is for `grapevine peer`/`launch`"));
