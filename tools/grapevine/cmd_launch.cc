@@ -60,6 +60,7 @@ struct LaunchArgs {
   bool emulate = false;  // also on with network.emulate: netns
   int mtu = 9000;
   bool resume = false;  // every peer gets --resume
+  int maxRestarts = 0;  // --max-restarts
   // Everything after `--` (split off by main()): the program to start once per local rank
   // instead of `grapevine peer`.
   std::vector<std::string> command;
@@ -199,12 +200,17 @@ class Launch {
   int startNetwork();  // no-op without --emulate / network.emulate: netns
   void printPlan() const;
   int startPeers();
-  void watch();  // returns when every peer has exited
+  // Returns when every peer has exited (for good: with --max-restarts a crash restarts them all).
+  int watch();
   int writeSummary();
   int exitCode() const;
 
  private:
   int reapExited();  // returns how many peers still run
+  // --max-restarts: after a peer was killed by a signal, stops the others (SIGINT, SIGKILL after
+  // 5 s) and, once none runs, starts every peer again with --resume. kExitOk or startPeers()'s
+  // code.
+  int restartIfDue(int running);
   void forwardSignal(int running);
   void showProgress(int running);
   std::string progressLine();    // reads the peers' new records
@@ -232,9 +238,13 @@ class Launch {
   std::chrono::steady_clock::time_point start_;
   bool tty_ = false;
   std::string resolvedConfig_;  // absolute path of DIR/config.resolved.yaml (COMMAND only)
-  int failed_ = 0;    // peers that exited with a status other than 0 and 3, or by a signal
-  int errored_ = 0;   // of those, the ones that exited with a status (their own error)
-  int diverged_ = 0;  // peers that exited with kExitDiverged
+  int failed_ = 0;         // peers that exited with a status other than 0 and 3, or by a signal
+  int errored_ = 0;        // of those, the ones that exited with a status (their own error)
+  int diverged_ = 0;       // peers that exited with kExitDiverged
+  int restarts_ = 0;       // whole-run restarts done (--max-restarts)
+  std::string crash_;      // a peer's death that asks for a restart ("" when none pending)
+  bool stopping_ = false;  // the others were sent SIGINT for the restart
+  std::chrono::steady_clock::time_point stoppingAt_;
   bool forwarded_ = false;
   std::chrono::steady_clock::time_point forwardedAt_;
   std::chrono::steady_clock::time_point lastPrint_;
@@ -369,7 +379,7 @@ std::vector<std::string> Launch::peerArgv(int rank, const std::string& self) con
   if (!args_.command.empty()) return args_.command;
   std::vector<std::string> argv = {self,    "peer", args_.path, "--rank", std::to_string(rank),
                                    "--out", out_};
-  if (args_.resume) argv.push_back("--resume");
+  if (args_.resume || restarts_ > 0) argv.push_back("--resume");
   for (const auto& o : peerOverrides_) {
     argv.push_back("--set");
     argv.push_back(o);
@@ -396,28 +406,33 @@ std::vector<std::pair<std::string, std::string>> Launch::commandEnvironment(
 int Launch::startPeers() {
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  if (!args_.command.empty()) {
-    if (int rc = writeResolvedConfig(); rc != kExitOk) return rc;
+  if (restarts_ == 0) {  // once per launch; a restart (--max-restarts) reuses them
+    if (!args_.command.empty()) {
+      if (int rc = writeResolvedConfig(); rc != kExitOk) return rc;
+    }
+    struct sigaction sa {};
+    sa.sa_handler = onSignal;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a write to a guardian that is gone must not kill us
+    auto guard = GroupGuard::start(static_cast<int>(children_.size()));
+    if (!guard.isOk()) {
+      std::cerr << "grapevine launch: " << guard.status().message() << "\n";
+      return kExitFailure;
+    }
+    guard_ = std::move(*guard);
+    start_ = std::chrono::steady_clock::now();
   }
-  struct sigaction sa {};
-  sa.sa_handler = onSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a write to a guardian that is gone must not kill us
-  auto guard = GroupGuard::start(static_cast<int>(children_.size()));
-  if (!guard.isOk()) {
-    std::cerr << "grapevine launch: " << guard.status().message() << "\n";
-    return kExitFailure;
-  }
-  guard_ = std::move(*guard);
   const pid_t launcher = getpid();
-  start_ = std::chrono::steady_clock::now();
   for (auto& ch : children_) {
     ch.jsonl = peerFile(ch.rank, ".jsonl");
     ch.log = peerFile(ch.rank, ".log");
     // A resumed peer keeps its records up to the checkpoint (it rewrites the file itself).
-    if (!args_.resume) std::filesystem::remove(ch.jsonl, ec);
+    const bool resuming = args_.resume || restarts_ > 0;
+    if (!resuming) std::filesystem::remove(ch.jsonl, ec);
     std::filesystem::remove(peerFile(ch.rank, ".final.json"), ec);
+    ch.offset = 0;  // the file is rewritten: read it from the start
+    ch.last = nlohmann::json();
     std::vector<std::string> argv = peerArgv(ch.rank, self);
     if (network_) {
       auto prefix = network_->execPrefix(ch.rank);
@@ -426,7 +441,7 @@ int Launch::startPeers() {
     SpawnOptions spawn;
     spawn.argv = argv;  // `ip` (emulation) and a command are found on PATH; self is absolute
     if (!args_.command.empty()) spawn.setEnv = commandEnvironment(ch.rank, self);
-    spawn.out = ChildStream::file(ch.log);
+    spawn.out = ChildStream::file(ch.log, /*append=*/restarts_ > 0);  // keep the crash's lines
     spawn.err = ChildStream::sameAsStdout();
     spawn.newProcessGroup = true;  // a terminal's SIGINT reaches the launcher only; it forwards it
     // Until guard_ lists the new group, the parent-death signal covers a launcher that dies.
@@ -450,17 +465,54 @@ int Launch::startPeers() {
   return kExitOk;
 }
 
-void Launch::watch() {
+int Launch::watch() {
   tty_ = isatty(STDOUT_FILENO) && !args_.quiet;
   lastPrint_ = std::chrono::steady_clock::now() - std::chrono::hours(1);
   for (;;) {
-    const int running = reapExited();
+    int running = reapExited();
     forwardSignal(running);
+    const int restartsBefore = restarts_;
+    if (int rc = restartIfDue(running); rc != kExitOk) return rc;
+    if (restarts_ != restartsBefore) continue;                         // every peer runs again
+    if (!crash_.empty() || stopping_) running = std::max(running, 1);  // restarting
     showProgress(running);
     if (running == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (tty_) std::cout << "\n";
+  return kExitOk;
+}
+
+int Launch::restartIfDue(int running) {
+  if (crash_.empty() || g_signal) {
+    crash_.clear();
+    return kExitOk;
+  }
+  if (!stopping_) {
+    if (tty_) std::cout << "\n";
+    std::cout << "grapevine launch: restarting every peer from the newest checkpoint all of "
+              << "them have (restart " << restarts_ + 1 << " of " << args_.maxRestarts << ")\n"
+              << std::flush;
+    for (auto& ch : children_) {
+      if (ch.running) signalGroup(ch.pid, SIGINT);
+    }
+    stopping_ = true;
+    stoppingAt_ = std::chrono::steady_clock::now();
+  }
+  if (running > 0) {
+    if (std::chrono::steady_clock::now() - stoppingAt_ > std::chrono::seconds(5)) {
+      for (auto& ch : children_) {
+        if (ch.running) signalGroup(ch.pid, SIGKILL);
+      }
+    }
+    return kExitOk;
+  }
+  // Every peer has exited: the counts describe the attempt that is over.
+  ++restarts_;
+  crash_.clear();
+  stopping_ = false;
+  failed_ = errored_ = 0;
+  return startPeers();
 }
 
 int Launch::reapExited() {
@@ -479,6 +531,16 @@ int Launch::reapExited() {
     readNewRecords(ch);
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) {
       ++diverged_;  // said once, by the summary (every peer of the run stops the same way)
+    } else if (stopping_) {
+      // Stopped (or killed after 5 s) for the restart.
+    } else if (WIFSIGNALED(status) && restarts_ < args_.maxRestarts && !forwarded_ &&
+               crash_.empty()) {
+      // A crash, the OOM killer, a preempted machine: what --max-restarts is for. (A peer that
+      // exits with an error of its own is not restarted: it would fail again.)
+      crash_ = "peer " + std::to_string(ch.rank) + " " + describeStatus(status);
+      std::cout << (tty_ ? "\n" : "") << "grapevine launch: peer " << ch.rank << " "
+                << describeStatus(status) << "; last lines of " << ch.log << ":\n"
+                << tail(ch.log, 4) << std::flush;
     } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       ++failed_;
       if (WIFEXITED(status)) ++errored_;
@@ -559,6 +621,7 @@ std::string Launch::progressLine() {
                 "round %lld/%lld  loss %.4f  %s  sent %.1f MB  %.1f rounds/s  ETA %.0f s",
                 minRound + 1, static_cast<long long>(config_.run.rounds), lossSum / n, acc, mbSent,
                 rate, eta);
+  if (restarts_ > 0) return std::string(line) + "  restarts " + std::to_string(restarts_);
   return line;
 }
 
@@ -598,6 +661,7 @@ int Launch::writeSummary() {
   auto summary = engine::makeSummary(**plan, readResults(), wall, config_.transport.backend);
   summary["launched_peers"] = children_.size();
   summary["failed_peers"] = failed_;
+  if (args_.maxRestarts > 0) summary["restarts"] = restarts_;
   if (!emulated.is_null()) summary["network_emulation"] = emulated;
   if (Status st = engine::writeJsonFile(out_ + "/summary.json", summary); !st.isOk()) {
     std::cerr << "grapevine launch: " << st.toString() << "\n";
@@ -627,7 +691,7 @@ int runLaunch(const LaunchArgs& a) {
   if (int rc = launch.startNetwork(); rc != kExitOk) return rc;
   launch.printPlan();
   if (int rc = launch.startPeers(); rc != kExitOk) return rc;
-  launch.watch();
+  if (int rc = launch.watch(); rc != kExitOk) return rc;
   if (int rc = launch.writeSummary(); rc != kExitOk) return rc;
   return launch.exitCode();
 }
@@ -658,20 +722,26 @@ Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::stri
   app->add_flag("--resume", args->resume,
                 "Every peer continues from the newest checkpoint all of them have "
                 "(checkpoint.every; docs/faults.md)");
-  return {app, [args, &command] {
-            if (command && command->empty()) {
-              std::cerr << "grapevine launch: nothing after `--`: give the command to run\n";
-              return kExitBadInput;
-            }
-            if (command && args->resume) {
-              std::cerr << "grapevine launch: --resume restarts `grapevine peer` from its "
-                           "checkpoints; a program of your own (`-- COMMAND`) resumes from its own "
-                           "(the API's state()/load_state())\n";
-              return kExitBadInput;
-            }
-            if (command) args->command = *command;
-            return runLaunch(*args);
-          }};
+  app->add_option("--max-restarts", args->maxRestarts,
+                  "When a peer is killed by a signal, stop the others and restart every peer "
+                  "with --resume, up to N times (docs/faults.md)")
+      ->check(CLI::NonNegativeNumber);
+  return {
+      app, [args, &command] {
+        if (command && command->empty()) {
+          std::cerr << "grapevine launch: nothing after `--`: give the command to run\n";
+          return kExitBadInput;
+        }
+        if (command && (args->resume || args->maxRestarts > 0)) {
+          std::cerr
+              << "grapevine launch: --resume and --max-restarts restart `grapevine peer` from its "
+                 "checkpoints; a program of your own (`-- COMMAND`) resumes from its own "
+                 "(the API's state()/load_state())\n";
+          return kExitBadInput;
+        }
+        if (command) args->command = *command;
+        return runLaunch(*args);
+      }};
 }
 
 }  // namespace grapevine::cli
