@@ -236,7 +236,13 @@ void PeerSession::Impl::closeNeighbour(int j) {
 
 void PeerSession::Impl::markDead(int j, const std::string& why) {
   if (core_->isDead(j)) return;
-  const bool finished = core_->lastRoundFrom(j) >= plan_.config.run.rounds - 1;
+  // A neighbour that never sends to this peer (directed graphs) cannot show its last round: it
+  // counts as finished once this peer is in its own last round (it waits for this peer's last
+  // message before it closes).
+  const std::int64_t rounds = plan_.config.run.rounds;
+  const std::int64_t expected = core_->lastRoundExpectedFrom(j, rounds);
+  const bool finished =
+      expected >= 0 ? core_->lastRoundFrom(j) >= expected : core_->round() >= rounds - 1;
   core_->markDead(j, !finished);
   loop_.post([this, j] { closeNeighbour(j); });
   if (finished) {
@@ -570,7 +576,11 @@ void PeerSession::Impl::linger(bool finished) {
     drainInbox();
     bool all = true;
     for (int j : core_->neighbours()) {
-      if (!core_->isDead(j) && core_->lastRoundFrom(j) < c.run.rounds - 1) all = false;
+      // One that never sends to this peer (expected -1) has no last message to show: wait until
+      // it closes (or the deadline), since it closes only after this peer's last message arrived.
+      if (core_->isDead(j)) continue;
+      const std::int64_t expected = core_->lastRoundExpectedFrom(j, c.run.rounds);
+      if (expected < 0 || core_->lastRoundFrom(j) < expected) all = false;
     }
     if (all) break;
     std::unique_lock<std::mutex> lock(mu_);

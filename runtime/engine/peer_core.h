@@ -149,6 +149,9 @@ class PeerCore {
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
   // The latest round of any message received from `neighbour` (-1: none yet).
   std::int64_t lastRoundFrom(int neighbour) const;
+  // The last round before `rounds` in which `neighbour` sends to this peer, by the schedule; -1
+  // when it never does (an out-neighbour of a directed graph, or of one-peer-exponential rounds).
+  std::int64_t lastRoundExpectedFrom(int neighbour, std::int64_t rounds) const;
   const std::vector<int>& neighbours() const { return neighbours_; }
   bool isolated() const;
   int liveDegree() const;
