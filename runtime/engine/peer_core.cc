@@ -403,6 +403,15 @@ std::int64_t PeerCore::lastRoundExpectedFrom(int j, std::int64_t rounds) const {
   return -1;
 }
 
+bool PeerCore::sendsTo(int j) const {
+  if (options_.sendToAllNeighbours) return true;
+  for (int t = 0; t < schedule_.period(); ++t) {
+    const auto to = schedule_.plan(options_.rank, t).sendTo;
+    if (std::find(to.begin(), to.end(), j) != to.end()) return true;
+  }
+  return false;
+}
+
 bool PeerCore::roundComplete() const {
   for (int j : expected_) {
     const auto it = edges_.find(j);
