@@ -191,6 +191,42 @@ TEST_CASE("topology analysis of a directed graph: in/out degrees and strong conn
 }
 
 TEST_CASE(
+    "push-sum with a dead peer: the survivors' mass is conserved (a share for the dead "
+    "out-neighbour stays with its sender)") {
+  const auto c = test_util::loadYaml(std::string(kDirected6) +
+                                         "algorithm: { name: push-sum }\n"
+                                         "optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }\n"
+                                         "workload: { name: consensus, dim: 8 }\n",
+                                     "push_sum_dead.yaml");
+  auto plan = test_util::makePlan(c);
+  auto peers = makePeers(*plan);
+  REQUIRE(engine::runLockstep(peers, 0, 20).isOk());
+  // Peer 3 (in-neighbours 0 and 2, out-neighbour 4) dies after round 19: its neighbours drop the
+  // edge, and it hears nobody (what it still sends is refused as from an unknown sender).
+  const int dead = 3;
+  for (int j : peers[dead]->neighbours()) {
+    peers[j]->markDead(dead);
+    peers[dead]->markDead(j);
+  }
+  auto survivorsWeight = [&] {
+    double s = 0;
+    for (int i = 0; i < 6; ++i) {
+      if (i != dead) s += stateWeight(*peers[i]);
+    }
+    return s;
+  };
+  const double before = survivorsWeight();
+  REQUIRE(engine::runLockstep(peers, 20, 50).isOk());
+  CHECK(peers[0]->sendTo() == std::vector<int>{1, 2});  // 3 is left out of the recipients
+  const double after = survivorsWeight();
+  INFO("survivors' total weight: " << before << " at the death, " << after << " 50 rounds later");
+  // Had peers 0 and 2 kept splitting by their full out-degree, they would lose 1/4 and 1/3 of
+  // their mass to the dead peer every round.
+  CHECK(std::abs(after - before) < 1e-5);
+  CHECK(before > 3.0);
+}
+
+TEST_CASE(
     "push-sum on one-peer-exponential: one message per peer per round, exact average in "
     "log2(n) rounds") {
   const auto c = test_util::loadYaml(
