@@ -204,3 +204,46 @@ TEST_CASE("push-sum over tcp with real processes on a directed graph reaches the
     CHECK(a == readFile(dir + "/sim" + model));
   }
 }
+
+TEST_CASE(
+    "push-sum over tcp on one-peer-exponential: one message per peer per round, the exact "
+    "average, the same models as the simulator",
+    "[slow]") {
+  const std::string dir = freshDir("push_sum_launch_ope");
+  const int port = grapevine::test_util::freeBasePort(8);
+  const std::string config =
+      writeConfig(dir, "ope8.yaml",
+                  "run: { name: push-sum-ope, seed: 4, rounds: 60 }\n"
+                  "peers: { count: 8, host: 127.0.0.1, base_port: " +
+                      std::to_string(port) +
+                      " }\ntransport: { backend: tcp }\n"
+                      "topology: { kind: one-peer-exponential }\n"
+                      "algorithm: { name: push-sum, round_timeout: 30 }\n"
+                      "optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }\n"
+                      "workload: { name: consensus, dim: 16 }\n");
+  const Outcome o = run("launch " + config + " --out " + dir + "/out --quiet");
+  INFO(o.out);
+  REQUIRE(o.exitCode == 0);
+  const auto summary = grapevine::test_util::readSummary(dir + "/out");
+  INFO(summary.dump(2));
+  REQUIRE(summary["per_peer"].size() == 8);
+  const auto bytes0 = summary["per_peer"][0]["bytes_sent"].get<std::uint64_t>();
+  for (const auto& p : summary["per_peer"]) {
+    CHECK(p["finished"] == true);
+    // Every edge is one-way in each round: the receiver closes it after the sender's last message,
+    // which counts as finished, not as a lost neighbour.
+    CHECK(p["dead_neighbours"] == 0);
+    CHECK(p["suspect_rounds"] == 0);
+    CHECK(p["bytes_sent"] == bytes0);      // 60 messages of one size each
+    CHECK(p["bytes_received"] == bytes0);  // and one received per round
+    CHECK(p["test_loss"].get<double>() < 1e-10);
+  }
+  CHECK(bytes0 % 60 == 0);
+  const Outcome sim = run("sim " + config + " --out " + dir + "/sim --quiet");
+  INFO(sim.out);
+  REQUIRE(sim.exitCode == 0);
+  for (int r = 0; r < 8; ++r) {
+    const std::string model = "/model-" + std::to_string(r) + ".bin";
+    CHECK(readFile(dir + "/out" + model) == readFile(dir + "/sim" + model));
+  }
+}
