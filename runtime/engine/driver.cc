@@ -236,13 +236,13 @@ void PeerSession::Impl::closeNeighbour(int j) {
 
 void PeerSession::Impl::markDead(int j, const std::string& why) {
   if (core_->isDead(j)) return;
-  // A neighbour that never sends to this peer (directed graphs) cannot show its last round: it
-  // counts as finished once this peer is in its own last round (it waits for this peer's last
-  // message before it closes).
+  // A neighbour that never sends to this peer (a one-way edge: directed graphs, one-peer-
+  // exponential rounds) cannot show its last round: it counts as finished once this peer has sent
+  // it its last message (it closes the edge when that message is in; see linger()).
   const std::int64_t rounds = plan_.config.run.rounds;
   const std::int64_t expected = core_->lastRoundExpectedFrom(j, rounds);
-  const bool finished =
-      expected >= 0 ? core_->lastRoundFrom(j) >= expected : core_->round() >= rounds - 1;
+  const bool finished = expected >= 0 ? core_->lastRoundFrom(j) >= expected
+                                      : core_->round() >= core_->lastRoundSendingTo(j, rounds);
   core_->markDead(j, !finished);
   loop_.post([this, j] { closeNeighbour(j); });
   if (finished) {

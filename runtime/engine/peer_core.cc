@@ -403,6 +403,16 @@ std::int64_t PeerCore::lastRoundExpectedFrom(int j, std::int64_t rounds) const {
   return -1;
 }
 
+std::int64_t PeerCore::lastRoundSendingTo(int j, std::int64_t rounds) const {
+  if (options_.sendToAllNeighbours) return rounds - 1;
+  const std::int64_t first = std::max<std::int64_t>(0, rounds - schedule_.period());
+  for (std::int64_t r = rounds - 1; r >= first; --r) {
+    const auto to = schedule_.plan(options_.rank, r).sendTo;
+    if (std::find(to.begin(), to.end(), j) != to.end()) return r;
+  }
+  return -1;
+}
+
 bool PeerCore::sendsTo(int j) const {
   if (options_.sendToAllNeighbours) return true;
   for (int t = 0; t < schedule_.period(); ++t) {

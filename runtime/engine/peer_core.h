@@ -152,6 +152,8 @@ class PeerCore {
   // The last round before `rounds` in which `neighbour` sends to this peer, by the schedule; -1
   // when it never does (an out-neighbour of a directed graph, or of one-peer-exponential rounds).
   std::int64_t lastRoundExpectedFrom(int neighbour, std::int64_t rounds) const;
+  // The last round before `rounds` in which this peer sends to `neighbour`; -1 when it never does.
+  std::int64_t lastRoundSendingTo(int neighbour, std::int64_t rounds) const;
   // Whether this peer sends to `neighbour` in some round of the schedule (false: a one-way edge on
   // which only the neighbour sends).
   bool sendsTo(int neighbour) const;
