@@ -221,6 +221,32 @@ Analysis analyze(const Schedule& schedule, const Spec& spec) {
   }
   a.connected = isConnected(all) && supportConnected;
   a.diameter = diameter(all);
+  a.directed = spec.directed;
+  {
+    const auto out = sendGraph(schedule);
+    std::vector<int> inDegree(static_cast<size_t>(n), 0);
+    for (const auto& row : out) {
+      for (int j : row) ++inDegree[static_cast<size_t>(j)];
+    }
+    a.inDegreeMin = a.outDegreeMin = n > 0 ? std::numeric_limits<int>::max() : 0;
+    for (int i = 0; i < n; ++i) {
+      const int o = static_cast<int>(out[static_cast<size_t>(i)].size());
+      const int d = inDegree[static_cast<size_t>(i)];
+      a.outDegreeMin = std::min(a.outDegreeMin, o);
+      a.outDegreeMax = std::max(a.outDegreeMax, o);
+      a.inDegreeMin = std::min(a.inDegreeMin, d);
+      a.inDegreeMax = std::max(a.inDegreeMax, d);
+    }
+    a.stronglyConnected = isStronglyConnected(out);
+  }
+  if (a.directed) {
+    // The spectrum below measures contraction of a doubly stochastic W on the mean-zero subspace;
+    // a directed graph's row-stochastic W has neither, so nothing meaningful is reported.
+    a.lambda2 = a.spectralGap = a.periodLambda2 = a.periodGap =
+        std::numeric_limits<double>::quiet_NaN();
+    a.lambda2Method = "none";
+    return a;
+  }
 
   auto clamp = [](double v) { return (v > 1.0 && v < 1.0 + 1e-12) ? 1.0 : v; };
   const SpectralEstimate round0 = secondLargestModulus(n, {&schedule.weights(0)});
@@ -261,6 +287,12 @@ std::string toJson(const Analysis& a) {
   j["lambda2_converged"] = a.lambda2Converged;
   j["sends_per_round"] = a.sendsPerRound;
   j["time_varying"] = a.timeVarying;
+  j["directed"] = a.directed;
+  j["in_degree_min"] = a.inDegreeMin;
+  j["in_degree_max"] = a.inDegreeMax;
+  j["out_degree_min"] = a.outDegreeMin;
+  j["out_degree_max"] = a.outDegreeMax;
+  j["strongly_connected"] = a.stronglyConnected;
   j["period"] = a.period;
   if (a.timeVarying) {
     j["period_lambda2"] = a.periodLambda2;
@@ -285,12 +317,24 @@ std::string toText(const Analysis& a) {
     o << "infinite";
   }
   o << ", " << (a.connected ? "connected" : "DISCONNECTED") << "\n";
+  if (a.directed) {  // undirected: in = out = degree, strongly connected = connected
+    o << "directed: in-degree " << a.inDegreeMin;
+    if (a.inDegreeMax != a.inDegreeMin) o << ".." << a.inDegreeMax;
+    o << ", out-degree " << a.outDegreeMin;
+    if (a.outDegreeMax != a.outDegreeMin) o << ".." << a.outDegreeMax;
+    o << ", " << (a.stronglyConnected ? "strongly connected" : "NOT strongly connected") << "\n";
+  }
   o << "weights:  " << (a.symmetric ? "symmetric" : "not symmetric") << ", "
     << (a.doublyStochastic ? "doubly stochastic" : "NOT doubly stochastic") << "\n";
-  std::snprintf(buf, sizeof buf, "spectrum: lambda2 %.6g, spectral gap %.6g (%s%s)\n", a.lambda2,
-                a.spectralGap, a.lambda2Method.c_str(),
-                a.lambda2Converged ? "" : ", NOT converged");
-  o << buf;
+  if (a.directed) {
+    o << "spectrum: not computed (directed: the weights are row stochastic only; push-sum "
+         "mixes with column weights 1/(out_degree + 1))\n";
+  } else {
+    std::snprintf(buf, sizeof buf, "spectrum: lambda2 %.6g, spectral gap %.6g (%s%s)\n", a.lambda2,
+                  a.spectralGap, a.lambda2Method.c_str(),
+                  a.lambda2Converged ? "" : ", NOT converged");
+    o << buf;
+  }
   if (a.timeVarying) {
     std::snprintf(buf, sizeof buf,
                   "period:   %d rounds; product over a period: lambda2 %.6g, gap %.6g\n", a.period,
@@ -300,6 +344,22 @@ std::string toText(const Analysis& a) {
   o << "cost:     each peer sends at most " << a.sendsPerRound << " message"
     << (a.sendsPerRound == 1 ? "" : "s") << " per round\n";
   return o.str();
+}
+
+std::vector<std::vector<int>> sendGraph(const Schedule& schedule) {
+  const int n = schedule.peers();
+  std::vector<std::vector<int>> out(static_cast<size_t>(n));
+  for (int t = 0; t < schedule.period(); ++t) {
+    for (int i = 0; i < n; ++i) {
+      const auto to = schedule.plan(i, t).sendTo;
+      out[static_cast<size_t>(i)].insert(out[static_cast<size_t>(i)].end(), to.begin(), to.end());
+    }
+  }
+  for (auto& row : out) {
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+  }
+  return out;
 }
 
 std::string toDot(const Schedule& schedule, std::int64_t round) {

@@ -379,6 +379,35 @@ Result<Graph> fromEdges(int n, const std::vector<WeightedEdge>& edges) {
   return fromPairs(n, pairs);
 }
 
+bool isStronglyConnected(const std::vector<std::vector<int>>& out) {
+  const std::size_t n = out.size();
+  if (n <= 1) return true;
+  std::vector<std::vector<int>> in(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (int j : out[i]) in[static_cast<std::size_t>(j)].push_back(static_cast<int>(i));
+  }
+  // Strongly connected iff vertex 0 reaches everyone along out-edges and along in-edges.
+  auto reachesAll = [n](const std::vector<std::vector<int>>& adj) {
+    std::vector<bool> seen(n, false);
+    std::vector<int> stack{0};
+    seen[0] = true;
+    std::size_t count = 1;
+    while (!stack.empty()) {
+      const int v = stack.back();
+      stack.pop_back();
+      for (int u : adj[static_cast<std::size_t>(v)]) {
+        if (!seen[static_cast<std::size_t>(u)]) {
+          seen[static_cast<std::size_t>(u)] = true;
+          ++count;
+          stack.push_back(u);
+        }
+      }
+    }
+    return count == n;
+  };
+  return reachesAll(out) && reachesAll(in);
+}
+
 bool isConnected(const Graph& g) {
   if (g.n <= 1) return true;
   std::vector<int> label;

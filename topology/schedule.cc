@@ -83,6 +83,54 @@ class OnePeerExponentialSchedule final : public Schedule {
   std::vector<Weights> weights_;
 };
 
+// topology.directed: [a, b] means a sends to b. The round graph is the undirected support (whom a
+// peer has a connection with); row i of the weights holds i's in-neighbours at 1/(in_degree + 1),
+// so Schedule::plan() gives sendTo = out-neighbours and recvFrom = in-neighbours. Row stochastic
+// only: plain gossip on it converges to a weighted average, push-sum ignores these weights.
+Result<std::unique_ptr<Schedule>> makeDirectedSchedule(const Spec& spec) {
+  const int n = spec.peers;
+  std::vector<std::vector<int>> in(static_cast<size_t>(n));
+  std::vector<std::pair<int, int>> seen;
+  Graph g;
+  g.n = n;
+  g.adj.resize(static_cast<size_t>(n));
+  for (size_t k = 0; k < spec.edges.size(); ++k) {
+    const WeightedEdge& e = spec.edges[k];
+    const std::string name = "edges: entry " + std::to_string(k) + " (" + std::to_string(e.a) +
+                             " -> " + std::to_string(e.b) + ")";
+    if (e.a < 0 || e.a >= n || e.b < 0 || e.b >= n) {
+      return invalidArgument(name + " names a peer outside 0.." + std::to_string(n - 1));
+    }
+    if (e.a == e.b) return invalidArgument(name + " is a self loop");
+    if (std::find(seen.begin(), seen.end(), std::make_pair(e.a, e.b)) != seen.end()) {
+      return invalidArgument(name + " is listed twice");
+    }
+    seen.emplace_back(e.a, e.b);
+    in[static_cast<size_t>(e.b)].push_back(e.a);
+    g.adj[static_cast<size_t>(e.a)].push_back(e.b);
+    g.adj[static_cast<size_t>(e.b)].push_back(e.a);
+  }
+  Weights w;
+  w.rows.resize(static_cast<size_t>(n));
+  w.self.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    auto& row = g.adj[static_cast<size_t>(i)];
+    std::sort(row.begin(), row.end());
+    row.erase(std::unique(row.begin(), row.end()), row.end());
+    auto& from = in[static_cast<size_t>(i)];
+    std::sort(from.begin(), from.end());
+    const double share = 1.0 / (static_cast<double>(from.size()) + 1.0);
+    w.self[static_cast<size_t>(i)] = share;
+    for (int j : from) w.rows[static_cast<size_t>(i)].emplace_back(j, share);
+  }
+  if (!isConnected(g)) {
+    return invalidArgument("edges: the directed graph on " + std::to_string(n) +
+                           " peers is disconnected even ignoring directions; every peer must "
+                           "reach every other (add edges)");
+  }
+  return std::unique_ptr<Schedule>(new StaticSchedule(std::move(g), std::move(w)));
+}
+
 Result<Graph> buildGraph(const Spec& spec) {
   switch (spec.kind) {
     case Kind::kRing:
@@ -163,6 +211,17 @@ Result<std::unique_ptr<Schedule>> makeSchedule(const Spec& spec) {
   if (spec.kind == Kind::kEdges && anyEdgeWeight && spec.weights != WeightsKind::kExplicit) {
     return invalidArgument("edges: the edge list has per-edge weights but weights is '" +
                            std::string(weightsName(spec.weights)) + "'; set weights to 'explicit'");
+  }
+  if (spec.directed) {
+    if (spec.kind != Kind::kEdges) {
+      return invalidArgument(kind + ": directed: true needs kind 'edges' ([a, b]: a sends to b)");
+    }
+    if (spec.weights == WeightsKind::kExplicit) {
+      return invalidArgument(
+          "edges: directed graphs take no explicit weights (push-sum uses 1/(out_degree + 1) "
+          "column weights); use weights metropolis or uniform");
+    }
+    return makeDirectedSchedule(spec);
   }
   if (spec.kind == Kind::kOnePeerExponential) {
     // Weights are fixed at 1/2 (self) + 1/2 (the one in-neighbour). That is what Metropolis and

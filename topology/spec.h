@@ -37,6 +37,10 @@ struct Spec {
   std::uint64_t seed = 1;    // random kinds
   WeightsKind weights = WeightsKind::kMetropolis;
   std::vector<WeightedEdge> edges;  // kEdges
+  // kEdges only: [a, b] means a sends to b (and b does not send to a unless [b, a] is listed too).
+  // Row i of the weights then holds i's in-neighbours at 1/(in_degree_i + 1): row stochastic, not
+  // column stochastic, so only push-sum (which uses its own column weights) can run on it.
+  bool directed = false;
 };
 
 // Names as they appear in configs and flags: "ring", "torus", "random-regular", "erdos-renyi",

@@ -108,6 +108,11 @@ struct Analysis {
   bool lambda2Converged = true;       // false: power iteration hit its iteration cap
   int sendsPerRound = 0;              // most messages one peer sends in one round
   std::optional<std::uint64_t> seed;  // random kinds only
+  // Who sends to whom (the union of the rounds' sendTo lists over one period): equal to the
+  // degrees and `connected` above on undirected graphs; what matters on directed ones.
+  bool directed = false;  // topology.directed
+  int inDegreeMin = 0, inDegreeMax = 0, outDegreeMin = 0, outDegreeMax = 0;
+  bool stronglyConnected = false;  // every peer's messages reach every other peer
 };
 
 // Exact eigenvalues (Eigen) up to a few thousand peers, power iteration on the deflated operator
@@ -138,6 +143,11 @@ SpectralEstimate secondLargestModulus(int n, const std::vector<const Weights*>& 
                                       SpectralMethod method = SpectralMethod::kAuto,
                                       int maxIterations = 20000);
 int diameter(const Graph& g);  // BFS; -1 when disconnected
+// The directed graph of who sends to whom over one period: out[i] = the union of
+// plan(i, t).sendTo for t in 0..period-1, sorted.
+std::vector<std::vector<int>> sendGraph(const Schedule& schedule);
+// Every vertex reaches every other along out-edges (forward and backward search from vertex 0).
+bool isStronglyConnected(const std::vector<std::vector<int>>& out);
 bool isConnected(const Graph& g);
 
 std::string toJson(const Analysis& a);  // one object; keys in docs/topologies.md

@@ -12,6 +12,11 @@
 //   choco:       q = C(x_half - xhat_i); xhat_j += q_j for j = i and each neighbour;
 //                x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i)
 //   deepsqueeze: v = x_half + e; c = C(v); e <- v - c; x <- x_half + gamma * sum_j w_ij (c_j - c_i)
+//   push-sum:    the engine's model is the de-biased z = x / w; the algorithm keeps the push-sum
+//                numerator x and weight w. x_half = x + (z_half - z) (the local step, unscaled);
+//                with d live out-neighbours it keeps (x_half, w) / (d + 1) and sends the same
+//                share to each; x <- kept + sum of every share received since the last mix,
+//                w likewise; the engine's model becomes z = x / w. The schedule's w_ij are unused.
 // Thread contract: one Algorithm per peer, used from that peer's training thread only.
 #pragma once
 
@@ -79,6 +84,11 @@ class Algorithm {
   // maxMessageBytes()).
   virtual Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                                       std::span<std::uint8_t> out) = 0;
+  // Called by the engine right before prepare() with the live peers this round's message goes to
+  // (sendTo()). Push-sum splits its mass over them; the others send the same message to any number
+  // of neighbours and ignore it. Dead out-neighbours are not in the list, so their share stays
+  // with the sender.
+  virtual void setRecipients(std::span<const int> sendTo) {}
   // Applies neighbour j's message of the current round (weight w_ij of this round).
   virtual Status receive(int neighbour, double weight, std::span<const std::uint8_t> message,
                          std::uint64_t round) = 0;
@@ -125,7 +135,7 @@ class Algorithm {
 };
 
 // Which gossip algorithm a peer runs (`algorithm.name`).
-enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze };
+enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze, kPushSum };
 
 // Names as configs spell them: "dsgd", "choco", "deepsqueeze". algorithmKindNames(), in enum
 // order, is the one table; the config schema takes its allowed values from it.
@@ -151,6 +161,10 @@ inline constexpr double kDeepSqueezeAutoStep = 0.2;
 Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& options, std::size_t dim,
                                                  const std::vector<int>& neighbours,
                                                  std::unique_ptr<MessageCodec> codec);
+
+// Push-sum messages are the model's share followed by one more value, the push-sum weight's share:
+// its codec's layout ends with this tensor (shape [1]) after the model's tensors.
+inline constexpr std::string_view kPushSumWeightTensor = "push_sum_weight";
 
 // 64-bit FNV-1a over the float bytes (replica hashes; deterministic, platform independent).
 std::uint64_t hashFloats(std::span<const float> v);

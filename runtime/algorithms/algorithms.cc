@@ -11,7 +11,7 @@
 namespace grapevine::algorithms {
 namespace {
 // Indexed by AlgorithmKind.
-constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco", "deepsqueeze"};
+constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco", "deepsqueeze", "push-sum"};
 }  // namespace
 
 std::string_view algorithmKindName(AlgorithmKind kind) {
@@ -384,6 +384,96 @@ class DeepSqueeze final : public Algorithm {
   ReceivedMessages received_;  // c_j of this round, per neighbour
 };
 
+// Push-sum / Stochastic Gradient Push (Kempe et al. 2003; Assran et al., ICML 2019). Column
+// stochastic: the sender chooses the shares (1/(d+1) with d live out-neighbours, its own share
+// included), so no peer needs to know who sends to it, and the graph may be directed or change
+// every round. The numerator x and the weight w are mixed alike, so sum_i x_i and sum_i w_i are
+// conserved and every z_i = x_i / w_i tends to sum_i x_i / sum_i w_i = the average of the initial
+// models (with gradient steps: SGP's average iterate). The engine holds z; this class holds x and
+// w. Mass is never dropped here: a share from a neighbour is added at the next mix whenever it
+// arrives (current round or late), and a dead out-neighbour is left out of the recipients, so its
+// share stays with the sender. What is lost is only what a peer held when it died, and shares in
+// flight to it.
+class PushSum final : public Algorithm {
+ public:
+  PushSum(std::size_t dim, const std::vector<int>& neighbours, std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)), x_(dim, 0.0f), z_(dim, 0.0f), m_(dim + 1), kept_(dim + 1) {
+    for (int j : neighbours) inbox_[j].assign(dim + 1, 0.0f);
+  }
+  std::string_view name() const override { return algorithmKindName(AlgorithmKind::kPushSum); }
+
+  void setRecipients(std::span<const int> sendTo) override {
+    recipients_ = static_cast<int>(sendTo.size());
+  }
+  Result<std::size_t> prepare(std::span<const float> zHalf, std::uint64_t round,
+                              std::span<std::uint8_t> out) override {
+    const std::size_t dim = x_.size();
+    if (zHalf.size() != dim) return invalidArgument("push-sum: model size changed");
+    if (w_ == 0.0f) {
+      // First round (w = 0 marks "not started"): x = z = the initial model, w = 1.
+      std::copy(zHalf.begin(), zHalf.end(), x_.begin());
+      w_ = 1.0f;
+    } else {
+      // The local step(s) the engine took on z: x_half = x - lr * u, unscaled by w (SGP).
+      for (std::size_t k = 0; k < dim; ++k) x_[k] += zHalf[k] - z_[k];
+    }
+    const double share = 1.0 / (static_cast<double>(recipients_) + 1.0);
+    for (std::size_t k = 0; k < dim; ++k) m_[k] = static_cast<float>(share * x_[k]);
+    m_[dim] = static_cast<float>(share * w_);
+    // kept_ is what every receiver decodes: the peer keeps exactly one more of the same share.
+    return codec_->encode(m_, round, out, kept_);
+  }
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    return receiveLate(j, m, round);
+  }
+  // A late share is as good as a punctual one: it is added at the next mix (no mass is dropped).
+  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    auto it = inbox_.find(j);
+    if (it == inbox_.end()) return invalidArgument("no inbox for peer " + std::to_string(j));
+    return codec_->decodeAccumulate(m, round, j, 1.0f, it->second);
+  }
+  // x <- kept + sum of the inboxes (by increasing sender rank), in double, rounded once; w alike.
+  // `arrived` is not needed: an empty inbox adds zero.
+  void mix(std::span<float> z, const MixWeights&) override {
+    const std::size_t dim = x_.size();
+    std::vector<std::pair<const float*, double>> terms;
+    for (const auto& [j, box] : inbox_) terms.emplace_back(box.data(), 1.0);
+    const float* kept = kept_.data();
+    addWeighted(std::span<float>(x_), terms,
+                [&](std::size_t k) { return static_cast<double>(kept[k]); });
+    double w = kept[dim];
+    for (const auto& [j, box] : inbox_) w += box[dim];
+    w_ = static_cast<float>(w);
+    for (std::size_t k = 0; k < dim; ++k) z_[k] = z[k] = x_[k] / w_;
+    for (auto& [j, box] : inbox_) std::fill(box.begin(), box.end(), 0.0f);
+  }
+  // A dead in-neighbour's inbox is kept: a share of it that arrived still counts at the next mix.
+  void dropNeighbour(int) override {}
+  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
+    std::vector<std::pair<std::string, std::vector<float>>> out{
+        {"numerator", x_}, {"weight", {w_}}, {"debiased", z_}};
+    for (const auto& [j, box] : inbox_) out.emplace_back("inbox/" + std::to_string(j), box);
+    return out;
+  }
+  Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
+    GV_RETURN_IF_ERROR(Algorithm::loadState(s));
+    x_ = s[0].second;
+    w_ = s[1].second[0];
+    z_ = s[2].second;
+    for (std::size_t k = 3; k < s.size(); ++k)
+      inbox_[std::stoi(s[k].first.substr(6))] = s[k].second;
+    return Status::ok();
+  }
+
+ private:
+  std::vector<float> x_;         // push-sum numerator (x_half between prepare and mix)
+  float w_ = 0.0f;               // push-sum weight; 0 until the first prepare()
+  std::vector<float> z_;         // the de-biased model the last mix() wrote into the engine
+  std::vector<float> m_, kept_;  // this round's share (dim values, then w), as decoded
+  std::map<int, std::vector<float>> inbox_;  // shares received since the last mix, per sender
+  int recipients_ = 0;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std::size_t dim,
@@ -404,6 +494,8 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
       return std::unique_ptr<Algorithm>(
           new DeepSqueeze(dim, o.autoConsensusStep ? kDeepSqueezeAutoStep : o.consensusStep,
                           neighbours, std::move(codec)));
+    case AlgorithmKind::kPushSum:
+      return std::unique_ptr<Algorithm>(new PushSum(dim, neighbours, std::move(codec)));
   }
   return invalidArgument("unknown algorithm kind " + std::to_string(static_cast<int>(o.kind)));
 }

@@ -42,6 +42,7 @@ topology::Spec Config::topologySpec() const {
   s.seed = topology.seed.value_or(run.seed);
   s.weights = topology.weights;
   s.edges = topology.edges;
+  s.directed = topology.directed;
   return s;
 }
 

@@ -64,6 +64,7 @@ struct TopologySection {
   double probability = 0.3;
   std::optional<std::uint64_t> seed;  // defaults to run.seed
   std::vector<topology::WeightedEdge> edges;
+  bool directed = false;  // kind edges: [a, b] means a sends to b
 };
 
 struct TransportSection {

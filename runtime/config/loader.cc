@@ -407,6 +407,52 @@ class Loader {
   }
 
   // Rules that span keys. Each error points at the key that is most likely wrong.
+  // topology.directed: only push-sum mixes with weights a directed graph can have (column
+  // stochastic, chosen by the sender); it needs every peer's mass to reach every other peer.
+  void checkDirected(const Config& c, const topology::Schedule& schedule) {
+    const bool pushSum = c.algorithm.name == algorithms::AlgorithmKind::kPushSum;
+    if (!pushSum) {
+      error(keyWhere("topology.directed"), "topology.directed",
+            "true cannot be used with algorithm.name: " +
+                std::string(algorithms::algorithmKindName(c.algorithm.name)) +
+                ": it mixes with symmetric, doubly stochastic weights w_ij = w_ji, and on a "
+                "directed graph a peer cannot weigh a neighbour that does not hear from it; use "
+                "algorithm.name: push-sum");
+    } else if (!topology::isStronglyConnected(topology::sendGraph(schedule))) {
+      error(keyWhere("topology.edges"), "topology.directed",
+            "the directed graph is not strongly connected: some peer's model can never reach "
+            "some other peer, so push-sum cannot average; add edges so that every peer reaches "
+            "every other along the edges' directions (`grapevine topo` reports it)");
+    }
+  }
+
+  // algorithm.name: push-sum sums the shares it receives, so every byte must arrive as sent.
+  void checkPushSum(const Config& c) {
+    if (c.algorithm.name != algorithms::AlgorithmKind::kPushSum) return;
+    if (c.compression.method != compress::Method::kNone) {
+      error(keyWhere("compression.method"), "compression.method",
+            std::string(compress::methodName(c.compression.method)) +
+                " cannot be used with algorithm.name: push-sum: push-sum sums the (x, w) shares "
+                "it receives, and a lossy compressor's error would change the total mass and "
+                "bias the average; use compression.method: none (compression.lossless is fine)");
+    }
+    if (c.compression.errorFeedback) {
+      warning(keyWhere("compression.error_feedback"), "compression.error_feedback",
+              "has no effect: push-sum sends exact fp32 shares, there is no residual");
+    }
+    if (c.algorithm.overlap) {
+      error(keyWhere("algorithm.overlap"), "algorithm.overlap",
+            "true cannot be used with algorithm.name: push-sum: the overlapped SGP variant "
+            "(shares consumed up to tau rounds late) is not implemented; set "
+            "algorithm.overlap: false");
+    }
+    if (wasSet("algorithm.consensus_step")) {
+      warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
+              "ignored by push-sum: each peer keeps 1/(out_degree + 1) of its (x, w) and sends "
+              "the same share to each out-neighbour");
+    }
+  }
+
   void checkSemantics() {
     Config& c = result_.config;
     // peers
@@ -529,13 +575,28 @@ class Loader {
                 "edge " + name + " names a peer >= peers.count (" + std::to_string(n) + ")");
         } else if (e.a == e.b) {
           error(keyWhere("topology.edges"), "topology.edges", "edge " + name + " is a self loop");
-        } else if (!seenEdges.insert({std::min(e.a, e.b), std::max(e.a, e.b)}).second) {
+        } else if (!seenEdges
+                        .insert(c.topology.directed
+                                    ? std::make_pair(e.a, e.b)
+                                    : std::make_pair(std::min(e.a, e.b), std::max(e.a, e.b)))
+                        .second) {
           error(keyWhere("topology.edges"), "topology.edges", "edge " + name + " is listed twice");
         }
       }
     } else if (wasSet("topology.edges")) {
       warning(keyWhere("topology.edges"), "topology.edges",
               "ignored: topology.kind is " + kindText);
+    }
+    if (c.topology.directed && kind != Kind::kEdges) {
+      error(keyWhere("topology.directed"), "topology.directed",
+            "true needs topology.kind: edges (the edge list says who sends to whom); "
+            "topology.kind is " +
+                kindText);
+    }
+    if (c.topology.directed && c.topology.weights == topology::WeightsKind::kExplicit) {
+      error(keyWhere("topology.weights"), "topology.weights",
+            "explicit weights cannot be used with topology.directed: true (push-sum weighs its "
+            "shares 1/(out_degree + 1)); use metropolis or uniform");
     }
     if (c.topology.weights == topology::WeightsKind::kExplicit && kind != Kind::kEdges) {
       error(keyWhere("topology.weights"), "topology.weights",
@@ -553,7 +614,9 @@ class Loader {
           error(keyWhere("topology.kind"), "topology",
                 "the graph is disconnected: some peers can never agree");
         }
-        if (!checks.nonNegative || !checks.doublyStochastic) {
+        if (c.topology.directed) {
+          checkDirected(c, **schedule);
+        } else if (!checks.nonNegative || !checks.doublyStochastic) {
           error(keyWhere("topology.weights"), "topology.weights",
                 "the mixing weights are not a doubly stochastic non-negative matrix "
                 "(rows and columns must sum to 1)");
@@ -574,7 +637,9 @@ class Loader {
     // residual feeds the same error back twice and the models run away (sim, 8-peer ring MLP, sign,
     // step 0.4, 300 rounds: CHOCO 85% -> 17% with it, DeepSqueeze 81% -> 11%). docs/algorithms.md
     // lists which option each algorithm uses.
-    if (c.compression.errorFeedback && !dsgd) {
+    const bool pushSum = c.algorithm.name == algorithms::AlgorithmKind::kPushSum;
+    checkPushSum(c);
+    if (c.compression.errorFeedback && !dsgd && !pushSum) {
       const bool choco = c.algorithm.name == algorithms::AlgorithmKind::kChoco;
       error(keyWhere("compression.error_feedback"), "compression.error_feedback",
             std::string("true cannot be used with algorithm.name: ") +
@@ -589,8 +654,8 @@ class Loader {
       warning(keyWhere("compression.error_feedback"), "compression.error_feedback",
               "has no effect: dsgd sends exact fp32 models, there is no residual");
     }
-    if (!dsgd && c.compression.method == compress::Method::kNone && c.algorithm.consensusStep &&
-        *c.algorithm.consensusStep < 1.0) {
+    if (!dsgd && !pushSum && c.compression.method == compress::Method::kNone &&
+        c.algorithm.consensusStep && *c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
               "below 1 without compression slows consensus for nothing");
     }

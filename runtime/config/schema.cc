@@ -567,6 +567,10 @@ std::vector<KeyDef> buildSchema() {
       customKey("topology.edges", ValueType::kEdgeList,
                 "Edges of kind `edges`: [[a, b], ...] or [[a, b, weight], ...] (weights: explicit)",
                 applyTopologyEdges, showTopologyEdges));
+  t.push_back(boolKey(
+      "topology.directed", [](Config & c) -> auto& { return c.topology.directed; },
+      "Kind edges: [a, b] means a sends to b only (a directed graph; algorithm.name push-sum "
+      "only, and it must be strongly connected)"));
 
   // transport
   t.push_back(nameKey(

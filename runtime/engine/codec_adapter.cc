@@ -1,6 +1,7 @@
 // The algorithms' MessageCodec over compress::ModelCodec. A message is the sequence of a model's
 // frames, each preceded by its length (u32, little-endian); every frame carries its own header and
 // CRC32C and is checked in full before anything is accumulated.
+#include <algorithm>
 #include <cstring>
 
 #include "compress/codec.h"
@@ -156,6 +157,15 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
     x.offset = t.offset;
     x.count = t.count;
     tl.push_back(std::move(x));
+  }
+  // Push-sum sends (x, w) shares: one more value after the model (algorithms::PushSum).
+  if (c.algorithm.name == algorithms::AlgorithmKind::kPushSum && !tl.empty()) {
+    compress::TensorLayout w;
+    w.name = std::string(algorithms::kPushSumWeightTensor);
+    w.shape = {1};
+    for (const auto& t : tl) w.offset = std::max(w.offset, t.offset + t.count);
+    w.count = 1;
+    tl.push_back(std::move(w));
   }
   GV_ASSIGN_OR_RETURN(auto o, compressOptions(c));
   // D-PSGD exchanges full models: always exact fp32 (the config validator refuses other methods).

@@ -253,7 +253,13 @@ void PeerSession::Impl::closeNeighbour(int j) {
 
 void PeerSession::Impl::markDead(int j, const std::string& why) {
   if (core_->isDead(j)) return;
-  const bool finished = core_->lastRoundFrom(j) >= plan_.config.run.rounds - 1;
+  // A neighbour that never sends to this peer (a one-way edge: directed graphs, one-peer-
+  // exponential rounds) cannot show its last round: it counts as finished once this peer has sent
+  // it its last message (it closes the edge when that message is in; see linger()).
+  const std::int64_t rounds = plan_.config.run.rounds;
+  const std::int64_t expected = core_->lastRoundExpectedFrom(j, rounds);
+  const bool finished = expected >= 0 ? core_->lastRoundFrom(j) >= expected
+                                      : core_->round() >= core_->lastRoundSendingTo(j, rounds);
   core_->markDead(j, !finished);
   loop_.post([this, j] { closeNeighbour(j); });
   if (finished) {
@@ -649,14 +655,25 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
 
 void PeerSession::Impl::linger(bool finished) {
   // Linger until every live neighbour has its last message from us (they send theirs in the same
-  // round), so closing our connections does not cut their final round short.
+  // round), so closing our connections does not cut their final round short. On a one-way edge
+  // (directed graphs, one-peer-exponential) the receiver closes the edge as soon as the sender's
+  // last message is in, and that close is the sender's sign that it arrived: nobody waits on a
+  // message that never comes, so a directed cycle does not hold every peer until the deadline.
   const config::Config& c = plan_.config;
   const auto lingerEnd = Clock::now() + toDuration(c.algorithm.roundTimeout + c.peers.deadAfter);
   while (finished && Clock::now() < lingerEnd) {
     drainInbox();
     bool all = true;
     for (int j : core_->neighbours()) {
-      if (!core_->isDead(j) && core_->lastRoundFrom(j) < c.run.rounds - 1) all = false;
+      if (core_->isDead(j)) continue;
+      const std::int64_t expected = core_->lastRoundExpectedFrom(j, c.run.rounds);
+      const bool heardLast = expected >= 0 && core_->lastRoundFrom(j) >= expected;
+      if (heardLast && !core_->sendsTo(j)) {
+        markDead(j, "finished");  // only j sends on this edge, and its last message is here
+        continue;
+      }
+      // Not heard yet, or j never sends to this peer: wait until it closes (or the deadline).
+      if (!heardLast) all = false;
     }
     if (all) break;
     std::unique_lock<std::mutex> lock(mu_);

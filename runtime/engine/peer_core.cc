@@ -221,6 +221,7 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   checkRound_ = options_.checkEvery > 0 && round > 0 && round % options_.checkEvery == 0 &&
                 algorithm_->publicCopyHash() != 0;
 
+  algorithm_->setRecipients(sendTo_);
   auto n = algorithm_->prepare(x_, static_cast<std::uint64_t>(round), message_);
   if (!n.isOk()) return n.status();
   messageBytes_ = *n;
@@ -402,6 +403,35 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
 std::int64_t PeerCore::lastRoundFrom(int j) const {
   const auto it = edges_.find(j);
   return it == edges_.end() ? -1 : it->second.lastRound;
+}
+
+std::int64_t PeerCore::lastRoundExpectedFrom(int j, std::int64_t rounds) const {
+  if (options_.sendToAllNeighbours) return rounds - 1;
+  const std::int64_t first = std::max<std::int64_t>(0, rounds - schedule_.period());
+  for (std::int64_t r = rounds - 1; r >= first; --r) {
+    const auto from = schedule_.plan(options_.rank, r).recvFrom;
+    if (std::find(from.begin(), from.end(), j) != from.end()) return r;
+  }
+  return -1;
+}
+
+std::int64_t PeerCore::lastRoundSendingTo(int j, std::int64_t rounds) const {
+  if (options_.sendToAllNeighbours) return rounds - 1;
+  const std::int64_t first = std::max<std::int64_t>(0, rounds - schedule_.period());
+  for (std::int64_t r = rounds - 1; r >= first; --r) {
+    const auto to = schedule_.plan(options_.rank, r).sendTo;
+    if (std::find(to.begin(), to.end(), j) != to.end()) return r;
+  }
+  return -1;
+}
+
+bool PeerCore::sendsTo(int j) const {
+  if (options_.sendToAllNeighbours) return true;
+  for (int t = 0; t < schedule_.period(); ++t) {
+    const auto to = schedule_.plan(options_.rank, t).sendTo;
+    if (std::find(to.begin(), to.end(), j) != to.end()) return true;
+  }
+  return false;
 }
 
 bool PeerCore::roundComplete() const {

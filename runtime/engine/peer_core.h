@@ -181,6 +181,14 @@ class PeerCore {
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
   // The latest round of any message received from `neighbour` (-1: none yet).
   std::int64_t lastRoundFrom(int neighbour) const;
+  // The last round before `rounds` in which `neighbour` sends to this peer, by the schedule; -1
+  // when it never does (an out-neighbour of a directed graph, or of one-peer-exponential rounds).
+  std::int64_t lastRoundExpectedFrom(int neighbour, std::int64_t rounds) const;
+  // The last round before `rounds` in which this peer sends to `neighbour`; -1 when it never does.
+  std::int64_t lastRoundSendingTo(int neighbour, std::int64_t rounds) const;
+  // Whether this peer sends to `neighbour` in some round of the schedule (false: a one-way edge on
+  // which only the neighbour sends).
+  bool sendsTo(int neighbour) const;
   const std::vector<int>& neighbours() const { return neighbours_; }
   bool isolated() const;
   int liveDegree() const;

@@ -184,8 +184,9 @@ int runTopo(const TopoOptions& o, const CLI::App& app) {
   }
   const topology::Analysis a = topology::analyze(**schedule, spec);
   std::cout << (o.json ? topology::toJson(a) + "\n" : topology::toText(a));
-  // makeSchedule only builds connected, doubly-stochastic schedules; anything else is a bug.
-  return a.connected && a.doublyStochastic ? kExitOk : kExitFailure;
+  // makeSchedule only builds connected, doubly-stochastic schedules (directed ones: connected,
+  // row stochastic); anything else is a bug.
+  return a.connected && (a.doublyStochastic || a.directed) ? kExitOk : kExitFailure;
 }
 
 }  // namespace

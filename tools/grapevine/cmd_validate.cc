@@ -42,8 +42,14 @@ void printSummary(const config::Config& c, std::ostream& os) {
     os << "  topology     " << topology::kindName(c.topology.kind) << ", "
        << topology::weightsName(c.topology.weights) << " weights: degree " << a.degreeMin;
     if (a.degreeMax != a.degreeMin) os << "-" << a.degreeMax;
-    os << ", " << a.edges << " edges, diameter " << a.diameter << ", spectral gap "
-       << fmt(a.spectralGap) << " (lambda2 " << fmt(a.lambda2) << ")";
+    os << ", " << a.edges << " edges, diameter " << a.diameter;
+    if (a.directed) {
+      os << ", directed: in-degree " << a.inDegreeMin << "-" << a.inDegreeMax << ", out-degree "
+         << a.outDegreeMin << "-" << a.outDegreeMax
+         << (a.stronglyConnected ? ", strongly connected" : ", NOT strongly connected");
+    } else {
+      os << ", spectral gap " << fmt(a.spectralGap) << " (lambda2 " << fmt(a.lambda2) << ")";
+    }
     if (a.period > 1) os << ", period " << a.period << " with gap " << fmt(a.periodGap);
     os << "\n";
   }
@@ -53,7 +59,9 @@ void printSummary(const config::Config& c, std::ostream& os) {
   if (c.transport.backend == "libfabric")
     os << " (provider " << c.transport.libfabricProvider << ")";
   os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
-  const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd;
+  // Neither dsgd nor push-sum has a consensus step.
+  const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd ||
+                    c.algorithm.name == algorithms::AlgorithmKind::kPushSum;
   os << "  algorithm    " << algorithms::algorithmKindName(c.algorithm.name);
   if (!dsgd && c.algorithm.consensusStep) {
     os << ", consensus step " << fmt(*c.algorithm.consensusStep);
