@@ -12,6 +12,9 @@
 //   choco:       q = C(x_half - xhat_i); xhat_j += q_j for j = i and each neighbour;
 //                x <- x_half + gamma * sum_j w_ij (xhat_j - xhat_i)
 //   deepsqueeze: v = x_half + e; c = C(v); e <- v - c; x <- x_half + gamma * sum_j w_ij (c_j - c_i)
+//   gt:          gradient tracking (class Gt in algorithms.cc; docs/algorithms.md). It chooses the
+//                step direction itself (tracksDirection(), direction()): the engine's u becomes
+//                the tracker y_i, which follows the network-average of u; x and y both travel.
 // Thread contract: one Algorithm per peer, used from that peer's training thread only.
 #pragma once
 
@@ -90,8 +93,17 @@ class Algorithm {
   // Ends the round: x <- mixed model, over the neighbours in `arrived` (with their weights).
   virtual void mix(std::span<float> x, const MixWeights& arrived) = 0;
 
+  // Gradient tracking's hook (false and a no-op for every other algorithm). When true, the engine
+  // calls direction() once per local step, after the optimizer turned the stochastic gradient into
+  // its direction u (u = g with momentum 0 and no weight decay) and before the step x <- x - lr u:
+  // the algorithm replaces u in place by the direction it wants taken (gt: its tracker y_i). `x` is
+  // the model the gradient was taken at (x_t, before the step). Requires algorithm.local_steps 1.
+  virtual bool tracksDirection() const { return false; }
+  virtual void direction(std::span<const float> x, std::span<float> u, std::uint64_t round) {}
+
   // CHOCO: hash of this peer's public copy (xhat_i), and of its replica of neighbour j's copy;
-  // neighbours compare them to detect drift. 0 for algorithms without replicas.
+  // neighbours compare them to detect drift. 0 for algorithms without replicas. Compressed gt's
+  // public copy is [xhat_i | yhat_i] (2 * dim values): hashes, snapshots and resets cover both.
   virtual std::uint64_t publicCopyHash() const { return 0; }
   virtual std::uint64_t replicaHash(int neighbour) const { return 0; }
   // Full-state resync of one edge: the public copy to send, and replacing a neighbour's replica.
@@ -111,8 +123,10 @@ class Algorithm {
   // The step in use and its inputs; nullopt for algorithms without a consensus step (dsgd).
   virtual std::optional<StepReport> stepReport() const { return std::nullopt; }
 
-  std::size_t maxMessageBytes() const { return codec_->maxMessageBytes(); }
-  std::size_t denseBytes() const { return codec_->denseBytes(); }
+  // Upper bound of prepare()'s output, and what the message would take as dense fp32 frames
+  // (gt sends two vectors: twice the codec's).
+  virtual std::size_t maxMessageBytes() const { return codec_->maxMessageBytes(); }
+  virtual std::size_t denseBytes() const { return codec_->denseBytes(); }
 
  protected:
   explicit Algorithm(std::unique_ptr<MessageCodec> codec) : codec_(std::move(codec)) {}
@@ -120,9 +134,9 @@ class Algorithm {
 };
 
 // Which gossip algorithm a peer runs (`algorithm.name`).
-enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze };
+enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze, kGt };
 
-// Names as configs spell them: "dsgd", "choco", "deepsqueeze". algorithmKindNames(), in enum
+// Names as configs spell them: "dsgd", "choco", "deepsqueeze", "gt". algorithmKindNames(), in enum
 // order, is the one table; the config schema takes its allowed values from it.
 std::string_view algorithmKindName(AlgorithmKind kind);
 std::optional<AlgorithmKind> parseAlgorithmKind(std::string_view name);
@@ -137,7 +151,14 @@ struct AlgorithmOptions {
   bool autoConsensusStep = false;
   // Initial public copies (CHOCO): all peers start x_hat at this common model (or 0 when empty).
   std::vector<float> initialPublicCopy;
+  // gt: the codec compresses (compression.method is not none): public copies for x and y (BEER);
+  // false: exact DIGing, this round's x_j and y_j themselves are mixed.
+  bool compressed = false;
 };
+
+// gt's consensus step under `auto`: 1 without compression (DIGing mixes with W itself), this with
+// a compressor (measured on the quadratic and Fashion-MNIST, docs/algorithms.md).
+inline constexpr double kGtAutoStep = 0.4;
 
 // DeepSqueeze's step under `auto` (see AlgorithmOptions::autoConsensusStep).
 inline constexpr double kDeepSqueezeAutoStep = 0.2;

@@ -581,7 +581,10 @@ class Loader {
                 std::string(algorithms::algorithmKindName(c.algorithm.name)) + ": " +
                 (choco ? "CHOCO's public copies already carry the compression residual (each "
                          "round sends C(x - x_hat), the part not yet delivered)"
-                       : "DeepSqueeze already feeds its compression error back (e <- v - C(v))") +
+                 : c.algorithm.name == algorithms::AlgorithmKind::kGt
+                     ? "gt's public copies of x and y already carry the compression residual "
+                       "(each round sends C(x - x_hat) and C(y - y_hat))"
+                     : "DeepSqueeze already feeds its compression error back (e <- v - C(v))") +
                 ", so a second residual counts it twice and diverges; set "
                 "compression.error_feedback: false");
     }
@@ -593,6 +596,23 @@ class Loader {
         *c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
               "below 1 without compression slows consensus for nothing");
+    }
+    if (c.algorithm.name == algorithms::AlgorithmKind::kGt) {
+      // The tracker adds d_t - d_{t-1} once per round: with H local steps it would either see
+      // only the last step's direction or count the round's changes H times.
+      if (c.algorithm.localSteps != 1) {
+        error(keyWhere("algorithm.local_steps"), "algorithm.local_steps",
+              "must be 1 with algorithm.name: gt (the tracker takes one gradient per gossip "
+              "round)");
+      }
+      // The API's caller takes its own optimizer step; gt must choose the step direction.
+      if (c.workload.name == train::WorkloadKind::kExternal) {
+        error(keyWhere("algorithm.name"), "algorithm.name",
+              "gt cannot be used with workload.name external: gradient tracking replaces the "
+              "step direction, and through the API the caller takes its own step");
+      }
+      // TODO(issue 18, pushsum): once topology.directed exists, refuse gt on a directed graph
+      // here (its consensus terms need symmetric doubly stochastic weights; use push-sum).
     }
     if (c.optimizer.schedule == train::LrScheduleKind::kStep &&
         c.optimizer.stepMilestones.empty()) {

@@ -68,8 +68,8 @@ TEST_CASE("gt over real processes reaches the exact optimum of the heterogeneous
         double s = 0;
         for (double v : xs) s += v * v;
         for (int r = 0; r < kPeers; ++r) {
-          auto model = grapevine::engine::readModel(
-              dir + "/out/model-" + std::to_string(r) + ".bin", kDim);
+          auto model =
+              grapevine::engine::readModel(dir + "/out/model-" + std::to_string(r) + ".bin", kDim);
           INFO("rank " << r << ": " << model.status().toString());
           REQUIRE(model.isOk());
           double e = 0;

@@ -469,9 +469,9 @@ TEST_CASE("gt refuses error feedback, local steps and the external workload, nam
   CHECK_FALSE(steps.ok());
   CHECK(contains(allDiagnostics(steps),
                  "error: algorithm.local_steps: must be 1 with algorithm.name: gt"));
-  const auto external = loadString(
-      "peers: { count: 4 }\nalgorithm: { name: gt }\nworkload: { name: external }\n",
-      "gt_external.yaml", noEnv());
+  const auto external =
+      loadString("peers: { count: 4 }\nalgorithm: { name: gt }\nworkload: { name: external }\n",
+                 "gt_external.yaml", noEnv());
   CHECK_FALSE(external.ok());
   CHECK(contains(allDiagnostics(external),
                  "error: algorithm.name: gt cannot be used with workload.name external"));

@@ -75,7 +75,7 @@ Errors errors(const std::vector<std::unique_ptr<PeerCore>>& peers, const Eigen::
 }
 
 std::string yamlFor(const std::string& algorithm, const std::string& compression, double momentum,
-                   const std::string& data, const std::string& extra = "", int peers = kPeers) {
+                    const std::string& data, const std::string& extra = "", int peers = kPeers) {
   return "peers: { count: " + std::to_string(peers) +
          " }\ntopology: { kind: ring }\n"
          "algorithm: { name: " +
@@ -111,15 +111,14 @@ TEST_CASE("gt reaches the exact optimum of the heterogeneous quadratic; dsgd and
     DYNAMIC_SECTION(cs.algorithm << " + " << cs.compression << ", momentum " << cs.momentum) {
       std::shared_ptr<engine::RunPlan> plan;
       const std::string extra = cs.algorithm == "choco" ? ", consensus_step: 0.2" : "";
-      auto peers =
-          makePeers(test_util::loadYaml(yamlFor(cs.algorithm, cs.compression, cs.momentum, data,
-                                               extra),
-                                        "gt_test.yaml"),
-                    &plan);
+      auto peers = makePeers(
+          test_util::loadYaml(yamlFor(cs.algorithm, cs.compression, cs.momentum, data, extra),
+                              "gt_test.yaml"),
+          &plan);
       REQUIRE(engine::runLockstep(peers, 0, cs.rounds).isOk());
       const Errors e = errors(peers, xs);
-      INFO("|xbar - x*|^2 / |x*|^2 = " << e.optimum << ", consensus distance / |x*|^2 = "
-                                       << e.consensus);
+      INFO("|xbar - x*|^2 / |x*|^2 = " << e.optimum
+                                       << ", consensus distance / |x*|^2 = " << e.consensus);
       if (cs.exact) {
         CHECK(e.optimum < 1e-8);
         CHECK(e.consensus < 1e-8);
@@ -134,11 +133,10 @@ TEST_CASE("gt reaches the exact optimum of the heterogeneous quadratic; dsgd and
 TEST_CASE("a lost gt message desynchronises both replicas; the hash check and a resync heal them") {
   const std::string data = quadraticData(4);
   std::shared_ptr<engine::RunPlan> plan;
-  auto peers = makePeers(
-      test_util::loadYaml(
-          yamlFor("gt", "top-k", 0.0, data, ", consensus_step: 0.4, check_every: 4", 4),
-          "gt_test.yaml"),
-      &plan);
+  auto peers = makePeers(test_util::loadYaml(yamlFor("gt", "top-k", 0.0, data,
+                                                     ", consensus_step: 0.4, check_every: 4", 4),
+                                             "gt_test.yaml"),
+                         &plan);
   engine::LockstepHooks hooks;
   hooks.deliver = [](int from, int to, std::int64_t round) {
     return !(from == 1 && to == 0 && round == 2);
@@ -183,8 +181,8 @@ TEST_CASE("gt's state() names every buffer and loadState() continues a run bit f
       REQUIRE(engine::runLockstep(b, 30, 30).isOk());
       for (std::size_t i = 0; i < a.size(); ++i) {
         INFO("peer " << i);
-        CHECK(std::memcmp(a[i]->model().data(), b[i]->model().data(),
-                          a[i]->model().size_bytes()) == 0);
+        CHECK(std::memcmp(a[i]->model().data(), b[i]->model().data(), a[i]->model().size_bytes()) ==
+              0);
       }
       // A state of another shape is refused, naming the buffer.
       auto s = a[0]->algorithm().state();
