@@ -152,12 +152,15 @@ struct AlgorithmOptions {
   // Initial public copies (CHOCO): all peers start x_hat at this common model (or 0 when empty).
   std::vector<float> initialPublicCopy;
   // gt: the codec compresses (compression.method is not none): public copies for x and y (BEER);
-  // false: exact DIGing, this round's x_j and y_j themselves are mixed.
+  // false: DIGing, this round's x_j and y_j themselves are mixed.
   bool compressed = false;
 };
 
-// gt's consensus step under `auto`: 1 without compression (DIGing mixes with W itself), this with
-// a compressor (measured on the quadratic and Fashion-MNIST, docs/algorithms.md).
+// gt's consensus step under `auto`. Uncompressed: 0.5, DIGing with the lazy matrix (I + W) / 2,
+// whose eigenvalues are >= 0; with W itself (1) stochastic gradients made it diverge on the 4x4
+// torus (Metropolis weights, lambda_min = -0.6) and lose 2 points on the ring (Fashion-MNIST,
+// docs/algorithms.md). Compressed: 0.4 (BEER's gamma; biased low-bit compressors need less).
+inline constexpr double kGtAutoStepUncompressed = 0.5;
 inline constexpr double kGtAutoStep = 0.4;
 
 // DeepSqueeze's step under `auto` (see AlgorithmOptions::autoConsensusStep).

@@ -592,7 +592,10 @@ class Loader {
       warning(keyWhere("compression.error_feedback"), "compression.error_feedback",
               "has no effect: dsgd sends exact fp32 models, there is no residual");
     }
-    if (!dsgd && c.compression.method == compress::Method::kNone && c.algorithm.consensusStep &&
+    // gt is the exception: uncompressed it mixes with (I + W) / 2 under auto, on purpose
+    // (algorithm.h, kGtAutoStepUncompressed).
+    if (!dsgd && c.algorithm.name != algorithms::AlgorithmKind::kGt &&
+        c.compression.method == compress::Method::kNone && c.algorithm.consensusStep &&
         *c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
               "below 1 without compression slows consensus for nothing");

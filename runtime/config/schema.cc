@@ -602,7 +602,7 @@ std::vector<KeyDef> buildSchema() {
       0.0, 1.0,
       "Consensus step size gamma of CHOCO and DeepSqueeze; auto: CHOCO peers choose it each round "
       "from the measured compressor quality and back off when the public copies lag "
-      "(docs/algorithms.md), DeepSqueeze uses 0.2, gt 1 uncompressed and 0.4 compressed"));
+      "(docs/algorithms.md), DeepSqueeze uses 0.2, gt 0.5 uncompressed and 0.4 compressed"));
   t.push_back(boolKey(
       "algorithm.overlap", [](Config & c) -> auto& { return c.algorithm.overlap; },
       "Compute the next gradient while the round's frames are in flight"));

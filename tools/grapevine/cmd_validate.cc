@@ -63,8 +63,7 @@ void printSummary(const config::Config& c, std::ostream& os) {
            : c.algorithm.name == algorithms::AlgorithmKind::kGt
                ? " (" +
                      fmt(c.compression.method == compress::Method::kNone
-                             ? 1.0
-                             : algorithms::kGtAutoStep) +
+                             ? algorithms::kGtAutoStepUncompressed : algorithms::kGtAutoStep) +
                      ")"
                : " (" + fmt(algorithms::kDeepSqueezeAutoStep) + ")");
   }
