@@ -563,8 +563,9 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
                           neighbours, std::move(codec)));
     case AlgorithmKind::kGt:
       return std::unique_ptr<Algorithm>(
-          new Gt(dim, o.autoConsensusStep ? (o.compressed ? kGtAutoStep : kGtAutoStepUncompressed)
-                                : o.consensusStep,
+          new Gt(dim,
+                 o.autoConsensusStep ? (o.compressed ? kGtAutoStep : kGtAutoStepUncompressed)
+                                     : o.consensusStep,
                  o.compressed, neighbours, o.initialPublicCopy, std::move(codec)));
   }
   return invalidArgument("unknown algorithm kind " + std::to_string(static_cast<int>(o.kind)));

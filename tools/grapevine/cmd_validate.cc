@@ -63,7 +63,8 @@ void printSummary(const config::Config& c, std::ostream& os) {
            : c.algorithm.name == algorithms::AlgorithmKind::kGt
                ? " (" +
                      fmt(c.compression.method == compress::Method::kNone
-                             ? algorithms::kGtAutoStepUncompressed : algorithms::kGtAutoStep) +
+                             ? algorithms::kGtAutoStepUncompressed
+                             : algorithms::kGtAutoStep) +
                      ")"
                : " (" + fmt(algorithms::kDeepSqueezeAutoStep) + ")");
   }
