@@ -17,6 +17,9 @@
 //                with d live out-neighbours it keeps (x_half, w) / (d + 1) and sends the same
 //                share to each; x <- kept + sum of every share received since the last mix,
 //                w likewise; the engine's model becomes z = x / w. The schedule's w_ij are unused.
+//   gt:          gradient tracking (class Gt in algorithms.cc; docs/algorithms.md). It chooses the
+//                step direction itself (tracksDirection(), direction()): the engine's u becomes
+//                the tracker y_i, which follows the network-average of u; x and y both travel.
 // Thread contract: one Algorithm per peer, used from that peer's training thread only.
 #pragma once
 
@@ -100,8 +103,17 @@ class Algorithm {
   // Ends the round: x <- mixed model, over the neighbours in `arrived` (with their weights).
   virtual void mix(std::span<float> x, const MixWeights& arrived) = 0;
 
+  // Gradient tracking's hook (false and a no-op for every other algorithm). When true, the engine
+  // calls direction() once per local step, after the optimizer turned the stochastic gradient into
+  // its direction u (u = g with momentum 0 and no weight decay) and before the step x <- x - lr u:
+  // the algorithm replaces u in place by the direction it wants taken (gt: its tracker y_i). `x` is
+  // the model the gradient was taken at (x_t, before the step). Requires algorithm.local_steps 1.
+  virtual bool tracksDirection() const { return false; }
+  virtual void direction(std::span<const float> x, std::span<float> u, std::uint64_t round) {}
+
   // CHOCO: hash of this peer's public copy (xhat_i), and of its replica of neighbour j's copy;
-  // neighbours compare them to detect drift. 0 for algorithms without replicas.
+  // neighbours compare them to detect drift. 0 for algorithms without replicas. Compressed gt's
+  // public copy is [xhat_i | yhat_i] (2 * dim values): hashes, snapshots and resets cover both.
   virtual std::uint64_t publicCopyHash() const { return 0; }
   virtual std::uint64_t replicaHash(int neighbour) const { return 0; }
   // Full-state resync of one edge: the public copy to send, and replacing a neighbour's replica.
@@ -126,8 +138,10 @@ class Algorithm {
   // The step in use and its inputs; nullopt for algorithms without a consensus step (dsgd).
   virtual std::optional<StepReport> stepReport() const { return std::nullopt; }
 
-  std::size_t maxMessageBytes() const { return codec_->maxMessageBytes(); }
-  std::size_t denseBytes() const { return codec_->denseBytes(); }
+  // Upper bound of prepare()'s output, and what the message would take as dense fp32 frames
+  // (gt sends two vectors: twice the codec's).
+  virtual std::size_t maxMessageBytes() const { return codec_->maxMessageBytes(); }
+  virtual std::size_t denseBytes() const { return codec_->denseBytes(); }
 
  protected:
   explicit Algorithm(std::unique_ptr<MessageCodec> codec) : codec_(std::move(codec)) {}
@@ -135,9 +149,9 @@ class Algorithm {
 };
 
 // Which gossip algorithm a peer runs (`algorithm.name`).
-enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze, kPushSum };
+enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze, kPushSum, kGt };
 
-// Names as configs spell them: "dsgd", "choco", "deepsqueeze". algorithmKindNames(), in enum
+// Names as configs spell them: "dsgd", "choco", "deepsqueeze", "push-sum", "gt". algorithmKindNames(), in enum
 // order, is the one table; the config schema takes its allowed values from it.
 std::string_view algorithmKindName(AlgorithmKind kind);
 std::optional<AlgorithmKind> parseAlgorithmKind(std::string_view name);
@@ -152,7 +166,17 @@ struct AlgorithmOptions {
   bool autoConsensusStep = false;
   // Initial public copies (CHOCO): all peers start x_hat at this common model (or 0 when empty).
   std::vector<float> initialPublicCopy;
+  // gt: the codec compresses (compression.method is not none): public copies for x and y (BEER);
+  // false: DIGing, this round's x_j and y_j themselves are mixed.
+  bool compressed = false;
 };
+
+// gt's consensus step under `auto`. Uncompressed: 0.5, DIGing with the lazy matrix (I + W) / 2,
+// whose eigenvalues are >= 0; with W itself (1) stochastic gradients made it diverge on the 4x4
+// torus (Metropolis weights, lambda_min = -0.6) and lose 2 points on the ring (Fashion-MNIST,
+// docs/algorithms.md). Compressed: 0.4 (BEER's gamma; biased low-bit compressors need less).
+inline constexpr double kGtAutoStepUncompressed = 0.5;
+inline constexpr double kGtAutoStep = 0.4;
 
 // DeepSqueeze's step under `auto` (see AlgorithmOptions::autoConsensusStep).
 inline constexpr double kDeepSqueezeAutoStep = 0.2;

@@ -5,13 +5,15 @@
 
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/algorithms/consensus_step.h"
+#include "runtime/common/byte_order.h"
 #include "runtime/common/enum_names.h"
 #include "runtime/common/hash.h"
 
 namespace grapevine::algorithms {
 namespace {
 // Indexed by AlgorithmKind.
-constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco", "deepsqueeze", "push-sum"};
+constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco", "deepsqueeze", "push-sum",
+                                                    "gt"};
 }  // namespace
 
 std::string_view algorithmKindName(AlgorithmKind kind) {
@@ -474,6 +476,190 @@ class PushSum final : public Algorithm {
   int recipients_ = 0;
 };
 
+// Gradient tracking (docs/algorithms.md). Peer i, round t; d_t is the optimizer's direction at x_t
+// (the stochastic gradient g_t, or with optimizer.momentum the heavy-ball buffer
+// m_t = beta m_{t-1} + g_t, which the tracker then follows), gamma the consensus step:
+//   y_t        = ytil_t + (d_t - d_{t-1})          direction(); ytil_0 = d_{-1} = 0, so y_0 = d_0
+//   x_half     = x_t - lr y_t                      the engine's step, with u = y_t
+//   compressed (BEER, Zhao et al. 2022, Algorithm 1, in its order: the copies take x_t and y_t):
+//     xhat_i <- xhat_i + C(x_t - xhat_i),  yhat_i <- yhat_i + C(y_t - yhat_i)   (both sent)
+//   uncompressed (DIGing, Nedic, Olshevsky and Shi 2017): xhat_i = x_t, yhat_i = y_t (sent as is)
+//   x_{t+1}    = x_half + gamma sum_j w_ij (xhat_j - xhat_i)                     mix()
+//   ytil_{t+1} = y_t    + gamma sum_j w_ij (yhat_j - yhat_i)
+// With symmetric weights the consensus terms sum to zero over the peers, so sum_i y_i = sum_i d_i
+// every round: y tracks the network-average direction, and at a fixed point (x_half = x, hence
+// y_i = 0 for all i) the average gradient is zero: the exact optimum, whatever the heterogeneity.
+// The message is [u32 LE: bytes of part 1][part 1: x][part 2: y], each part the codec's frames.
+// Compressed, one replica [xhat_j | yhat_j] per neighbour, updated in order like CHOCO's (late
+// messages too); a message whose second part fails after the first was applied leaves the replica
+// half-updated: the receive error makes the engine ask for a snapshot, which resets both halves.
+class Gt final : public Algorithm {
+ public:
+  Gt(std::size_t dim, double gamma, bool compressed, const std::vector<int>& neighbours,
+     const std::vector<float>& initial, std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)),
+        dim_(dim),
+        gamma_(gamma),
+        compressed_(compressed),
+        y_(dim, 0.0f),
+        dPrev_(dim, 0.0f),
+        xt_(dim, 0.0f),
+        diff_(dim),
+        q_(dim),
+        public_(2 * dim, 0.0f) {
+    if (!initial.empty()) std::copy(initial.begin(), initial.end(), public_.begin());
+    for (int j : neighbours) replicas_.emplace(j, public_);
+  }
+  std::string_view name() const override { return algorithmKindName(AlgorithmKind::kGt); }
+  std::size_t maxMessageBytes() const override { return 4 + 2 * codec_->maxMessageBytes(); }
+  std::size_t denseBytes() const override { return 4 + 2 * codec_->denseBytes(); }
+
+  bool tracksDirection() const override { return true; }
+  void direction(std::span<const float> x, std::span<float> u, std::uint64_t) override {
+    for (std::size_t k = 0; k < dim_; ++k) {
+      y_[k] += u[k] - dPrev_[k];
+      dPrev_[k] = u[k];
+      u[k] = y_[k];
+    }
+    std::copy(x.begin(), x.end(), xt_.begin());
+    haveXt_ = true;
+  }
+
+  Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
+                              std::span<std::uint8_t> out) override {
+    // Without direction() this round (it is always called when the engine steps), x_half stands
+    // in for x_t.
+    const std::span<const float> xt = haveXt_ ? std::span<const float>(xt_) : x;
+    haveXt_ = false;
+    if (out.size() < 4) return internalError("gt: message buffer too small");
+    const std::span<float> xhat(public_.data(), dim_), yhat(public_.data() + dim_, dim_);
+    std::size_t n1 = 0, n2 = 0;
+    if (!compressed_) {
+      GV_ASSIGN_OR_RETURN(n1, codec_->encode(xt, round, out.subspan(4), xhat));
+      GV_ASSIGN_OR_RETURN(n2, codec_->encode(y_, round, out.subspan(4 + n1), yhat));
+    } else {
+      for (std::size_t k = 0; k < dim_; ++k) diff_[k] = xt[k] - xhat[k];
+      GV_ASSIGN_OR_RETURN(n1, codec_->encode(diff_, round, out.subspan(4), q_));
+      for (std::size_t k = 0; k < dim_; ++k) xhat[k] += q_[k];
+      for (std::size_t k = 0; k < dim_; ++k) diff_[k] = y_[k] - yhat[k];
+      GV_ASSIGN_OR_RETURN(n2, codec_->encode(diff_, round, out.subspan(4 + n1), q_));
+      for (std::size_t k = 0; k < dim_; ++k) yhat[k] += q_[k];
+    }
+    storeLe32(out.data(), static_cast<std::uint32_t>(n1));
+    return 4 + n1 + n2;
+  }
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    auto it = replicas_.find(j);
+    if (it == replicas_.end()) return invalidArgument("no replica for peer " + std::to_string(j));
+    // Uncompressed: this round's x_j and y_j replace the slot; compressed: deltas add to it.
+    if (!compressed_) std::fill(it->second.begin(), it->second.end(), 0.0f);
+    return apply(j, it->second, m, round);
+  }
+  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round) override {
+    if (!compressed_) return Status::ok();  // a past round's x_j, y_j are useless now
+    auto it = replicas_.find(j);
+    if (it == replicas_.end()) return invalidArgument("no replica for peer " + std::to_string(j));
+    return apply(j, it->second, m, round);
+  }
+  void mix(std::span<float> x, const MixWeights& arrived) override {
+    std::vector<std::pair<int, double>> byRank = arrived.neighbours;
+    std::sort(byRank.begin(), byRank.end());
+    std::vector<std::pair<const float*, double>> terms;
+    for (const auto& [j, w] : byRank) {
+      const auto it = replicas_.find(j);
+      if (it != replicas_.end()) terms.emplace_back(it->second.data(), gamma_ * w);
+    }
+    // target[k] <- target[k] + sum_j gamma w_ij (r_j[off + k] - public_i[off + k]), in double in
+    // rank order, rounded once.
+    auto consensus = [&](std::span<float> target, std::size_t off) {
+      const float* self = public_.data() + off;
+      for (std::size_t k = 0; k < dim_; ++k) {
+        double t = 0.0;
+        for (const auto& [r, gw] : terms) t += gw * (static_cast<double>(r[off + k]) - self[k]);
+        target[k] = static_cast<float>(target[k] + t);
+      }
+    };
+    consensus(x, 0);
+    consensus(y_, dim_);
+  }
+  std::uint64_t publicCopyHash() const override { return compressed_ ? hashFloats(public_) : 0; }
+  std::uint64_t replicaHash(int j) const override {
+    auto it = replicas_.find(j);
+    return !compressed_ || it == replicas_.end() ? 0 : hashFloats(it->second);
+  }
+  std::span<const float> publicCopy() const override {
+    return compressed_ ? std::span<const float>(public_) : std::span<const float>();
+  }
+  Status resetReplica(int j, std::span<const float> copy) override {
+    auto it = replicas_.find(j);
+    if (!compressed_ || it == replicas_.end() || copy.size() != public_.size()) {
+      return invalidArgument("resync: no gt replica of that size for peer " + std::to_string(j));
+    }
+    std::copy(copy.begin(), copy.end(), it->second.begin());
+    return Status::ok();
+  }
+  void dropNeighbour(int j) override { replicas_.erase(j); }
+  // "tracker" (y between rounds), "previous_direction" (d_{t-1}); compressed also
+  // "public_model", "public_tracker" and "replica/<j>/model", "replica/<j>/tracker".
+  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
+    std::vector<std::pair<std::string, std::vector<float>>> out{{"tracker", y_},
+                                                                {"previous_direction", dPrev_}};
+    if (!compressed_) return out;
+    auto half = [&](const std::vector<float>& v, int h) {
+      return std::vector<float>(v.begin() + h * dim_, v.begin() + (h + 1) * dim_);
+    };
+    out.emplace_back("public_model", half(public_, 0));
+    out.emplace_back("public_tracker", half(public_, 1));
+    for (const auto& [j, r] : replicas_) {
+      out.emplace_back("replica/" + std::to_string(j) + "/model", half(r, 0));
+      out.emplace_back("replica/" + std::to_string(j) + "/tracker", half(r, 1));
+    }
+    return out;
+  }
+  Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
+    GV_RETURN_IF_ERROR(Algorithm::loadState(s));  // same names and sizes as state()
+    y_ = s[0].second;
+    dPrev_ = s[1].second;
+    if (!compressed_) return Status::ok();
+    std::copy(s[2].second.begin(), s[2].second.end(), public_.begin());
+    std::copy(s[3].second.begin(), s[3].second.end(), public_.begin() + dim_);
+    auto r = replicas_.begin();
+    for (std::size_t k = 4; k + 1 < s.size(); k += 2, ++r) {
+      std::copy(s[k].second.begin(), s[k].second.end(), r->second.begin());
+      std::copy(s[k + 1].second.begin(), s[k + 1].second.end(), r->second.begin() + dim_);
+    }
+    return Status::ok();
+  }
+  std::optional<StepReport> stepReport() const override {
+    StepReport r;
+    r.step = r.proposed = gamma_;
+    return r;
+  }
+
+ private:
+  // Adds (compressed) or writes (uncompressed, into a zeroed slot) both parts of j's message.
+  Status apply(int j, std::vector<float>& slot, std::span<const std::uint8_t> m,
+               std::uint64_t round) {
+    if (m.size() < 4) return dataLoss("gt: message of " + std::to_string(m.size()) + " bytes");
+    const std::uint32_t n1 = loadLe32(m.data());
+    if (n1 > m.size() - 4) return dataLoss("gt: first part of " + std::to_string(n1) + " bytes");
+    const std::span<float> xs(slot.data(), dim_), ys(slot.data() + dim_, dim_);
+    GV_RETURN_IF_ERROR(codec_->decodeAccumulate(m.subspan(4, n1), round, j, 1.0f, xs));
+    return codec_->decodeAccumulate(m.subspan(4 + n1), round, j, 1.0f, ys);
+  }
+
+  std::size_t dim_;
+  double gamma_;
+  bool compressed_;
+  std::vector<float> y_;      // the tracker: y_t within a round, ytil_{t+1} after mix()
+  std::vector<float> dPrev_;  // d_{t-1}
+  std::vector<float> xt_;     // x_t of this round (direction())
+  bool haveXt_ = false;
+  std::vector<float> diff_, q_;
+  std::vector<float> public_;                   // [xhat_i | yhat_i]
+  std::map<int, std::vector<float>> replicas_;  // [xhat_j | yhat_j] per neighbour
+};
+
 }  // namespace
 
 Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std::size_t dim,
@@ -496,6 +682,12 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
                           neighbours, std::move(codec)));
     case AlgorithmKind::kPushSum:
       return std::unique_ptr<Algorithm>(new PushSum(dim, neighbours, std::move(codec)));
+    case AlgorithmKind::kGt:
+      return std::unique_ptr<Algorithm>(
+          new Gt(dim,
+                 o.autoConsensusStep ? (o.compressed ? kGtAutoStep : kGtAutoStepUncompressed)
+                                     : o.consensusStep,
+                 o.compressed, neighbours, o.initialPublicCopy, std::move(codec)));
   }
   return invalidArgument("unknown algorithm kind " + std::to_string(static_cast<int>(o.kind)));
 }

@@ -646,7 +646,10 @@ class Loader {
                 std::string(algorithms::algorithmKindName(c.algorithm.name)) + ": " +
                 (choco ? "CHOCO's public copies already carry the compression residual (each "
                          "round sends C(x - x_hat), the part not yet delivered)"
-                       : "DeepSqueeze already feeds its compression error back (e <- v - C(v))") +
+                 : c.algorithm.name == algorithms::AlgorithmKind::kGt
+                     ? "gt's public copies of x and y already carry the compression residual "
+                       "(each round sends C(x - x_hat) and C(y - y_hat))"
+                     : "DeepSqueeze already feeds its compression error back (e <- v - C(v))") +
                 ", so a second residual counts it twice and diverges; set "
                 "compression.error_feedback: false");
     }
@@ -654,10 +657,29 @@ class Loader {
       warning(keyWhere("compression.error_feedback"), "compression.error_feedback",
               "has no effect: dsgd sends exact fp32 models, there is no residual");
     }
-    if (!dsgd && !pushSum && c.compression.method == compress::Method::kNone &&
-        c.algorithm.consensusStep && *c.algorithm.consensusStep < 1.0) {
+    // gt is the exception: uncompressed it mixes with (I + W) / 2 under auto, on purpose
+    // (algorithm.h, kGtAutoStepUncompressed).
+    if (!dsgd && !pushSum && c.algorithm.name != algorithms::AlgorithmKind::kGt &&
+        c.compression.method == compress::Method::kNone && c.algorithm.consensusStep &&
+        *c.algorithm.consensusStep < 1.0) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
               "below 1 without compression slows consensus for nothing");
+    }
+    if (c.algorithm.name == algorithms::AlgorithmKind::kGt) {
+      // The tracker adds d_t - d_{t-1} once per round: with H local steps it would either see
+      // only the last step's direction or count the round's changes H times.
+      if (c.algorithm.localSteps != 1) {
+        error(keyWhere("algorithm.local_steps"), "algorithm.local_steps",
+              "must be 1 with algorithm.name: gt (the tracker takes one gradient per gossip "
+              "round)");
+      }
+      // The API's caller takes its own optimizer step; gt must choose the step direction.
+      if (c.workload.name == train::WorkloadKind::kExternal) {
+        error(keyWhere("algorithm.name"), "algorithm.name",
+              "gt cannot be used with workload.name external: gradient tracking replaces the "
+              "step direction, and through the API the caller takes its own step");
+      }
+      // gt on a directed graph is refused by checkDirected() (symmetric weights needed).
     }
     if (c.optimizer.schedule == train::LrScheduleKind::kStep &&
         c.optimizer.stepMilestones.empty()) {

@@ -599,13 +599,14 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(enumKey(
       "algorithm.name", [](Config & c) -> auto& { return c.algorithm.name; },
       choicesOf(algorithms::algorithmKindNames(), algorithms::parseAlgorithmKind),
-      "Gossip algorithm: exact D-PSGD, CHOCO-SGD, or DeepSqueeze"));
+      "Gossip algorithm: exact D-PSGD, CHOCO-SGD, DeepSqueeze, or gt (gradient tracking: DIGing, "
+      "or BEER with a compressor)"));
   t.push_back(doubleOrAutoKey(
       "algorithm.consensus_step", [](Config & c) -> auto& { return c.algorithm.consensusStep; },
       0.0, 1.0,
       "Consensus step size gamma of CHOCO and DeepSqueeze; auto: CHOCO peers choose it each round "
       "from the measured compressor quality and back off when the public copies lag "
-      "(docs/algorithms.md), DeepSqueeze uses 0.2"));
+      "(docs/algorithms.md), DeepSqueeze uses 0.2, gt 0.5 uncompressed and 0.4 compressed"));
   t.push_back(boolKey(
       "algorithm.overlap", [](Config & c) -> auto& { return c.algorithm.overlap; },
       "Compute the next gradient while the round's frames are in flight"));

@@ -66,7 +66,9 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
   xBefore_.resize(n);
   neighbours_ = schedule_.allNeighbours(options_.rank);
   message_.resize(algorithm_->maxMessageBytes());
-  wireCapacity_ = std::max(kEnvelopeBytes + message_.size() + n * sizeof(float),
+  // Room for a resync snapshot of the public copy (gt's holds x and y: 2 n values).
+  const std::size_t snapshot = std::max(n, algorithm_->publicCopy().size()) * sizeof(float);
+  wireCapacity_ = std::max(kEnvelopeBytes + message_.size() + snapshot,
                            kEnvelopeBytes + kNoticeFixedBytes + kNoticeMaxReason);
   wireCapacity_ =
       std::max(wireCapacity_, kEnvelopeBytes + kCollectiveHeaderBytes + kMaxSmallCollective * 8);
@@ -203,6 +205,9 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
       loss += workload_->gradient(x_, g_);
     }
     optimizer_->direction(g_, x_, u_, round);
+    // Gradient tracking chooses the direction (its tracker); every other algorithm takes u as is.
+    if (algorithm_->tracksDirection())
+      algorithm_->direction(x_, u_, static_cast<std::uint64_t>(round));
     const float lr = static_cast<float>(lastLr_);
     for (std::size_t k = 0; k < x_.size(); ++k) x_[k] -= lr * u_[k];
   }

@@ -3,7 +3,9 @@
 // the bytes: the process driver over a real transport (driver.h), the in-process lockstep driver
 // for tests and simulation (lockstep.h). Both call the same methods in the same order:
 //
-//   beginRound(t)                      local step(s) on x, then the message for round t
+//   beginRound(t)                      local step(s) on x, then the message for round t (an
+//                                      algorithm that tracksDirection() replaces the optimizer's
+//                                      direction u before each step: gradient tracking)
 //   outgoing(j) for j in sendTo()      the bytes to send to neighbour j
 //   onMessage(j, bytes)                each message from a neighbour, in per-edge arrival order
 //   [precomputeGradient()]             algorithm.overlap: the next round's gradient, at x_half (the

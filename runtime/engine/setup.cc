@@ -79,6 +79,7 @@ Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
   ao.kind = c.algorithm.name;
   ao.autoConsensusStep = !c.algorithm.consensusStep.has_value();
   if (c.algorithm.consensusStep) ao.consensusStep = *c.algorithm.consensusStep;
+  ao.compressed = c.compression.method != compress::Method::kNone;
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
   if (c.workload.name != train::WorkloadKind::kConsensus)
@@ -103,7 +104,8 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   po.checkEvery = c.algorithm.checkEvery;
   po.dynamicMetropolis =
       plan.schedule->period() == 1 && c.topology.weights == topology::WeightsKind::kMetropolis;
-  po.sendToAllNeighbours = c.algorithm.name == algorithms::AlgorithmKind::kChoco;
+  po.sendToAllNeighbours = c.algorithm.name == algorithms::AlgorithmKind::kChoco ||
+                           c.algorithm.name == algorithms::AlgorithmKind::kGt;
   // The API's caller may not report its loss, and its finalize() averages over collectives.
   po.lossMayBeUnknown = po.collectives = c.workload.name == train::WorkloadKind::kExternal;
   return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),

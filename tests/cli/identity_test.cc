@@ -1,7 +1,8 @@
 // The contract of issue 13: with the same config and seed, and no neighbour suspect or dead,
 // `grapevine sim` and `grapevine launch` (real processes, over tcp and ucx) produce bit-identical
-// models and summaries. Each case runs the simulator once and launch once per backend, then
-// compares every model file byte for byte and the summary's results field by field.
+// models and summaries (D-PSGD, CHOCO, DeepSqueeze, gt). Each case runs the simulator once and
+// launch once per backend, then compares every model file byte for byte and the summary's results
+// field by field.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -122,5 +123,28 @@ TEST_CASE("sim and launch are bit-identical: Fashion-MNIST MLP, CHOCO + top-k, D
                  common +
                      "algorithm: { name: deepsqueeze, consensus_step: 0.2, round_timeout: 120 }\n"
                      "compression: { method: sign }\n",
+                 6);
+}
+
+TEST_CASE("sim and launch are bit-identical: gt uncompressed (quadratic) and gt + sign (MLP)",
+          "[slow]") {
+  checkIdentical("gt",
+                 "run: { seed: 3, rounds: 300 }\n"
+                 "peers: { count: 16 }\n"
+                 "topology: { kind: torus, dims: [4, 4] }\n"
+                 "workload: { name: quadratic, data: quad16.json, noise: 0.1 }\n"
+                 "algorithm: { name: gt, round_timeout: 120 }\n"
+                 "compression: { method: none }\n"
+                 "optimizer: { lr: 0.01, momentum: 0.5, schedule: constant }\n",
+                 16);
+  checkIdentical("gt-sign",
+                 "run: { seed: 5, rounds: 200 }\n"
+                 "peers: { count: 6 }\n"
+                 "topology: { kind: torus, dims: [2, 3] }\n"
+                 "optimizer: { lr: 0.01, momentum: 0.9, batch_size: 32 }\n"
+                 "workload: { name: fashion-mnist-mlp, hidden: [32], eval_every: 100, "
+                 "eval_samples: 2000 }\n"
+                 "algorithm: { name: gt, consensus_step: 0.1, round_timeout: 120 }\n"
+                 "compression: { method: sign }\n",
                  6);
 }

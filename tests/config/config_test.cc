@@ -478,3 +478,31 @@ TEST_CASE("monitoring.prometheus_port: off by default; refused past 65535 or on 
                  "monitoring.prometheus_port: peer 0's metrics port 9001 is peer 0's port in "
                  "peers.list (host 10.0.0.1)"));
 }
+
+TEST_CASE("gt refuses error feedback, local steps and the external workload, naming the keys") {
+  const auto ef = loadString(
+      "peers: { count: 4 }\nalgorithm: { name: gt }\n"
+      "compression: { method: sign, error_feedback: true }\n",
+      "gt_ef.yaml", noEnv());
+  CHECK_FALSE(ef.ok());
+  CHECK(contains(allDiagnostics(ef),
+                 "error: compression.error_feedback: true cannot be used with algorithm.name: gt: "
+                 "gt's public copies of x and y already carry the compression residual"));
+  const auto steps = loadString("peers: { count: 4 }\nalgorithm: { name: gt, local_steps: 2 }\n",
+                                "gt_steps.yaml", noEnv());
+  CHECK_FALSE(steps.ok());
+  CHECK(contains(allDiagnostics(steps),
+                 "error: algorithm.local_steps: must be 1 with algorithm.name: gt"));
+  const auto external =
+      loadString("peers: { count: 4 }\nalgorithm: { name: gt }\nworkload: { name: external }\n",
+                 "gt_external.yaml", noEnv());
+  CHECK_FALSE(external.ok());
+  CHECK(contains(allDiagnostics(external),
+                 "error: algorithm.name: gt cannot be used with workload.name external"));
+  // Uncompressed and compressed gt with momentum are fine.
+  CHECK(loadString("peers: { count: 4 }\nalgorithm: { name: gt }\n", "gt.yaml", noEnv()).ok());
+  CHECK(loadString("peers: { count: 4 }\nalgorithm: { name: gt, consensus_step: 0.1 }\n"
+                   "compression: { method: top-k, ratio: 0.1 }\noptimizer: { momentum: 0.9 }\n",
+                   "gt_topk.yaml", noEnv())
+            .ok());
+}

@@ -67,8 +67,13 @@ void printSummary(const config::Config& c, std::ostream& os) {
     os << ", consensus step " << fmt(*c.algorithm.consensusStep);
   } else if (!dsgd) {
     os << ", consensus step auto"
-       << (c.algorithm.name == algorithms::AlgorithmKind::kChoco
-               ? " (per edge and round)"
+       << (c.algorithm.name == algorithms::AlgorithmKind::kChoco ? " (per edge and round)"
+           : c.algorithm.name == algorithms::AlgorithmKind::kGt
+               ? " (" +
+                     fmt(c.compression.method == compress::Method::kNone
+                             ? algorithms::kGtAutoStepUncompressed
+                             : algorithms::kGtAutoStep) +
+                     ")"
                : " (" + fmt(algorithms::kDeepSqueezeAutoStep) + ")");
   }
   os << ", " << c.algorithm.localSteps << " local step" << (c.algorithm.localSteps > 1 ? "s" : "")
