@@ -1,7 +1,10 @@
 #include "runtime/config/config.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 
@@ -30,6 +33,36 @@ std::vector<PeerAddress> PeersSection::addresses() const {
   out.reserve(count);
   for (int r = 0; r < count; ++r) out.push_back({host, basePort + r});
   return out;
+}
+
+std::string Config::keyFilePath() const {
+  if (security.keyFile.empty() || security.keyFile[0] == '/' || sourcePath.empty()) {
+    return security.keyFile;
+  }
+  return (std::filesystem::path(sourcePath).parent_path() / security.keyFile).string();
+}
+
+namespace {
+bool isLoopback(std::string host) {
+  if (host == "localhost") return true;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned char v4[4];
+  if (inet_pton(AF_INET, host.c_str(), v4) == 1) return v4[0] == 127;
+  unsigned char v6[16];
+  if (inet_pton(AF_INET6, host.c_str(), v6) == 1) {
+    static const unsigned char kLoop[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return std::equal(v6, v6 + 16, kLoop);
+  }
+  return false;  // a name, or `auto`: assume a network
+}
+}  // namespace
+
+bool Config::anyNonLoopbackHost() const {
+  if (peers.list.empty()) return !isLoopback(peers.host);
+  return std::any_of(peers.list.begin(), peers.list.end(),
+                     [](const PeerAddress& a) { return !isLoopback(a.host); });
 }
 
 topology::Spec Config::topologySpec() const {

@@ -205,6 +205,12 @@ struct NetworkSection {
   bool uniform() const { return peers.empty() && edges.empty(); }
 };
 
+// security.*: docs/security.md.
+struct SecuritySection {
+  std::string keyFile;   // the pre-shared key; empty: no authentication (today's behaviour)
+  bool encrypt = false;  // AEAD on every message (needs keyFile)
+};
+
 struct Config {
   std::string sourcePath;  // the YAML file it came from ("" for defaults)
   RunSection run;
@@ -219,6 +225,14 @@ struct Config {
   MonitoringSection monitoring;
   CheckpointSection checkpoint;
   NetworkSection network;
+  SecuritySection security;
+
+  // security.key_file as a path: relative paths are relative to the config file's folder, like
+  // workload.data. Empty without a key.
+  std::string keyFilePath() const;
+  // Whether any peer's host is not a loopback address (127.0.0.0/8, ::1, localhost): traffic then
+  // crosses a network, where security.key_file matters. `auto` hosts count as not loopback.
+  bool anyNonLoopbackHost() const;
 
   // The topology as the topology library wants it (peers from peers.count, seed from run.seed).
   topology::Spec topologySpec() const;

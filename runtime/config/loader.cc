@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/config/schema.h"
+#include "runtime/security/key.h"
 #include "topology/topology.h"
 
 namespace grapevine::config {
@@ -624,6 +625,8 @@ class Loader {
       }
     }
 
+    checkSecurity(c);
+
     // algorithm, compression, optimizer, workload
     const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd;
     if (dsgd && c.compression.method != compress::Method::kNone) {
@@ -708,6 +711,25 @@ class Loader {
         error(keyWhere("workload.data"), "workload.data",
               "cannot open \"" + c.workload.data + "\"");
       }
+    }
+  }
+
+  // security.*: the key file must be usable (so a peer refuses it at start, naming it); without
+  // one, traffic that leaves this machine is open to anyone who reaches the ports: warned.
+  void checkSecurity(const Config& c) {
+    if (!c.security.keyFile.empty()) {
+      auto key = security::readKeyFile(c.keyFilePath());
+      if (!key.isOk())
+        error(keyWhere("security.key_file"), "security.key_file", key.status().message());
+    } else if (c.security.encrypt) {
+      error(keyWhere("security.encrypt"), "security.encrypt",
+            "true needs security.key_file (the key that encrypts): create one with grapevine "
+            "keygen -o FILE");
+    } else if (c.anyNonLoopbackHost()) {
+      warning(keyWhere("security.key_file"), "security.key_file",
+              "not set while peers use non-loopback addresses: anyone who reaches the ports can "
+              "join the run or forge messages; create a key with grapevine keygen -o FILE "
+              "(docs/security.md)");
     }
   }
 

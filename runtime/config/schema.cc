@@ -803,6 +803,15 @@ std::vector<KeyDef> buildSchema() {
                         "[{between: [a, b], bandwidth_mbit, latency_ms, jitter_ms, "
                         "loss_percent}, ...]",
                         applyNetworkEdges, showNetworkEdges));
+
+  // security (docs/security.md)
+  t.push_back(stringKey(
+      "security.key_file", [](Config & c) -> auto& { return c.security.keyFile; },
+      "Pre-shared key (grapevine keygen -o FILE; mode 0600): peers authenticate each other and "
+      "every message; relative to the config file. Empty: no authentication"));
+  t.push_back(boolKey(
+      "security.encrypt", [](Config & c) -> auto& { return c.security.encrypt; },
+      "Also encrypt every message (ChaCha20-Poly1305); needs security.key_file"));
   return t;
 }
 

@@ -21,6 +21,7 @@
 #include "runtime/engine/records.h"
 #include "runtime/engine/rendezvous.h"
 #include "runtime/engine/summary.h"
+#include "runtime/security/key.h"
 #include "runtime/transport/bootstrap.h"
 #include "runtime/transport/loop.h"
 
@@ -380,10 +381,14 @@ Status PeerSession::Impl::startMetrics() {
 
 Status PeerSession::Impl::boot() {
   const config::Config& c = plan_.config;
-  loopThread_ = std::thread([this, busy = c.transport.busyPoll] { loop_.run(busy); });
-  transport::Options to = transportOptions(c, options_.rank, *core_);
   transport::BootstrapOptions bo =
       bootstrapOptions(plan_, options_.rank, options_.incarnation, *core_);
+  if (!c.security.keyFile.empty()) {
+    // Read again at start: the file may have changed since the config was validated.
+    GV_ASSIGN_OR_RETURN(bo.psk, security::readKeyFile(c.keyFilePath()));
+  }
+  loopThread_ = std::thread([this, busy = c.transport.busyPoll] { loop_.run(busy); });
+  transport::Options to = transportOptions(c, options_.rank, *core_);
   if (!c.peers.rendezvous.empty()) {
     // Addresses from the shared folder instead of the config (rendezvous.h): ours is published,
     // the neighbours' are read; the bootstrap then runs as with addresses from the config.
@@ -448,6 +453,8 @@ Status PeerSession::Impl::boot() {
 void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours) {
   for (auto& n : neighbours) {
     const int j = n.peer;
+    // Set before any receive is posted: every message on the edge is sealed from the first one.
+    if (n.sessionKey) core_->setEdgeKey(j, *n.sessionKey, plan_.config.security.encrypt);
     neighbours_[j] = std::move(n);
     auto& bufs = buffers_[j];
     bufs.resize(kRecvBuffersPerNeighbour);

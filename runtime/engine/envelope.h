@@ -26,6 +26,9 @@ enum EnvelopeFlags : std::uint16_t {
   // A collective round (the API's start-up model sync and finalize averaging): `round` is the
   // collective's index, the message is [u32 origin rank][f64 x dim] (PeerCore::beginCollective).
   kFlagCollective = 16,
+  // Sealed with the edge's session key (security.key_file): security::kSealTagBytes of tag follow
+  // the payload, and with security.encrypt the payload is ciphertext (PeerCore::setEdgeKey).
+  kFlagSealed = 32,
 };
 
 struct Envelope {

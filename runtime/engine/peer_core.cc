@@ -10,6 +10,7 @@
 
 #include "runtime/common/byte_order.h"
 #include "runtime/engine/envelope.h"
+#include "runtime/security/auth.h"
 
 namespace grapevine::engine {
 
@@ -75,6 +76,7 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
   if (options_.collectives) {
     wireCapacity_ = std::max(wireCapacity_, kEnvelopeBytes + kCollectiveHeaderBytes + n * 8);
   }
+  wireCapacity_ += security::kSealTagBytes;  // room for a seal (setEdgeKey)
   for (int j : neighbours_) {
     Edge& e = edges_[j];
     e.out.resize(wireCapacity_);
@@ -135,7 +137,7 @@ std::span<const std::uint8_t> PeerCore::divergenceNotice(int j) {
   const Divergence& d = *divergence_;
   const std::string reason = d.reason.substr(0, kNoticeMaxReason);
   const std::size_t payload = kNoticeFixedBytes + reason.size();
-  e.notice.assign(kEnvelopeBytes + payload, 0);
+  e.notice.assign(kEnvelopeBytes + payload + (e.key ? security::kSealTagBytes : 0), 0);
   std::uint8_t* p = e.notice.data() + kEnvelopeBytes;
   storeLe(p, static_cast<std::uint32_t>(d.origin));
   storeLe(p + 4, static_cast<std::uint64_t>(d.round));
@@ -151,9 +153,13 @@ std::span<const std::uint8_t> PeerCore::divergenceNotice(int j) {
   env.round = static_cast<std::uint64_t>(std::max<std::int64_t>(round_, 0));
   env.liveDegree = static_cast<std::uint32_t>(liveDegree());
   env.messageBytes = static_cast<std::uint32_t>(payload);
-  env.payloadCrc = payloadChecksum(std::span<const std::uint8_t>(e.notice).subspan(kEnvelopeBytes));
+  env.payloadCrc =
+      payloadChecksum(std::span<const std::uint8_t>(e.notice).subspan(kEnvelopeBytes, payload));
+  markSealed(e, env);
   writeEnvelope(env, e.notice);
-  return e.notice;
+  std::size_t bytes = kEnvelopeBytes + payload;
+  seal(e, env, e.notice, bytes);
+  return {e.notice.data(), bytes};
 }
 
 namespace {
@@ -261,7 +267,9 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
     e.outBytes = kEnvelopeBytes + messageBytes_ + env.snapshotBytes;
     env.payloadCrc = payloadChecksum(
         std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, e.outBytes - kEnvelopeBytes));
+    markSealed(e, env);
     writeEnvelope(env, e.out);
+    seal(e, env, e.out, e.outBytes);
     counters_.bytesSent += e.outBytes;
     counters_.bytesSentTo[j] += e.outBytes;
     counters_.bytesDenseEquivalent += kEnvelopeBytes + algorithm_->denseBytes();
@@ -280,6 +288,24 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   return Status::ok();
 }
 
+void PeerCore::setEdgeKey(int neighbour, const security::Key& key, bool encrypt) {
+  Edge& e = edges_.at(neighbour);
+  e.key = key;
+  e.encrypt = encrypt;
+}
+
+void PeerCore::markSealed(const Edge& e, Envelope& env) const {
+  if (e.key) env.flags |= kFlagSealed;
+}
+
+void PeerCore::seal(const Edge& e, const Envelope& env, std::span<std::uint8_t> buf,
+                    std::size_t& bytes) const {
+  if (!e.key) return;
+  security::seal(*e.key, e.encrypt, env.sender, env.sequence, kEnvelopeBytes,
+                 buf.first(bytes + security::kSealTagBytes));
+  bytes += security::kSealTagBytes;
+}
+
 std::span<const std::uint8_t> PeerCore::outgoing(int neighbour) {
   const Edge& e = edges_.at(neighbour);
   return {e.out.data(), e.outBytes};
@@ -292,6 +318,28 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     return;
   }
   Edge& e = it->second;
+  if (e.key) {
+    // Nothing in the message is read before its tag verified (the sender and sequence number only
+    // form the nonce: changed ones fail the tag).
+    if (bytes.size() < kEnvelopeBytes + security::kSealTagBytes) {
+      drop("auth");
+      return;
+    }
+    const auto sender = loadLe<std::uint32_t>(bytes.data() + 8);
+    const auto sequence = loadLe<std::uint64_t>(bytes.data() + 16);
+    if (e.encrypt) {
+      opened_.assign(bytes.begin(), bytes.end());
+      if (!security::open(*e.key, true, sender, sequence, kEnvelopeBytes, opened_)) {
+        drop("auth");
+        return;
+      }
+      bytes = opened_;
+    } else if (!security::verify(*e.key, sender, sequence, bytes)) {
+      drop("auth");
+      return;
+    }
+    bytes = bytes.first(bytes.size() - security::kSealTagBytes);
+  }
   auto env = readEnvelope(bytes);
   if (!env.isOk()) {
     drop(envelopeErrorReason(env.status()));
@@ -301,8 +349,16 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     drop("wrong_sender");
     return;
   }
+  if (((env->flags & kFlagSealed) != 0) != e.key.has_value()) {
+    drop("auth");  // sealed where we have no key for the edge, or the reverse
+    return;
+  }
   if (env->sequence < e.nextSeqIn) {
     drop("duplicate");
+    return;
+  }
+  if (env->sequence - e.nextSeqIn > kSequenceWindow) {
+    drop("sequence_window");
     return;
   }
   if (env->sequence > e.nextSeqIn) {
@@ -523,7 +579,9 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     e.outBytes = kEnvelopeBytes + payload;
     env.payloadCrc =
         payloadChecksum(std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, payload));
+    markSealed(e, env);
     writeEnvelope(env, e.out);
+    seal(e, env, e.out, e.outBytes);
     counters_.collectiveBytes += e.outBytes;
   }
 }

@@ -29,6 +29,7 @@
 
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/common/status.h"
+#include "runtime/security/key.h"
 #include "runtime/train/optimizer.h"
 #include "runtime/train/workload.h"
 #include "topology/topology.h"
@@ -134,7 +135,17 @@ class PeerCore {
   Status beginRound(std::int64_t round, const RoundInput& input = {});
   const std::vector<int>& sendTo() const { return sendTo_; }
   std::span<const std::uint8_t> outgoing(int neighbour);
+  // Checks, in order: the seal (with an edge key), the envelope (readEnvelope), the sender, and
+  // the sequence number (lower: a duplicate; more than kSequenceWindow ahead: dropped as
+  // `sequence_window`, so one forged number cannot make every later message a duplicate). Every
+  // drop is counted in counters().dropped by reason.
   void onMessage(int neighbour, std::span<const std::uint8_t> bytes);
+  // Authenticates every message on the edge to `neighbour` from now on with its session key
+  // (transport::Neighbour::sessionKey): outgoing envelopes are sealed (kFlagSealed, a tag after the
+  // payload; with `encrypt` the payload is encrypted), and an incoming one whose tag does not
+  // verify is dropped as `auth` before anything in it is read. Call before the first round.
+  void setEdgeKey(int neighbour, const security::Key& key, bool encrypt);
+  static constexpr std::uint64_t kSequenceWindow = std::uint64_t{1} << 20;
   const std::vector<int>& expectedFrom() const { return expected_; }
   bool roundComplete() const;
   void precomputeGradient();
@@ -224,7 +235,15 @@ class PeerCore {
     std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
     // Collective messages (index, bytes), in arrival order.
     std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> collectives;
+    std::optional<security::Key> key;  // setEdgeKey
+    bool encrypt = false;
   };
+  // Before writeEnvelope: marks `env` sealed when the edge has a key. After: seals buf[0, bytes)
+  // and grows `bytes` by the tag.
+  void markSealed(const Edge& e, Envelope& env) const;
+  void seal(const Edge& e, const Envelope& env, std::span<std::uint8_t> buf,
+            std::size_t& bytes) const;
+  std::vector<std::uint8_t> opened_;  // decrypted copy of the message being received
 
   void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
   // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.

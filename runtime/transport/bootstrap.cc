@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "runtime/common/log.h"
 #include "runtime/transport/control_link.h"
@@ -67,6 +68,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
 
   void cancel() override { finish(cancelled("bootstrap cancelled")); }
 
+  std::map<std::string, std::uint64_t> rejected() const override { return rejected_; }
+
  private:
   static Status checkRanks(const BootstrapOptions& o) {
     if (o.rank < 0 || static_cast<std::size_t>(o.rank) >= o.peers.size()) {
@@ -108,6 +111,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     for (int n : o.neighbours) {
       auto hello = std::make_shared<Hello>(ours);
       hello->receiver = n;
+      if (o.psk) hello->nonce = security::randomNonce();  // fresh for every handshake
       GV_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, handshake::encodeHello(*hello));
       links_[n] =
           std::make_shared<ControlLink>(loop_, n, options_, std::move(hello), std::move(bytes),
@@ -126,6 +130,11 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     asio::steady_timer timer;
     std::uint8_t header[handshake::kFrameHeaderBytes];
     std::vector<std::uint8_t> body;
+    // With a key: the dialer's hello while its proof is awaited, and the transcript.
+    std::optional<Hello> hello;
+    std::vector<std::uint8_t> helloBytes;
+    security::Transcript transcript;
+    std::string from;  // the remote address, for the log
   };
 
   void startAccept() {
@@ -140,57 +149,157 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
 
   // The dialer's first frame must be its hello; it tells us which link the socket belongs to.
   void readFirstFrame(const std::shared_ptr<Pending>& p) {
+    boost::system::error_code ec;
+    const auto remote = p->socket.remote_endpoint(ec);
+    p->from = ec ? std::string("?") : formatEndpoint(remote);
+    readPendingFrame(p, [self = shared_from_this(), p] { self->routeAccepted(p); });
+  }
+
+  // Reads one frame into p->header/body within connectTimeout, then runs `next`. An oversized
+  // frame is refused before allocation; a closed or silent socket is dropped (counted when the
+  // peer had started authenticating).
+  void readPendingFrame(const std::shared_ptr<Pending>& p, std::function<void()> next) {
     p->timer.expires_after(seconds(options_->connectTimeoutSeconds));
     p->timer.async_wait([p](boost::system::error_code ec) {
       boost::system::error_code ignored;
       if (!ec) p->socket.close(ignored);
     });
-    asio::async_read(p->socket, asio::buffer(p->header, handshake::kFrameHeaderBytes),
-                     [self = shared_from_this(), p](boost::system::error_code ec, std::size_t) {
-                       if (ec || self->finished_) return;
-                       const std::size_t len = handshake::decodeFrameHeader(p->header).payloadBytes;
-                       if (len > self->options_->maxControlFrameBytes) {
-                         const std::string why =
-                             "control frame of " + std::to_string(len) +
-                             " bytes exceeds maxControlFrameBytes " +
-                             std::to_string(self->options_->maxControlFrameBytes);
-                         log::warn("bootstrap: refused a connection: ", why);
-                         return self->rejectPending(p, why);
-                       }
-                       p->body.resize(len);
-                       asio::async_read(p->socket, asio::buffer(p->body),
-                                        [self, p](boost::system::error_code ec2, std::size_t) {
-                                          p->timer.cancel();
-                                          if (ec2 || self->finished_) return;
-                                          self->routeAccepted(p);
-                                        });
-                     });
+    asio::async_read(
+        p->socket, asio::buffer(p->header, handshake::kFrameHeaderBytes),
+        [self = shared_from_this(), p, next = std::move(next)](boost::system::error_code ec,
+                                                               std::size_t) mutable {
+          if (self->finished_) return;
+          if (ec) return self->pendingLost(p, ec);
+          const std::size_t len = handshake::decodeFrameHeader(p->header).payloadBytes;
+          if (len > self->options_->maxControlFrameBytes) {
+            const std::string why = "control frame of " + std::to_string(len) +
+                                    " bytes exceeds maxControlFrameBytes " +
+                                    std::to_string(self->options_->maxControlFrameBytes);
+            log::warn("bootstrap: refused a connection: ", why);
+            return self->rejectPending(p, why, "too_large");
+          }
+          p->body.resize(len);
+          asio::async_read(
+              p->socket, asio::buffer(p->body),
+              [self, p, next = std::move(next)](boost::system::error_code ec2, std::size_t) {
+                p->timer.cancel();
+                if (self->finished_) return;
+                if (ec2) return self->pendingLost(p, ec2);
+                next();
+              });
+        });
+  }
+
+  void pendingLost(const std::shared_ptr<Pending>& p, boost::system::error_code ec) {
+    if (!p->hello) return;  // a probe that never said who it is
+    refuse(p, "auth_failed",
+           "closed before proving the key (" + ec.message() +
+               "): a different security.key_file there?");
   }
 
   void routeAccepted(const std::shared_ptr<Pending>& p) {
     if (handshake::decodeFrameHeader(p->header).type != handshake::kHello) {
-      return rejectPending(p, "expected a hello first");
+      return rejectPending(p, "expected a hello first", "not_hello");
     }
     // Routed by the fixed prefix, so that a hello of another protocol version still reaches its
     // link; anything else malformed is refused here.
     const auto prefix = handshake::decodeHelloPrefix(p->body);
-    if (!prefix.isOk()) return rejectPending(p, prefix.status().message());
-    if (auto h = handshake::decodeHello(p->body);
-        !h.isOk() && h.status().code() != ErrorCode::kFailedPrecondition) {
-      return rejectPending(p, h.status().message());
+    if (!prefix.isOk()) return rejectPending(p, prefix.status().message(), "malformed");
+    auto h = handshake::decodeHello(p->body);
+    if (!h.isOk() && h.status().code() != ErrorCode::kFailedPrecondition) {
+      return rejectPending(p, h.status().message(), "malformed");
     }
     const int sender = prefix->sender;
     auto it = links_.find(sender);
     if (it == links_.end() || sender > options_->rank || !it->second->awaitingDialer()) {
-      return rejectPending(p, "peer " + std::to_string(sender) +
-                                  " is not an expected neighbour of peer " +
-                                  std::to_string(options_->rank));
+      return rejectPending(p,
+                           "peer " + std::to_string(sender) +
+                               " is not an expected neighbour of peer " +
+                               std::to_string(options_->rank),
+                           "unexpected_rank");
     }
+    if (options_->psk) return authenticate(p, it->second, std::move(h));
     // The link checks the hello itself (version, config) so both sides report the same mismatch.
     it->second->adopt(std::move(p->socket), std::move(p->body));
   }
 
-  void rejectPending(const std::shared_ptr<Pending>& p, const std::string& why) {
+  // With a key, nothing from an accepted socket is trusted before it proved the key: a hello of
+  // another version, without a nonce, or whose proof fails is refused and counted, and the rank
+  // stays open for the real neighbour. We answer with our hello (a fresh nonce) and our proof;
+  // the dialer checks it and sends its own.
+  void authenticate(const std::shared_ptr<Pending>& p, const std::shared_ptr<ControlLink>& link,
+                    Result<Hello> theirs) {
+    if (!theirs.isOk()) {  // another protocol version
+      return refuse(
+          p, "version", theirs.status().message(),
+          "control protocol version " + std::to_string(kControlProtocolVersion) + " expected");
+    }
+    if (!theirs->nonce) {
+      return refuse(p, "unauthenticated", "its hello carries no key proof (no security.key_file?)",
+                    "authentication required");
+    }
+    Hello ours = link->ours();
+    ours.nonce = security::randomNonce();
+    auto oursBytes = handshake::encodeHello(ours);
+    if (!oursBytes.isOk()) return finish(oursBytes.status());
+    p->transcript = handshake::transcriptOf(*theirs, p->body, ours, *oursBytes);
+    p->hello = std::move(theirs).value();
+    p->helloBytes = std::move(p->body);
+    const security::Proof proof =
+        security::handshakeProof(*options_->psk, p->transcript, p->transcript.acceptor);
+    auto out = std::make_shared<std::vector<std::uint8_t>>(
+        handshake::encodeFrame(handshake::kHello, *oursBytes));
+    const auto auth = handshake::encodeFrame(handshake::kAuth, proof);
+    out->insert(out->end(), auth.begin(), auth.end());
+    asio::async_write(p->socket, asio::buffer(*out),
+                      [p, out](boost::system::error_code, std::size_t) {});
+    readPendingFrame(p, [self = shared_from_this(), p] { self->onDialerProof(p); });
+  }
+
+  void onDialerProof(const std::shared_ptr<Pending>& p) {
+    const auto type = handshake::decodeFrameHeader(p->header).type;
+    if (type == handshake::kReject) {
+      return refuse(p, "auth_failed",
+                    "it refused our proof (" + handshake::decodeReject(p->body) +
+                        "): a different security.key_file there?");
+    }
+    if (type != handshake::kAuth ||
+        !security::verifyHandshakeProof(*options_->psk, p->transcript, p->transcript.dialer,
+                                        p->body)) {
+      return refuse(p, "auth_failed", "authentication failed (wrong key proof)",
+                    "authentication failed");
+    }
+    const int sender = p->hello->sender;
+    auto it = links_.find(sender);
+    if (it == links_.end() || !it->second->awaitingDialer()) {
+      // A rank is bound to the first peer that authenticates as it.
+      return refuse(p, "duplicate_rank", "peer " + std::to_string(sender) + " already connected",
+                    "already connected");
+    }
+    it->second->adopt(std::move(p->socket), std::move(p->helloBytes),
+                      security::sessionKey(*options_->psk, p->transcript));
+  }
+
+  // Drops an accepted connection without ending the bootstrap: logged with the address and the
+  // rank it claimed, counted by `reason`, remembered for the deadline's message. `tell` (optional)
+  // is the reject's text: it names nothing of ours.
+  void refuse(const std::shared_ptr<Pending>& p, const std::string& reason, const std::string& why,
+              const std::string& tell = "") {
+    const auto prefix = handshake::decodeHelloPrefix(p->hello ? p->helloBytes : p->body);
+    const int claimed = prefix.isOk() ? prefix->sender : -1;
+    ++rejected_[reason];
+    log::warn("bootstrap: peer ", options_->rank, " rejected a connection from ", p->from,
+              " claiming rank ", claimed, ": ", why);
+    if (claimed >= 0) rejectedFrom_[claimed] = p->from + ": " + why;
+    if (tell.empty()) {
+      boost::system::error_code ignored;
+      p->socket.close(ignored);
+      return;
+    }
+    sendRejectAndClose(p, tell);
+  }
+
+  void sendRejectAndClose(const std::shared_ptr<Pending>& p, const std::string& why) {
     auto frame = std::make_shared<std::vector<std::uint8_t>>(
         handshake::encodeFrame(handshake::kReject, handshake::encodeReject(why)));
     asio::async_write(p->socket, asio::buffer(*frame),
@@ -198,7 +307,15 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
                         boost::system::error_code ignored;
                         p->socket.close(ignored);
                       });
-    // A version mismatch from a real neighbour is a bootstrap failure here too.
+  }
+
+  void rejectPending(const std::shared_ptr<Pending>& p, const std::string& why,
+                     const std::string& reason) {
+    ++rejected_[reason];
+    sendRejectAndClose(p, why);
+    // Without a key, a version mismatch from a real neighbour is a bootstrap failure here too (with
+    // a key, authenticate() refuses it instead: a stranger cannot end the bootstrap).
+    if (options_->psk) return;
     auto h = handshake::decodeHello(p->body);
     if (!h.isOk() && h.status().code() == ErrorCode::kFailedPrecondition &&
         links_.count(handshake::decodeHelloPrefix(p->body)->sender)) {
@@ -220,7 +337,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
             conn.status().code(),
             "data connection to neighbour " + std::to_string(n) + ": " + conn.status().message()));
       }
-      out.push_back(Neighbour{n, l->theirs().incarnation, std::move(conn).value(), l});
+      out.push_back(
+          Neighbour{n, l->theirs().incarnation, std::move(conn).value(), l, l->sessionKey()});
     }
     finish(std::move(out));
   }
@@ -233,8 +351,13 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       if (l->dialing()) return finish(l->unreachable());
       const std::string what = options_->rank < n ? " did not complete the handshake within "
                                                   : " did not connect within ";
+      std::string rejectedNote;
+      if (auto r = rejectedFrom_.find(n); r != rejectedFrom_.end()) {
+        rejectedNote = "; a connection claiming to be it was rejected (" + r->second + ")";
+      }
       return finish(deadlineExceeded("neighbour " + std::to_string(n) + " (" + options_->peers[n] +
-                                     ")" + what + formatSeconds(options_->connectTimeoutSeconds)));
+                                     ")" + what + formatSeconds(options_->connectTimeoutSeconds) +
+                                     rejectedNote));
     }
   }
 
@@ -263,6 +386,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   std::map<int, std::shared_ptr<ControlLink>> links_;
   std::size_t ready_ = 0;
   bool finished_ = false;
+  std::map<std::string, std::uint64_t> rejected_;  // rejected(): by reason
+  std::map<int, std::string> rejectedFrom_;        // claimed rank -> the last refusal, for errors
 };
 
 }  // namespace

@@ -19,12 +19,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "runtime/common/status.h"
+#include "runtime/security/key.h"
 #include "runtime/transport/loop.h"
 #include "runtime/transport/transport.h"
 
@@ -65,6 +68,11 @@ struct BootstrapOptions {
   double heartbeatIntervalSeconds = 0.5;
   int missedHeartbeats = 3;  // silence of this many intervals raises kMissedHeartbeats
   std::size_t maxControlFrameBytes = 64 * 1024;
+  // The pre-shared key (security.key_file). With it, both ends of every control connection prove
+  // knowledge of it by challenge-response before anything else is trusted; a connection that does
+  // not is dropped, logged (address, claimed rank) and counted, never fatal, and the neighbour's
+  // rank stays open for the real one (docs/security.md). Without it: today's handshake.
+  std::optional<security::Key> psk;
   // After the bootstrap completed: liveness events and control messages from neighbours. Optional.
   std::function<void(const ControlEvent&)> onEvent;
   std::function<void(int peer, std::uint16_t type, std::span<const std::uint8_t> payload)>
@@ -88,6 +96,9 @@ struct Neighbour {
   std::uint64_t incarnation = 0;
   std::shared_ptr<Connection> data;  // from the data Context, connected to the peer's address
   std::shared_ptr<ControlChannel> control;
+  // With BootstrapOptions::psk: this edge's session key, derived from the key and the handshake's
+  // transcript (fresh nonces from both ends), for the engine's message seals.
+  std::optional<security::Key> sessionKey;
 };
 
 using BootstrapCallback = std::function<void(Result<std::vector<Neighbour>>)>;
@@ -108,6 +119,9 @@ class Bootstrap {
   virtual std::uint16_t listenPort() const = 0;
   // Abandons a bootstrap in progress: `done` runs with kCancelled. No effect after completion.
   virtual void cancel() = 0;
+  // Connections dropped on the accepting side without ending the bootstrap, by reason
+  // ("unauthenticated", "auth_failed", "version", "unexpected_rank", ...). Loop thread.
+  virtual std::map<std::string, std::uint64_t> rejected() const = 0;
 };
 
 }  // namespace grapevine::transport

@@ -65,12 +65,14 @@ void ControlLink::dial(tcp::endpoint endpoint, Clock::time_point deadline) {
   attemptConnect();
 }
 
-void ControlLink::adopt(tcp::socket socket, std::vector<std::uint8_t> hello) {
+void ControlLink::adopt(tcp::socket socket, std::vector<std::uint8_t> hello,
+                        std::optional<security::Key> sessionKey) {
   GV_CHECK_LOOP_THREAD(loop_);
   moveTo(State::kHandshaking);
   socket_ = std::move(socket);
   configureSocket(socket_, options_.connectTimeoutSeconds);
-  queue(kHello, oursEncoded_);
+  sessionKey_ = std::move(sessionKey);
+  if (!sessionKey_) queue(kHello, oursEncoded_);
   onFrame(kHello, hello);
   if (state_ != State::kClosed) readFrame();
 }
@@ -233,6 +235,15 @@ void ControlLink::onHandshakeFrame(std::uint16_t type, std::span<const std::uint
                                             " rejected the handshake: " + decodeReject(body)),
                          /*tellPeer=*/false);
   }
+  // The dialer with a key: their hello first, then their proof (the acceptor's side is
+  // authenticated by the bootstrap before adopt()).
+  const bool authenticating = options_.psk.has_value() && !sessionKey_;
+  if (authenticating && unverified_) {
+    if (type == kAuth) return onProof(body);
+    return protocolError(dataLoss("peer " + std::to_string(peer_) + " sent frame type " +
+                                  std::to_string(type) + " instead of its key proof"),
+                         /*tellPeer=*/false);
+  }
   if (type != kHello) {
     return protocolError(dataLoss("peer " + std::to_string(peer_) + " sent frame type " +
                                   std::to_string(type) + " before its hello"),
@@ -240,16 +251,55 @@ void ControlLink::onHandshakeFrame(std::uint16_t type, std::span<const std::uint
   }
   auto theirs = decodeHello(body);
   Status st = theirs.isOk() ? Status::ok() : theirs.status();
-  if (st.isOk()) {
-    if (theirs->sender != peer_) {
-      st = failedPrecondition("expected peer " + std::to_string(peer_) + ", but peer " +
-                              std::to_string(theirs->sender) + " answered");
-    } else {
-      st = compareHellos(*ours_, *theirs);
-    }
+  if (st.isOk() && theirs->sender != peer_) {
+    st = failedPrecondition("expected peer " + std::to_string(peer_) + ", but peer " +
+                            std::to_string(theirs->sender) + " answered");
   }
+  if (st.isOk() && authenticating) {
+    if (!theirs->nonce) {
+      // Nothing is compared or echoed before the other end proved the key.
+      return protocolError(
+          failedPrecondition("authentication failed with neighbour " + std::to_string(peer_) +
+                             " at " + formatEndpoint(endpoint_) +
+                             ": it sent no key proof (security.key_file is set "
+                             "here; is it set there?)"),
+          /*tellPeer=*/false);
+    }
+    unverified_ = std::move(theirs).value();
+    unverifiedBytes_.assign(body.begin(), body.end());
+    return;  // wait for their proof
+  }
+  if (st.isOk()) st = compareHellos(*ours_, *theirs);
   if (!st.isOk()) return protocolError(std::move(st), /*tellPeer=*/true);
-  theirs_ = std::move(theirs).value();
+  handshakeAgreed(std::move(theirs).value());
+}
+
+// The dialer checks the acceptor's proof over the transcript of both hellos; only a proven peer
+// gets its hello compared (a reject may name config parts), our proof, and the session key.
+void ControlLink::onProof(std::span<const std::uint8_t> proof) {
+  const security::Key& psk = *options_.psk;
+  const security::Transcript t = transcriptOf(*ours_, oursEncoded_, *unverified_, unverifiedBytes_);
+  if (!security::verifyHandshakeProof(psk, t, t.acceptor, proof)) {
+    return protocolError(
+        failedPrecondition("authentication failed with neighbour " + std::to_string(peer_) +
+                           " at " + formatEndpoint(endpoint_) +
+                           ": it did not prove knowledge of the key in security.key_file (a "
+                           "different key on one side, or not a peer of this run)"),
+        /*tellPeer=*/false);
+  }
+  if (Status st = compareHellos(*ours_, *unverified_); !st.isOk()) {
+    return protocolError(std::move(st), /*tellPeer=*/true);
+  }
+  const security::Proof ours = security::handshakeProof(psk, t, t.dialer);
+  queue(kAuth, ours);
+  sessionKey_ = security::sessionKey(psk, t);
+  handshake::Hello theirs = std::move(*unverified_);
+  unverified_.reset();
+  handshakeAgreed(std::move(theirs));
+}
+
+void ControlLink::handshakeAgreed(handshake::Hello theirs) {
+  theirs_ = std::move(theirs);
   moveTo(State::kHandshaken);
   if (auto cb = std::move(onHandshake_)) {
     onHandshake_ = nullptr;

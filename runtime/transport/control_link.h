@@ -9,6 +9,11 @@
 //   kIdle --dial()--> kDialing --connected--> kHandshaking --their hello agrees--> kHandshaken
 //   kIdle --adopt()-----------------------> kHandshaking
 //   kHandshaken --startHeartbeats()--> kConnected
+//
+// With a pre-shared key (BootstrapOptions::psk) the dialer stays in kHandshaking after the
+// acceptor's hello until the acceptor's proof verified; only then does it compare the hellos, send
+// its own proof and move on. The accepting side's proofs are exchanged by the bootstrap before
+// adopt() (bootstrap.cc), so an adopted socket is already authenticated.
 //   any --> kClosing (flush the queued reject, then close) --> kClosed
 //   any --> kClosed
 //
@@ -69,8 +74,10 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   // at the deadline itself); then HandshakeDone gets unreachable(). Non-blocking.
   void dial(boost::asio::ip::tcp::endpoint endpoint, Clock::time_point deadline);
   // kIdle -> kHandshaking: an accepted socket whose first frame, the dialer's hello, was already
-  // read. Answers with our hello and checks theirs; HandshakeDone may run inline here.
-  void adopt(boost::asio::ip::tcp::socket socket, std::vector<std::uint8_t> hello);
+  // read. Answers with our hello and checks theirs; HandshakeDone may run inline here. With
+  // `sessionKey` the bootstrap has already authenticated the socket and sent our hello and proof.
+  void adopt(boost::asio::ip::tcp::socket socket, std::vector<std::uint8_t> hello,
+             std::optional<security::Key> sessionKey = std::nullopt);
   // kHandshaken -> kConnected: starts heartbeats and liveness events once the bootstrap handed the
   // channel to the caller. No effect on a link that already closed.
   void startHeartbeats();
@@ -85,6 +92,10 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   bool handshakeDone() const { return theirs_.has_value(); }
   // Their hello; only when handshakeDone().
   const handshake::Hello& theirs() const { return *theirs_; }
+  // Our hello to this peer (nonce and all, as the dialer sends it).
+  const handshake::Hello& ours() const { return *ours_; }
+  // The edge's session key; set once an authenticated handshake is done.
+  const std::optional<security::Key>& sessionKey() const { return sessionKey_; }
   // "neighbour 1 at 10.0.0.2:7000 unreachable for 10.0 s: Connection refused (12 attempts)"
   Status unreachable() const;
 
@@ -107,6 +118,8 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   void readFrame();
   void onFrame(std::uint16_t type, std::span<const std::uint8_t> body);
   void onHandshakeFrame(std::uint16_t type, std::span<const std::uint8_t> body);
+  void onProof(std::span<const std::uint8_t> proof);
+  void handshakeAgreed(handshake::Hello theirs);
   void protocolError(Status status, bool tellPeer);
   void lost(const std::string& why);
   void shutdown();
@@ -138,6 +151,10 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   std::uint8_t header_[handshake::kFrameHeaderBytes];
   std::vector<std::uint8_t> body_;
   std::optional<handshake::Hello> theirs_;
+  // Authentication (dialer side, with a key): their hello, as received, until their proof checks.
+  std::optional<handshake::Hello> unverified_;
+  std::vector<std::uint8_t> unverifiedBytes_;
+  std::optional<security::Key> sessionKey_;
 
   // Liveness (kConnected).
   Clock::time_point lastHeard_ = Clock::now();

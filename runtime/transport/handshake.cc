@@ -114,6 +114,10 @@ Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
     append(p, part.name.data(), part.name.size());
     appendLe(p, part.hash);
   }
+  if (h.nonce) {
+    appendLe(p, std::uint8_t{1});
+    append(p, h.nonce->data(), h.nonce->size());
+  }
   return p;
 }
 
@@ -157,6 +161,15 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
     GV_ASSIGN_OR_RETURN(const std::uint64_t hash, r.le<std::uint64_t>("config part hash"));
     h.parts.push_back(ConfigPart{text(name), hash});
   }
+  // Optional trailer: the key's nonce (u8 1, 32 bytes). Anything else after the parts is ignored.
+  if (r.need(1 + security::kNonceBytes, "nonce").isOk()) {
+    GV_ASSIGN_OR_RETURN(const std::uint8_t kind, r.le<std::uint8_t>("nonce kind"));
+    if (kind == 1) {
+      GV_ASSIGN_OR_RETURN(const auto nonce, r.bytes(security::kNonceBytes, "nonce"));
+      h.nonce.emplace();
+      std::memcpy(h.nonce->data(), nonce.data(), security::kNonceBytes);
+    }
+  }
   return h;
 }
 
@@ -165,6 +178,11 @@ Status compareHellos(const Hello& ours, const Hello& theirs) {
   if (theirs.receiver != ours.sender) {
     return failedPrecondition(who + " expected to reach peer " + std::to_string(theirs.receiver) +
                               " but reached peer " + std::to_string(ours.sender));
+  }
+  if (ours.nonce.has_value() != theirs.nonce.has_value()) {
+    return failedPrecondition(std::string("security mismatch with ") + who + ": " +
+                              (ours.nonce ? "security.key_file is set here but not there"
+                                          : "it uses security.key_file, this peer does not"));
   }
   if (ours.backend != theirs.backend) {
     return failedPrecondition("transport backend mismatch with " + who + ": ours '" + ours.backend +
@@ -188,6 +206,28 @@ Status compareHellos(const Hello& ours, const Hello& theirs) {
   }
   if (!diffs.empty()) return failedPrecondition("config mismatch with " + who + ": " + diffs);
   return Status::ok();
+}
+
+security::Transcript transcriptOf(const Hello& dialer, std::span<const std::uint8_t> dialerBytes,
+                                  const Hello& acceptor,
+                                  std::span<const std::uint8_t> acceptorBytes) {
+  security::Transcript t;
+  t.dialer = static_cast<std::uint32_t>(dialer.sender);
+  t.acceptor = static_cast<std::uint32_t>(acceptor.sender);
+  t.dialerIncarnation = dialer.incarnation;
+  t.acceptorIncarnation = acceptor.incarnation;
+  if (dialer.nonce) t.dialerNonce = *dialer.nonce;
+  if (acceptor.nonce) t.acceptorNonce = *acceptor.nonce;
+  std::string parts;
+  for (const Hello* h : {&dialer, &acceptor}) {
+    for (const ConfigPart& p : h->parts) parts += p.name + "=" + hex(p.hash) + ";";
+    parts += "|";
+  }
+  t.configHash =
+      security::digest64({reinterpret_cast<const std::uint8_t*>(parts.data()), parts.size()});
+  t.dialerHello = security::digest(dialerBytes);
+  t.acceptorHello = security::digest(acceptorBytes);
+  return t;
 }
 
 std::span<const std::uint8_t> encodeReject(std::string_view reason) {

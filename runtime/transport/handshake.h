@@ -6,26 +6,34 @@
 // Hello payload: a 24-byte fixed prefix that is the same in every protocol version (so a version
 // mismatch can still be attributed to a peer): magic u32 | version u16 | reserved u16 | sender u32
 // | receiver u32 | incarnation u64; then u16 length + backend name, u32 length + address blob, u16
-// count + that many config parts (u8 name length, name, u64 hash). There is no separate "accept"
+// count + that many config parts (u8 name length, name, u64 hash); with a pre-shared key
+// (BootstrapOptions::psk) then u8 1 and the sender's 32-byte fresh nonce (older builds ignore bytes
+// after the parts, so a keyless hello is byte for byte what it was). There is no separate "accept"
 // message: the acceptor answers the dialer's hello with its own hello, and each side compares the
 // two itself (compareHellos); a side that finds a difference sends a reject whose payload is the
 // reason as UTF-8 text.
+//
+// With a key, an auth frame (type 5, payload: a 32-byte proof) follows: the acceptor sends its
+// proof right after its hello, the dialer sends its own only after checking the acceptor's
+// (docs/security.md); the proofs are security::handshakeProof over transcriptOf().
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "runtime/common/status.h"
+#include "runtime/security/auth.h"
 #include "runtime/transport/bootstrap.h"
 
 namespace grapevine::transport::handshake {
 
 inline constexpr std::size_t kFrameHeaderBytes = 6;
-enum FrameType : std::uint16_t { kHello = 1, kReject = 2, kHeartbeat = 3, kUser = 4 };
+enum FrameType : std::uint16_t { kHello = 1, kReject = 2, kHeartbeat = 3, kUser = 4, kAuth = 5 };
 
 struct FrameHeader {
   std::uint32_t payloadBytes = 0;
@@ -57,7 +65,14 @@ struct Hello : HelloPrefix {
   std::string backend;                // the data backend's name
   std::vector<std::uint8_t> address;  // the data backend's address blob
   std::vector<ConfigPart> parts;
+  std::optional<security::Nonce> nonce;  // present when the sender has a pre-shared key
 };
+
+// The authenticated transcript of one handshake: both hellos as sent (their bytes bind ranks,
+// incarnations, nonces, backend, address and config parts) and those fields spelled out.
+security::Transcript transcriptOf(const Hello& dialer, std::span<const std::uint8_t> dialerBytes,
+                                  const Hello& acceptor,
+                                  std::span<const std::uint8_t> acceptorBytes);
 
 // Errors: kInvalidArgument when a field does not fit its length prefix (the k*Max* limits above).
 Result<std::vector<std::uint8_t>> encodeHello(const Hello& hello);
@@ -70,8 +85,8 @@ Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> payload);
 Result<Hello> decodeHello(std::span<const std::uint8_t> payload);
 
 // Every difference between our hello and theirs, or ok: the receiver they meant to reach, the
-// backend, and every config part (missing, extra, or with a different hash). Symmetric: both sides
-// name the same parts. Errors: kFailedPrecondition.
+// backend, whether both have a key, and every config part (missing, extra, or with a different
+// hash). Symmetric: both sides name the same parts. Errors: kFailedPrecondition.
 Status compareHellos(const Hello& ours, const Hello& theirs);
 
 // A reject's payload is its reason as text.

@@ -3,6 +3,7 @@
 // ranks it dials.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -21,8 +22,10 @@ struct Cluster {
       messages;  // (at, from, type, bytes)
 
   // neighbours[r] lists r's neighbours; parts[r] its config parts.
+  // `tweak` (optional) edits each rank's options last (e.g. a different key for one rank).
   Cluster(const Options& dataOptions, const std::vector<std::vector<int>>& neighbours,
-          const std::vector<std::vector<ConfigPart>>& parts, BootstrapOptions base = {}) {
+          const std::vector<std::vector<ConfigPart>>& parts, BootstrapOptions base = {},
+          std::function<void(int rank, BootstrapOptions&)> tweak = {}) {
     const int n = static_cast<int>(neighbours.size());
     data.resize(n);
     boots.resize(n);
@@ -44,6 +47,7 @@ struct Cluster {
       b.onMessage = [this, r](int from, std::uint16_t type, std::span<const std::uint8_t> bytes) {
         messages.emplace_back(r, from, type, std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
       };
+      if (tweak) tweak(r, b);
       auto boot =
           Bootstrap::start(loop, b, *data[r], [this, r](Result<std::vector<Neighbour>> res) {
             REQUIRE(!results[r].has_value());  // exactly once

@@ -26,7 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/common/byte_order.h"
 #include "runtime/common/subprocess.h"
+#include "runtime/security/auth.h"
 #include "runtime/transport/loop.h"
 #include "runtime/transport/native_tool.h"
 #include "runtime/transport/transport.h"
@@ -53,11 +55,20 @@ struct Plan {
   int window = 4;  // messages in flight
   int reps = 3;    // timed repetitions per size (best one counts), after one warm-up
   bool busyPoll = false;
+  // security.key_file's cost on the same messages (docs/security.md): 0 off, 1 MAC-only (every
+  // message sealed by the sender, its tag checked by the receiver), 2 encrypted (sealed with
+  // ChaCha20-Poly1305, decrypted into a copy by the receiver, as PeerCore does). Each message
+  // carries its sequence number in its first 8 bytes (the envelope's place for the nonce).
+  int security = 0;
+  security::Key key{};
   // Messages per repetition: about 256 MiB, at least 8.
   int messages(std::size_t size) const {
     return static_cast<int>(std::max<std::size_t>(8, (std::size_t{256} << 20) / size));
   }
 };
+
+// The sealed messages' authenticated-only header, like the engine's envelope.
+constexpr std::size_t kSealHeader = 64;
 
 struct Numbers {
   double latUs = 0;          // half round trip, 8 B: median over the timed ping-pongs
@@ -222,12 +233,26 @@ struct Peer {
 // Receives `count` messages of `size` on `tag` with `window` receives posted, into reused buffers.
 struct Sink {
   std::vector<std::vector<std::uint8_t>>* buffers;
+  const Plan* plan = nullptr;
+  std::vector<std::uint8_t>* opened = nullptr;  // encrypted mode: the decrypted copy
   int count = 0, posted = 0, got = 0, errors = 0;
   void post(Connection& c, transport::Tag tag, std::size_t size) {
     auto& buf = (*buffers)[static_cast<std::size_t>(posted) % buffers->size()];
     ++posted;
-    c.recv(tag, std::span(buf.data(), size), [this, &c, tag, size](Status s, std::size_t) {
+    c.recv(tag, std::span(buf.data(), size), [this, &c, tag, size, &buf](Status s, std::size_t) {
       if (!s.isOk()) ++errors;
+      if (s.isOk() && plan->security != 0) {
+        const std::span<const std::uint8_t> m(buf.data(), size);
+        const auto seq = loadLe<std::uint64_t>(m.data());
+        bool ok = false;
+        if (plan->security == 1) {
+          ok = security::verify(plan->key, 0, seq, m);
+        } else {
+          opened->assign(m.begin(), m.end());
+          ok = security::open(plan->key, true, 0, seq, kSealHeader, *opened);
+        }
+        if (!ok) ++errors;
+      }
       ++got;
       if (posted < count) post(c, tag, size);
     });
@@ -261,9 +286,12 @@ int grapevineServer(const Plan& plan, int rfd, int wfd) {
     for (int r = 0; r < plan.reps + 1; ++r) phases.emplace_back(size, plan.messages(size));
   }
   std::vector<Sink> sinks(phases.size());
+  std::vector<std::uint8_t> opened;
   auto start = [&](int ph) {
     Sink& s = sinks[static_cast<std::size_t>(ph)];
     s.buffers = &buffers;
+    s.plan = &plan;
+    s.opened = &opened;
     s.count = phases[static_cast<std::size_t>(ph)].second;
     for (int i = 0; i < plan.window && s.posted < s.count; ++i) {
       s.post(*p.conn, phaseTag(ph), phases[static_cast<std::size_t>(ph)].first);
@@ -306,7 +334,10 @@ Result<Numbers> grapevineClient(const Plan& plan, int rfd, int wfd) {
   }
   n.latUs = medianHalfRttUs(rtts);
 
-  std::vector<std::uint8_t> out(plan.sizes.back(), 0x5A);
+  // One buffer per message in flight: a sealed one is not rewritten while it is being sent.
+  std::vector<std::vector<std::uint8_t>> outs(static_cast<std::size_t>(plan.window),
+                                              std::vector<std::uint8_t>(plan.sizes.back(), 0x5A));
+  std::uint64_t sequence = 0;
   std::uint8_t ack[8];
   int phase = 0;
   for (std::size_t size : plan.sizes) {
@@ -322,7 +353,13 @@ Result<Numbers> grapevineClient(const Plan& plan, int rfd, int wfd) {
       const transport::Tag tag = kStreamBase + static_cast<transport::Tag>(phase);
       std::function<void()> pump = [&] {
         while (sent < count && sent - completed < plan.window) {
+          auto& out = outs[static_cast<std::size_t>(sent) % outs.size()];
           ++sent;
+          if (plan.security != 0) {
+            storeLe<std::uint64_t>(out.data(), sequence);
+            security::seal(plan.key, plan.security == 2, 0, sequence++, kSealHeader,
+                           std::span(out.data(), size));
+          }
           p.conn->send(tag, std::span(out.data(), size), [&](Status s) {
             if (!s.isOk()) ++errors;
             ++completed;
@@ -496,6 +533,10 @@ Command registerBenchTransport(CLI::App& root) {
   app->add_flag("--busy-poll", *busyPoll,
                 "Spin instead of sleeping between messages (transport.busy_poll)");
   app->add_flag("--quick", *quick, "Fewer iterations (for tests)");
+  auto withSecurity = std::make_shared<bool>(false);
+  app->add_flag("--security", *withSecurity,
+                "Also measure with security.key_file (MAC-only) and security.encrypt, in the same "
+                "run: rows with \"security\": \"mac\" / \"encrypt\" and their ratio to \"off\"");
   return Command{
       app, [=] {
         Plan plan;
@@ -526,6 +567,7 @@ Command registerBenchTransport(CLI::App& root) {
         std::optional<Numbers> ref;
         std::string refName = "none";
         Result<Numbers> ours = internalError("not run");
+        std::vector<Numbers> secured;  // --security: MAC-only, encrypted
         {
           const StdoutToLog quiet(log);
           ours = runPair<Numbers>(
@@ -534,6 +576,20 @@ Command registerBenchTransport(CLI::App& root) {
           if (!ours.isOk()) {
             std::cerr << "bench transport: " << ours.status().toString() << "\n";
             return kExitFailure;
+          }
+          for (int mode = 1; *withSecurity && mode <= 2; ++mode) {
+            Plan sp = plan;
+            sp.security = mode;
+            sp.key = security::randomKey();  // before the fork: both processes share it
+            auto res = runPair<Numbers>(
+                sp.backend == "inproc", [&](int r, int w) { return grapevineServer(sp, r, w); },
+                [&](int r, int w) { return grapevineClient(sp, r, w); });
+            if (!res.isOk()) {
+              std::cerr << "bench transport: security " << mode << ": " << res.status().toString()
+                        << "\n";
+              return kExitFailure;
+            }
+            secured.push_back(std::move(res).value());
           }
           for (const Reference& r : references()) {
             if (r.backend != plan.backend) continue;
@@ -569,6 +625,19 @@ Command registerBenchTransport(CLI::App& root) {
                           {"messages", plan.messages(plan.sizes[i])},
                           {"reference", refName}});
         }
+        static const char* kModes[] = {"off", "mac", "encrypt"};
+        for (std::size_t m = 0; m < secured.size(); ++m) {
+          for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+            rows.push_back({{"backend", plan.backend},
+                            {"bytes", plan.sizes[i]},
+                            {"security", kModes[m + 1]},
+                            {"grapevine_gbps", secured[m].gbps[i]},
+                            {"security_off_gbps", ours->gbps[i]},
+                            {"ratio_to_off", secured[m].gbps[i] / ours->gbps[i]},
+                            {"in_flight", plan.window},
+                            {"messages", plan.messages(plan.sizes[i])}});
+          }
+        }
         if (*json) {
           std::cout << rows.dump(2) << "\n";
           return kExitOk;
@@ -586,6 +655,13 @@ Command registerBenchTransport(CLI::App& root) {
             std::cout << "   reference " << ref->gbps[i] << " Gb/s   ratio "
                       << ours->gbps[i] / ref->gbps[i];
           std::cout << "\n";
+        }
+        for (std::size_t m = 0; m < secured.size(); ++m) {
+          for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+            std::cout << "  security " << std::setw(7) << kModes[m + 1] << " " << std::setw(8)
+                      << plan.sizes[i] << " B  grapevine " << secured[m].gbps[i]
+                      << " Gb/s   ratio to off " << secured[m].gbps[i] / ours->gbps[i] << "\n";
+          }
         }
         return kExitOk;
       }};

@@ -345,6 +345,10 @@ int Launch::writeResolvedConfig() {
   config::Config resolved = config_;
   std::error_code ec;
   resolved.output.dir = std::filesystem::absolute(out_, ec).string();
+  // The key stays where it is (relative to the config's folder, not to DIR).
+  if (!resolved.security.keyFile.empty()) {
+    resolved.security.keyFile = std::filesystem::absolute(config_.keyFilePath(), ec).string();
+  }
   if (network_) {
     resolved.peers.list.clear();
     for (int r = 0; r < resolved.peers.count; ++r) {

@@ -1,0 +1,138 @@
+#include "runtime/security/auth.h"
+
+#include <sodium.h>
+
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#include "runtime/common/byte_order.h"
+
+namespace grapevine::security {
+namespace {
+
+// Domain labels: a proof, a session key and anything else keyed by the PSK never collide.
+constexpr std::string_view kProofLabel = "grapevine/v1/handshake-proof";
+constexpr std::string_view kSessionLabel = "grapevine/v1/session-key";
+
+std::vector<std::uint8_t> encode(std::string_view label, const Transcript& t,
+                                 std::uint32_t prover) {
+  std::vector<std::uint8_t> m(label.begin(), label.end());
+  auto le = [&m](auto v) {
+    std::uint8_t b[sizeof v];
+    storeLe(b, v);
+    m.insert(m.end(), b, b + sizeof v);
+  };
+  le(t.dialer);
+  le(t.acceptor);
+  le(t.dialerIncarnation);
+  le(t.acceptorIncarnation);
+  m.insert(m.end(), t.dialerNonce.begin(), t.dialerNonce.end());
+  m.insert(m.end(), t.acceptorNonce.begin(), t.acceptorNonce.end());
+  le(t.configHash);
+  m.insert(m.end(), t.dialerHello.begin(), t.dialerHello.end());
+  m.insert(m.end(), t.acceptorHello.begin(), t.acceptorHello.end());
+  le(prover);
+  return m;
+}
+
+template <std::size_t N>
+std::array<std::uint8_t, N> keyedHash(const Key& key, const std::vector<std::uint8_t>& m) {
+  if (!initialize().isOk()) std::abort();
+  std::array<std::uint8_t, N> out;
+  crypto_generichash(out.data(), out.size(), m.data(), m.size(), key.data(), key.size());
+  return out;
+}
+
+void nonceOf(std::uint32_t sender, std::uint64_t sequence,
+             std::uint8_t (&n)[crypto_aead_chacha20poly1305_IETF_NPUBBYTES]) {
+  static_assert(crypto_aead_chacha20poly1305_IETF_NPUBBYTES == 12);
+  storeLe(n, sender);
+  storeLe(n + 4, sequence);
+}
+
+}  // namespace
+
+Nonce randomNonce() {
+  Nonce n;
+  randomBytes(n);
+  return n;
+}
+
+Digest digest(std::span<const std::uint8_t> bytes) {
+  if (!initialize().isOk()) std::abort();
+  Digest d;
+  crypto_generichash(d.data(), d.size(), bytes.data(), bytes.size(), nullptr, 0);
+  return d;
+}
+
+std::uint64_t digest64(std::span<const std::uint8_t> bytes) {
+  return loadLe<std::uint64_t>(digest(bytes).data());
+}
+
+Proof handshakeProof(const Key& psk, const Transcript& t, std::uint32_t prover) {
+  return keyedHash<kProofBytes>(psk, encode(kProofLabel, t, prover));
+}
+
+bool verifyHandshakeProof(const Key& psk, const Transcript& t, std::uint32_t prover,
+                          std::span<const std::uint8_t> proof) {
+  if (proof.size() != kProofBytes) return false;
+  const Proof want = handshakeProof(psk, t, prover);
+  return sodium_memcmp(want.data(), proof.data(), kProofBytes) == 0;
+}
+
+Key sessionKey(const Key& psk, const Transcript& t) {
+  return keyedHash<kKeyBytes>(psk, encode(kSessionLabel, t, 0));
+}
+
+void seal(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
+          std::size_t headerBytes, std::span<std::uint8_t> message) {
+  static_assert(crypto_aead_chacha20poly1305_IETF_ABYTES == kSealTagBytes);
+  static_assert(crypto_aead_chacha20poly1305_IETF_KEYBYTES == kKeyBytes);
+  std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+  nonceOf(sender, sequence, nonce);
+  const std::size_t body = message.size() - kSealTagBytes;
+  std::uint8_t* tag = message.data() + body;
+  if (encrypt) {
+    std::uint8_t* payload = message.data() + headerBytes;
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(payload, tag, nullptr, payload,
+                                                       body - headerBytes, message.data(),
+                                                       headerBytes, nullptr, nonce, key.data());
+  } else {
+    std::uint8_t empty[1] = {0};  // no ciphertext, no plaintext: libsodium wants non-null pointers
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(
+        empty, tag, nullptr, empty, 0, message.data(), body, nullptr, nonce, key.data());
+  }
+}
+
+bool verify(const Key& key, std::uint32_t sender, std::uint64_t sequence,
+            std::span<const std::uint8_t> message) {
+  if (message.size() < kSealTagBytes) return false;
+  std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+  nonceOf(sender, sequence, nonce);
+  const std::size_t body = message.size() - kSealTagBytes;
+  std::uint8_t empty[1] = {0};  // no ciphertext: libsodium wants non-null pointers
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(empty, nullptr, empty, 0,
+                                                            message.data() + body, message.data(),
+                                                            body, nonce, key.data()) == 0;
+}
+
+bool open(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
+          std::size_t headerBytes, std::span<std::uint8_t> message) {
+  if (message.size() < headerBytes + kSealTagBytes) return false;
+  std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
+  nonceOf(sender, sequence, nonce);
+  const std::size_t body = message.size() - kSealTagBytes;
+  const std::uint8_t* tag = message.data() + body;
+  if (encrypt) {
+    std::uint8_t* payload = message.data() + headerBytes;
+    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(
+               payload, nullptr, payload, body - headerBytes, tag, message.data(), headerBytes,
+               nonce, key.data()) == 0;
+  }
+  std::uint8_t empty[1] = {0};
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(
+             empty, nullptr, empty, 0, tag, message.data(), body, nonce, key.data()) == 0;
+}
+
+}  // namespace grapevine::security

@@ -1,0 +1,75 @@
+// The cryptography of an authenticated edge (docs/security.md), all of it libsodium's:
+// - the handshake's challenge-response: each side proves knowledge of the pre-shared key by a keyed
+//   BLAKE2b MAC (crypto_generichash) over a transcript that binds both ranks, both incarnations,
+//   both fresh nonces and the config hash, with the prover's rank in the MAC's domain, so a proof
+//   can be neither reflected nor replayed into another handshake;
+// - the per-edge session key: keyed BLAKE2b of the same transcript under the pre-shared key, with
+//   another domain; fresh for every handshake;
+// - each message's seal: ChaCha20-Poly1305 (IETF) under the session key, with the 96-bit nonce
+//   built from the sender's rank and its per-edge sequence number (unique per key and direction,
+//   never reused: sequence numbers only grow within a session). MAC-only mode authenticates the
+//   whole message as associated data; encrypt mode encrypts the payload and authenticates the
+//   header.
+// Pure functions, thread-safe.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "runtime/security/key.h"
+
+namespace grapevine::security {
+
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kProofBytes = 32;
+inline constexpr std::size_t kSealTagBytes = 16;  // Poly1305 tag appended to a sealed message
+using Nonce = std::array<std::uint8_t, kNonceBytes>;
+using Proof = std::array<std::uint8_t, kProofBytes>;
+
+Nonce randomNonce();
+
+inline constexpr std::size_t kDigestBytes = 32;
+using Digest = std::array<std::uint8_t, kDigestBytes>;
+// Unkeyed BLAKE2b (crypto_generichash) of `bytes`, and its first 8 bytes little-endian.
+Digest digest(std::span<const std::uint8_t> bytes);
+std::uint64_t digest64(std::span<const std::uint8_t> bytes);
+
+// What both sides of one handshake agree on. `dialer` is the lower rank (it dials).
+struct Transcript {
+  std::uint32_t dialer = 0;
+  std::uint32_t acceptor = 0;
+  std::uint64_t dialerIncarnation = 0;
+  std::uint64_t acceptorIncarnation = 0;
+  Nonce dialerNonce{};
+  Nonce acceptorNonce{};
+  std::uint64_t configHash = 0;  // over both ends' config parts
+  Digest dialerHello{};          // digest() of each hello as sent
+  Digest acceptorHello{};
+};
+
+// The proof that `prover` (transcript.dialer or transcript.acceptor) knows `psk`.
+Proof handshakeProof(const Key& psk, const Transcript& transcript, std::uint32_t prover);
+// Constant-time comparison with the expected proof; false for a proof of the wrong size.
+bool verifyHandshakeProof(const Key& psk, const Transcript& transcript, std::uint32_t prover,
+                          std::span<const std::uint8_t> proof);
+// The edge's session key (both sides derive the same one).
+Key sessionKey(const Key& psk, const Transcript& transcript);
+
+// Seals message[0, size - kSealTagBytes) in place and writes the tag into its last kSealTagBytes:
+// the first `headerBytes` are authenticated, the rest is authenticated (encrypt false) or encrypted
+// (encrypt true). `sender` and `sequence` form the nonce: the caller must never seal two different
+// messages with the same (key, sender, sequence). message.size() >= headerBytes + kSealTagBytes.
+void seal(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
+          std::size_t headerBytes, std::span<std::uint8_t> message);
+// MAC-only open without touching the message: whether the tag in its last kSealTagBytes verifies.
+bool verify(const Key& key, std::uint32_t sender, std::uint64_t sequence,
+            std::span<const std::uint8_t> message);
+// The inverse: checks the tag (constant time) and, with encrypt, decrypts the payload in place.
+// False when the tag does not verify; the message is then unchanged without encrypt, and its
+// payload may have been cleared with encrypt (libsodium zeroes the output): decrypt a copy.
+bool open(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
+          std::size_t headerBytes, std::span<std::uint8_t> message);
+
+}  // namespace grapevine::security

@@ -1,0 +1,86 @@
+// Handshake proofs, session keys and message seals: what verifies and what must not.
+#include "runtime/security/auth.h"
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+using namespace grapevine;
+using namespace grapevine::security;
+
+namespace {
+
+Transcript sampleTranscript() {
+  Transcript t;
+  t.dialer = 0;
+  t.acceptor = 1;
+  t.dialerIncarnation = 7;
+  t.acceptorIncarnation = 9;
+  t.dialerNonce = randomNonce();
+  t.acceptorNonce = randomNonce();
+  t.configHash = 0x1234;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("auth: a proof verifies only for its key, its transcript and its prover") {
+  const Key psk = randomKey();
+  const Transcript t = sampleTranscript();
+  const Proof p = handshakeProof(psk, t, t.dialer);
+  CHECK(verifyHandshakeProof(psk, t, t.dialer, p));
+  // The other side's proof is a different value: a proof cannot be reflected back.
+  CHECK(!verifyHandshakeProof(psk, t, t.acceptor, p));
+  CHECK(!verifyHandshakeProof(randomKey(), t, t.dialer, p));
+  auto changed = [&](auto edit) {
+    Transcript u = t;
+    edit(u);
+    return verifyHandshakeProof(psk, u, u.dialer, p);
+  };
+  CHECK(!changed([](Transcript& u) { u.acceptor = 2; }));
+  CHECK(!changed([](Transcript& u) { u.dialerIncarnation++; }));
+  CHECK(!changed([](Transcript& u) { u.acceptorIncarnation++; }));
+  CHECK(!changed([](Transcript& u) { u.dialerNonce[5] ^= 1; }));
+  CHECK(!changed([](Transcript& u) { u.acceptorNonce[0] ^= 1; }));
+  CHECK(!changed([](Transcript& u) { u.configHash ^= 1; }));
+  CHECK(!changed([](Transcript& u) { u.acceptorHello[31] ^= 1; }));
+  CHECK(!verifyHandshakeProof(psk, t, t.dialer, std::span(p).first(16)));
+}
+
+TEST_CASE("auth: session keys are equal on both ends and fresh per handshake") {
+  const Key psk = randomKey();
+  const Transcript t = sampleTranscript();
+  CHECK(sessionKey(psk, t) == sessionKey(psk, t));
+  CHECK(sessionKey(psk, t) != psk);
+  CHECK(sessionKey(psk, sampleTranscript()) != sessionKey(psk, t));  // new nonces
+}
+
+TEST_CASE("auth: a sealed message opens once intact and never after a change") {
+  const Key k = randomKey();
+  for (const bool encrypt : {false, true}) {
+    INFO("encrypt " << encrypt);
+    std::vector<std::uint8_t> m(64 + 1000 + kSealTagBytes);
+    for (std::size_t i = 0; i < m.size() - kSealTagBytes; ++i) m[i] = static_cast<std::uint8_t>(i);
+    const auto plain = m;
+    seal(k, encrypt, 3, 42, 64, m);
+    // Encryption hides the payload and leaves the header readable.
+    CHECK(std::equal(m.begin(), m.begin() + 64, plain.begin()));
+    CHECK(std::equal(m.begin() + 64, m.end() - kSealTagBytes, plain.begin() + 64) == !encrypt);
+    {
+      auto copy = m;
+      REQUIRE(open(k, encrypt, 3, 42, 64, copy));
+      CHECK(std::equal(copy.begin(), copy.end() - kSealTagBytes, plain.begin()));
+    }
+    if (!encrypt) CHECK(verify(k, 3, 42, m));
+    // A flipped bit anywhere, another sender or sequence number, another key: refused.
+    for (std::size_t pos : {std::size_t{0}, std::size_t{16}, std::size_t{100}, m.size() - 1}) {
+      auto bad = m;
+      bad[pos] ^= 1;
+      CHECK(!open(k, encrypt, 3, 42, 64, bad));
+    }
+    // (A failed open may clear the buffer it decrypts into: each try gets its own copy.)
+    auto a = m, b = m, c = m;
+    CHECK(!open(k, encrypt, 4, 42, 64, a));
+    CHECK(!open(k, encrypt, 3, 43, 64, b));
+    CHECK(!open(randomKey(), encrypt, 3, 42, 64, c));
+  }
+}

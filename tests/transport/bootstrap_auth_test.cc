@@ -1,0 +1,250 @@
+// The bootstrap with a pre-shared key (BootstrapOptions::psk, security.key_file): neighbours
+// authenticate each other and share a per-edge session key; a peer with another key fails with
+// "authentication failed" while the one it dialed logs, counts and keeps waiting; a forged hello
+// that claims rank 0 with the right config hashes but no key, and a stranger's hello of another
+// protocol version, are refused without ending the bootstrap, and the real rank 0 still gets in.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "runtime/common/byte_order.h"
+#include "runtime/transport/handshake.h"
+#include "tests/test_util/pipes.h"
+#include "tests/transport/bootstrap_test_util.h"
+
+using namespace grapevine;
+using namespace grapevine::transport;
+using namespace grapevine::transport::testing;
+
+namespace {
+
+Options tcpOptions() {
+  Options o;
+  o.backend = "tcp";
+  o.ioTimeoutSeconds = 5;
+  return o;
+}
+
+BootstrapOptions keyed(const security::Key& key, double connectTimeout = 10.0) {
+  BootstrapOptions b;
+  b.psk = key;
+  b.connectTimeoutSeconds = connectTimeout;
+  return b;
+}
+
+int dialRaw(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Reads one control frame: (type, payload); type 0 on EOF/timeout.
+std::pair<std::uint16_t, std::vector<std::uint8_t>> readFrame(int fd) {
+  std::uint8_t h[6];
+  if (!test_util::readAll(fd, h, 6)) return {0, {}};
+  std::vector<std::uint8_t> body(loadLe32(h));
+  if (!test_util::readAll(fd, body.data(), body.size())) return {0, {}};
+  return {loadLe16(h + 4), body};
+}
+
+bool sendFrame(int fd, std::uint16_t type, std::span<const std::uint8_t> payload) {
+  const auto f = handshake::encodeFrame(type, payload);
+  return test_util::writeAll(fd, f.data(), f.size());
+}
+
+// A real rank 0 started late, in the cluster's loop, dialing rank 1 at `port`.
+struct LatePeer {
+  std::unique_ptr<Context> data;
+  std::shared_ptr<Bootstrap> boot;
+  std::optional<Result<std::vector<Neighbour>>> result;
+
+  LatePeer(Cluster& c, std::uint16_t port, const security::Key& key) {
+    Options o = tcpOptions();
+    o.rank = 0;
+    auto ctx = makeContext(c.loop, o);
+    REQUIRE(ctx.isOk());
+    data = std::move(ctx).value();
+    BootstrapOptions b = keyed(key);
+    b.rank = 0;
+    b.peers = {"127.0.0.1:0", "127.0.0.1:" + std::to_string(port)};
+    b.neighbours = {1};
+    b.incarnation = 100;
+    b.configParts = standardParts();
+    auto s = Bootstrap::start(c.loop, b, *data, [this](Result<std::vector<Neighbour>> r) {
+      result.emplace(std::move(r));
+    });
+    REQUIRE(s.isOk());
+    boot = *s;
+  }
+  ~LatePeer() {
+    if (result && result->isOk()) {
+      for (auto& nb : result->value()) nb.control->close();
+    }
+    data->close();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("bootstrap with a key: neighbours authenticate and share one session key per edge") {
+  const security::Key key = security::randomKey();
+  Cluster c(tcpOptions(), {{1, 2}, {0, 2}, {0, 1}},
+            {standardParts(), standardParts(), standardParts()}, keyed(key));
+  REQUIRE(c.run(5.0));
+  std::map<std::pair<int, int>, security::Key> keys;
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << c.results[r]->status().toString());
+    REQUIRE(c.results[r]->isOk());
+    for (const Neighbour& n : c.results[r]->value()) {
+      REQUIRE(n.sessionKey.has_value());
+      CHECK(*n.sessionKey != key);
+      keys[{r, n.peer}] = *n.sessionKey;
+    }
+    CHECK(c.boots[r]->rejected().empty());
+  }
+  CHECK(keys.at({0, 1}) == keys.at({1, 0}));
+  CHECK(keys.at({0, 2}) == keys.at({2, 0}));
+  CHECK(keys.at({1, 2}) == keys.at({2, 1}));
+  CHECK(keys.at({0, 1}) != keys.at({0, 2}));
+}
+
+TEST_CASE("bootstrap with a key: without a key, neighbours get no session key") {
+  Cluster c(tcpOptions(), {{1}, {0}}, {standardParts(), standardParts()});
+  REQUIRE(c.run(5.0));
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(c.results[r]->isOk());
+    CHECK(!c.results[r]->value()[0].sessionKey.has_value());
+  }
+}
+
+TEST_CASE("bootstrap with a key: a peer with another key fails; its neighbour logs and waits") {
+  const security::Key key = security::randomKey();
+  const security::Key other = security::randomKey();
+  // Rank 0 (the dialer) has the other key.
+  Cluster c(tcpOptions(), {{1}, {0}}, {standardParts(), standardParts()}, keyed(key),
+            [&](int r, BootstrapOptions& b) {
+              if (r == 0) b.psk = other;
+            });
+  REQUIRE(c.loop.runUntil([&] { return c.results[0].has_value(); }, std::chrono::seconds(5)));
+  REQUIRE(!c.results[0]->isOk());
+  const std::string m = c.results[0]->status().message();
+  INFO(m);
+  CHECK(m.find("authentication failed with neighbour 1") != std::string::npos);
+  // Rank 1 logged and counted the attempt, and still waits for the real rank 0.
+  REQUIRE(c.loop.runUntil([&] { return c.boots[1]->rejected().count("auth_failed") == 1; },
+                          std::chrono::seconds(5)));
+  CHECK(!c.results[1].has_value());
+  c.boots[1]->cancel();
+  REQUIRE(c.run(1.0));
+  CHECK(c.results[1]->status().code() == ErrorCode::kCancelled);
+}
+
+TEST_CASE("bootstrap with a key: a key on one side only is refused, naming security.key_file") {
+  Cluster c(tcpOptions(), {{1}, {0}}, {standardParts(), standardParts()}, {},
+            [&](int r, BootstrapOptions& b) {
+              if (r == 0) b.psk = security::randomKey();
+              b.connectTimeoutSeconds = 2;
+            });
+  REQUIRE(c.loop.runUntil([&] { return c.results[0].has_value(); }, std::chrono::seconds(5)));
+  REQUIRE(!c.results[0]->isOk());
+  INFO(c.results[0]->status().message());
+  CHECK(c.results[0]->status().message().find("security.key_file") != std::string::npos);
+}
+
+TEST_CASE("bootstrap with a key: a forged hello as rank 0 is refused; the real rank 0 gets in") {
+  const security::Key key = security::randomKey();
+  // Rank 1 waits for neighbour 0; rank 0 of the cluster has no neighbours (the forger plays it).
+  Cluster c(tcpOptions(), {{}, {0}}, {standardParts(), standardParts()}, keyed(key));
+  const std::uint16_t port = c.boots[1]->listenPort();
+  std::atomic<bool> clientDone{false};
+  std::vector<std::uint16_t> replies;
+  std::thread forger([&] {
+    const int fd = dialRaw(port);
+    REQUIRE(fd >= 0);
+    handshake::Hello h;  // the right config hashes (public values), a nonce, but no key
+    h.sender = 0;
+    h.receiver = 1;
+    h.incarnation = 100;
+    h.backend = "tcp";
+    h.address = {1, 2, 3};
+    h.parts = standardParts();
+    h.nonce = security::randomNonce();
+    REQUIRE(sendFrame(fd, handshake::kHello, *handshake::encodeHello(h)));
+    // Rank 1 answers with its hello and its proof; nothing it sends names a config hash of ours
+    // in a reject.
+    auto hello = readFrame(fd);
+    auto proof = readFrame(fd);
+    replies = {hello.first, proof.first};
+    // Replaying rank 1's own proof, or any guess, fails.
+    REQUIRE(sendFrame(fd, handshake::kAuth, proof.second));
+    auto last = readFrame(fd);
+    replies.push_back(last.first);
+    ::close(fd);
+    clientDone = true;
+    c.loop.post([] {});
+  });
+  REQUIRE(c.loop.runUntil([&] { return clientDone.load(); }, std::chrono::seconds(5)));
+  forger.join();
+  REQUIRE(replies.size() == 3);
+  CHECK(replies[0] == handshake::kHello);
+  CHECK(replies[1] == handshake::kAuth);
+  CHECK(replies[2] == handshake::kReject);
+  REQUIRE(c.loop.runUntil([&] { return c.boots[1]->rejected().count("auth_failed") == 1; },
+                          std::chrono::seconds(5)));
+  CHECK(!c.results[1].has_value());  // refused, never fatal
+  // The real rank 0 now bootstraps with rank 1.
+  LatePeer real(c, port, key);
+  REQUIRE(c.loop.runUntil([&] { return real.result.has_value() && c.results[1].has_value(); },
+                          std::chrono::seconds(5)));
+  INFO(real.result->status().toString() << " / " << c.results[1]->status().toString());
+  REQUIRE(real.result->isOk());
+  REQUIRE(c.results[1]->isOk());
+  CHECK(*real.result->value()[0].sessionKey == *c.results[1]->value()[0].sessionKey);
+}
+
+TEST_CASE("bootstrap with a key: a stranger's hello of another version does not abort it") {
+  const security::Key key = security::randomKey();
+  Cluster c(tcpOptions(), {{}, {0}}, {standardParts(), standardParts()}, keyed(key));
+  const std::uint16_t port = c.boots[1]->listenPort();
+  std::atomic<bool> clientDone{false};
+  std::thread client([&] {
+    const int fd = dialRaw(port);
+    REQUIRE(fd >= 0);
+    std::uint8_t frame[6 + 24] = {};
+    storeLe32(frame, 24);
+    storeLe16(frame + 4, 1);  // hello
+    storeLe32(frame + 6, kControlMagic);
+    storeLe16(frame + 10, 2);  // version 2
+    storeLe32(frame + 14, 0);  // claims rank 0
+    storeLe32(frame + 18, 1);
+    REQUIRE(test_util::writeAll(fd, frame, sizeof frame));
+    readFrame(fd);  // the reject
+    ::close(fd);
+    clientDone = true;
+    c.loop.post([] {});
+  });
+  REQUIRE(c.loop.runUntil([&] { return clientDone.load(); }, std::chrono::seconds(5)));
+  client.join();
+  c.loop.runUntil([] { return false; }, std::chrono::milliseconds(50));
+  CHECK(c.boots[1]->rejected().count("version") == 1);
+  CHECK(!c.results[1].has_value());
+  LatePeer real(c, port, key);
+  REQUIRE(c.loop.runUntil([&] { return real.result.has_value() && c.results[1].has_value(); },
+                          std::chrono::seconds(5)));
+  REQUIRE(real.result->isOk());
+  REQUIRE(c.results[1]->isOk());
+}
