@@ -151,8 +151,9 @@ class Algorithm {
 // Which gossip algorithm a peer runs (`algorithm.name`).
 enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze, kPushSum, kGt };
 
-// Names as configs spell them: "dsgd", "choco", "deepsqueeze", "push-sum", "gt". algorithmKindNames(), in enum
-// order, is the one table; the config schema takes its allowed values from it.
+// Names as configs spell them: "dsgd", "choco", "deepsqueeze", "push-sum", "gt".
+// algorithmKindNames(), in enum order, is the one table; the config schema takes its allowed values
+// from it.
 std::string_view algorithmKindName(AlgorithmKind kind);
 std::optional<AlgorithmKind> parseAlgorithmKind(std::string_view name);
 const std::vector<std::string_view>& algorithmKindNames();

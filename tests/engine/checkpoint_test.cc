@@ -17,21 +17,11 @@
 
 using namespace grapevine;
 using engine::PeerCore;
+using test_util::makePeers;
 
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<std::unique_ptr<PeerCore>> makePeers(const engine::RunPlan& plan) {
-  std::vector<std::unique_ptr<PeerCore>> peers;
-  for (int r = 0; r < plan.config.peers.count; ++r) {
-    auto p = engine::makePeer(plan, r, 0);
-    INFO(p.status().toString());
-    REQUIRE(p.isOk());
-    peers.push_back(std::move(*p));
-  }
-  return peers;
-}
 
 // Stochastic gradients (minibatches), momentum, CHOCO with the automatic step and top-k: every kind
 // of state a checkpoint must carry (model, momentum, public copies, replicas, the step controller,

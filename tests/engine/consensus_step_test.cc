@@ -19,19 +19,9 @@
 using namespace grapevine;
 using algorithms::AutoStep;
 using engine::PeerCore;
+using test_util::makePeers;
 
 namespace {
-
-std::vector<std::unique_ptr<PeerCore>> makePeers(const engine::RunPlan& plan) {
-  std::vector<std::unique_ptr<PeerCore>> peers;
-  for (int r = 0; r < plan.config.peers.count; ++r) {
-    auto p = engine::makePeer(plan, r, 0);
-    INFO(p.status().toString());
-    REQUIRE(p.isOk());
-    peers.push_back(std::move(*p));
-  }
-  return peers;
-}
 
 Eigen::MatrixXd models(const std::vector<std::unique_ptr<PeerCore>>& peers) {
   const auto n = peers.size();

@@ -19,6 +19,7 @@
 
 using namespace grapevine;
 using engine::PeerCore;
+using test_util::makePeers;
 
 namespace {
 
@@ -32,17 +33,6 @@ constexpr const char* kDirected6 =
     "  directed: true\n"
     "  weights: uniform\n"
     "  edges: [[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 0], [0, 2], [0, 3], [2, 5], [4, 1]]\n";
-
-std::vector<std::unique_ptr<PeerCore>> makePeers(const engine::RunPlan& plan) {
-  std::vector<std::unique_ptr<PeerCore>> peers;
-  for (int r = 0; r < plan.config.peers.count; ++r) {
-    auto p = engine::makePeer(plan, r, 0);
-    INFO(p.status().toString());
-    REQUIRE(p.isOk());
-    peers.push_back(std::move(*p));
-  }
-  return peers;
-}
 
 Eigen::MatrixXd models(const std::vector<std::unique_ptr<PeerCore>>& peers) {
   const auto n = peers.size();

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/config/loader.h"
 #include "runtime/engine/setup.h"
@@ -19,6 +20,18 @@ inline config::Config loadYaml(const std::string& yaml, const std::string& name)
   INFO(config::formatDiagnostics(r.diagnostics));
   REQUIRE(r.ok());
   return r.config;
+}
+
+// Every peer of a plan, ranks 0..n-1, incarnation 0 (for runLockstep).
+inline std::vector<std::unique_ptr<engine::PeerCore>> makePeers(const engine::RunPlan& plan) {
+  std::vector<std::unique_ptr<engine::PeerCore>> peers;
+  for (int r = 0; r < plan.config.peers.count; ++r) {
+    auto p = engine::makePeer(plan, r, 0);
+    INFO(p.status().toString());
+    REQUIRE(p.isOk());
+    peers.push_back(std::move(*p));
+  }
+  return peers;
 }
 
 inline std::shared_ptr<engine::RunPlan> makePlan(const config::Config& c) {

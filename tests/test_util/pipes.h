@@ -3,7 +3,10 @@
 // forked child may call them too (it reports failure through its exit code).
 #pragma once
 
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +28,23 @@ inline bool writeAll(int fd, const void* data, std::size_t n) {
     n -= static_cast<std::size_t>(w);
   }
   return true;
+}
+
+// A TCP connection to 127.0.0.1:port whose reads time out after 3 s (a raw client for the tests
+// that speak the control protocol by hand); -1 when the connection fails.
+inline int dialRaw(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
 }
 
 // Reads exactly `n` bytes; false on an error or EOF before that.

@@ -23,6 +23,8 @@ using namespace grapevine::transport::testing;
 
 namespace {
 
+using test_util::dialRaw;
+
 Options tcpOptions() {
   Options o;
   o.backend = "tcp";
@@ -35,21 +37,6 @@ BootstrapOptions keyed(const security::Key& key, double connectTimeout = 10.0) {
   b.psk = key;
   b.connectTimeoutSeconds = connectTimeout;
   return b;
-}
-
-int dialRaw(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{3, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
 }
 
 // Reads one control frame: (type, payload); type 0 on EOF/timeout.

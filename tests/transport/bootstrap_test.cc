@@ -24,26 +24,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+using test_util::dialRaw;
+
 Options tcpOptions() {
   Options o;
   o.backend = "tcp";
   o.ioTimeoutSeconds = 5;
   return o;
-}
-
-int dialRaw(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{3, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
 }
 
 // Reads one control frame: (type, payload); type 0 on EOF/timeout.
