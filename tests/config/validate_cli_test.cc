@@ -17,13 +17,14 @@ struct Outcome {
   std::string err;
 };
 
-Outcome validate(const std::string& config, const std::string& extra = "") {
+// `grapevine COMMAND CONFIG EXTRA`: its exit code and stderr.
+Outcome run(const std::string& command, const std::string& config, const std::string& extra) {
   const std::string bin = std::string(GRAPEVINE_BINARY_DIR) + "/bin/grapevine";
   REQUIRE(std::filesystem::exists(bin));
   const auto log = std::filesystem::temp_directory_path() /
                    ("gv_validate_" + std::to_string(::getpid()) + ".log");
   const std::string cmd =
-      bin + " validate " + config + " " + extra + " > /dev/null 2> " + log.string();
+      bin + " " + command + " " + config + " " + extra + " > /dev/null 2> " + log.string();
   const int rc = std::system(cmd.c_str());
   Outcome o;
   if (WIFEXITED(rc)) o.exitCode = WEXITSTATUS(rc);
@@ -33,6 +34,10 @@ Outcome validate(const std::string& config, const std::string& extra = "") {
   o.err = ss.str();
   std::filesystem::remove(log);
   return o;
+}
+
+Outcome validate(const std::string& config, const std::string& extra = "") {
+  return run("validate", config, extra);
 }
 
 const std::string kInvalid = std::string(GRAPEVINE_SOURCE_DIR) + "/tests/config/invalid/";
@@ -53,4 +58,18 @@ TEST_CASE("validate refuses error feedback with choco and deepsqueeze: exit 2, k
       validate(kInvalid + "choco_error_feedback.yaml", "--set compression.error_feedback=false");
   INFO(ok.err);
   CHECK(ok.exitCode == 0);
+}
+
+TEST_CASE(
+    "peer and launch refuse transport.backend inproc (it connects peers in one process only)") {
+  const std::string config = std::string(GRAPEVINE_SOURCE_DIR) + "/configs/ring8.yaml";
+  for (const std::string command : {"peer", "launch"}) {
+    const Outcome o = run(command, config,
+                          "--set transport.backend=inproc" +
+                              std::string(command == "peer" ? " --rank 0" : " --quiet"));
+    INFO(command << ":\n" << o.err);
+    CHECK(o.exitCode == 2);
+    CHECK(o.err.find("transport.backend is 'inproc', which connects peers inside one process "
+                     "only") != std::string::npos);
+  }
 }

@@ -255,6 +255,7 @@ int Launch::plan() {
   if (!loaded.isOk()) return kExitBadInput;
   config_ = std::move(*loaded);
   if (args_.command.empty() && refuseExternal("launch", args_.path, config_)) return kExitBadInput;
+  if (refuseInproc("launch", args_.path, config_)) return kExitBadInput;
   out_ = args_.out.empty() ? config_.output.dir : args_.out;
   std::error_code ec;
   std::filesystem::create_directories(out_, ec);

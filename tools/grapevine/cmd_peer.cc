@@ -31,6 +31,7 @@ int runPeer(const PeerArgs& a) {
   if (!loaded.isOk()) return kExitBadInput;
   config::Config c = std::move(*loaded);
   if (refuseExternal("peer", a.path, c)) return kExitBadInput;
+  if (refuseInproc("peer", a.path, c)) return kExitBadInput;
   int rank = a.rank;
   if (rank < 0) {
     auto fromEnv = config::rankFromEnvironment();

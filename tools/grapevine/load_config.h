@@ -38,4 +38,16 @@ inline bool refuseExternal(const std::string& command, const std::string& path,
   return true;
 }
 
+// transport.backend: inproc connects peers that live in one process (the tests' threads, `bench
+// transport`); between the processes `peer` and `launch` start, its messages never arrive and every
+// round would run without the neighbours. True (and says so) when `config` asks for it.
+inline bool refuseInproc(const std::string& command, const std::string& path,
+                         const config::Config& config, std::ostream& err = std::cerr) {
+  if (config.transport.backend != "inproc") return false;
+  err << "grapevine " << command << ": " << path
+      << ": transport.backend is 'inproc', which connects peers inside one process only; every "
+         "peer here is a process of its own: use tcp, ucx or libfabric\n";
+  return true;
+}
+
 }  // namespace grapevine::cli
