@@ -212,6 +212,15 @@ Result<std::unique_ptr<Schedule>> makeSchedule(const Spec& spec) {
     return invalidArgument("edges: the edge list has per-edge weights but weights is '" +
                            std::string(weightsName(spec.weights)) + "'; set weights to 'explicit'");
   }
+  if (spec.weights == WeightsKind::kLazyMetropolis &&
+      (spec.directed || spec.kind == Kind::kOnePeerExponential)) {
+    return invalidArgument(
+        kind + ": weights 'lazy-metropolis' need an undirected graph with Metropolis weights; " +
+        (spec.directed ? "a directed graph's weights are push-sum's 1/(out_degree + 1)"
+                       : "one-peer-exponential's weights are fixed at 1/2 (self) + 1/2 (the one "
+                         "in-neighbour)") +
+        "; use weights metropolis");
+  }
   if (spec.directed) {
     if (spec.kind != Kind::kEdges) {
       return invalidArgument(kind + ": directed: true needs kind 'edges' ([a, b]: a sends to b)");
@@ -237,6 +246,9 @@ Result<std::unique_ptr<Schedule>> makeSchedule(const Spec& spec) {
       break;
     case WeightsKind::kUniform:
       w = uniform(g);
+      break;
+    case WeightsKind::kLazyMetropolis:
+      w = lazy(metropolis(g));
       break;
     case WeightsKind::kExplicit: {
       GV_ASSIGN_OR_RETURN(w, explicitWeights(g, spec.edges));

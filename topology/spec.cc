@@ -20,9 +20,9 @@ const NameTable<Kind>& kinds() {
 }
 
 const NameTable<WeightsKind>& weightKinds() {
-  static const NameTable<WeightsKind> t{
-      {"metropolis", "uniform", "explicit"},
-      {WeightsKind::kMetropolis, WeightsKind::kUniform, WeightsKind::kExplicit}};
+  static const NameTable<WeightsKind> t{{"metropolis", "uniform", "explicit", "lazy-metropolis"},
+                                        {WeightsKind::kMetropolis, WeightsKind::kUniform,
+                                         WeightsKind::kExplicit, WeightsKind::kLazyMetropolis}};
   return t;
 }
 

@@ -20,7 +20,9 @@ enum class Kind {
   kEdges,  // explicit edge list
 };
 
-enum class WeightsKind { kMetropolis, kUniform, kExplicit };
+// kLazyMetropolis: (I + W_metropolis) / 2, every eigenvalue in [0, 1] (Metropolis weights on a ring
+// reach down to -1/3, the mode that oscillates first under heavy momentum).
+enum class WeightsKind { kMetropolis, kUniform, kExplicit, kLazyMetropolis };
 
 struct WeightedEdge {
   int a = 0;
@@ -44,7 +46,8 @@ struct Spec {
 };
 
 // Names as they appear in configs and flags: "ring", "torus", "random-regular", "erdos-renyi",
-// "exponential", "one-peer-exponential", "complete", "edges"; "metropolis", "uniform", "explicit".
+// "exponential", "one-peer-exponential", "complete", "edges"; "metropolis", "uniform", "explicit",
+// "lazy-metropolis".
 std::string_view kindName(Kind kind);
 std::optional<Kind> parseKind(std::string_view name);
 std::string_view weightsName(WeightsKind kind);

@@ -50,6 +50,8 @@ struct Weights {
 
 Weights metropolis(const Graph& g);  // w_ij = 1 / (1 + max(d_i, d_j)), w_ii = 1 - sum
 Weights uniform(const Graph& g);     // w_ij = 1 / (d_max + 1)
+// (I + W) / 2: the same fixed point and support, eigenvalues moved from [-1, 1] into [0, 1].
+Weights lazy(Weights w);
 // Explicit weights from the edge list; edges without a weight get Metropolis weights.
 Result<Weights> explicitWeights(const Graph& g, const std::vector<WeightedEdge>& edges);
 // Metropolis weights recomputed over the live edges only (a dead edge is dropped by both ends).

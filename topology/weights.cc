@@ -57,6 +57,14 @@ Weights metropolis(const Graph& g) {
   return w;
 }
 
+Weights lazy(Weights w) {
+  for (double& s : w.self) s = 0.5 * (1.0 + s);
+  for (auto& row : w.rows) {
+    for (auto& [j, v] : row) v *= 0.5;
+  }
+  return w;
+}
+
 Weights uniform(const Graph& g) {
   Weights w;
   const int dmax = maxDegree(g);

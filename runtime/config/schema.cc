@@ -545,7 +545,8 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(enumKey(
       "topology.weights", [](Config & c) -> auto& { return c.topology.weights; },
       choicesOf(topology::weightsNames(), topology::parseWeights),
-      "Mixing weights: Metropolis-Hastings, uniform 1/(d_max+1), or per edge"));
+      "Mixing weights: Metropolis-Hastings, uniform 1/(d_max+1), per edge, or lazy Metropolis "
+      "(I + W)/2, whose eigenvalues are all >= 0"));
   t.push_back(intListKey(
       "topology.dims", [](Config & c) -> auto& { return c.topology.dims; }, 1, kMaxPeers,
       "Torus sizes, 2 or 3 of them, e.g. [4, 4]; product = peers (unset: the squarest a x b)"));

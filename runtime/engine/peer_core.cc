@@ -421,9 +421,7 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     for (const auto& [k, wk] : weights) {
       if (k == j) w = wk;
     }
-    if (options_.dynamicMetropolis && w > 0) {
-      w = 1.0 / (1.0 + std::max(degreeAtRound_, env->liveDegree));
-    }
+    if (options_.dynamicMetropolis && w > 0) w = liveWeight(env->liveDegree);
     st = algorithm_->receive(j, w, message, env->round);
     if (st.isOk()) {
       e.arrived = true;
@@ -523,7 +521,7 @@ std::vector<int> PeerCore::endRound() {
       continue;
     }
     double wj = w;
-    if (options_.dynamicMetropolis) wj = 1.0 / (1.0 + std::max(degreeAtRound_, e.degreeAt));
+    if (options_.dynamicMetropolis) wj = liveWeight(e.degreeAt);
     mw.neighbours.emplace_back(j, wj);
     mw.proposedSteps.push_back(e.stepAt);
   }

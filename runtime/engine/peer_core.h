@@ -17,6 +17,7 @@
 // Thread contract: one thread calls every method (the driver's training thread).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -44,6 +45,7 @@ struct PeerCoreOptions {
   int localSteps = 1;
   int checkEvery = 50;            // replica hash check period in rounds (0: never)
   bool dynamicMetropolis = true;  // recompute Metropolis weights from live degrees (static graphs)
+  bool lazyMixing = false;        // with dynamicMetropolis: halve them ((I + W) / 2)
   bool sendToAllNeighbours = false;  // CHOCO: every round to the union of neighbours
   // The API: a NaN loss means "not reported" (the loss checks of divergence detection are skipped),
   // not "diverged".
@@ -249,6 +251,12 @@ class PeerCore {
   // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.
   bool checkHealth(double loss, bool afterMixing);
   void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
+  // Metropolis weight of the edge to a neighbour of live degree `degree` over the live graph (both
+  // ends compute the same value), halved for lazy mixing.
+  double liveWeight(std::uint32_t degree) const {
+    const double w = 1.0 / (1.0 + std::max(degreeAtRound_, degree));
+    return options_.lazyMixing ? 0.5 * w : w;
+  }
   std::vector<int> liveOf(const std::vector<int>& peers) const;
 
   PeerCoreOptions options_;

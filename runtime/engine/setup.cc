@@ -102,8 +102,10 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   po.incarnation = incarnation;
   po.localSteps = c.algorithm.localSteps;
   po.checkEvery = c.algorithm.checkEvery;
-  po.dynamicMetropolis =
-      plan.schedule->period() == 1 && c.topology.weights == topology::WeightsKind::kMetropolis;
+  po.dynamicMetropolis = plan.schedule->period() == 1 &&
+                         (c.topology.weights == topology::WeightsKind::kMetropolis ||
+                          c.topology.weights == topology::WeightsKind::kLazyMetropolis);
+  po.lazyMixing = c.topology.weights == topology::WeightsKind::kLazyMetropolis;
   po.sendToAllNeighbours = c.algorithm.name == algorithms::AlgorithmKind::kChoco ||
                            c.algorithm.name == algorithms::AlgorithmKind::kGt;
   // The API's caller may not report its loss, and its finalize() averages over collectives.

@@ -105,6 +105,16 @@ TEST_CASE("sim and launch are bit-identical: quadratic, D-PSGD, quasi-global mom
   checkIdentical("qgm", quadratic("quasi-global", ", overlap: true"), 16);
 }
 
+TEST_CASE("sim and launch are bit-identical: quadratic, D-PSGD, lazy Metropolis weights",
+          "[slow]") {
+  std::string yaml = quadratic("local", "");
+  const std::string torus = "topology: { kind: torus, dims: [4, 4] }";
+  REQUIRE(yaml.find(torus) != std::string::npos);
+  yaml.replace(yaml.find(torus), torus.size(),
+               "topology: { kind: torus, dims: [4, 4], weights: lazy-metropolis }");
+  checkIdentical("lazy", yaml, 16);
+}
+
 TEST_CASE("sim and launch are bit-identical: Fashion-MNIST MLP, CHOCO + top-k, DeepSqueeze",
           "[slow]") {
   const std::string common =

@@ -221,6 +221,20 @@ TEST_CASE("error feedback is refused where the algorithm already carries the res
   CHECK(contains(allDiagnostics(dsgd), "warning: compression.error_feedback: has no effect"));
 }
 
+TEST_CASE("topology.weights: lazy-metropolis validates, and is refused where weights are fixed") {
+  CHECK(loadString("peers: { count: 8 }\ntopology: { kind: ring, weights: lazy-metropolis }\n",
+                   "lazy.yaml", noEnv())
+            .ok());
+  const auto one = loadString(
+      "peers: { count: 8 }\ntopology: { kind: one-peer-exponential, weights: lazy-metropolis }\n",
+      "one.yaml", noEnv());
+  CHECK_FALSE(one.ok());
+  const std::string d = allDiagnostics(one);
+  INFO(d);
+  CHECK(contains(d, "lazy-metropolis"));
+  CHECK(contains(d, "fixed at 1/2"));
+}
+
 TEST_CASE("peers' hosts must be numeric addresses: a hostname is refused, naming the key") {
   const auto named = loadString("peers: { count: 2, host: node1 }\n", "named.yaml", noEnv());
   CHECK_FALSE(named.ok());

@@ -103,6 +103,53 @@ TEST_CASE("ring with Metropolis weights has lambda2 = (1 + 2 cos(2 pi / n)) / 3"
   CHECK(must(ring(3)).edgeCount() == 3);
 }
 
+TEST_CASE("lazy Metropolis weights: (I + W) / 2, the alternating mode damped instead of flipped") {
+  for (int n : {6, 8, 12}) {
+    INFO("n = " << n);
+    Spec spec;
+    spec.kind = Kind::kRing;
+    spec.peers = n;
+    spec.weights = WeightsKind::kLazyMetropolis;
+    const auto schedule = mustSchedule(spec);
+    const Graph g = must(ring(n));
+    const Weights& w = schedule->weights(0);
+    requireGoodWeights(g, w);
+    const Weights m = metropolis(g);
+    for (int i = 0; i < n; ++i) {
+      CHECK(w.self[static_cast<size_t>(i)] == Approx((1.0 + m.self[static_cast<size_t>(i)]) / 2));
+      for (const auto& [j, v] : w.rows[static_cast<size_t>(i)]) CHECK(v == Approx(1.0 / 6.0));
+    }
+    // The alternating vector (+1, -1, ...) is Metropolis' eigenvector for -1/3 on an even ring;
+    // lazy weights map it to +1/3 of itself.
+    std::vector<double> v(static_cast<size_t>(n)), mv(v.size(), 0.0), lv(v.size(), 0.0);
+    for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i % 2 == 0 ? 1.0 : -1.0;
+    for (int i = 0; i < n; ++i) {
+      const auto k = static_cast<size_t>(i);
+      mv[k] = m.self[k] * v[k];
+      lv[k] = w.self[k] * v[k];
+      for (const auto& [j, wij] : m.rows[k]) mv[k] += wij * v[static_cast<size_t>(j)];
+      for (const auto& [j, wij] : w.rows[k]) lv[k] += wij * v[static_cast<size_t>(j)];
+      CHECK(mv[k] == Approx(-v[k] / 3.0));
+      CHECK(lv[k] == Approx(v[k] / 3.0));
+    }
+    // lambda2 moves from (1 + 2 cos(2 pi / n)) / 3 to (1 + that) / 2.
+    const double lambda2 = (1.0 + 2.0 * std::cos(2.0 * kPi / n)) / 3.0;
+    CHECK(secondLargestEigenvalueModulus(g, w) == Approx((1.0 + lambda2) / 2).margin(1e-12));
+  }
+  Spec one;
+  one.kind = Kind::kOnePeerExponential;
+  one.peers = 8;
+  one.weights = WeightsKind::kLazyMetropolis;
+  CHECK_THAT(errorOf(one), Catch::Contains("fixed at 1/2"));
+  Spec directed;
+  directed.kind = Kind::kEdges;
+  directed.peers = 3;
+  directed.directed = true;
+  directed.edges = {{0, 1, std::nullopt}, {1, 2, std::nullopt}, {2, 0, std::nullopt}};
+  directed.weights = WeightsKind::kLazyMetropolis;
+  CHECK_THAT(errorOf(directed), Catch::Contains("push-sum"));
+}
+
 TEST_CASE("complete graph has spectral gap 1 and diameter 1") {
   for (int n : {2, 3, 10, 40}) {
     auto s = mustSchedule(spec(Kind::kComplete, n));
