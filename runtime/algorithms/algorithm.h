@@ -17,6 +17,8 @@
 //                with d live out-neighbours it keeps (x_half, w) / (d + 1) and sends the same
 //                share to each; x <- kept + sum of every share received since the last mix,
 //                w likewise; the engine's model becomes z = x / w. The schedule's w_ij are unused.
+//                With overlap (overlapRounds tau > 0) a share sent in round t is mixed in round
+//                t + tau (MixWeights::dueRound; the engine waits only for those).
 //   gt:          gradient tracking (class Gt in algorithms.cc; docs/algorithms.md). It chooses the
 //                step direction itself (tracksDirection(), direction()): the engine's u becomes
 //                the tracker y_i, which follows the network-average of u; x and y both travel.
@@ -64,6 +66,9 @@ struct MixWeights {
   // round in its envelope (0: none; a fixed step from the config). CHOCO with an automatic step
   // mixes edge (i, j) with min(own proposal, theirs), which both ends compute alike.
   std::vector<float> proposedSteps;
+  // Push-sum with algorithm.overlap: mix the shares of rounds <= dueRound only (the later ones
+  // are still in flight and stay for a later mix). The default takes every share received.
+  std::int64_t dueRound = std::numeric_limits<std::int64_t>::max();
 };
 
 // The consensus step in use and what it was chosen from, for the per-peer records and the summary
@@ -170,6 +175,9 @@ struct AlgorithmOptions {
   // gt: the codec compresses (compression.method is not none): public copies for x and y (BEER);
   // false: DIGing, this round's x_j and y_j themselves are mixed.
   bool compressed = false;
+  // push-sum with algorithm.overlap: tau = algorithm.overlap_rounds, the rounds a share stays in
+  // flight before it is mixed (0: no overlap). Sizes its state (PushSum::state()).
+  int overlapRounds = 0;
 };
 
 // gt's consensus step under `auto`. Uncompressed: 0.5, DIGing with the lazy matrix (I + W) / 2,

@@ -395,12 +395,20 @@ class DeepSqueeze final : public Algorithm {
 // w. Mass is never dropped here: a share from a neighbour is added at the next mix whenever it
 // arrives (current round or late), and a dead out-neighbour is left out of the recipients, so its
 // share stays with the sender. What is lost is only what a peer held when it died, and shares in
-// flight to it.
+// flight to it. Overlapped SGP (tau = AlgorithmOptions::overlapRounds > 0): shares are kept by the
+// round they were sent in, and mix() takes those of rounds <= MixWeights::dueRound (t - tau, or t
+// on the engine's sync rounds), so each is added exactly once, tau rounds after it was sent.
 class PushSum final : public Algorithm {
  public:
-  PushSum(std::size_t dim, const std::vector<int>& neighbours, std::unique_ptr<MessageCodec> codec)
-      : Algorithm(std::move(codec)), x_(dim, 0.0f), z_(dim, 0.0f), m_(dim + 1), kept_(dim + 1) {
-    for (int j : neighbours) inbox_[j].assign(dim + 1, 0.0f);
+  PushSum(std::size_t dim, int delay, const std::vector<int>& neighbours,
+          std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)),
+        delay_(delay),
+        x_(dim, 0.0f),
+        z_(dim, 0.0f),
+        m_(dim + 1),
+        kept_(dim + 1) {
+    for (int j : neighbours) inbox_[j];
   }
   std::string_view name() const override { return algorithmKindName(AlgorithmKind::kPushSum); }
 
@@ -411,6 +419,16 @@ class PushSum final : public Algorithm {
                               std::span<std::uint8_t> out) override {
     const std::size_t dim = x_.size();
     if (zHalf.size() != dim) return invalidArgument("push-sum: model size changed");
+    round_ = static_cast<std::int64_t>(round);
+    if (rebase_) {
+      // loadState() keyed the shares in flight relative to the next round: this one.
+      for (auto& [j, box] : inbox_) {
+        std::map<std::int64_t, std::vector<float>> rebased;
+        for (auto& [r, share] : box) rebased.emplace(r + round_, std::move(share));
+        box = std::move(rebased);
+      }
+      rebase_ = false;
+    }
     if (w_ == 0.0f) {
       // First round (w = 0 marks "not started"): x = z = the initial model, w = 1.
       std::copy(zHalf.begin(), zHalf.end(), x_.begin());
@@ -428,52 +446,95 @@ class PushSum final : public Algorithm {
   Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
     return receiveLate(j, m, round);
   }
-  // A late share is as good as a punctual one: it is added at the next mix (no mass is dropped).
+  // A late share is as good as a punctual one: it is added at the next mix whose dueRound has
+  // reached its round (no mass is dropped, none is added twice).
   Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round) override {
     auto it = inbox_.find(j);
     if (it == inbox_.end()) return invalidArgument("no inbox for peer " + std::to_string(j));
-    return codec_->decodeAccumulate(m, round, j, 1.0f, it->second);
+    auto [slot, fresh] = it->second.try_emplace(static_cast<std::int64_t>(round));
+    if (fresh) slot->second.assign(x_.size() + 1, 0.0f);
+    Status st = codec_->decodeAccumulate(m, round, j, 1.0f, slot->second);
+    if (!st.isOk() && fresh) it->second.erase(slot);
+    return st;
   }
-  // x <- kept + sum of the inboxes (by increasing sender rank), in double, rounded once; w alike.
-  // `arrived` is not needed: an empty inbox adds zero.
-  void mix(std::span<float> z, const MixWeights&) override {
+  // x <- kept + every share of a round <= arrived.dueRound (by increasing sender rank, then
+  // round), in double, rounded once; w alike. Later shares (overlap: still in flight for this
+  // round) stay for a later mix. The weights in `arrived` are not needed.
+  void mix(std::span<float> z, const MixWeights& arrived) override {
     const std::size_t dim = x_.size();
     std::vector<std::pair<const float*, double>> terms;
-    for (const auto& [j, box] : inbox_) terms.emplace_back(box.data(), 1.0);
+    for (const auto& [j, box] : inbox_) {
+      for (const auto& [r, share] : box) {
+        if (r <= arrived.dueRound) terms.emplace_back(share.data(), 1.0);
+      }
+    }
     const float* kept = kept_.data();
     addWeighted(std::span<float>(x_), terms,
                 [&](std::size_t k) { return static_cast<double>(kept[k]); });
     double w = kept[dim];
-    for (const auto& [j, box] : inbox_) w += box[dim];
+    for (const auto& [share, one] : terms) w += share[dim];
     w_ = static_cast<float>(w);
     for (std::size_t k = 0; k < dim; ++k) z_[k] = z[k] = x_[k] / w_;
-    for (auto& [j, box] : inbox_) std::fill(box.begin(), box.end(), 0.0f);
+    for (auto& [j, box] : inbox_) {
+      for (auto it = box.begin(); it != box.end() && it->first <= arrived.dueRound;)
+        it = box.erase(it);
+    }
   }
-  // A dead in-neighbour's inbox is kept: a share of it that arrived still counts at the next mix.
+  // A dead in-neighbour's inbox is kept: a share of it that arrived still counts at its mix.
   void dropNeighbour(int) override {}
+  // "numerator", "weight", "debiased", and per in-neighbour j "inbox/<j>": the shares the next mix
+  // takes (rounds <= next - delay, summed), and with overlap_rounds tau >= 2 "inflight/<j>/<k>",
+  // k = 1..tau-1: the share of round next - tau + k (zeros when none arrived yet).
   std::vector<std::pair<std::string, std::vector<float>>> state() const override {
     std::vector<std::pair<std::string, std::vector<float>>> out{
         {"numerator", x_}, {"weight", {w_}}, {"debiased", z_}};
-    for (const auto& [j, box] : inbox_) out.emplace_back("inbox/" + std::to_string(j), box);
+    const std::int64_t next = rebase_ ? 0 : round_ + 1;
+    for (const auto& [j, box] : inbox_) {
+      std::vector<float> due(x_.size() + 1, 0.0f);
+      for (const auto& [r, share] : box) {
+        if (r > next - delay_) break;
+        for (std::size_t k = 0; k < due.size(); ++k) due[k] += share[k];
+      }
+      out.emplace_back("inbox/" + std::to_string(j), std::move(due));
+      for (int k = 1; k < delay_; ++k) {
+        const auto it = box.find(next - delay_ + k);
+        out.emplace_back("inflight/" + std::to_string(j) + "/" + std::to_string(k),
+                         it != box.end() ? it->second : std::vector<float>(x_.size() + 1, 0.0f));
+      }
+    }
     return out;
   }
   Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
-    GV_RETURN_IF_ERROR(Algorithm::loadState(s));
+    GV_RETURN_IF_ERROR(Algorithm::loadState(s));  // same names and sizes as state()
     x_ = s[0].second;
     w_ = s[1].second[0];
     z_ = s[2].second;
-    for (std::size_t k = 3; k < s.size(); ++k)
-      inbox_[std::stoi(s[k].first.substr(6))] = s[k].second;
+    // Keyed relative to the next round (prepare() rebases them); an all-zero slot holds nothing.
+    const std::size_t perSender = static_cast<std::size_t>(std::max(delay_, 1));
+    auto from = s.begin() + 3;
+    for (auto& [j, box] : inbox_) {
+      box.clear();
+      for (std::size_t k = 0; k < perSender; ++k, ++from) {
+        const auto& v = from->second;
+        if (std::any_of(v.begin(), v.end(), [](float f) { return f != 0.0f; }))
+          box.emplace(static_cast<std::int64_t>(k) - delay_, v);
+      }
+    }
+    rebase_ = true;
     return Status::ok();
   }
 
  private:
+  int delay_;                    // overlap_rounds tau (0: no overlap)
   std::vector<float> x_;         // push-sum numerator (x_half between prepare and mix)
   float w_ = 0.0f;               // push-sum weight; 0 until the first prepare()
   std::vector<float> z_;         // the de-biased model the last mix() wrote into the engine
   std::vector<float> m_, kept_;  // this round's share (dim values, then w), as decoded
-  std::map<int, std::vector<float>> inbox_;  // shares received since the last mix, per sender
+  // Shares received and not mixed yet, per sender, by the round they were sent in.
+  std::map<int, std::map<std::int64_t, std::vector<float>>> inbox_;
   int recipients_ = 0;
+  std::int64_t round_ = -1;  // of the last prepare()
+  bool rebase_ = false;      // loadState() keyed inbox_ relative to the next round
 };
 
 // Gradient tracking (docs/algorithms.md). Peer i, round t; d_t is the optimizer's direction at x_t
@@ -681,7 +742,8 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
           new DeepSqueeze(dim, o.autoConsensusStep ? kDeepSqueezeAutoStep : o.consensusStep,
                           neighbours, std::move(codec)));
     case AlgorithmKind::kPushSum:
-      return std::unique_ptr<Algorithm>(new PushSum(dim, neighbours, std::move(codec)));
+      return std::unique_ptr<Algorithm>(
+          new PushSum(dim, o.overlapRounds, neighbours, std::move(codec)));
     case AlgorithmKind::kGt:
       return std::unique_ptr<Algorithm>(
           new Gt(dim,

@@ -83,6 +83,8 @@ struct AlgorithmSection {
   int localSteps = 1;
   int checkEvery = 50;
   double roundTimeout = 5.0;
+  // push-sum with overlap: tau, the rounds a share stays in flight before it is mixed (OSGP).
+  int overlapRounds = 1;
 };
 
 struct OptimizerSection {

@@ -429,6 +429,12 @@ class Loader {
 
   // algorithm.name: push-sum sums the shares it receives, so every byte must arrive as sent.
   void checkPushSum(const Config& c) {
+    if (wasSet("algorithm.overlap_rounds") &&
+        (c.algorithm.name != algorithms::AlgorithmKind::kPushSum || !c.algorithm.overlap)) {
+      warning(keyWhere("algorithm.overlap_rounds"), "algorithm.overlap_rounds",
+              "has no effect: it is the staleness of overlapped push-sum (algorithm.name: "
+              "push-sum with algorithm.overlap: true)");
+    }
     if (c.algorithm.name != algorithms::AlgorithmKind::kPushSum) return;
     if (c.compression.method != compress::Method::kNone) {
       error(keyWhere("compression.method"), "compression.method",
@@ -440,12 +446,6 @@ class Loader {
     if (c.compression.errorFeedback) {
       warning(keyWhere("compression.error_feedback"), "compression.error_feedback",
               "has no effect: push-sum sends exact fp32 shares, there is no residual");
-    }
-    if (c.algorithm.overlap) {
-      error(keyWhere("algorithm.overlap"), "algorithm.overlap",
-            "true cannot be used with algorithm.name: push-sum: the overlapped SGP variant "
-            "(shares consumed up to tau rounds late) is not implemented; set "
-            "algorithm.overlap: false");
     }
     if (wasSet("algorithm.consensus_step")) {
       warning(keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",

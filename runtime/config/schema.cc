@@ -610,7 +610,15 @@ std::vector<KeyDef> buildSchema() {
       "(docs/algorithms.md), DeepSqueeze uses 0.2, gt 0.5 uncompressed and 0.4 compressed"));
   t.push_back(boolKey(
       "algorithm.overlap", [](Config & c) -> auto& { return c.algorithm.overlap; },
-      "Compute the next gradient while the round's frames are in flight"));
+      "Compute the next gradient while the round's frames are in flight; with push-sum: "
+      "overlapped SGP, each share is mixed algorithm.overlap_rounds rounds after it was sent, and "
+      "a round waits only for the shares that are due"));
+  t.push_back(intKey(
+      "algorithm.overlap_rounds", [](Config & c) -> auto& { return c.algorithm.overlapRounds; }, 1,
+      64,
+      "push-sum with algorithm.overlap: tau, the rounds a share stays in flight before it is "
+      "mixed (a round waits for the shares sent tau rounds earlier; the last round and "
+      "checkpointed ones wait for all)"));
   t.push_back(intKey(
       "algorithm.local_steps", [](Config & c) -> auto& { return c.algorithm.localSteps; }, 1, 1000,
       "Local optimizer steps per gossip round"));

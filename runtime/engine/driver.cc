@@ -601,7 +601,8 @@ void PeerSession::Impl::awaitNeighbours(bool collective) {
   // Overlap: the next gradient is computed here, while the round's messages are in flight, at the
   // model before mixing (x_half) — always, whatever has arrived yet, as the simulator does. (The
   // API's caller computes its own, between startRound() and completeRound().)
-  if (!collective && plan_.config.algorithm.overlap && !options_.external) {
+  if (!collective && plan_.config.algorithm.overlap && !options_.external &&
+      core_->mixDelay() == 0) {
     core_->precomputeGradient();
   }
   for (;;) {

@@ -228,6 +228,23 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   const topology::PeerPlan plan = schedule_.plan(options_.rank, round);
   sendTo_ = liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.sendTo);
   expected_ = liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.recvFrom);
+  if (options_.mixDelay > 0) {
+    // Overlapped push-sum: wait for each in-neighbour's message of the latest round in
+    // [round - mixDelay, dueRound_] in which it sends here (earlier rounds were waited for by
+    // earlier rounds); a sync round waits for everything sent so far.
+    const bool sync = (options_.rounds > 0 && round + 1 >= options_.rounds) ||
+                      (options_.syncEvery > 0 && (round + 1) % options_.syncEvery == 0);
+    dueRound_ = sync ? round : round - options_.mixDelay;
+    for (auto& [j, e] : edges_) e.needRound = -1;
+    for (std::int64_t r = std::max<std::int64_t>(0, round - options_.mixDelay); r <= dueRound_;
+         ++r) {
+      for (int j : schedule_.plan(options_.rank, r).recvFrom) edges_.at(j).needRound = r;
+    }
+    expected_.clear();
+    for (const auto& [j, e] : edges_) {
+      if (e.needRound >= 0 && !dead_.count(j)) expected_.push_back(j);
+    }
+  }
   degreeAtRound_ = static_cast<std::uint32_t>(liveDegree());
   checkRound_ = options_.checkEvery > 0 && round > 0 && round % options_.checkEvery == 0 &&
                 algorithm_->publicCopyHash() != 0;
@@ -441,6 +458,7 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     e.resyncRequested = algorithm_->publicCopyHash() != 0;
     return;
   }
+  e.appliedThrough = std::max(e.appliedThrough, round);
   if (env->flags & kFlagSnapshot) {
     const auto snap = bytes.subspan(kEnvelopeBytes + env->messageBytes, env->snapshotBytes);
     std::vector<float> copy(snap.size() / sizeof(float));
@@ -494,6 +512,13 @@ bool PeerCore::sendsTo(int j) const {
 }
 
 bool PeerCore::roundComplete() const {
+  if (options_.mixDelay > 0) {
+    for (int j : expected_) {
+      const Edge& e = edges_.at(j);
+      if (!dead_.count(j) && e.appliedThrough < e.needRound) return false;
+    }
+    return true;
+  }
   for (int j : expected_) {
     const auto it = edges_.find(j);
     if (!dead_.count(j) && it != edges_.end() && !it->second.arrived) return false;
@@ -511,7 +536,17 @@ std::vector<int> PeerCore::endRound() {
   algorithms::MixWeights mw;
   std::vector<int> suspects;
   const auto plan = schedule_.plan(options_.rank, round_);
-  for (const auto& [j, w] : plan.weights) {
+  if (options_.mixDelay > 0) {
+    // Push-sum ignores the weights: it mixes every share of rounds <= dueRound_ it holds. A
+    // neighbour whose awaited message is missing is suspect; its share is mixed when it comes.
+    mw.dueRound = dueRound_;
+    for (int j : expected_) {
+      const Edge& e = edges_.at(j);
+      if (!dead_.count(j) && e.appliedThrough < e.needRound) suspects.push_back(j);
+    }
+  }
+  const decltype(plan.weights) none;
+  for (const auto& [j, w] : options_.mixDelay > 0 ? none : plan.weights) {
     const Edge& e = edges_.at(j);
     // A neighbour that died after its message of this round arrived (typically: it finished its
     // last round and closed) still counts in this round's mix, as it does in the simulator.
@@ -721,6 +756,9 @@ Status PeerCore::restoreState(const PeerState& s) {
   lastLoss_ = s.lastLoss;
   lastLr_ = s.lastLr;
   counters_ = s.counters;
+  // Every share of the rounds up to the saved one is in the algorithm's state (a checkpointed
+  // round waits for them all: PeerCoreOptions::syncEvery); none is awaited again.
+  for (auto& [j, e] : edges_) e.appliedThrough = std::max(e.appliedThrough, s.round);
   for (int j : fresh) {
     if (edges_.count(j)) edges_[j].resyncRequested = true;
   }

@@ -52,6 +52,15 @@ struct PeerCoreOptions {
   bool lossMayBeUnknown = false;
   // Collectives (below) may run: the wire buffers then also fit a dense f64 state.
   bool collectives = false;
+  // Push-sum with algorithm.overlap (overlapped SGP): round t waits only for the messages of round
+  // t - mixDelay, and the algorithm mixes the shares of rounds <= t - mixDelay (MixWeights::
+  // dueRound); the later ones stay in flight. 0: every round waits for its own messages.
+  int mixDelay = 0;
+  // With mixDelay > 0, the rounds that wait for and mix every share sent so far ("sync" rounds):
+  // the last one (rounds - 1, so nothing is left in flight at the end) and each checkpointed one
+  // ((t + 1) % syncEvery == 0, so a checkpoint holds every share sent to the peer). 0: none.
+  std::int64_t rounds = 0;
+  std::int64_t syncEvery = 0;
 };
 
 // What a round starts from. The engine's workloads take their local steps; the API's caller may
@@ -150,6 +159,10 @@ class PeerCore {
   static constexpr std::uint64_t kSequenceWindow = std::uint64_t{1} << 20;
   const std::vector<int>& expectedFrom() const { return expected_; }
   bool roundComplete() const;
+  // PeerCoreOptions::mixDelay (0: none).
+  int mixDelay() const { return options_.mixDelay; }
+  // With mixDelay: this round mixes the shares sent in rounds <= dueRound().
+  std::int64_t dueRound() const { return dueRound_; }
   void precomputeGradient();
   // Mixes; returns the neighbours that were suspect this round.
   std::vector<int> endRound();
@@ -228,11 +241,13 @@ class PeerCore {
     float stepAt = 0.0f;         // its proposed consensus step, from the same envelope
     bool arrived = false;
     std::int64_t lastRound = -1;
-    bool resyncRequested = false;                  // we asked it for a snapshot
-    bool sendSnapshot = false;                     // it asked us for one
-    std::vector<std::uint8_t> out;                 // envelope + message (+ snapshot), reused
-    std::vector<std::uint8_t> notice;              // envelope + divergence notice
-    std::size_t outBytes = 0;                      // of `out`, this round
+    std::int64_t appliedThrough = -1;  // latest round whose message the algorithm took (mixDelay)
+    std::int64_t needRound = -1;       // mixDelay: the round whose message this round waits for
+    bool resyncRequested = false;      // we asked it for a snapshot
+    bool sendSnapshot = false;         // it asked us for one
+    std::vector<std::uint8_t> out;     // envelope + message (+ snapshot), reused
+    std::vector<std::uint8_t> notice;  // envelope + divergence notice
+    std::size_t outBytes = 0;          // of `out`, this round
     std::deque<std::vector<std::uint8_t>> ahead;   // messages of future rounds, in order
     std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
     // Collective messages (index, bytes), in arrival order.
@@ -283,6 +298,7 @@ class PeerCore {
   std::size_t wireCapacity_ = 0;
   std::uint32_t degreeAtRound_ = 0;
   bool checkRound_ = false;
+  std::int64_t dueRound_ = -1;  // mixDelay: this round mixes the shares of rounds <= dueRound_
   PeerCounters counters_;
   bool stepped_ = true;  // this round took local steps (else the caller stepped: no afterMixing)
   // Collectives.

@@ -70,6 +70,10 @@ Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
   return makePeerWith(plan, rank, incarnation, std::move(workload), std::move(x));
 }
 
+bool overlappedPushSum(const config::Config& c) {
+  return c.algorithm.overlap && c.algorithm.name == algorithms::AlgorithmKind::kPushSum;
+}
+
 Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
     std::span<const float> x0) {
@@ -80,6 +84,7 @@ Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
   ao.autoConsensusStep = !c.algorithm.consensusStep.has_value();
   if (c.algorithm.consensusStep) ao.consensusStep = *c.algorithm.consensusStep;
   ao.compressed = c.compression.method != compress::Method::kNone;
+  ao.overlapRounds = overlappedPushSum(c) ? c.algorithm.overlapRounds : 0;
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
   if (c.workload.name != train::WorkloadKind::kConsensus)
@@ -108,6 +113,9 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   po.lazyMixing = c.topology.weights == topology::WeightsKind::kLazyMetropolis;
   po.sendToAllNeighbours = c.algorithm.name == algorithms::AlgorithmKind::kChoco ||
                            c.algorithm.name == algorithms::AlgorithmKind::kGt;
+  po.mixDelay = overlappedPushSum(c) ? c.algorithm.overlapRounds : 0;
+  po.rounds = c.run.rounds;
+  po.syncEvery = c.checkpoint.every;
   // The API's caller may not report its loss, and its finalize() averages over collectives.
   po.lossMayBeUnknown = po.collectives = c.workload.name == train::WorkloadKind::kExternal;
   return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),

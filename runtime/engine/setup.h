@@ -51,6 +51,11 @@ Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
     std::span<const float> x0);
 
+// algorithm.name push-sum with algorithm.overlap: overlapped SGP (shares mixed
+// algorithm.overlap_rounds rounds late, PeerCoreOptions::mixDelay); the next gradient is not
+// precomputed then, there is no wait to hide it behind.
+bool overlappedPushSum(const config::Config& config);
+
 // Hashes of the run-defining parts of the config (topology, algorithm, compression, model shape):
 // peers compare them in the handshake and name the part that differs.
 std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& plan);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -36,6 +37,8 @@ struct PeerState {
   bool anyLost = false;
   std::uint64_t lost = 0;
   double arrival = 0.0;  // latest arrival of a delivered message this round
+  // Overlapped push-sum (PeerCore::mixDelay): each round's latest arrival, until a mix takes it.
+  std::map<std::int64_t, double> arrivalOf;
   std::vector<int> incoming;
   Status status;
   std::string pending;  // records not yet appended to the file
@@ -294,6 +297,7 @@ class Simulation {
         s.arrival = std::max(s.arrival, states_[static_cast<std::size_t>(j)].ready +
                                             link_.delaySeconds(j, to, t, bytes.size()));
       }
+      if (peers_[i]->mixDelay() > 0) s.arrivalOf[t] = s.arrival;
     });
   }
 
@@ -307,7 +311,14 @@ class Simulation {
     PeerState& s = states_[i];
     engine::PeerCore& p = *peers_[i];
     double end = s.arrival;
-    if (c_.algorithm.overlap) {
+    if (p.mixDelay() > 0) {
+      // The round waits only for the messages of the rounds it mixes.
+      end = s.ready;
+      auto& a = s.arrivalOf;
+      for (auto it = a.begin(); it != a.end() && it->first <= p.dueRound(); it = a.erase(it))
+        end = std::max(end, it->second);
+    }
+    if (c_.algorithm.overlap && p.mixDelay() == 0) {
       // The real driver computes the next gradient while it waits for its neighbours.
       const double cpu0 = threadCpuSeconds();
       p.precomputeGradient();

@@ -1,7 +1,8 @@
 // algorithm.name: gt with real processes (issue 18): `grapevine launch` of 8 peers on a ring over
-// tcp (and ucx where usable), on the heterogeneous quadratic with deterministic gradients and a
-// constant step, uncompressed and with top-k. Every peer's final model (model-<r>.bin) is the exact
-// optimum x* = sum_i a_i b_i / sum_i a_i^2, solved here from the data file.
+// tcp (and ucx and libfabric where usable), on the heterogeneous quadratic with deterministic
+// gradients and a constant step, uncompressed and with top-k. Every peer's final model
+// (model-<r>.bin) is the exact optimum x* = sum_i a_i b_i / sum_i a_i^2, solved here from the data
+// file.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -39,6 +40,7 @@ TEST_CASE("gt over real processes reaches the exact optimum of the heterogeneous
   std::vector<std::string> backends = {"tcp"};
   std::string info;
   if (grapevine::test_util::transportUsable("ucx", &info)) backends.push_back("ucx");
+  if (grapevine::test_util::transportUsable("libfabric", &info)) backends.push_back("libfabric");
   for (const std::string& backend : backends) {
     for (const std::string compression : {"none", "top-k"}) {
       DYNAMIC_SECTION(backend << ", compression " << compression) {

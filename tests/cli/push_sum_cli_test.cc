@@ -1,7 +1,8 @@
 // Directed graphs and push-sum through the CLI, as a user runs them: `grapevine topo` reports in-
 // and out-degrees and strong connectivity, `grapevine validate` refuses what cannot work (exit 2,
-// the keys and why), and `grapevine launch` over tcp with real processes on a directed graph
-// reaches the exact average of the peers' initial models, bit-identical to `grapevine sim`.
+// the keys and why), and `grapevine launch` over tcp (and ucx, libfabric where usable) with real
+// processes on a directed graph reaches the exact average of the peers' initial models, plain and
+// overlapped (algorithm.overlap), bit-identical to `grapevine sim`.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/test_util/cli.h"
 #include "tests/test_util/ports.h"
@@ -135,11 +138,19 @@ TEST_CASE("validate refuses what push-sum and directed graphs cannot do: exit 2,
   o = run("validate " + ok + " --set compression.lossless=zstd");
   INFO(o.out);
   CHECK(o.exitCode == 0);
-  o = run("validate " + ok + " --set algorithm.overlap=true");
+  // Overlap is overlapped SGP; its staleness means nothing without it (a warning, exit 0).
+  o = run("validate " + ok + " --set algorithm.overlap=true --set algorithm.overlap_rounds=3");
+  INFO(o.out);
+  CHECK(o.exitCode == 0);
+  CHECK(o.out.find("algorithm.overlap_rounds") == std::string::npos);
+  CHECK(o.out.find("overlapped: shares mixed 3 rounds late") != std::string::npos);
+  o = run("validate " + ok + " --set algorithm.overlap_rounds=3");
+  INFO(o.out);
+  CHECK(o.exitCode == 0);
+  CHECK(o.out.find("algorithm.overlap_rounds: has no effect") != std::string::npos);
+  o = run("validate " + ok + " --set algorithm.overlap=true --set algorithm.overlap_rounds=0");
   INFO(o.out);
   CHECK(o.exitCode == 2);
-  CHECK(o.out.find("algorithm.overlap: true cannot be used with algorithm.name: push-sum") !=
-        std::string::npos);
   // directed needs kind edges; directed edges [a, b] and [b, a] are two edges, a repeat is not.
   o = run("validate " + ok + " --set topology.kind=ring");
   INFO(o.out);
@@ -245,5 +256,65 @@ TEST_CASE(
   for (int r = 0; r < 8; ++r) {
     const std::string model = "/model-" + std::to_string(r) + ".bin";
     CHECK(readFile(dir + "/out" + model) == readFile(dir + "/sim" + model));
+  }
+}
+
+TEST_CASE(
+    "push-sum over real processes on every usable transport, plain and overlapped: the exact "
+    "average, the same models as the simulator",
+    "[slow]") {
+  // tcp without overlap is the first launch test above.
+  std::vector<std::pair<std::string, bool>> runs = {{"tcp", true}};
+  for (const std::string backend : {"ucx", "libfabric"}) {
+    std::string info;
+    if (!grapevine::test_util::transportUsable(backend, &info)) {
+      WARN(backend << " not usable here, skipped:\n" << info);
+      continue;
+    }
+    runs.emplace_back(backend, false);
+    runs.emplace_back(backend, true);
+  }
+  for (const auto& [backend, overlap] : runs) {
+    DYNAMIC_SECTION(backend << (overlap ? ", overlap" : "")) {
+      const std::string dir = freshDir("push_sum_launch_" + backend + (overlap ? "_overlap" : ""));
+      const int port = grapevine::test_util::freeBasePort(6);
+      // Overlap with tau 2 and a checkpoint every 100 rounds (those rounds, and the last, wait
+      // for every share in flight).
+      const std::string config =
+          writeConfig(dir, "directed6.yaml",
+                      "run: { name: push-sum-transports, seed: 3, rounds: 300 }\n"
+                      "peers: { count: 6, host: 127.0.0.1, base_port: " +
+                          std::to_string(port) + " }\ntransport: { backend: " + backend +
+                          " }\n"
+                          "topology: { kind: edges, directed: true, weights: uniform, edges: " +
+                          kEdges + " }\nalgorithm: { name: push-sum, round_timeout: 30, overlap: " +
+                          (overlap ? "true" : "false") +
+                          ", overlap_rounds: 2 }\n"
+                          "checkpoint: { every: 100 }\n"
+                          "optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }\n"
+                          "workload: { name: consensus, dim: 16 }\n");
+      const Outcome o = run("launch " + config + " --out " + dir + "/out --quiet");
+      INFO(o.out);
+      REQUIRE(o.exitCode == 0);
+      const auto summary = grapevine::test_util::readSummary(dir + "/out");
+      INFO(summary.dump(2));
+      REQUIRE(summary["per_peer"].size() == 6);
+      for (const auto& p : summary["per_peer"]) {
+        CHECK(p["finished"] == true);
+        CHECK(p["rounds"] == 300);
+        CHECK(p["dead_neighbours"] == 0);
+        CHECK(p["suspect_rounds"] == 0);
+        CHECK(p["test_loss"].get<double>() < 1e-10);
+      }
+      const Outcome sim = run("sim " + config + " --out " + dir + "/sim --quiet");
+      INFO(sim.out);
+      REQUIRE(sim.exitCode == 0);
+      for (int r = 0; r < 6; ++r) {
+        const std::string model = "/model-" + std::to_string(r) + ".bin";
+        const std::string a = readFile(dir + "/out" + model);
+        CHECK(!a.empty());
+        CHECK(a == readFile(dir + "/sim" + model));
+      }
+    }
   }
 }

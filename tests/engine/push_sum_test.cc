@@ -330,10 +330,11 @@ TEST_CASE("push-sum state (numerator, weight, inboxes) restores a run bit for bi
 TEST_CASE(
     "push-sum on one-peer-exponential trains Fashion-MNIST like dsgd on the exponential "
     "graph (simulator)") {
-  auto accuracy = [](const std::string& algorithm, const std::string& kind) {
+  auto accuracy = [](const std::string& algorithm, const std::string& kind,
+                     const std::string& extra = "") {
     const auto c = test_util::loadYaml(
         "run: { rounds: 150 }\npeers: { count: 8 }\ntopology: { kind: " + kind +
-            " }\nalgorithm: { name: " + algorithm +
+            " }\nalgorithm: { name: " + algorithm + extra +
             " }\n"
             "workload: { name: fashion-mnist-mlp, hidden: [64], partition: iid, eval_every: 0 }\n",
         "push_sum_fmnist.yaml");
@@ -354,4 +355,153 @@ TEST_CASE(
                                            << dsgdBytes << " bytes)");
   CHECK(pushSum > 0.75);  // chance is 0.1
   CHECK(pushSum > dsgd - 0.03);
+  // Overlapped SGP (each share mixed one round late) trains as well.
+  const auto [overlapped, overlappedBytes] =
+      accuracy("push-sum", "one-peer-exponential", ", overlap: true");
+  INFO("overlapped push-sum " << overlapped << " (" << overlappedBytes << " bytes)");
+  CHECK(overlapped > 0.75);
+  CHECK(overlapped > pushSum - 0.03);
+  CHECK(overlappedBytes == pushSumBytes);
+}
+
+namespace {
+
+// Push-sum mass held by a peer: its weight plus the weight of every share it holds but has not
+// mixed yet (the last value of each "inbox/<j>" and "inflight/<j>/<k>" buffer).
+std::pair<double, double> heldMass(const PeerCore& p) {
+  double w = 0, pending = 0;
+  for (const auto& [name, v] : p.algorithm().state()) {
+    if (name == "weight") w = v.at(0);
+    if (name.rfind("inbox/", 0) == 0 || name.rfind("inflight/", 0) == 0) pending += v.back();
+  }
+  return {w, pending};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "overlapped push-sum (shares mixed tau rounds late) conserves mass every round and reaches "
+    "the exact average on a directed graph") {
+  for (const int tau : {1, 3}) {
+    DYNAMIC_SECTION("overlap_rounds " << tau) {
+      const int rounds = 400;
+      auto c = test_util::loadYaml(
+          std::string(kDirected6) + "run: { rounds: " + std::to_string(rounds) +
+              " }\nalgorithm: { name: push-sum, overlap: true, overlap_rounds: " +
+              std::to_string(tau) +
+              " }\n"
+              "optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }\n"
+              "workload: { name: consensus, dim: 16 }\n",
+          "push_sum_overlap_directed6.yaml");
+      auto plan = test_util::makePlan(c);
+      auto peers = makePeers(*plan);
+      REQUIRE(peers[0]->mixDelay() == tau);
+      const Eigen::MatrixXd X0 = models(peers);
+      const Eigen::RowVectorXd average = X0.colwise().mean();
+      // Every round: the mass held (weights) plus the mass in flight (shares received but not
+      // mixed) is n, and after round tau - 1 some of it is really in flight.
+      double minHeld = 1e9;
+      engine::LockstepHooks hooks;
+      hooks.afterRound = [&](std::int64_t t) {
+        double held = 0, pending = 0;
+        for (const auto& p : peers) {
+          const auto [w, q] = heldMass(*p);
+          held += w;
+          pending += q;
+        }
+        INFO("round " << t << ": held " << held << ", in flight " << pending);
+        CHECK(std::abs(held + pending - 6.0) < 1e-4);
+        if (t + 1 < rounds) minHeld = std::min(minHeld, held);
+        if (t + 1 == rounds) CHECK(pending == 0.0);  // the last round mixes every share
+      };
+      REQUIRE(engine::runLockstep(peers, 0, rounds, hooks).isOk());
+      CHECK(minHeld < 6.0 - 0.5);
+      const Eigen::MatrixXd Z = models(peers);
+      const double error = (Z.rowwise() - average).cwiseAbs().maxCoeff();
+      INFO("overlap " << tau << ": max |z_i - average| " << error);
+      CHECK(error < 2e-6);
+      for (const auto& p : peers) CHECK(p->counters().suspectRounds == 0);
+
+      // The delay is real: the trajectory differs from plain push-sum's after a few rounds.
+      c.algorithm.overlap = false;
+      auto plainPlan = test_util::makePlan(c);
+      auto plain = makePeers(*plainPlan);
+      auto delayed = makePeers(*plan);
+      REQUIRE(engine::runLockstep(plain, 0, 5).isOk());
+      REQUIRE(engine::runLockstep(delayed, 0, 5).isOk());
+      CHECK((models(plain) - models(delayed)).cwiseAbs().maxCoeff() > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("overlapped push-sum converges on the heterogeneous quadratic (one-peer-exponential)") {
+  const int n = 8, d = 8;
+  const std::string data = std::string(GRAPEVINE_BINARY_DIR) + "/push_sum_overlap_quadratic.json";
+  test_util::writeQuadraticData(data, n, d);
+  const auto c = test_util::loadYaml(
+      "run: { rounds: 1500 }\npeers: { count: 8 }\ntopology: { kind: one-peer-exponential }\n"
+      "algorithm: { name: push-sum, overlap: true }\n"
+      "optimizer: { lr: 0.1, momentum: 0.0, nesterov: false, schedule: cosine }\n"
+      "workload: { name: quadratic, data: \"" +
+          data + "\" }\n",
+      "push_sum_overlap_quadratic.yaml");
+  auto plan = test_util::makePlan(c);
+  auto peers = makePeers(*plan);
+  const auto optimum = peers[0]->workload().optimum();
+  Eigen::RowVectorXd xStar(d);
+  for (int k = 0; k < d; ++k) xStar(k) = optimum[k];
+  auto error = [&] {
+    const Eigen::MatrixXd Z = models(peers);
+    return (Z.rowwise() - xStar).rowwise().squaredNorm().maxCoeff();
+  };
+  const double e0 = error();
+  REQUIRE(engine::runLockstep(peers, 0, 1500).isOk());
+  const double e = error();
+  INFO("overlap: max_i |z_i - x*|^2: start " << e0 << ", end " << e);
+  CHECK(e < 1e-4 * e0);
+  CHECK(e < 2e-5);
+}
+
+TEST_CASE("overlapped push-sum state (shares in flight included) restores a run bit for bit") {
+  // tau = 2: after round 9 each peer holds the shares of round 9 (due at round 11) and, in
+  // lockstep, those of round 8 (due at round 10): "inbox/<j>" and "inflight/<j>/1".
+  const std::string data =
+      std::string(GRAPEVINE_BINARY_DIR) + "/push_sum_overlap_state_quadratic.json";
+  test_util::writeQuadraticData(data, 6, 5);
+  const auto c = test_util::loadYaml(std::string(kDirected6) +
+                                         "run: { rounds: 20 }\n"
+                                         "algorithm: { name: push-sum, overlap: true, "
+                                         "overlap_rounds: 2 }\n"
+                                         "optimizer: { lr: 0.05, momentum: 0.0, nesterov: false, "
+                                         "schedule: constant }\n"
+                                         "workload: { name: quadratic, data: \"" +
+                                         data + "\" }\n",
+                                     "push_sum_overlap_state.yaml");
+  auto plan = test_util::makePlan(c);
+  auto straight = makePeers(*plan);
+  REQUIRE(engine::runLockstep(straight, 0, 20).isOk());
+
+  auto first = makePeers(*plan);
+  REQUIRE(engine::runLockstep(first, 0, 10).isOk());
+  auto second = makePeers(*plan);
+  for (size_t i = 0; i < first.size(); ++i) {
+    const engine::PeerState saved = first[i]->saveState();
+    // Peer 1 hears from 0 and 4: both slots of both senders hold a share.
+    if (i == 1) {
+      int nonzero = 0;
+      for (const auto& [name, v] : saved.algorithm) {
+        if ((name.rfind("inbox/", 0) == 0 || name.rfind("inflight/", 0) == 0) && v.back() > 0)
+          ++nonzero;
+      }
+      CHECK(nonzero == 4);
+    }
+    REQUIRE(second[i]->restoreState(saved).isOk());
+  }
+  REQUIRE(engine::runLockstep(second, 10, 10).isOk());
+  for (size_t i = 0; i < straight.size(); ++i) {
+    const auto a = straight[i]->model();
+    const auto b = second[i]->model();
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+    CHECK(stateWeight(*straight[i]) == stateWeight(*second[i]));
+  }
 }

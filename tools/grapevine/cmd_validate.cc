@@ -77,7 +77,12 @@ void printSummary(const config::Config& c, std::ostream& os) {
                : " (" + fmt(algorithms::kDeepSqueezeAutoStep) + ")");
   }
   os << ", " << c.algorithm.localSteps << " local step" << (c.algorithm.localSteps > 1 ? "s" : "")
-     << (c.algorithm.overlap ? ", overlapped" : "") << "\n";
+     << (!c.algorithm.overlap ? ""
+         : c.algorithm.name == algorithms::AlgorithmKind::kPushSum
+             ? ", overlapped: shares mixed " + std::to_string(c.algorithm.overlapRounds) +
+                   " round" + (c.algorithm.overlapRounds > 1 ? "s" : "") + " late"
+             : std::string(", overlapped"))
+     << "\n";
   os << "  optimizer    lr " << fmt(c.optimizer.lr) << " ("
      << train::lrScheduleKindName(c.optimizer.schedule);
   if (c.optimizer.warmupRounds) os << ", " << c.optimizer.warmupRounds << " warm-up rounds";
