@@ -53,6 +53,7 @@ struct SimResult {
   double roundsWallSeconds = 0.0;         // the rounds alone
   int threads = 0;
   std::uint64_t messagesLost = 0;
+  std::uint64_t messagesFaultDropped = 0;  // taken by faults.events (links down, receivers down)
   std::uint64_t rssBeforePeers = 0;  // bytes, after the shared data was loaded
   std::uint64_t rssAfterRounds = 0;  // bytes, before the final results were collected
   nlohmann::json summary;            // engine::makeSummary + simulated_seconds and a "sim" block
