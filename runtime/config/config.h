@@ -225,8 +225,8 @@ const std::vector<std::string_view>& faultKindNames();
 // the same unit as the start) is set for pause, restart (time down) and link-down, never for kill.
 struct FaultEvent {
   FaultKind kind = FaultKind::kPause;
-  int peer = -1;                   // pause, kill, restart
-  int linkA = -1, linkB = -1;      // link-down: the link between a and b, both directions
+  int peer = -1;               // pause, kill, restart
+  int linkA = -1, linkB = -1;  // link-down: the link between a and b, both directions
   std::optional<std::int64_t> atRound, rounds;
   std::optional<double> atSeconds, seconds;
 

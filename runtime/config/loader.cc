@@ -476,20 +476,21 @@ class Loader {
         const auto nb = schedule->allNeighbours(b);
         if (std::find(na.begin(), na.end(), b) == na.end() &&
             std::find(nb.begin(), nb.end(), a) == nb.end()) {
-          error(where, key, what + ": " + std::to_string(a) + " and " + std::to_string(b) +
-                                " are not neighbours in the graph (topology." +
-                                std::string(topology::kindName(c.topology.kind)) + ")");
+          error(where, key,
+                what + ": " + std::to_string(a) + " and " + std::to_string(b) +
+                    " are not neighbours in the graph (topology." +
+                    std::string(topology::kindName(c.topology.kind)) + ")");
         }
       }
       if (e.byRound() && *e.atRound >= c.run.rounds) {
-        error(where, key,
-              what + " never happens: run.rounds is " + std::to_string(c.run.rounds));
+        error(where, key, what + " never happens: run.rounds is " + std::to_string(c.run.rounds));
       }
       if (e.kind == FaultKind::kRestart) {
         if (c.checkpoint.every <= 0) {
           error(where, key,
-                what + " needs checkpoint.every > 0: a restarted peer comes back from its last "
-                       "checkpoint");
+                what +
+                    " needs checkpoint.every > 0: a restarted peer comes back from its last "
+                    "checkpoint");
         } else if (e.byRound() && *e.atRound < c.checkpoint.every) {
           error(where, key,
                 what + " comes before the peer's first checkpoint (after round " +
@@ -508,8 +509,8 @@ class Loader {
         if (x.byRound() != y.byRound()) continue;
         const bool xl = x.kind == FaultKind::kLinkDown, yl = y.kind == FaultKind::kLinkDown;
         if (xl != yl) continue;
-        const bool same = xl ? std::minmax(x.linkA, x.linkB) == std::minmax(y.linkA, y.linkB)
-                             : x.peer == y.peer;
+        const bool same =
+            xl ? std::minmax(x.linkA, x.linkB) == std::minmax(y.linkA, y.linkB) : x.peer == y.peer;
         if (!same) continue;
         if (x.start() < y.end() && y.start() < x.end()) {
           error(where, key,

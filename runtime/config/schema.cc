@@ -494,7 +494,8 @@ std::string showNetworkEdges(const Config& c) {
 
 // faults.events (also `faults:` given as a list): [{kind, peer | link, at_round | at_seconds,
 // rounds | seconds}, ...]. The form of each item is checked here (the returned text says which item
-// and why); what depends on other keys (ranks, edges, overlaps, checkpoints) in the loader's checks.
+// and why); what depends on other keys (ranks, edges, overlaps, checkpoints) in the loader's
+// checks.
 std::optional<std::string> applyFaultEvent(FaultEvent& ev, const YAML::Node& item) {
   if (!item.IsMap()) return std::string("not a mapping");
   if (!item["kind"] || !item["kind"].IsScalar()) return std::string("no kind");
@@ -559,7 +560,8 @@ std::optional<std::string> applyFaults(Config& c, const YAML::Node& n) {
   std::vector<FaultEvent> out;
   for (std::size_t i = 0; i < n.size(); ++i) {
     FaultEvent ev;
-    if (auto problem = applyFaultEvent(ev, n[i])) return "item " + std::to_string(i) + ": " + *problem;
+    if (auto problem = applyFaultEvent(ev, n[i]))
+      return "item " + std::to_string(i) + ": " + *problem;
     out.push_back(ev);
   }
   c.faults.events = std::move(out);

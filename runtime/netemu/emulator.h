@@ -38,7 +38,15 @@ struct LinkStats {
 // uint64_t. Memory is reserved lazily by the kernel (peers^2 links, touched only where used).
 class StatsTable {
  public:
-  enum Field { kPackets, kBytes, kDroppedLoss, kDroppedQueue, kDroppedWrite, kDroppedDown, kFields };
+  enum Field {
+    kPackets,
+    kBytes,
+    kDroppedLoss,
+    kDroppedQueue,
+    kDroppedWrite,
+    kDroppedDown,
+    kFields
+  };
   static Result<std::unique_ptr<StatsTable>> map(int peers);
   ~StatsTable();
   StatsTable(const StatsTable&) = delete;

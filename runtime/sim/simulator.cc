@@ -38,7 +38,7 @@ struct PeerState {
   double ready = 0.0;  // when this round's message left
   bool anyLost = false;
   std::uint64_t lost = 0;
-  double arrival = 0.0;  // latest arrival of a delivered message this round
+  double arrival = 0.0;            // latest arrival of a delivered message this round
   std::uint64_t faultDropped = 0;  // messages a fault took (link down, receiver down)
   std::vector<int> incoming;
   Status status;
@@ -252,7 +252,9 @@ class Simulation {
  private:
   static constexpr std::size_t kFlushBytes = 1 << 16;
 
-  bool linkDown(int a, int b) const { return linksDown_.count(std::pair(std::min(a, b), std::max(a, b))) != 0; }
+  bool linkDown(int a, int b) const {
+    return linksDown_.count(std::pair(std::min(a, b), std::max(a, b))) != 0;
+  }
 
   // faults.events (by round; validated by the loader and `grapevine sim`), before round t: who is
   // down this round, which links are; kills and restarts take effect here.
@@ -283,8 +285,9 @@ class Simulation {
         // Back from its last checkpoint (kept in memory); it continues at round t, its neighbours'
         // round, and resyncs every edge.
         const auto p = static_cast<std::size_t>(e.peer);
-        if (!saved_[p]) return failedPrecondition("restart of peer " + std::to_string(e.peer) + " at round " +
-                                        std::to_string(t) + ": no checkpoint kept");
+        if (!saved_[p])
+          return failedPrecondition("restart of peer " + std::to_string(e.peer) + " at round " +
+                                    std::to_string(t) + ": no checkpoint kept");
         GV_RETURN_IF_ERROR(peers_[p]->restoreState(*saved_[p]));
         peers_[p]->resyncAllEdges();
         logFault(e, t, &*saved_[p]);
@@ -482,7 +485,8 @@ class Simulation {
     if (killed_[i]) {
       // A killed peer writes nothing more: no final record, model or final.json.
       r.model.clear();
-      if (!dir_.empty()) s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
+      if (!dir_.empty())
+        s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
       return;
     }
     // Every peer of a diverged run stopped because of it (in a real run the notices tell them).

@@ -30,8 +30,8 @@ std::string writeConfig(const std::string& dir, int rounds, const std::string& f
   const std::string path = dir + "/config.yaml";
   std::ofstream out(path);
   out << "run: { name: faults-e2e, seed: 3, rounds: " << rounds << " }\n"
-      << "peers: { count: 8, host: 127.0.0.1, base_port: "
-      << grapevine::test_util::freeBasePort(16) << " }\n"
+      << "peers: { count: 8, host: 127.0.0.1, base_port: " << grapevine::test_util::freeBasePort(16)
+      << " }\n"
       << "topology: { kind: ring }\n"
       << "transport: { backend: tcp }\n"
       << "algorithm: { name: dsgd }\n"
@@ -130,8 +130,8 @@ TEST_CASE("launch --emulate: a peer paused for less than peers.dead_after stays 
   requireNetemu();
   const std::string dir = scratch("pause");
   // dead_after 4 s, the pause 1 s: its neighbours wait for it and never declare it dead.
-  const auto config = writeConfig(
-      dir, 400, "faults: [{kind: pause, peer: 3, at_seconds: 0.5, seconds: 1}]\n");
+  const auto config =
+      writeConfig(dir, 400, "faults: [{kind: pause, peer: 3, at_seconds: 0.5, seconds: 1}]\n");
   const auto o = runCli(
       {kBin, "launch", config, "--emulate", "--quiet", "--set", "peers.dead_after=4"}, dir, 300);
   INFO(o.out);
@@ -159,9 +159,8 @@ TEST_CASE("launch --emulate: a link taken down carries traffic again once it is 
   const std::string dir = scratch("link");
   const auto config = writeConfig(
       dir, 400, "faults: [{kind: link-down, link: [0, 1], at_seconds: 0.5, seconds: 1}]\n");
-  const auto o = runCli({kBin, "launch", config, "--emulate", "--quiet", "--set",
-                         "peers.dead_after=4"},
-                        dir, 300);
+  const auto o = runCli(
+      {kBin, "launch", config, "--emulate", "--quiet", "--set", "peers.dead_after=4"}, dir, 300);
   INFO(o.out);
   REQUIRE(o.exitCode == 0);
   const auto s = readJson(dir + "/out/summary.json");

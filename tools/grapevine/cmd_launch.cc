@@ -127,8 +127,8 @@ struct Child {
   int status = 0;
   std::string jsonl, log;
   std::streamoff offset = 0;
-  nlohmann::json last;    // last record
-  double accuracy = NAN;  // latest test accuracy seen in any record
+  nlohmann::json last;       // last record
+  double accuracy = NAN;     // latest test accuracy seen in any record
   bool faultKilled = false;  // SIGKILLed by the fault schedule (faults.events): not a crash
   bool faultPaused = false;  // SIGSTOPped by the fault schedule, not yet continued
 };
