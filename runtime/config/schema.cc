@@ -910,9 +910,9 @@ std::vector<KeyDef> buildSchema() {
   // faults (docs/faults.md)
   t.push_back(customKey(
       "faults.events", ValueType::kFaultList,
-      "Fault schedule (also `faults:` as a list): [{kind: pause|kill|restart|link-down, peer: R "
-      "or link: [a, b], at_round: N (sim) or at_seconds: S (launch --emulate), rounds: N or "
-      "seconds: S (pause, restart: time down, link-down)}, ...]",
+      "Fault schedule (also `faults:` as a list; docs/faults.md): [{kind: pause, kill, restart or "
+      "link-down; peer: R or link: [a, b]; at_round: N (sim) or at_seconds: S (launch); rounds: N "
+      "or seconds: S (pause, link-down; restart: time down)}, ...]",
       applyFaults, showFaults));
   return t;
 }
@@ -1001,8 +1001,8 @@ std::string KeyDef::expected() const {
       return "a list of {between: [a, b], ...} (a != b) with only bandwidth_mbit [0, 1e6], "
              "latency_ms [0, 1e5], jitter_ms [0, 1e5], loss_percent [0, 100]";
     case ValueType::kFaultList:
-      return "a list of {kind: pause|kill|restart|link-down, peer: R or link: [a, b], at_round: N "
-             "or at_seconds: S, rounds: N or seconds: S (not for kill)}";
+      return "a list of {kind: pause, kill, restart or link-down; peer: R or link: [a, b]; "
+             "at_round: N or at_seconds: S; rounds: N or seconds: S (not for kill)}";
   }
   return "?";
 }

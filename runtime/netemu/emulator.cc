@@ -289,6 +289,11 @@ class Loop {
   }
 
   void deliver(Packet* p) {
+    if (s_.stats->isDown(p->from, p->to)) {  // went down while the packet was on its way
+      s_.stats->add(p->from, p->to, StatsTable::kDroppedDown, 1);
+      pool_.put(p);
+      return;
+    }
     const ssize_t w = ::write(s_.tunFds[p->to], p->data, p->len);
     if (w == static_cast<ssize_t>(p->len)) {
       s_.stats->add(p->from, p->to, StatsTable::kPackets, 1);

@@ -57,8 +57,8 @@ class StatsTable {
   LinkStats read(int from, int to) const;
   // Packets from `from` that were not IPv4 or went to an address that is no rank's.
   std::uint64_t unknownDestination(int from) const;
-  // Link from -> to down (the creator sets it, the emulator drops every packet the link admits
-  // while it is down; packets already queued are still delivered) or up again.
+  // Link from -> to down (the creator sets it; the emulator drops every packet it would admit or
+  // deliver on the link while it is down, queued ones included) or up again.
   void setDown(int from, int to, bool down);
   bool isDown(int from, int to) const;
 

@@ -17,13 +17,15 @@ using namespace grapevine;
 
 namespace {
 
-// 8 peers on a ring, CHOCO with top-k (public copies and replicas, checked every 5 rounds).
-std::string ring8(const std::string& faults) {
+// 8 peers on a ring, CHOCO with top-k (public copies and replicas). No replica checks: a replica a
+// fault left wrong is repaired only by the resyncs the faults themselves start.
+std::string ring8(const std::string& faults, int rounds = 120) {
   return R"(
-run: { seed: 5, rounds: 120 }
+run: { seed: 5, rounds: )" +
+         std::to_string(rounds) + R"( }
 peers: { count: 8 }
 topology: { kind: ring }
-algorithm: { name: choco, consensus_step: 0.4, check_every: 5 }
+algorithm: { name: choco, consensus_step: 0.4, check_every: 0 }
 compression: { method: top-k, ratio: 0.2 }
 optimizer: { lr: 0.05 }
 workload: { name: consensus, dim: 64 }
@@ -112,7 +114,8 @@ TEST_CASE("each fault does what it says, and the run heals", "[faults]") {
   CHECK(calm.messagesFaultDropped == 0);
 
   // restart: back at round 60 from its checkpoint of round 39 (every 20: after rounds 19, 39),
-  // and its edges resynced both ways (snapshots applied at peer 5 and at its neighbours).
+  // and its edges resynced both ways (snapshots applied at peer 5 and at its neighbours: 4 and 6
+  // get one from nothing else, as peer 5's sequence numbers have no gap).
   REQUIRE(s.contains("faults"));
   bool back = false;
   for (const auto& f : s["faults"]) {
@@ -130,8 +133,8 @@ TEST_CASE("each fault does what it says, and the run heals", "[faults]") {
   CHECK(r.peers[5].finished);
   CHECK(r.peers[5].rounds == 120);
 
-  // Healed: the replica checks after the last fault found every replica exact, and the finished
-  // peers agree as closely as in the undisturbed run (within 10x).
+  // Healed: after the last fault the finished peers keep agreeing more closely, as in an
+  // undisturbed run (a replica left wrong would hold them apart at a floor).
   const auto spread = [](const sim::SimResult& x) {
     std::vector<double> mean;
     int n = 0;
@@ -150,9 +153,11 @@ TEST_CASE("each fault does what it says, and the run heals", "[faults]") {
     }
     return d / n;
   };
-  WARN("consensus spread at the end: with faults " << spread(r) << ", undisturbed "
-                                                   << spread(calm));
-  CHECK(spread(r) <= 10 * spread(calm) + 1e-12);
+  const auto longer = simulate(ring8(kSchedule, 240), 2);
+  WARN("consensus spread: with faults " << spread(r) << " after 120 rounds, " << spread(longer)
+                                        << " after 240; undisturbed " << spread(calm)
+                                        << " after 120");
+  CHECK(spread(longer) < 1e-2 * spread(r));
 }
 
 TEST_CASE("grapevine sim writes the executed faults to summary.json", "[faults]") {

@@ -700,9 +700,12 @@ void Launch::faultAction(FaultRun& f, bool begin, double now) {
   if (e.kind == config::FaultKind::kKill) f.ended = true;
   std::string what;
   if (e.kind == config::FaultKind::kLinkDown) {
-    (begin ? f.packetsAtDown : f.packetsAtUp) = linkPackets(e.linkA, e.linkB);
+    // Down first, then count (up: count, then up): what the link carried while down is then only
+    // a packet the emulator was writing at the moment the flag changed.
+    if (!begin) f.packetsAtUp = linkPackets(e.linkA, e.linkB);
     const Status st = network_ ? network_->setLinkDown(e.linkA, e.linkB, begin)
                                : failedPrecondition("no emulated network");
+    if (begin) f.packetsAtDown = linkPackets(e.linkA, e.linkB);
     what = std::string("link [") + std::to_string(e.linkA) + ", " + std::to_string(e.linkB) +
            (begin ? "] down" : "] up") + (st.isOk() ? "" : " failed: " + st.message());
   } else {
