@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -14,7 +15,50 @@ namespace grapevine::config {
 namespace {
 // Indexed by Emulation.
 constexpr std::string_view kEmulationNames[] = {"none", "netns"};
+// Indexed by FaultKind.
+constexpr std::string_view kFaultKindNames[] = {"pause", "kill", "restart", "link-down"};
+
+std::string numberText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
 }  // namespace
+
+std::string_view faultKindName(FaultKind kind) { return enumName(kFaultKindNames, kind); }
+
+std::optional<FaultKind> parseFaultKind(std::string_view name) {
+  return parseEnum<FaultKind>(kFaultKindNames, name);
+}
+
+const std::vector<std::string_view>& faultKindNames() {
+  static const std::vector<std::string_view> names = enumNameList(kFaultKindNames);
+  return names;
+}
+
+double FaultEvent::start() const {
+  return atRound ? static_cast<double>(*atRound) : atSeconds.value_or(0.0);
+}
+
+double FaultEvent::end() const {
+  if (kind == FaultKind::kKill) return std::numeric_limits<double>::infinity();
+  return start() + (atRound ? static_cast<double>(rounds.value_or(0)) : seconds.value_or(0.0));
+}
+
+std::string FaultEvent::describe() const {
+  std::string s(faultKindName(kind));
+  if (kind == FaultKind::kLinkDown)
+    s += " link [" + std::to_string(linkA) + ", " + std::to_string(linkB) + "]";
+  else
+    s += " peer " + std::to_string(peer);
+  s += atRound ? " at round " + std::to_string(*atRound) : " at " + numberText(start()) + " s";
+  if (kind != FaultKind::kKill) {
+    const std::string len = atRound ? std::to_string(rounds.value_or(0)) + " rounds"
+                                    : numberText(seconds.value_or(0.0)) + " s";
+    s += (kind == FaultKind::kRestart ? ", back after " : " for ") + len;
+  }
+  return s;
+}
 
 std::string_view emulationName(Emulation emulation) { return enumName(kEmulationNames, emulation); }
 

@@ -213,6 +213,37 @@ struct SecuritySection {
   bool encrypt = false;  // AEAD on every message (needs keyFile)
 };
 
+// `faults:`: a schedule of faults that `grapevine sim` (by round) and `grapevine launch --emulate`
+// (by wall time from the first round) execute, for tests and fault studies (docs/faults.md).
+enum class FaultKind { kPause, kKill, kRestart, kLinkDown };
+
+// Names as configs spell them: "pause", "kill", "restart", "link-down", in enum order.
+std::string_view faultKindName(FaultKind kind);
+std::optional<FaultKind> parseFaultKind(std::string_view name);
+const std::vector<std::string_view>& faultKindNames();
+
+// One `faults:` item. Exactly one of atRound / atSeconds is set (which one a runner accepts is
+// checked by the runner: sim counts rounds, launch wall time); the length (`rounds` / `seconds`, in
+// the same unit as the start) is set for pause, restart (time down) and link-down, never for kill.
+struct FaultEvent {
+  FaultKind kind = FaultKind::kPause;
+  int peer = -1;               // pause, kill, restart
+  int linkA = -1, linkB = -1;  // link-down: the link between a and b, both directions
+  std::optional<std::int64_t> atRound, rounds;
+  std::optional<double> atSeconds, seconds;
+
+  bool byRound() const { return atRound.has_value(); }
+  // [start, end) in the event's unit; kill: end is +infinity.
+  double start() const;
+  double end() const;
+  // "pause peer 3 at round 200 for 50 rounds": for logs and messages.
+  std::string describe() const;
+};
+
+struct FaultsSection {
+  std::vector<FaultEvent> events;
+};
+
 struct Config {
   std::string sourcePath;  // the YAML file it came from ("" for defaults)
   RunSection run;
@@ -228,6 +259,7 @@ struct Config {
   CheckpointSection checkpoint;
   NetworkSection network;
   SecuritySection security;
+  FaultsSection faults;
 
   // security.key_file as a path: relative paths are relative to the config file's folder, like
   // workload.data. Empty without a key.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -278,6 +279,11 @@ class Loader {
         applyNode("peers.list", value, where);
         continue;
       }
+      // `faults` is the list of events itself (faults.events).
+      if (path == "faults" && value.IsSequence()) {
+        applyNode("faults.events", value, where);
+        continue;
+      }
       if (const KeyDef* def = findKey(path)) {
         applyNode(path, value, where);
         (void)def;
@@ -315,8 +321,10 @@ class Loader {
   void applyNode(const std::string& path, const YAML::Node& value, const Where& where) {
     const KeyDef* def = findKey(path);
     if (auto problem = safeApply(*def, value)) {
+      // A converter may say what exactly is wrong (which item of a list, and why).
+      const std::string why = *problem == "expected" ? "" : " (" + *problem + ")";
       error(value.Mark().line >= 0 ? nodeWhere(value) : where, path,
-            "expected " + def->expected() + ", found " + describeNode(value));
+            "expected " + def->expected() + why + ", found " + describeNode(value));
       return;
     }
     seen_[path] = where;
@@ -330,8 +338,9 @@ class Loader {
       node = YAML::Node(text);
     }
     const KeyDef* def = findKey(path);
-    if (safeApply(*def, node)) {
-      error(where, path, "expected " + def->expected() + ", found \"" + text + "\"");
+    if (auto problem = safeApply(*def, node)) {
+      const std::string why = *problem == "expected" ? "" : " (" + *problem + ")";
+      error(where, path, "expected " + def->expected() + why + ", found \"" + text + "\"");
       return;
     }
     seen_[path] = where;
@@ -428,6 +437,93 @@ class Loader {
   }
 
   // algorithm.name: push-sum sums the shares it receives, so every byte must arrive as sent.
+  // faults.events: every event names existing peers and links of the graph, happens within the
+  // run, overlaps no other event on the same peer or link, and uses the unit of the others (rounds
+  // or seconds: a runner supports one, checked by the runner); a restart needs checkpoints.
+  void checkFaults(const Config& c) {
+    const auto& events = c.faults.events;
+    if (events.empty()) return;
+    const Where where = keyWhere("faults.events");
+    const std::string key = "faults.events";
+    const auto item = [](std::size_t i) { return "item " + std::to_string(i) + " ("; };
+    std::unique_ptr<topology::Schedule> schedule;
+    if (errors() == 0 && options_.checkTopology) {
+      auto made = topology::makeSchedule(c.topologySpec());
+      if (made.isOk()) schedule = std::move(*made);
+    }
+    bool ranksOk = true;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const FaultEvent& e = events[i];
+      const std::string what = item(i) + e.describe() + ")";
+      if (e.byRound() != events.front().byRound()) {
+        error(where, key,
+              what + " counts " + (e.byRound() ? "rounds" : "seconds") + " but item 0 counts " +
+                  (events.front().byRound() ? "rounds" : "seconds") +
+                  ": a schedule is by round (grapevine sim) or by time (grapevine launch "
+                  "--emulate), not both");
+      }
+      const bool isLink = e.kind == FaultKind::kLinkDown;
+      const int a = isLink ? e.linkA : e.peer;
+      const int b = isLink ? e.linkB : e.peer;
+      if (a >= c.peers.count || b >= c.peers.count) {
+        error(where, key,
+              what + " names a peer >= peers.count (" + std::to_string(c.peers.count) + ")");
+        ranksOk = false;
+        continue;
+      }
+      if (isLink && schedule) {
+        const auto na = schedule->allNeighbours(a);
+        const auto nb = schedule->allNeighbours(b);
+        if (std::find(na.begin(), na.end(), b) == na.end() &&
+            std::find(nb.begin(), nb.end(), a) == nb.end()) {
+          error(where, key,
+                what + ": " + std::to_string(a) + " and " + std::to_string(b) +
+                    " are not neighbours in the graph (topology." +
+                    std::string(topology::kindName(c.topology.kind)) + ")");
+        }
+      }
+      if (e.byRound() && *e.atRound >= c.run.rounds) {
+        error(where, key, what + " never happens: run.rounds is " + std::to_string(c.run.rounds));
+      }
+      if (e.kind == FaultKind::kRestart) {
+        if (c.checkpoint.every <= 0) {
+          error(where, key,
+                what +
+                    " needs checkpoint.every > 0: a restarted peer comes back from its last "
+                    "checkpoint");
+        } else if (e.byRound() && *e.atRound < c.checkpoint.every) {
+          error(where, key,
+                what + " comes before the peer's first checkpoint (after round " +
+                    std::to_string(c.checkpoint.every - 1) +
+                    ", checkpoint.every): it would have nothing to come back from");
+        }
+      }
+    }
+    if (!ranksOk) return;
+    // Overlaps: two events on one peer, or on one link, at the same time; a killed peer takes no
+    // later event.
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      for (std::size_t j = i + 1; j < events.size(); ++j) {
+        const FaultEvent& x = events[i];
+        const FaultEvent& y = events[j];
+        if (x.byRound() != y.byRound()) continue;
+        const bool xl = x.kind == FaultKind::kLinkDown, yl = y.kind == FaultKind::kLinkDown;
+        if (xl != yl) continue;
+        const bool same =
+            xl ? std::minmax(x.linkA, x.linkB) == std::minmax(y.linkA, y.linkB) : x.peer == y.peer;
+        if (!same) continue;
+        if (x.start() < y.end() && y.start() < x.end()) {
+          error(where, key,
+                item(i) + x.describe() + ") and " + item(j) + y.describe() + ") overlap on " +
+                    (xl ? "the same link" : "the same peer") +
+                    (x.kind == FaultKind::kKill || y.kind == FaultKind::kKill
+                         ? " (a killed peer stays dead)"
+                         : ""));
+        }
+      }
+    }
+  }
+
   void checkPushSum(const Config& c) {
     if (wasSet("algorithm.overlap_rounds") &&
         (c.algorithm.name != algorithms::AlgorithmKind::kPushSum || !c.algorithm.overlap)) {
@@ -642,6 +738,7 @@ class Loader {
     // lists which option each algorithm uses.
     const bool pushSum = c.algorithm.name == algorithms::AlgorithmKind::kPushSum;
     checkPushSum(c);
+    checkFaults(c);
     if (c.compression.errorFeedback && !dsgd && !pushSum) {
       const bool choco = c.algorithm.name == algorithms::AlgorithmKind::kChoco;
       error(keyWhere("compression.error_feedback"), "compression.error_feedback",

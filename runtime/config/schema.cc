@@ -492,6 +492,100 @@ std::string showNetworkEdges(const Config& c) {
   return s + "]";
 }
 
+// faults.events (also `faults:` given as a list): [{kind, peer | link, at_round | at_seconds,
+// rounds | seconds}, ...]. The form of each item is checked here (the returned text says which item
+// and why); what depends on other keys (ranks, edges, overlaps, checkpoints) in the loader's
+// checks.
+std::optional<std::string> applyFaultEvent(FaultEvent& ev, const YAML::Node& item) {
+  if (!item.IsMap()) return std::string("not a mapping");
+  if (!item["kind"] || !item["kind"].IsScalar()) return std::string("no kind");
+  const auto kind = parseFaultKind(item["kind"].Scalar());
+  if (!kind) return "unknown kind \"" + item["kind"].Scalar() + "\"";
+  ev.kind = *kind;
+  for (auto it = item.begin(); it != item.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const YAML::Node value = it->second;
+    if (key == "kind") continue;
+    if (key == "peer") {
+      auto v = toInt(value);
+      if (!v || *v < 0 || *v >= kMaxPeers) return std::string("peer is not a rank");
+      ev.peer = static_cast<int>(*v);
+    } else if (key == "link") {
+      if (!value.IsSequence() || value.size() != 2) return std::string("link is not [a, b]");
+      auto a = toInt(value[0]);
+      auto b = toInt(value[1]);
+      if (!a || !b || *a < 0 || *b < 0 || *a >= kMaxPeers || *b >= kMaxPeers || *a == *b)
+        return std::string("link is not [a, b] with two different ranks");
+      ev.linkA = static_cast<int>(*a);
+      ev.linkB = static_cast<int>(*b);
+    } else if (key == "at_round" || key == "rounds") {
+      auto v = toInt(value);
+      if (!v || *v < (key == "rounds" ? 1 : 0) || *v > 1e9)
+        return key + (key == "rounds" ? " is not an integer >= 1" : " is not an integer >= 0");
+      (key == "at_round" ? ev.atRound : ev.rounds) = *v;
+    } else if (key == "at_seconds" || key == "seconds") {
+      auto v = toDouble(value);
+      if (!v || *v < 0 || *v > 1e7 || (key == "seconds" && *v <= 0))
+        return key + (key == "seconds" ? " is not a number > 0" : " is not a number >= 0");
+      (key == "at_seconds" ? ev.atSeconds : ev.seconds) = *v;
+    } else {
+      return "unknown key \"" + key + "\"";
+    }
+  }
+  const std::string kindText(faultKindName(ev.kind));
+  const bool isLink = ev.kind == FaultKind::kLinkDown;
+  if (isLink && ev.linkA < 0) return kindText + " needs link: [a, b]";
+  if (isLink && ev.peer >= 0) return kindText + " takes link, not peer";
+  if (!isLink && ev.peer < 0) return kindText + " needs peer";
+  if (!isLink && ev.linkA >= 0) return kindText + " takes peer, not link";
+  if (ev.atRound.has_value() == ev.atSeconds.has_value())
+    return "give exactly one of at_round and at_seconds";
+  if (ev.atRound && ev.seconds) return "seconds with at_round: give rounds";
+  if (ev.atSeconds && ev.rounds) return "rounds with at_seconds: give seconds";
+  const bool hasLength = ev.rounds || ev.seconds;
+  if (ev.kind == FaultKind::kKill && hasLength)
+    return "kill takes no length (a killed peer stays dead; use kind: restart)";
+  if (ev.kind != FaultKind::kKill && !hasLength)
+    return kindText + (ev.atRound ? " needs rounds" : " needs seconds") +
+           (ev.kind == FaultKind::kRestart ? " (how long it stays down)" : " (how long)");
+  return std::nullopt;
+}
+
+std::optional<std::string> applyFaults(Config& c, const YAML::Node& n) {
+  if (n.IsNull()) {
+    c.faults.events.clear();
+    return std::nullopt;
+  }
+  if (!n.IsSequence()) return std::string("expected");
+  std::vector<FaultEvent> out;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    FaultEvent ev;
+    if (auto problem = applyFaultEvent(ev, n[i]))
+      return "item " + std::to_string(i) + ": " + *problem;
+    out.push_back(ev);
+  }
+  c.faults.events = std::move(out);
+  return std::nullopt;
+}
+
+std::string showFaults(const Config& c) {
+  std::string s = "[";
+  for (size_t i = 0; i < c.faults.events.size(); ++i) {
+    const auto& e = c.faults.events[i];
+    s += (i ? ", " : "") + std::string("{kind: ") + std::string(faultKindName(e.kind));
+    if (e.kind == FaultKind::kLinkDown)
+      s += ", link: [" + std::to_string(e.linkA) + ", " + std::to_string(e.linkB) + "]";
+    else
+      s += ", peer: " + std::to_string(e.peer);
+    if (e.atRound) s += ", at_round: " + std::to_string(*e.atRound);
+    if (e.atSeconds) s += ", at_seconds: " + formatNumber(*e.atSeconds);
+    if (e.rounds) s += ", rounds: " + std::to_string(*e.rounds);
+    if (e.seconds) s += ", seconds: " + formatNumber(*e.seconds);
+    s += "}";
+  }
+  return s + "]";
+}
+
 std::vector<KeyDef> buildSchema() {
   std::vector<KeyDef> t;
 
@@ -821,6 +915,14 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(boolKey(
       "security.encrypt", [](Config & c) -> auto& { return c.security.encrypt; },
       "Also encrypt every message (ChaCha20-Poly1305); needs security.key_file"));
+
+  // faults (docs/faults.md)
+  t.push_back(customKey(
+      "faults.events", ValueType::kFaultList,
+      "Fault schedule (also `faults:` as a list; docs/faults.md): [{kind: pause, kill, restart or "
+      "link-down; peer: R or link: [a, b]; at_round: N (sim) or at_seconds: S (launch); rounds: N "
+      "or seconds: S (pause, link-down; restart: time down)}, ...]",
+      applyFaults, showFaults));
   return t;
 }
 
@@ -850,6 +952,8 @@ std::string KeyDef::typeName() const {
       return "list of {rank, link keys}";
     case ValueType::kNetEdgeList:
       return "list of {between, link keys}";
+    case ValueType::kFaultList:
+      return "list of fault events";
   }
   return "?";
 }
@@ -905,6 +1009,9 @@ std::string KeyDef::expected() const {
     case ValueType::kNetEdgeList:
       return "a list of {between: [a, b], ...} (a != b) with only bandwidth_mbit [0, 1e6], "
              "latency_ms [0, 1e5], jitter_ms [0, 1e5], loss_percent [0, 100]";
+    case ValueType::kFaultList:
+      return "a list of {kind: pause, kill, restart or link-down; peer: R or link: [a, b]; "
+             "at_round: N or at_seconds: S; rounds: N or seconds: S (not for kill)}";
   }
   return "?";
 }

@@ -27,7 +27,8 @@ enum class ValueType {
   kEdgeList,
   kPeerList,
   kNetPeerList,
-  kNetEdgeList
+  kNetEdgeList,
+  kFaultList
 };
 
 struct KeyDef {

@@ -765,6 +765,15 @@ Status PeerCore::restoreState(const PeerState& s) {
   return Status::ok();
 }
 
+void PeerCore::resyncAllEdges() {
+  if (algorithm_->publicCopyHash() == 0) return;
+  for (auto& [j, e] : edges_) {
+    if (dead_.count(j)) continue;
+    e.resyncRequested = true;
+    e.sendSnapshot = true;
+  }
+}
+
 void PeerCore::resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm) {
   algorithm_ = std::move(algorithm);
   message_.resize(std::max(message_.size(), algorithm_->maxMessageBytes()));

@@ -199,6 +199,11 @@ class PeerCore {
   // differs from this peer's (another config).
   PeerState saveState() const;
   Status restoreState(const PeerState& state);
+  // After restoreState() on a core whose edges kept running (the simulator's `restart` fault): the
+  // restored public copy and replicas no longer match what the neighbours hold, so every live edge
+  // resyncs both ways from the next round on (asks for the neighbour's public copy and sends its
+  // own with its next message). Nothing to do for algorithms without public copies.
+  void resyncAllEdges();
   // Replaces the algorithm (the API, after the start-up sync changed the common initial model).
   void resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm);
   // The lowest origin rank the last kAdoptLowest collective adopted.

@@ -33,8 +33,10 @@ int rankOfAddress(std::uint32_t a, int peers) {
 // ---- StatsTable ----
 
 Result<std::unique_ptr<StatsTable>> StatsTable::map(int peers) {
-  const std::size_t words =
-      static_cast<std::size_t>(peers) * peers * kFields + static_cast<std::size_t>(peers);
+  // Counters per link, unknown destinations per rank, then a down flag per link.
+  const std::size_t words = static_cast<std::size_t>(peers) * peers * kFields +
+                            static_cast<std::size_t>(peers) +
+                            static_cast<std::size_t>(peers) * peers;
   const std::size_t bytes = words * sizeof(std::uint64_t);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -62,7 +64,20 @@ LinkStats StatsTable::read(int from, int to) const {
   auto get = [&](Field f) {
     return std::atomic_ref<std::uint64_t>(w[f]).load(std::memory_order_relaxed);
   };
-  return {get(kPackets), get(kBytes), get(kDroppedLoss), get(kDroppedQueue), get(kDroppedWrite)};
+  return {get(kPackets),      get(kBytes),        get(kDroppedLoss),
+          get(kDroppedQueue), get(kDroppedWrite), get(kDroppedDown)};
+}
+
+void StatsTable::setDown(int from, int to, bool down) {
+  std::uint64_t& w = base_[static_cast<std::size_t>(peers_) * peers_ * kFields + peers_ +
+                           static_cast<std::size_t>(from) * peers_ + to];
+  std::atomic_ref<std::uint64_t>(w).store(down ? 1 : 0, std::memory_order_relaxed);
+}
+
+bool StatsTable::isDown(int from, int to) const {
+  std::uint64_t& w = base_[static_cast<std::size_t>(peers_) * peers_ * kFields + peers_ +
+                           static_cast<std::size_t>(from) * peers_ + to];
+  return std::atomic_ref<std::uint64_t>(w).load(std::memory_order_relaxed) != 0;
 }
 
 std::uint64_t StatsTable::unknownDestination(int from) const {
@@ -233,6 +248,11 @@ class Loop {
         s_.stats->add(from, to, StatsTable::kDroppedQueue, 1);
         continue;
       }
+      if (s_.stats->isDown(from, to)) {  // a link taken down (faults: link-down)
+        s_.stats->add(from, to, StatsTable::kDroppedDown, 1);
+        pool_.put(p);
+        continue;
+      }
       const Decision d = linkOf(from, to).admit(now, len);
       if (d.verdict != Verdict::kDeliver) {
         s_.stats->add(
@@ -269,6 +289,11 @@ class Loop {
   }
 
   void deliver(Packet* p) {
+    if (s_.stats->isDown(p->from, p->to)) {  // went down while the packet was on its way
+      s_.stats->add(p->from, p->to, StatsTable::kDroppedDown, 1);
+      pool_.put(p);
+      return;
+    }
     const ssize_t w = ::write(s_.tunFds[p->to], p->data, p->len);
     if (w == static_cast<ssize_t>(p->len)) {
       s_.stats->add(p->from, p->to, StatsTable::kPackets, 1);

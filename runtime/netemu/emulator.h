@@ -30,6 +30,7 @@ struct LinkStats {
   std::uint64_t droppedLoss = 0;   // random loss
   std::uint64_t droppedQueue = 0;  // tail drop at the bottleneck queue (or the packet pool full)
   std::uint64_t droppedWrite = 0;  // the destination TUN refused the write (EAGAIN, down)
+  std::uint64_t droppedDown = 0;   // sent while the link was down (Network::setLinkDown)
 };
 
 // Counters in anonymous MAP_SHARED memory, mapped before the emulator forks so both processes see
@@ -37,7 +38,15 @@ struct LinkStats {
 // uint64_t. Memory is reserved lazily by the kernel (peers^2 links, touched only where used).
 class StatsTable {
  public:
-  enum Field { kPackets, kBytes, kDroppedLoss, kDroppedQueue, kDroppedWrite, kFields };
+  enum Field {
+    kPackets,
+    kBytes,
+    kDroppedLoss,
+    kDroppedQueue,
+    kDroppedWrite,
+    kDroppedDown,
+    kFields
+  };
   static Result<std::unique_ptr<StatsTable>> map(int peers);
   ~StatsTable();
   StatsTable(const StatsTable&) = delete;
@@ -48,6 +57,10 @@ class StatsTable {
   LinkStats read(int from, int to) const;
   // Packets from `from` that were not IPv4 or went to an address that is no rank's.
   std::uint64_t unknownDestination(int from) const;
+  // Link from -> to down (the creator sets it; the emulator drops every packet it would admit or
+  // deliver on the link while it is down, queued ones included) or up again.
+  void setDown(int from, int to, bool down);
+  bool isDown(int from, int to) const;
 
  private:
   StatsTable(std::uint64_t* base, std::size_t bytes, int peers)

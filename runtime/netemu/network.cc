@@ -362,6 +362,14 @@ std::vector<std::string> Network::execPrefix(int rank) const {
   return {ipBinary(), "netns", "exec", namespaceName(rank)};
 }
 
+Status Network::setLinkDown(int a, int b, bool down) {
+  if (a < 0 || b < 0 || a >= peers() || b >= peers() || a == b || !stats_)
+    return invalidArgument("no link between " + std::to_string(a) + " and " + std::to_string(b));
+  stats_->setDown(a, b, down);
+  stats_->setDown(b, a, down);
+  return Status::ok();
+}
+
 Result<LinkStats> Network::stats(int from, int to) const {
   if (from < 0 || to < 0 || from >= peers() || to >= peers()) {
     return outOfRange("netemu: no link " + std::to_string(from) + " -> " + std::to_string(to));

@@ -60,6 +60,10 @@ class Network {
 
   // Counters of link from -> to since create(); readable while and after the emulator runs.
   Result<LinkStats> stats(int from, int to) const;
+  // Takes the link between a and b down (both directions: every packet either sends to the other
+  // is dropped, those already on their way too, counted in LinkStats::droppedDown) or up again.
+  // Takes effect for the next packet the emulator handles.
+  Status setLinkDown(int a, int b, bool down);
   // Packets sent by rank `from` that were not IPv4 or were addressed to no rank (dropped).
   Result<std::uint64_t> unknownDestination(int from) const;
 

@@ -12,7 +12,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <utility>
 
+#include "runtime/common/log.h"
 #include "runtime/engine/records.h"
 #include "runtime/sim/link_model.h"
 #include "runtime/sim/worker_pool.h"
@@ -36,7 +39,8 @@ struct PeerState {
   double ready = 0.0;  // when this round's message left
   bool anyLost = false;
   std::uint64_t lost = 0;
-  double arrival = 0.0;  // latest arrival of a delivered message this round
+  double arrival = 0.0;            // latest arrival of a delivered message this round
+  std::uint64_t faultDropped = 0;  // messages a fault took (link down, receiver down)
   // Overlapped push-sum (PeerCore::mixDelay): each round's latest arrival, until a mix takes it.
   std::map<std::int64_t, double> arrivalOf;
   std::vector<int> incoming;
@@ -141,7 +145,10 @@ class Simulation {
         fixedCompute_(c_.network.computeMs > 0.0
                           ? c_.network.computeMs * 1e-3 * std::max(1, c_.algorithm.localSteps)
                           : -1.0),
-        pool_(options.threads) {
+        pool_(options.threads),
+        down_(count_, 0),
+        killed_(count_, 0),
+        saved_(count_) {
     result_.threads = pool_.threads();
     result_.rssBeforePeers = residentBytes();
   }
@@ -181,6 +188,7 @@ class Simulation {
 
   // One round; false when training diverged in it (the run stops).
   Result<bool> runRound(std::int64_t t) {
+    GV_RETURN_IF_ERROR(applyFaults(t));
     GV_RETURN_IF_ERROR(computePhase(t));
     if (stopOnDivergence(false)) return false;
     routeMessages();
@@ -189,6 +197,7 @@ class Simulation {
     const double wall = wallSeconds();
     GV_RETURN_IF_ERROR(mixPhase(due, wall));
     if (stopOnDivergence(true)) return false;
+    afterFaults(t);
     if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
     return true;
@@ -237,6 +246,7 @@ class Simulation {
     summary = engine::makeSummary(plan_, result_.peers, result_.wallSeconds, "sim");
     summary["simulated_seconds"] = result_.simulatedSeconds;
     summary["sim"] = simBlock();
+    if (!c_.faults.events.empty()) summary["faults"] = faultLog_;
     if (result_.divergence) summary["diverged_message"] = result_.divergenceMessage;
     if (!dir_.empty()) GV_RETURN_IF_ERROR(engine::writeJsonFile(dir_ + "/summary.json", summary));
     return std::move(result_);
@@ -244,6 +254,93 @@ class Simulation {
 
  private:
   static constexpr std::size_t kFlushBytes = 1 << 16;
+
+  bool linkDown(int a, int b) const {
+    return linksDown_.count(std::pair(std::min(a, b), std::max(a, b))) != 0;
+  }
+
+  // faults.events (by round; validated by the loader and `grapevine sim`), before round t: who is
+  // down this round, which links are; kills and restarts take effect here.
+  Status applyFaults(std::int64_t t) {
+    const auto& events = c_.faults.events;
+    if (events.empty()) return Status::ok();
+    linksDown_.clear();
+    for (std::size_t i = 0; i < count_; ++i) down_[i] = killed_[i];
+    for (const auto& e : events) {
+      const std::int64_t start = *e.atRound;
+      const std::int64_t end = start + e.rounds.value_or(0);
+      const bool active = t >= start && (e.kind == config::FaultKind::kKill || t < end);
+      if (e.kind == config::FaultKind::kLinkDown) {
+        if (active) linksDown_.insert({std::min(e.linkA, e.linkB), std::max(e.linkA, e.linkB)});
+      } else if (active) {
+        down_[static_cast<std::size_t>(e.peer)] = 1;
+      }
+      if (t == start) logFault(e, t, nullptr);
+      if (e.kind == config::FaultKind::kKill && t == start) {
+        const auto p = static_cast<std::size_t>(e.peer);
+        killed_[p] = 1;
+        // Its neighbours find it dead at once (a real peer: after peers.dead_after).
+        for (std::size_t q = 0; q < count_; ++q) {
+          if (q != p && !killed_[q]) peers_[q]->markDead(e.peer);
+        }
+      }
+      if (e.kind == config::FaultKind::kRestart && t == end) {
+        // Back from its last checkpoint (kept in memory); it continues at round t, its neighbours'
+        // round, and resyncs every edge.
+        const auto p = static_cast<std::size_t>(e.peer);
+        if (!saved_[p])
+          return failedPrecondition("restart of peer " + std::to_string(e.peer) + " at round " +
+                                    std::to_string(t) + ": no checkpoint kept");
+        GV_RETURN_IF_ERROR(peers_[p]->restoreState(*saved_[p]));
+        peers_[p]->resyncAllEdges();
+        logFault(e, t, &*saved_[p]);
+      }
+    }
+    return Status::ok();
+  }
+
+  // After round t: in-memory checkpoints of the peers a restart will bring back (as
+  // checkpoint.every would write them), and the clocks of the peers that are down (they wait
+  // for the others: the latest clock of a peer that ran).
+  void afterFaults(std::int64_t t) {
+    const auto& events = c_.faults.events;
+    if (events.empty()) return;
+    const int every = c_.checkpoint.every;
+    for (const auto& e : events) {
+      if (e.kind != config::FaultKind::kRestart || every <= 0 || (t + 1) % every != 0) continue;
+      const auto p = static_cast<std::size_t>(e.peer);
+      if (!down_[p] && t < *e.atRound) saved_[p] = peers_[p]->saveState();
+    }
+    double latest = 0.0;
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (!down_[i]) latest = std::max(latest, states_[i].clock);
+    }
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (down_[i]) states_[i].clock = std::max(states_[i].clock, latest);
+    }
+  }
+
+  // One executed event: summary.json's "faults" and a log line.
+  void logFault(const config::FaultEvent& e, std::int64_t t, const engine::PeerState* restored) {
+    nlohmann::json j;
+    j["kind"] = std::string(config::faultKindName(e.kind));
+    if (e.kind == config::FaultKind::kLinkDown)
+      j["link"] = {e.linkA, e.linkB};
+    else
+      j["peer"] = e.peer;
+    j["at_round"] = *e.atRound;
+    if (e.rounds) j["rounds"] = *e.rounds;
+    j["executed_at_round"] = t;
+    if (restored) {
+      j["event"] = "back";
+      j["resumed_from_round"] = restored->round;
+      log::info("fault: ", e.describe(), ": back at round ", t, " from its checkpoint of round ",
+                restored->round);
+    } else {
+      log::info("fault: ", e.describe());
+    }
+    faultLog_.push_back(std::move(j));
+  }
 
   std::string path(const char* stem, int rank, const char* ext) const {
     return dir_ + "/" + stem + std::to_string(rank) + ext;
@@ -262,6 +359,13 @@ class Simulation {
   Status computePhase(std::int64_t t) {
     pool_.parallelFor(count_, [&](std::size_t i) {
       PeerState& s = states_[i];
+      if (down_[i]) {  // computes nothing, sends nothing
+        s.ready = s.clock;
+        s.incoming.clear();
+        s.anyLost = false;
+        s.arrival = s.ready;
+        return;
+      }
       const double cpu0 = threadCpuSeconds();
       s.status = peers_[i]->beginRound(t);
       const double compute = computeSince(cpu0);
@@ -276,8 +380,14 @@ class Simulation {
   // Who sends to whom, in increasing sender rank (O(edges), serial: it fixes the delivery order).
   void routeMessages() {
     for (std::size_t j = 0; j < count_; ++j) {
-      for (int i : peers_[j]->sendTo())
+      if (down_[j]) continue;  // its sendTo() is a past round's
+      for (int i : peers_[j]->sendTo()) {
+        if (down_[static_cast<std::size_t>(i)]) {
+          ++states_[j].faultDropped;  // a down peer receives nothing (it sees a gap later)
+          continue;
+        }
         states_[static_cast<std::size_t>(i)].incoming.push_back(static_cast<int>(j));
+      }
     }
   }
 
@@ -286,7 +396,17 @@ class Simulation {
     pool_.parallelFor(count_, [&](std::size_t i) {
       PeerState& s = states_[i];
       const int to = static_cast<int>(i);
+      if (down_[i]) return;
+      // A neighbour that is down (paused, restarting) is waited for until the round's deadline.
+      for (int j : peers_[i]->expectedFrom()) {
+        if (down_[static_cast<std::size_t>(j)]) s.anyLost = true;
+      }
       for (int j : s.incoming) {
+        if (linkDown(j, to)) {
+          s.anyLost = true;  // waited for until the deadline, as a loss
+          ++s.faultDropped;
+          continue;
+        }
         if (link_.lost(j, to, t)) {
           s.anyLost = true;
           ++s.lost;
@@ -308,6 +428,7 @@ class Simulation {
   }
 
   void mixPeer(std::size_t i, const engine::RoundReport& due, double wall) {
+    if (down_[i]) return;
     PeerState& s = states_[i];
     engine::PeerCore& p = *peers_[i];
     double end = s.arrival;
@@ -371,7 +492,14 @@ class Simulation {
     PeerState& s = states_[i];
     engine::PeerCore& p = *peers_[i];
     engine::PeerResult& r = result_.peers[i];
-    r = engine::collectResult(p, !result_.divergence);
+    r = engine::collectResult(p, !result_.divergence && !killed_[i]);
+    if (killed_[i]) {
+      // A killed peer writes nothing more: no final record, model or final.json.
+      r.model.clear();
+      if (!dir_.empty())
+        s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
+      return;
+    }
     // Every peer of a diverged run stopped because of it (in a real run the notices tell them).
     if (result_.divergence) r.divergence = result_.divergence;
     if (dir_.empty()) return;
@@ -396,6 +524,7 @@ class Simulation {
       result_.clock.push_back(s.clock);
       result_.simulatedSeconds = std::max(result_.simulatedSeconds, s.clock);
       result_.messagesLost += s.lost;
+      result_.messagesFaultDropped += s.faultDropped;
     }
   }
 
@@ -409,6 +538,7 @@ class Simulation {
     return {
         {"threads", r.threads},
         {"messages_lost", r.messagesLost},
+        {"messages_dropped_by_faults", r.messagesFaultDropped},
         {"rounds_wall_seconds", r.roundsWallSeconds},
         {"rounds_per_second",
          r.roundsWallSeconds > 0 ? static_cast<double>(c_.run.rounds) / r.roundsWallSeconds : 0.0},
@@ -431,6 +561,13 @@ class Simulation {
   std::vector<PeerState> states_;
   Clock::time_point start_;
   SimResult result_;
+  // Faults: per peer, down this round (paused, killed, restarting) and killed for good; the links
+  // down this round (a < b); restart's in-memory checkpoints; the executed events.
+  std::vector<char> down_;
+  std::vector<char> killed_;
+  std::set<std::pair<int, int>> linksDown_;
+  std::vector<std::optional<engine::PeerState>> saved_;
+  nlohmann::json faultLog_ = nlohmann::json::array();
 };
 
 }  // namespace

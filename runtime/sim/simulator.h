@@ -53,9 +53,10 @@ struct SimResult {
   double roundsWallSeconds = 0.0;         // the rounds alone
   int threads = 0;
   std::uint64_t messagesLost = 0;
-  std::uint64_t rssBeforePeers = 0;  // bytes, after the shared data was loaded
-  std::uint64_t rssAfterRounds = 0;  // bytes, before the final results were collected
-  nlohmann::json summary;            // engine::makeSummary + simulated_seconds and a "sim" block
+  std::uint64_t messagesFaultDropped = 0;  // taken by faults.events (links down, receivers down)
+  std::uint64_t rssBeforePeers = 0;        // bytes, after the shared data was loaded
+  std::uint64_t rssAfterRounds = 0;        // bytes, before the final results were collected
+  nlohmann::json summary;  // engine::makeSummary + simulated_seconds and a "sim" block
   // Training diverged: the run stopped in that round (the peers that diverged, or every peer when
   // it showed after the local steps, abandoned it and keep their last finite model); the message
   // (divergenceMessage with the exact consensus distance) is also the summary's diverged_message.

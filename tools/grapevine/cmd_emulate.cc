@@ -3,12 +3,14 @@
 // network (runtime/netemu/network.h), prints each rank's namespace and address, writes them as JSON
 // to the ready file once everything forwards, then waits for SIGINT/SIGTERM, prints the per-link
 // counters and tears everything down. Scripts run their processes with `ip netns exec <ns> ...`
-// meanwhile.
+// meanwhile. A CONFIG's faults.events of kind link-down (at_seconds, from when the network is
+// ready) take those links down and up again; other kinds are refused (no peers run here).
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -43,14 +45,16 @@ nlohmann::json linkCounters(const netemu::Network& net) {
     for (int j = 0; j < net.peers(); ++j) {
       const auto s = net.stats(i, j);
       if (!s.isOk()) continue;
-      if (s->packets + s->droppedLoss + s->droppedQueue + s->droppedWrite == 0) continue;
+      if (s->packets + s->droppedLoss + s->droppedQueue + s->droppedWrite + s->droppedDown == 0)
+        continue;
       links.push_back({{"from", i},
                        {"to", j},
                        {"packets", s->packets},
                        {"bytes", s->bytes},
                        {"dropped_loss", s->droppedLoss},
                        {"dropped_queue", s->droppedQueue},
-                       {"dropped_write", s->droppedWrite}});
+                       {"dropped_write", s->droppedWrite},
+                       {"dropped_down", s->droppedDown}});
     }
   }
   nlohmann::json unknown = nlohmann::json::object();
@@ -78,6 +82,17 @@ int runEmulate(const EmulateArgs& a) {
     auto loaded = loadConfig(a.path, overrides);
     if (!loaded.isOk()) return kExitBadInput;
     c = std::move(*loaded);
+    // faults.events: the emulator runs no peers, so only links go down (by time from ready).
+    for (std::size_t i = 0; i < c.faults.events.size(); ++i) {
+      const auto& e = c.faults.events[i];
+      if (e.kind != config::FaultKind::kLinkDown || e.byRound()) {
+        std::cerr << "grapevine emulate: " << a.path << ": faults.events: item " << i << " ("
+                  << e.describe()
+                  << "): grapevine emulate runs no peers and counts no rounds: it executes only "
+                     "kind: link-down with at_seconds (from when the network is ready)\n";
+        return kExitBadInput;
+      }
+    }
   } else {
     if (a.peers <= 0) {
       std::cerr << "grapevine emulate: give --peers N (or a CONFIG with peers.count)\n";
@@ -161,8 +176,26 @@ int runEmulate(const EmulateArgs& a) {
   }
 
   int rc = kExitOk;
+  // faults.events (link-down only, checked above): down at at_seconds, up after seconds.
+  const auto readyAt = std::chrono::steady_clock::now();
+  std::vector<int> faultStage(c.faults.events.size(), 0);  // 0: before, 1: down, 2: up again
   while (!g_emulateSignal) {
-    ::poll(nullptr, 0, 200);  // a signal interrupts the sleep at once
+    ::poll(nullptr, 0, c.faults.events.empty() ? 200 : 20);  // a signal interrupts it at once
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - readyAt).count();
+    for (std::size_t i = 0; i < c.faults.events.size(); ++i) {
+      const auto& e = c.faults.events[i];
+      const bool down = faultStage[i] == 0 && t >= e.start();
+      if (!down && !(faultStage[i] == 1 && t >= e.end())) continue;
+      ++faultStage[i];
+      const Status st = net.setLinkDown(e.linkA, e.linkB, down);
+      if (!a.json) {
+        std::cout << "grapevine emulate: link [" << e.linkA << ", " << e.linkB << "] "
+                  << (down ? "down" : "up") << " at " << t << " s"
+                  << (st.isOk() ? "" : ": " + st.message()) << "\n"
+                  << std::flush;
+      }
+    }
     if (const Status s = net.emulatorStatus(); !s.isOk()) {
       std::cerr << "grapevine emulate: " << s.toString() << "\n";
       rc = kExitFailure;

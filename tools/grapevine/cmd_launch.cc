@@ -127,8 +127,19 @@ struct Child {
   int status = 0;
   std::string jsonl, log;
   std::streamoff offset = 0;
-  nlohmann::json last;    // last record
-  double accuracy = NAN;  // latest test accuracy seen in any record
+  nlohmann::json last;       // last record
+  double accuracy = NAN;     // latest test accuracy seen in any record
+  bool faultKilled = false;  // SIGKILLed by the fault schedule (faults.events): not a crash
+  bool faultPaused = false;  // SIGSTOPped by the fault schedule, not yet continued
+};
+
+// One faults.events item as `launch` executes it (by wall time from the first round record).
+struct FaultRun {
+  config::FaultEvent event;
+  bool started = false, ended = false;
+  double startedAt = 0.0, endedAt = 0.0;  // seconds since the first round record
+  // link-down: packets delivered on the link (both directions) when it went down and up again.
+  std::uint64_t packetsAtDown = 0, packetsAtUp = 0;
 };
 
 std::string tail(const std::string& path, int lines) {
@@ -165,8 +176,10 @@ void readNewRecords(Child& c) {
 
 // Sum of the emulated links' counters, for the summary.
 struct LinkTotals {
-  std::uint64_t packets = 0, bytes = 0, droppedLoss = 0, droppedQueue = 0, droppedWrite = 0;
+  std::uint64_t packets = 0, bytes = 0, droppedLoss = 0, droppedQueue = 0, droppedWrite = 0,
+                droppedDown = 0;
   void add(const netemu::LinkStats& s) {
+    droppedDown += s.droppedDown;
     packets += s.packets;
     bytes += s.bytes;
     droppedLoss += s.droppedLoss;
@@ -213,6 +226,12 @@ class Launch {
   int restartIfDue(int running);
   void forwardSignal(int running);
   void showProgress(int running);
+  // faults.events: executes what is due (SIGSTOP/SIGCONT, SIGKILL, emulated link down/up), once
+  // the first round record of any peer appeared; says so on stdout.
+  void runFaults();
+  void faultAction(FaultRun& f, bool begin, double now);
+  nlohmann::json faultsJson() const;  // before stopNetwork(): it reads the links' counters
+  std::uint64_t linkPackets(int a, int b) const;
   std::string progressLine();    // reads the peers' new records
   nlohmann::json stopNetwork();  // the emulated links' totals (null without emulation)
   std::vector<engine::PeerResult> readResults() const;
@@ -248,6 +267,8 @@ class Launch {
   bool forwarded_ = false;
   std::chrono::steady_clock::time_point forwardedAt_;
   std::chrono::steady_clock::time_point lastPrint_;
+  std::vector<FaultRun> faults_;
+  std::optional<std::chrono::steady_clock::time_point> trainingStart_;  // first round record
 };
 
 int Launch::plan() {
@@ -256,6 +277,19 @@ int Launch::plan() {
   config_ = std::move(*loaded);
   if (args_.command.empty() && refuseExternal("launch", args_.path, config_)) return kExitBadInput;
   if (refuseInproc("launch", args_.path, config_)) return kExitBadInput;
+  if (refuseFaults("launch", args_.path, config_)) return kExitBadInput;
+  const bool emulating = args_.emulate || config_.network.emulate == config::Emulation::kNetns;
+  for (std::size_t i = 0; i < config_.faults.events.size(); ++i) {
+    const auto& e = config_.faults.events[i];
+    if (e.kind == config::FaultKind::kLinkDown && !emulating) {
+      std::cerr << "grapevine launch: " << args_.path << ": faults.events: item " << i << " ("
+                << e.describe()
+                << "): a link goes down in the emulated network only: add --emulate (or "
+                   "network.emulate: netns)\n";
+      return kExitBadInput;
+    }
+    faults_.push_back({e});
+  }
   out_ = args_.out.empty() ? config_.output.dir : args_.out;
   std::error_code ec;
   std::filesystem::create_directories(out_, ec);
@@ -476,6 +510,7 @@ int Launch::watch() {
   for (;;) {
     int running = reapExited();
     forwardSignal(running);
+    runFaults();
     const int restartsBefore = restarts_;
     if (int rc = restartIfDue(running); rc != kExitOk) return rc;
     if (restarts_ != restartsBefore) continue;                         // every peer runs again
@@ -536,6 +571,11 @@ int Launch::reapExited() {
     readNewRecords(ch);
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) {
       ++diverged_;  // said once, by the summary (every peer of the run stops the same way)
+    } else if (ch.faultKilled) {
+      ++failed_;  // as asked by faults.events: not a crash to restart, not an error of its own
+      std::cout << (tty_ ? "\n" : "") << "grapevine launch: peer " << ch.rank
+                << " was killed by the fault schedule\n"
+                << std::flush;
     } else if (stopping_) {
       // Stopped (or killed after 5 s) for the restart.
     } else if (WIFSIGNALED(status) && restarts_ < args_.maxRestarts && !forwarded_ &&
@@ -567,7 +607,9 @@ void Launch::forwardSignal(int running) {
               << " peers\n"
               << std::flush;
     for (auto& ch : children_) {
-      if (ch.running) signalGroup(ch.pid, SIGINT);
+      if (!ch.running) continue;
+      signalGroup(ch.pid, SIGINT);
+      if (ch.faultPaused) signalGroup(ch.pid, SIGCONT);  // a stopped peer cannot stop
     }
     forwarded_ = true;
     forwardedAt_ = std::chrono::steady_clock::now();
@@ -630,6 +672,109 @@ std::string Launch::progressLine() {
   return line;
 }
 
+void Launch::runFaults() {
+  if (faults_.empty() || g_signal) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (!trainingStart_) {
+    for (auto& ch : children_) {
+      readNewRecords(ch);
+      if (!ch.last.is_null()) trainingStart_ = now;
+    }
+    if (!trainingStart_) return;
+  }
+  const double t = std::chrono::duration<double>(now - *trainingStart_).count();
+  for (auto& f : faults_) {
+    if (!f.started && t >= f.event.start()) {
+      faultAction(f, true, t);
+    } else if (f.started && !f.ended && f.event.kind != config::FaultKind::kKill &&
+               t >= f.event.end()) {
+      faultAction(f, false, t);
+    }
+  }
+}
+
+void Launch::faultAction(FaultRun& f, bool begin, double now) {
+  const config::FaultEvent& e = f.event;
+  (begin ? f.started : f.ended) = true;
+  (begin ? f.startedAt : f.endedAt) = now;
+  if (e.kind == config::FaultKind::kKill) f.ended = true;
+  std::string what;
+  if (e.kind == config::FaultKind::kLinkDown) {
+    // Down first, then count (up: count, then up): what the link carried while down is then only
+    // a packet the emulator was writing at the moment the flag changed.
+    if (!begin) f.packetsAtUp = linkPackets(e.linkA, e.linkB);
+    const Status st = network_ ? network_->setLinkDown(e.linkA, e.linkB, begin)
+                               : failedPrecondition("no emulated network");
+    if (begin) f.packetsAtDown = linkPackets(e.linkA, e.linkB);
+    what = std::string("link [") + std::to_string(e.linkA) + ", " + std::to_string(e.linkB) +
+           (begin ? "] down" : "] up") + (st.isOk() ? "" : " failed: " + st.message());
+  } else {
+    Child* ch = nullptr;
+    for (auto& c : children_) {
+      if (c.rank == e.peer) ch = &c;
+    }
+    if (!ch || !ch->running) {
+      what = "peer " + std::to_string(e.peer) + " is not running: nothing to do";
+    } else if (e.kind == config::FaultKind::kKill) {
+      ch->faultKilled = true;
+      signalGroup(ch->pid, SIGKILL);
+      what = "peer " + std::to_string(e.peer) + " SIGKILLed";
+    } else {  // pause (restart is refused by refuseFaults)
+      ch->faultPaused = begin;
+      signalGroup(ch->pid, begin ? SIGSTOP : SIGCONT);
+      what = "peer " + std::to_string(e.peer) + (begin ? " SIGSTOPped" : " SIGCONTinued");
+    }
+  }
+  char at[32];
+  std::snprintf(at, sizeof at, "%.2f", now);
+  std::cout << (tty_ ? "\n" : "") << "grapevine launch: fault (" << e.describe() << "): " << what
+            << " at " << at << " s\n"
+            << std::flush;
+}
+
+// summary.json's "faults": each event, and when it was executed (seconds since the first round
+// record; null when the run ended first).
+nlohmann::json Launch::faultsJson() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& f : faults_) {
+    const auto& e = f.event;
+    nlohmann::json j;
+    j["kind"] = std::string(config::faultKindName(e.kind));
+    if (e.kind == config::FaultKind::kLinkDown)
+      j["link"] = {e.linkA, e.linkB};
+    else
+      j["peer"] = e.peer;
+    j["at"] = e.start();
+    if (e.seconds) j["seconds"] = *e.seconds;
+    j["executed_at"] = f.started ? nlohmann::json(f.startedAt) : nlohmann::json(nullptr);
+    if (e.kind != config::FaultKind::kKill)
+      j["ended_at"] = f.ended ? nlohmann::json(f.endedAt) : nlohmann::json(nullptr);
+    if (e.kind == config::FaultKind::kLinkDown && network_) {
+      // What the link carried (both directions): the test that it heals reads these.
+      const std::uint64_t now = linkPackets(e.linkA, e.linkB);
+      j["packets_before"] = f.packetsAtDown;
+      j["packets_while_down"] = f.packetsAtUp - f.packetsAtDown;
+      j["packets_after"] = f.ended ? now - f.packetsAtUp : 0;
+      std::uint64_t dropped = 0;
+      for (auto [a, b] : {std::pair{e.linkA, e.linkB}, std::pair{e.linkB, e.linkA}}) {
+        if (auto st = network_->stats(a, b); st.isOk()) dropped += st->droppedDown;
+      }
+      j["dropped_down"] = dropped;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::uint64_t Launch::linkPackets(int a, int b) const {
+  if (!network_) return 0;
+  std::uint64_t n = 0;
+  for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+    if (auto st = network_->stats(from, to); st.isOk()) n += st->packets;
+  }
+  return n;
+}
+
 nlohmann::json Launch::stopNetwork() {
   if (!network_) return nullptr;
   LinkTotals t;
@@ -644,7 +789,8 @@ nlohmann::json Launch::stopNetwork() {
           {"bytes", t.bytes},
           {"dropped_loss", t.droppedLoss},
           {"dropped_queue", t.droppedQueue},
-          {"dropped_write", t.droppedWrite}};
+          {"dropped_write", t.droppedWrite},
+          {"dropped_down", t.droppedDown}};
 }
 
 // Every peer's final record and model; a peer without them counts as not finished.
@@ -657,6 +803,7 @@ std::vector<engine::PeerResult> Launch::readResults() const {
 int Launch::writeSummary() {
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const nlohmann::json faults = faults_.empty() ? nlohmann::json() : faultsJson();
   const nlohmann::json emulated = stopNetwork();
   auto plan = engine::makeRunPlan(config_);
   if (!plan.isOk()) {
@@ -667,6 +814,7 @@ int Launch::writeSummary() {
   summary["launched_peers"] = children_.size();
   summary["failed_peers"] = failed_;
   if (args_.maxRestarts > 0) summary["restarts"] = restarts_;
+  if (!faults.is_null()) summary["faults"] = faults;
   if (!emulated.is_null()) summary["network_emulation"] = emulated;
   if (Status st = engine::writeJsonFile(out_ + "/summary.json", summary); !st.isOk()) {
     std::cerr << "grapevine launch: " << st.toString() << "\n";

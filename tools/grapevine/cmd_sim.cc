@@ -4,6 +4,7 @@
 // with sim_time, model-<rank>.bin, peer-<rank>.final.json) and prints the same table.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -35,9 +36,13 @@ int runSim(const SimArgs& a) {
   if (!loaded.isOk()) return kExitBadInput;
   config::Config c = std::move(*loaded);
   if (refuseExternal("sim", a.path, c)) return kExitBadInput;
+  if (refuseFaults("sim", a.path, c)) return kExitBadInput;
   log::setLevel(c.run.logLevel);
   const std::string out = a.out.empty() ? c.output.dir : a.out;
-  if (c.checkpoint.every > 0) {
+  const bool restarts =
+      std::any_of(c.faults.events.begin(), c.faults.events.end(),
+                  [](const auto& e) { return e.kind == config::FaultKind::kRestart; });
+  if (c.checkpoint.every > 0 && !restarts) {
     std::cerr << "grapevine sim: note: checkpoint.every is for `grapevine peer`/`launch` "
                  "(--resume); a simulation is reproducible from its seed and writes none\n";
   }

@@ -50,4 +50,38 @@ inline bool refuseInproc(const std::string& command, const std::string& path,
   return true;
 }
 
+// faults.events: `sim` executes a schedule by round (at_round, rounds), `launch` by wall time from
+// the first round (at_seconds, seconds) and cannot restart a single peer yet (a restarted peer
+// cannot rejoin a running training: listeners close after the bootstrap). True (and says which item
+// and why) when `command` cannot execute the schedule.
+inline bool refuseFaults(const std::string& command, const std::string& path,
+                         const config::Config& config, std::ostream& err = std::cerr) {
+  const bool sim = command == "sim";
+  for (std::size_t i = 0; i < config.faults.events.size(); ++i) {
+    const auto& e = config.faults.events[i];
+    const std::string where = "grapevine " + command + ": " + path + ": faults.events: item " +
+                              std::to_string(i) + " (" + e.describe() + ")";
+    if (sim && !e.byRound()) {
+      err << where
+          << ": grapevine sim counts rounds: give at_round and rounds (at_seconds and seconds "
+             "are for grapevine launch --emulate)\n";
+      return true;
+    }
+    if (!sim && e.byRound()) {
+      err << where << ": grapevine " << command
+          << " executes faults by wall time: give at_seconds and seconds (at_round and rounds "
+             "are for grapevine sim)\n";
+      return true;
+    }
+    if (!sim && e.kind == config::FaultKind::kRestart) {
+      err << where << ": grapevine " << command
+          << " cannot restart a single peer yet: a restarted peer cannot rejoin a running "
+             "training (its neighbours' listeners close after the bootstrap); use kind: restart "
+             "with grapevine sim, or --max-restarts (a whole-run restart)\n";
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace grapevine::cli

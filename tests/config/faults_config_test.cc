@@ -1,0 +1,173 @@
+// faults.events (issue 15): the form of each item, and every combination that would not work,
+// refused with the key and the reason; a good schedule loads (also as `faults:` given as a list,
+// and through --set, which is how a sweep sets it).
+#include <catch2/catch.hpp>
+#include <string>
+
+#include "runtime/config/loader.h"
+
+using namespace grapevine::config;
+
+namespace {
+
+const std::string kBase = R"(
+run: { rounds: 100 }
+peers: { count: 8 }
+topology: { kind: ring }
+checkpoint: { every: 10 }
+)";
+
+LoadResult load(const std::string& faults, const std::vector<std::string>& overrides = {}) {
+  LoadOptions o;
+  o.useEnvironment = false;
+  o.overrides = overrides;
+  return loadString(kBase + faults, "faults.yaml", o);
+}
+
+// The diagnostics of a refused schedule; fails the test when it loads.
+std::string refused(const std::string& faults) {
+  const auto r = load(faults);
+  const std::string text = formatDiagnostics(r.diagnostics);
+  INFO(faults << "\n" << text);
+  CHECK_FALSE(r.ok());
+  CHECK(text.find("faults.events") != std::string::npos);
+  return text;
+}
+
+bool has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("a fault schedule loads, as a list or as faults.events", "[faults]") {
+  const auto r = load(R"(
+faults:
+  - { kind: pause, peer: 3, at_round: 20, rounds: 15 }
+  - { kind: link-down, link: [0, 1], at_round: 30, rounds: 10 }
+  - { kind: restart, peer: 5, at_round: 50, rounds: 10 }
+  - { kind: kill, peer: 7, at_round: 90 }
+)");
+  INFO(formatDiagnostics(r.diagnostics));
+  REQUIRE(r.ok());
+  const auto& e = r.config.faults.events;
+  REQUIRE(e.size() == 4);
+  CHECK(e[0].kind == FaultKind::kPause);
+  CHECK(e[0].peer == 3);
+  CHECK(*e[0].atRound == 20);
+  CHECK(*e[0].rounds == 15);
+  CHECK(e[1].kind == FaultKind::kLinkDown);
+  CHECK(e[1].linkA == 0);
+  CHECK(e[1].linkB == 1);
+  CHECK(e[3].kind == FaultKind::kKill);
+  CHECK(e[3].describe() == "kill peer 7 at round 90");
+
+  const auto seconds = load(R"(
+faults:
+  events:
+    - { kind: pause, peer: 3, at_seconds: 1.5, seconds: 2 }
+    - { kind: link-down, link: [4, 3], at_seconds: 1, seconds: 0.5 }
+)");
+  INFO(formatDiagnostics(seconds.diagnostics));
+  REQUIRE(seconds.ok());
+  CHECK(*seconds.config.faults.events[0].atSeconds == 1.5);
+  CHECK(seconds.config.faults.events[1].describe() == "link-down link [4, 3] at 1 s for 0.5 s");
+
+  // --set (and so a sweep axis) takes the list as flow YAML.
+  const auto set = load("", {"faults.events=[{kind: pause, peer: 2, at_round: 5, rounds: 3}]"});
+  INFO(formatDiagnostics(set.diagnostics));
+  REQUIRE(set.ok());
+  REQUIRE(set.config.faults.events.size() == 1);
+  CHECK(set.config.faults.events[0].peer == 2);
+}
+
+TEST_CASE("the form of each fault item is checked, naming the item and why", "[faults]") {
+  CHECK(has(refused("faults: [{kind: crash, peer: 1, at_round: 3}]"), "unknown kind \"crash\""));
+  CHECK(has(refused("faults: [{kind: kill, peer: 1, at_round: 3, color: red}]"),
+            "unknown key \"color\""));
+  CHECK(has(refused("faults: [{kind: pause, at_round: 3, rounds: 2}]"), "pause needs peer"));
+  CHECK(has(refused("faults: [{kind: link-down, peer: 1, at_round: 3, rounds: 2}]"),
+            "link-down needs link"));
+  CHECK(has(refused("faults: [{kind: pause, link: [0, 1], peer: 1, at_round: 3, rounds: 2}]"),
+            "pause takes peer, not link"));
+  CHECK(has(refused("faults: [{kind: link-down, link: [1, 1], at_round: 3, rounds: 2}]"),
+            "two different ranks"));
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, rounds: 2}]"),
+            "exactly one of at_round and at_seconds"));
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, at_round: 1, at_seconds: 1, rounds: 2}]"),
+            "exactly one of at_round and at_seconds"));
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, at_round: 3, seconds: 2}]"),
+            "seconds with at_round"));
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, at_seconds: 3, rounds: 2}]"),
+            "rounds with at_seconds"));
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, at_round: 3}]"), "pause needs rounds"));
+  CHECK(has(refused("faults: [{kind: kill, peer: 1, at_round: 3, rounds: 4}]"),
+            "kill takes no length"));
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, at_round: 3, rounds: 0}]"),
+            "rounds is not an integer >= 1"));
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, at_seconds: -1, seconds: 1}]"),
+            "at_seconds is not a number >= 0"));
+  CHECK(has(refused("faults: [{kind: kill, peer: 1, at_round: 3}, 7]"), "item 1: not a mapping"));
+}
+
+TEST_CASE("fault schedules that cannot work are refused, naming the items and why", "[faults]") {
+  // Ranks and links.
+  CHECK(has(refused("faults: [{kind: kill, peer: 8, at_round: 3}]"),
+            "names a peer >= peers.count (8)"));
+  CHECK(has(refused("faults: [{kind: link-down, link: [0, 9], at_round: 3, rounds: 2}]"),
+            "names a peer >= peers.count"));
+  CHECK(has(refused("faults: [{kind: link-down, link: [0, 4], at_round: 3, rounds: 2}]"),
+            "0 and 4 are not neighbours in the graph"));
+  // Never happens.
+  CHECK(has(refused("faults: [{kind: kill, peer: 1, at_round: 100}]"),
+            "never happens: run.rounds is 100"));
+  // Overlaps on one peer, on one link; anything after a kill.
+  CHECK(has(refused(R"(
+faults:
+  - { kind: pause, peer: 3, at_round: 20, rounds: 15 }
+  - { kind: pause, peer: 3, at_round: 34, rounds: 5 }
+)"),
+            "overlap on the same peer"));
+  CHECK(has(refused(R"(
+faults:
+  - { kind: link-down, link: [0, 1], at_round: 20, rounds: 15 }
+  - { kind: link-down, link: [1, 0], at_round: 25, rounds: 5 }
+)"),
+            "overlap on the same link"));
+  CHECK(has(refused(R"(
+faults:
+  - { kind: kill, peer: 2, at_round: 20 }
+  - { kind: pause, peer: 2, at_round: 50, rounds: 5 }
+)"),
+            "(a killed peer stays dead)"));
+  // Back to back on one peer, or at once on different peers: fine.
+  const auto fine = load(R"(
+faults:
+  - { kind: pause, peer: 3, at_round: 20, rounds: 15 }
+  - { kind: pause, peer: 3, at_round: 35, rounds: 5 }
+  - { kind: pause, peer: 4, at_round: 20, rounds: 15 }
+)");
+  INFO(formatDiagnostics(fine.diagnostics));
+  CHECK(fine.ok());
+  // Rounds and seconds mixed: no runner does both.
+  CHECK(has(refused(R"(
+faults:
+  - { kind: pause, peer: 3, at_round: 20, rounds: 15 }
+  - { kind: kill, peer: 4, at_seconds: 3 }
+)"),
+            "not both"));
+  // restart needs checkpoints, and one taken before it.
+  {
+    LoadOptions o;
+    o.useEnvironment = false;
+    const auto r = loadString(
+        "peers: { count: 4 }\nfaults: [{kind: restart, peer: 1, at_round: 30, rounds: 5}]\n",
+        "f.yaml", o);
+    const std::string text = formatDiagnostics(r.diagnostics);
+    INFO(text);
+    CHECK_FALSE(r.ok());
+    CHECK(has(text, "needs checkpoint.every > 0"));
+  }
+  CHECK(has(refused("faults: [{kind: restart, peer: 1, at_round: 5, rounds: 5}]"),
+            "comes before the peer's first checkpoint"));
+}

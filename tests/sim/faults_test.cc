@@ -1,0 +1,184 @@
+// faults.events in the simulator: a schedule (pause, link down, restart from the in-memory
+// checkpoint, kill) runs deterministically (same seed and schedule: bit-identical models and
+// summary, whatever the thread count; another schedule: another result), each fault does what it
+// says (neighbours mix without a paused peer, a killed one is dead to them, a restarted one resyncs
+// its edges and comes back from its last checkpoint), and the runs heal.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "runtime/sim/simulator.h"
+#include "tests/test_util/config.h"
+
+using namespace grapevine;
+
+namespace {
+
+// 8 peers on a ring, CHOCO with top-k (public copies and replicas). No replica checks: a replica a
+// fault left wrong is repaired only by the resyncs the faults themselves start.
+std::string ring8(const std::string& faults, int rounds = 120) {
+  return R"(
+run: { seed: 5, rounds: )" +
+         std::to_string(rounds) + R"( }
+peers: { count: 8 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.4, check_every: 0 }
+compression: { method: top-k, ratio: 0.2 }
+optimizer: { lr: 0.05 }
+workload: { name: consensus, dim: 64 }
+network: { latency_ms: 1, compute_ms: 1 }
+checkpoint: { every: 20 }
+)" + faults;
+}
+
+const std::string kSchedule = R"(
+faults:
+  - { kind: pause, peer: 3, at_round: 20, rounds: 15 }
+  - { kind: link-down, link: [0, 1], at_round: 30, rounds: 10 }
+  - { kind: restart, peer: 5, at_round: 50, rounds: 10 }
+  - { kind: kill, peer: 7, at_round: 90 }
+)";
+
+sim::SimResult simulate(const std::string& yaml, int threads, const std::string& out = "") {
+  const auto c = test_util::loadYaml(yaml, "faults_test.yaml");
+  auto plan = test_util::makePlan(c);
+  sim::SimOptions o;
+  o.threads = threads;
+  o.outDir = out;
+  auto r = sim::runSimulation(*plan, o);
+  INFO(r.status().toString());
+  REQUIRE(r.isOk());
+  return std::move(*r);
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The summary without what depends on the wall clock or the machine.
+nlohmann::json stable(nlohmann::json s) {
+  s.erase("wall_seconds");
+  s.erase("sim");
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a fault schedule runs deterministically in the simulator", "[faults]") {
+  const auto a = simulate(ring8(kSchedule), 2);
+  const auto b = simulate(ring8(kSchedule), 1);
+  REQUIRE(a.peers.size() == 8);
+  for (int i = 0; i < 8; ++i) {
+    INFO("peer " << i);
+    CHECK(a.peers[i].finished == b.peers[i].finished);
+    CHECK(sameBits(a.peers[i].model, b.peers[i].model));
+    CHECK(a.clock[i] == b.clock[i]);
+  }
+  CHECK(stable(a.summary).dump() == stable(b.summary).dump());
+  CHECK(a.messagesFaultDropped == b.messagesFaultDropped);
+
+  // Another schedule (the pause one round longer): other models.
+  std::string longer = kSchedule;
+  longer.replace(longer.find("rounds: 15"), 10, "rounds: 16");
+  const auto c = simulate(ring8(longer), 2);
+  bool anyDiffers = false;
+  for (int i = 0; i < 7; ++i) anyDiffers |= !sameBits(a.peers[i].model, c.peers[i].model);
+  CHECK(anyDiffers);
+}
+
+TEST_CASE("each fault does what it says, and the run heals", "[faults]") {
+  const auto r = simulate(ring8(kSchedule), 2);
+  const auto calm = simulate(ring8(""), 2);
+  const auto& s = r.summary;
+  INFO(s.dump(2));
+
+  // kill: peer 7 did not finish and is dead to its neighbours 6 and 0 (only to them).
+  CHECK_FALSE(r.peers[7].finished);
+  CHECK(r.peers[7].model.empty());
+  CHECK(s["peers_finished"] == 7);
+  CHECK(r.peers[6].deadNeighbours == 1);
+  CHECK(r.peers[0].deadNeighbours == 1);
+  CHECK(r.peers[3].deadNeighbours == 0);
+  CHECK(calm.peers[6].deadNeighbours == 0);
+
+  // pause: peer 3's neighbours mixed without it for the 15 rounds (suspect), the others did not.
+  CHECK(r.peers[2].suspectRounds >= 15);
+  CHECK(r.peers[4].suspectRounds >= 15);
+  CHECK(calm.peers[2].suspectRounds == 0);
+
+  // link down and the receivers of a paused peer's neighbours: messages taken by the faults.
+  CHECK(r.messagesFaultDropped > 0);
+  CHECK(calm.messagesFaultDropped == 0);
+
+  // restart: back at round 60 from its checkpoint of round 39 (every 20: after rounds 19, 39),
+  // and its edges resynced both ways (snapshots applied at peer 5 and at its neighbours: 4 and 6
+  // get one from nothing else, as peer 5's sequence numbers have no gap).
+  REQUIRE(s.contains("faults"));
+  bool back = false;
+  for (const auto& f : s["faults"]) {
+    if (f["kind"] == "restart" && f.value("event", "") == "back") {
+      back = true;
+      CHECK(f["peer"] == 5);
+      CHECK(f["executed_at_round"] == 60);
+      CHECK(f["resumed_from_round"] == 39);
+    }
+  }
+  CHECK(back);
+  CHECK(r.peers[5].resyncs > 0);
+  CHECK(r.peers[4].resyncs > 0);
+  CHECK(r.peers[6].resyncs > 0);
+  CHECK(r.peers[5].finished);
+  CHECK(r.peers[5].rounds == 120);
+
+  // Healed: after the last fault the finished peers keep agreeing more closely, as in an
+  // undisturbed run (a replica left wrong would hold them apart at a floor).
+  const auto spread = [](const sim::SimResult& x) {
+    std::vector<double> mean;
+    int n = 0;
+    for (const auto& p : x.peers) {
+      if (!p.finished) continue;
+      if (mean.empty()) mean.assign(p.model.size(), 0.0);
+      for (std::size_t k = 0; k < p.model.size(); ++k) mean[k] += p.model[k];
+      ++n;
+    }
+    for (double& v : mean) v /= n;
+    double d = 0;
+    for (const auto& p : x.peers) {
+      if (!p.finished) continue;
+      for (std::size_t k = 0; k < p.model.size(); ++k)
+        d += (p.model[k] - mean[k]) * (p.model[k] - mean[k]);
+    }
+    return d / n;
+  };
+  const auto longer = simulate(ring8(kSchedule, 240), 2);
+  WARN("consensus spread: with faults " << spread(r) << " after 120 rounds, " << spread(longer)
+                                        << " after 240; undisturbed " << spread(calm)
+                                        << " after 120");
+  CHECK(spread(longer) < 1e-2 * spread(r));
+}
+
+TEST_CASE("grapevine sim writes the executed faults to summary.json", "[faults]") {
+  const auto dir = (std::filesystem::temp_directory_path() /
+                    ("grapevine-faults-test-" + std::to_string(::getpid())))
+                       .string();
+  std::filesystem::remove_all(dir);
+  simulate(ring8(kSchedule), 2, dir);
+  std::ifstream in(dir + "/summary.json");
+  REQUIRE(in);
+  const auto s = nlohmann::json::parse(in);
+  REQUIRE(s["faults"].is_array());
+  // pause, link-down, restart (down), restart (back), kill: in round order.
+  REQUIRE(s["faults"].size() == 5);
+  CHECK(s["faults"][0]["kind"] == "pause");
+  CHECK(s["faults"][0]["executed_at_round"] == 20);
+  CHECK(s["faults"][1]["link"] == nlohmann::json::array({0, 1}));
+  CHECK(s["faults"][4]["kind"] == "kill");
+  CHECK(s["faults"][4]["executed_at_round"] == 90);
+  // A killed peer writes no final results.
+  CHECK_FALSE(std::filesystem::exists(dir + "/model-7.bin"));
+  CHECK(std::filesystem::exists(dir + "/model-6.bin"));
+  std::filesystem::remove_all(dir);
+}
