@@ -11,6 +11,11 @@
 #include "compress/compressor.h"
 #include "compress/lossless.h"
 #include "fuzz/fuzz_common.h"
+#include "runtime/common/byte_order.h"
+#include "runtime/engine/envelope.h"
+#include "runtime/security/auth.h"
+#include "runtime/transport/handshake.h"
+#include "runtime/transport/tcp/framing.h"
 
 using namespace grapevine;
 namespace fs = std::filesystem;
@@ -99,6 +104,68 @@ int main(int argc, char** argv) {
                                   static_cast<uint8_t>(rawLen >> 8)};
     input.insert(input.end(), out.begin(), out.begin() + static_cast<long>(*r));
     write(root / "lossless", "l" + std::to_string(stage), input);
+  }
+  // Hellos (fuzz_handshake: u8 mode | payload): keyless and keyed, as dialer and acceptor; a
+  // keyed one with a proof-sized tail.
+  namespace hs = transport::handshake;
+  int hi = 0;
+  for (int mode = 0; mode < 4; ++mode) {
+    hs::Hello h;
+    h.sender = mode & 2 ? 0 : 3;
+    h.receiver = 1;
+    h.incarnation = 42 + static_cast<std::uint64_t>(mode);
+    h.backend = mode == 3 ? "ucx" : "tcp";
+    const std::string a = "127.0.0.1:7001";
+    h.address.assign(a.begin(), a.end());
+    h.parts = {{"algorithm", 1}, {"model", 2}, {"transport", mode == 2 ? 4u : 3u}};
+    if (mode & 1) {
+      h.nonce.emplace();
+      for (std::size_t i = 0; i < h.nonce->size(); ++i) (*h.nonce)[i] = static_cast<uint8_t>(i * 3);
+    }
+    auto bytes = hs::encodeHello(h);
+    if (!bytes.isOk()) return 1;
+    std::vector<uint8_t> input = {static_cast<uint8_t>(mode)};
+    input.insert(input.end(), bytes->begin(), bytes->end());
+    if (mode == 3) input.insert(input.end(), security::kProofBytes, 0x5a);
+    write(root / "handshake", "h" + std::to_string(hi++), input);
+  }
+  // Envelopes (fuzz_envelope: u8 mode | message): plain, and fix-up mode with each key mode.
+  int ei = 0;
+  for (int mode : {0, 4, 5, 6, 13}) {
+    engine::Envelope e;
+    e.sender = 2;
+    e.incarnation = 1;
+    e.sequence = 5;
+    e.round = 9;
+    e.liveDegree = 2;
+    e.flags = mode == 0 ? engine::kFlagHasHash : 0;
+    e.publicHash = 0x1234;
+    e.proposedStep = 0.5f;
+    const std::vector<uint8_t> payload(40, 0x11);
+    e.messageBytes = 32;
+    e.snapshotBytes = 8;
+    e.payloadCrc = engine::payloadChecksum(payload);
+    std::vector<uint8_t> msg(engine::kEnvelopeBytes);
+    engine::writeEnvelope(e, msg);
+    msg.insert(msg.end(), payload.begin(), payload.end());
+    if (mode & 3) msg.insert(msg.end(), security::kSealTagBytes, 0);  // room for the harness's seal
+    std::vector<uint8_t> input = {static_cast<uint8_t>(mode)};
+    input.insert(input.end(), msg.begin(), msg.end());
+    write(root / "envelope", "e" + std::to_string(ei++), input);
+  }
+  // TCP streams (fuzz_tcp_framing: u8 limit selector | stream): a hello and a few frames.
+  for (int s = 0; s < 3; ++s) {
+    std::vector<uint8_t> input = {static_cast<uint8_t>(s == 0 ? 6 : 4)};
+    uint8_t buf[transport::tcp::kHeaderBytes];
+    transport::tcp::encodeHello(buf, 3);
+    input.insert(input.end(), buf, buf + transport::tcp::kHelloBytes);
+    for (int f = 0; f <= s; ++f) {
+      const std::size_t n = f == 2 ? 5000 : static_cast<std::size_t>(8 * (f + 1));
+      transport::tcp::encodeFrameHeader(buf, 100 + f, n);
+      input.insert(input.end(), buf, buf + transport::tcp::kHeaderBytes);
+      input.insert(input.end(), s == 2 && f == 2 ? n / 2 : n, static_cast<uint8_t>(f));
+    }
+    write(root / "tcp_framing", "t" + std::to_string(s), input);
   }
   std::cout << "corpus written to " << root << "\n";
   return 0;

@@ -2,6 +2,7 @@
 // one (a directed shift by 2^(t mod tau) each round), and makeSchedule() that builds either from a
 // Spec.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -195,10 +196,34 @@ std::vector<int> Schedule::allNeighbours(int peer) const {
   return out;
 }
 
+// The most peer pairs makeSchedule visits to build a graph: complete and erdos-renyi visit
+// peers * (peers - 1) / 2, random-regular peers * degree / 2 (all pairs when degree >= peers / 2).
+// Above it the spec is refused (kInvalidArgument): at most 2896 peers on complete.
+constexpr std::uint64_t kMaxPeerPairs = std::uint64_t{1} << 22;
+
 Result<std::unique_ptr<Schedule>> makeSchedule(const Spec& spec) {
   const std::string kind(kindName(spec.kind));
   if (spec.peers < 1) {
     return invalidArgument(kind + ": peers must be at least 1, got " + std::to_string(spec.peers));
+  }
+  // Building complete and Erdos-Renyi graphs visits every peer pair, a dense random-regular one
+  // too: refuse what cannot be built in bounded time and memory (20000 peers on `complete` made
+  // `grapevine validate` of a 3-line config take gigabytes; found writing fuzz/fuzz_yaml_loader).
+  const auto n = static_cast<std::uint64_t>(spec.peers);
+  const auto degree = static_cast<std::uint64_t>(std::max(spec.degree, 0));
+  std::uint64_t pairs = 0;
+  if (spec.kind == Kind::kComplete || spec.kind == Kind::kErdosRenyi ||
+      (spec.kind == Kind::kRandomRegular && 2 * degree >= n)) {
+    pairs = n * (n - 1) / 2;
+  } else if (spec.kind == Kind::kRandomRegular) {
+    pairs = n * degree / 2;
+  }
+  if (pairs > kMaxPeerPairs) {
+    return invalidArgument(kind + ": " + std::to_string(spec.peers) + " peers make " +
+                           std::to_string(pairs) + " peer pairs to build, above the limit of " +
+                           std::to_string(kMaxPeerPairs) +
+                           "; use a sparser kind (exponential, random-regular with a small "
+                           "degree, torus)");
   }
   const bool anyEdgeWeight =
       std::any_of(spec.edges.begin(), spec.edges.end(),

@@ -102,6 +102,12 @@ TEST_CASE("a disconnected graph is refused") {
   CHECK(contains(d, "disconnected"));
 }
 
+TEST_CASE("a graph too dense to build is refused, not built") {
+  const std::string d = allDiagnostics(loadInvalid("huge_complete.yaml"));
+  INFO(d);
+  CHECK(contains(d, "complete: 20000 peers make 199990000 peer pairs to build, above the limit"));
+}
+
 TEST_CASE("peers with the same host:port are refused") {
   const std::string d = allDiagnostics(loadInvalid("duplicate_peers.yaml"));
   CHECK(contains(d, "peers.list: peers 0 and 2 have the same address 10.0.0.1:29500"));

@@ -506,6 +506,15 @@ TEST_CASE("readable errors") {
 
   CHECK(errorOf(spec(Kind::kRing, 0)) == "ring: peers must be at least 1, got 0");
   CHECK(errorOf(spec(Kind::kComplete, -3)) == "complete: peers must be at least 1, got -3");
+  // Kinds that visit every peer pair are bounded (4194304 pairs): refused, never built.
+  CHECK(errorOf(spec(Kind::kComplete, 2897)) ==
+        "complete: 2897 peers make 4194856 peer pairs to build, above the limit of 4194304; use a "
+        "sparser kind (exponential, random-regular with a small degree, torus)");
+  CHECK(errorOf(spec(Kind::kErdosRenyi, 20000)).find("erdos-renyi: 20000 peers make 199990000 ") ==
+        0);
+  Spec dense = spec(Kind::kRandomRegular, 4000);
+  dense.degree = 2000;
+  CHECK(errorOf(dense).find("random-regular: 4000 peers make 7998000 ") == 0);
 
   Spec ex = spec(Kind::kRing, 4);
   ex.weights = WeightsKind::kExplicit;

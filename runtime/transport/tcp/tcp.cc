@@ -11,12 +11,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/common/byte_order.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/connection_core.h"
 #include "runtime/transport/loop.h"
 #include "runtime/transport/registry.h"
 #include "runtime/transport/socket_util.h"
+#include "runtime/transport/tcp/framing.h"
 
 namespace grapevine::transport::tcp {
 namespace {
@@ -25,10 +25,6 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint32_t kHelloMagic = 0x44545647;  // "GVTD" read as little-endian bytes
-constexpr std::uint16_t kWireVersion = 1;
-constexpr std::size_t kHelloBytes = 16;
-constexpr std::size_t kHeaderBytes = 16;
 constexpr std::size_t kStagingBytes = 256 * 1024;
 // Bodies at least this large skip the staging buffer and are read straight into their destination.
 constexpr std::size_t kDirectReadBytes = 64 * 1024;
@@ -36,23 +32,7 @@ constexpr std::size_t kDirectReadBytes = 64 * 1024;
 constexpr std::size_t kGatherBytes = 256 * 1024;
 constexpr std::size_t kGatherFrames = 64;
 
-void encodeHello(std::uint8_t* p, int rank) {
-  std::memset(p, 0, kHelloBytes);
-  storeLe32(p, kHelloMagic);
-  storeLe16(p + 4, kWireVersion);
-  storeLe32(p + 8, static_cast<std::uint32_t>(rank));
-}
-
-// The sender's rank, or an error naming what is wrong with the hello.
-Result<int> decodeHello(const std::uint8_t* p) {
-  if (loadLe32(p) != kHelloMagic)
-    return dataLoss("not a grapevine tcp data connection (bad magic)");
-  if (const auto v = loadLe16(p + 4); v != kWireVersion) {
-    return failedPrecondition("tcp wire version " + std::to_string(v) + ", expected " +
-                              std::to_string(kWireVersion));
-  }
-  return static_cast<int>(loadLe32(p + 8));
-}
+// The hello and frame header codecs are in framing.h (pure, fuzzed).
 
 std::chrono::nanoseconds toDuration(double seconds) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -132,8 +112,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     SendOp& op = sends_.emplace_back();
     op.bytes = bytes;
     op.cb = std::move(cb);
-    storeLe64(op.header, tag);
-    storeLe64(op.header + 8, bytes.size());
+    encodeFrameHeader(op.header, tag, bytes.size());
     startWrite();
   }
 
@@ -344,16 +323,10 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
       const std::size_t avail = stagingEnd_ - stagingBegin_;
       if (!inBody_) {
         if (avail < kHeaderBytes) return readIntoStaging();
-        const std::uint8_t* h = staging_.data() + stagingBegin_;
-        const Tag tag = loadLe64(h);
-        const std::uint64_t size = loadLe64(h + 8);
-        if (size > maxMessageBytes_) {
-          // Refused before any allocation: the peer is misconfigured or corrupt.
-          return fail(resourceExhausted("peer " + std::to_string(peer()) + " sent a frame of " +
-                                        std::to_string(size) + " bytes, above maxMessageBytes " +
-                                        std::to_string(maxMessageBytes_)));
-        }
-        if (!startFrame(tag, size)) {
+        // Refused before any allocation when too long: the peer is misconfigured or corrupt.
+        auto header = decodeFrameHeader(staging_.data() + stagingBegin_, maxMessageBytes_, peer());
+        if (!header.isOk()) return fail(header.status());
+        if (!startFrame(header->tag, header->size)) {
           paused_ = true;  // over the unexpected-message budget: wait for a receive to be posted
           return;
         }
