@@ -224,7 +224,7 @@ TEST_CASE("a connection storm while 2 peers train: same models, bounded descript
   const std::string dir = grapevine::test_util::freshDir("storm_test");
   grapevine::test_util::writeQuadraticData(dir + "/quad2.json", 2, 20);
   std::ofstream(dir + "/config.yaml")
-      << "run: { seed: 5, rounds: 3000 }\n"
+      << "run: { seed: 5, rounds: 20000 }\n"
          "peers: { count: 2, host: 127.0.0.1 }\n"
          "topology: { kind: ring }\n"
          "transport: { backend: tcp }\n"
