@@ -274,7 +274,8 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
       e.resyncRequested = false;
     }
     std::memcpy(e.out.data() + kEnvelopeBytes, message_.data(), messageBytes_);
-    if (e.sendSnapshot) {
+    if (e.sendSnapshot && round - e.lastSnapshotRound >= kSnapshotMinRounds) {
+      e.lastSnapshotRound = round;
       const auto copy = algorithm_->publicCopy();
       env.flags |= kFlagSnapshot;
       env.snapshotBytes = static_cast<std::uint32_t>(copy.size_bytes());
@@ -378,6 +379,10 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     drop("sequence_window");
     return;
   }
+  if (!(env->flags & kFlagDiverged) && !withinWindow(e, *env)) {
+    drop("round_window");  // nextSeqIn unchanged: nothing of this message is kept
+    return;
+  }
   if (env->sequence > e.nextSeqIn) {
     // Earlier messages of this edge were lost (dropped as corrupt): replicas may have drifted.
     counters_.dropped["gap"] += env->sequence - e.nextSeqIn;
@@ -426,11 +431,33 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
   apply(j, e, *env, bytes);
 }
 
+bool PeerCore::withinWindow(const Edge& e, const Envelope& env) const {
+  if (env.flags & kFlagCollective) {
+    const std::int64_t current = std::max<std::int64_t>(collective_, 0);
+    return env.round <= static_cast<std::uint64_t>(current + kRoundWindow) &&
+           e.collectives.size() < static_cast<std::size_t>(kRoundWindow);
+  }
+  const std::int64_t current = std::max<std::int64_t>(round_, 0);
+  if (env.round > static_cast<std::uint64_t>(current + kRoundWindow)) return false;
+  // Only messages that would be held count against the edge's limit.
+  const bool held = round_ < 0 || env.round > static_cast<std::uint64_t>(round_);
+  return !held || e.ahead.size() < static_cast<std::size_t>(kRoundWindow);
+}
+
+std::size_t PeerCore::heldMessages() const {
+  std::size_t n = 0;
+  for (const auto& [j, e] : edges_) n += e.ahead.size() + e.collectives.size();
+  return n;
+}
+
 void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std::uint8_t> bytes) {
   const Envelope* env = &header;  // already checked by readEnvelope in onMessage
   const auto message = bytes.subspan(kEnvelopeBytes, env->messageBytes);
   const auto round = static_cast<std::int64_t>(env->round);
-  if (env->flags & kFlagResyncRequest) e.sendSnapshot = true;
+  if (env->flags & kFlagResyncRequest) {
+    if (e.sendSnapshot || round_ - e.lastSnapshotRound < kSnapshotMinRounds) drop("resync_rate");
+    e.sendSnapshot = true;
+  }
   Status st;
   if (round == round_ && !e.arrived) {
     double w = 0;

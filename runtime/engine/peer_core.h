@@ -157,6 +157,22 @@ class PeerCore {
   // verify is dropped as `auth` before anything in it is read. Call before the first round.
   void setEdgeKey(int neighbour, const security::Key& key, bool encrypt);
   static constexpr std::uint64_t kSequenceWindow = std::uint64_t{1} << 20;
+  // Bounds on what a neighbour can make this peer hold (docs/security.md, "Bounds"). A training
+  // message more than kRoundWindow rounds ahead of this peer's round (round 0 before the first),
+  // or one that finds kRoundWindow messages of future rounds already held for its edge, is dropped
+  // as `round_window` before its sequence number is taken (so the edge's next message still
+  // applies; a legitimate one dropped so shows as a `gap` and a resync). The same holds for
+  // collective messages against the current collective's index. A legitimate neighbour sends one
+  // message per round, so it is only refused when it is kRoundWindow rounds ahead of this peer;
+  // memory held per edge stays below kRoundWindow messages of at most maxWireBytes() each.
+  static constexpr std::int64_t kRoundWindow = 64;
+  // A neighbour's resync (snapshot) requests are served at most once every kSnapshotMinRounds
+  // rounds per edge: one more within that time is counted as `resync_rate` and coalesced into the
+  // one pending snapshot, sent in the first round the limit allows (a dense snapshot per request
+  // would be a cheap amplification).
+  static constexpr std::int64_t kSnapshotMinRounds = 8;
+  // Messages held for later (future rounds and collectives), over every edge.
+  std::size_t heldMessages() const;
   const std::vector<int>& expectedFrom() const { return expected_; }
   bool roundComplete() const;
   // PeerCoreOptions::mixDelay (0: none).
@@ -249,6 +265,7 @@ class PeerCore {
     std::int64_t appliedThrough = -1;  // latest round whose message the algorithm took (mixDelay)
     std::int64_t needRound = -1;       // mixDelay: the round whose message this round waits for
     bool resyncRequested = false;      // we asked it for a snapshot
+    std::int64_t lastSnapshotRound = INT64_MIN / 2;  // when we last sent it one
     bool sendSnapshot = false;         // it asked us for one
     std::vector<std::uint8_t> out;     // envelope + message (+ snapshot), reused
     std::vector<std::uint8_t> notice;  // envelope + divergence notice
@@ -270,6 +287,8 @@ class PeerCore {
   void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
   // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.
   bool checkHealth(double loss, bool afterMixing);
+  // Whether a message that passed the sequence checks is within the bounds of kRoundWindow.
+  bool withinWindow(const Edge& e, const Envelope& env) const;
   void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
   // Metropolis weight of the edge to a neighbour of live degree `degree` over the live graph (both
   // ends compute the same value), halved for lazy mixing.

@@ -18,6 +18,7 @@ transport::Options transportOptions(const config::Config& config, int rank, cons
   to.libfabricProvider = config.transport.libfabricProvider;
   to.maxMessageBytes = std::max<std::size_t>(core.maxWireBytes(), 4096);
   to.ioTimeoutSeconds = config.transport.ioTimeout;
+  for (int j : core.neighbours()) to.expectedDialers += j < rank ? 1 : 0;
   return to;
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/transport/bootstrap.h"
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -9,6 +10,7 @@
 #include <optional>
 
 #include "runtime/common/log.h"
+#include "runtime/transport/accept_bounds.h"
 #include "runtime/transport/control_link.h"
 #include "runtime/transport/handshake.h"
 #include "runtime/transport/socket_util.h"
@@ -36,7 +38,15 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
         data_(data),
         done_(std::move(done)),
         acceptor_(loop.io()),
+        acceptTimer_(loop.io()),
+        pending_(kMaxPendingAccepts + lowerNeighbours(*options_)),
         deadline_(loop.io()) {}
+
+  // The neighbours that dial us: every one may be unidentified at once without closing another's.
+  static std::size_t lowerNeighbours(const BootstrapOptions& o) {
+    return static_cast<std::size_t>(
+        std::count_if(o.neighbours.begin(), o.neighbours.end(), [&](int n) { return n < o.rank; }));
+  }
 
   // Errors at start (bootstrap.h): bad ranks or addresses, a port that cannot be bound.
   Status init() {
@@ -134,21 +144,58 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     std::optional<Hello> hello;
     std::vector<std::uint8_t> helloBytes;
     security::Transcript transcript;
-    std::string from;  // the remote address, for the log
+    std::string from;      // the remote address, for the log
+    std::uint64_t id = 0;  // in pending_
+    void close() {
+      boost::system::error_code ignored;
+      timer.cancel();
+      socket.close(ignored);
+    }
   };
 
+  // Accepts until the bootstrap finishes; on EMFILE/ENFILE it pauses (AcceptBackoff) instead of
+  // spinning on the connection the kernel keeps queued.
   void startAccept() {
     auto pending = std::make_shared<Pending>(loop_.io());
     acceptor_.async_accept(pending->socket,
                            [self = shared_from_this(), pending](boost::system::error_code ec) {
                              if (self->finished_) return;
-                             if (!ec) self->readFirstFrame(pending);
+                             if (ec && isAcceptShortage(ec)) return self->backOff(ec);
+                             if (!ec) {
+                               self->backoff_.reset();
+                               self->readFirstFrame(pending);
+                             }
                              self->startAccept();
                            });
   }
 
+  void backOff(boost::system::error_code ec) {
+    if (!backoff_.backingOff()) {
+      log::warn("bootstrap: accepting on the control port failed (", ec.message(),
+                "); backing off");
+    }
+    acceptTimer_.expires_after(backoff_.next());
+    acceptTimer_.async_wait([weak = weak_from_this()](boost::system::error_code tec) {
+      auto self = weak.lock();
+      if (!tec && self && !self->finished_) self->startAccept();
+    });
+  }
+
+  // Takes an accepted socket out of pending_ (it was routed to its link, refused or lost).
+  void unpend(const std::shared_ptr<Pending>& p) { pending_.remove(p->id); }
+
   // The dialer's first frame must be its hello; it tells us which link the socket belongs to.
+  // At most kMaxPendingAccepts + (neighbours of lower rank) accepted sockets wait to be identified
+  // (and, with a key, for their proof); beyond that the oldest is closed, counted as
+  // `pending_limit`.
   void readFirstFrame(const std::shared_ptr<Pending>& p) {
+    std::shared_ptr<Pending> evicted;
+    p->id = pending_.add(p, evicted);
+    if (evicted) {
+      evicted->hello.reset();  // closed by us, not a failed proof (pendingLost stays quiet)
+      evicted->close();
+      ++rejected_["pending_limit"];
+    }
     boost::system::error_code ec;
     const auto remote = p->socket.remote_endpoint(ec);
     p->from = ec ? std::string("?") : formatEndpoint(remote);
@@ -191,6 +238,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   }
 
   void pendingLost(const std::shared_ptr<Pending>& p, boost::system::error_code ec) {
+    unpend(p);
     if (!p->hello) return;  // a probe that never said who it is
     refuse(p, "auth_failed",
            "closed before proving the key (" + ec.message() +
@@ -220,6 +268,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     }
     if (options_->psk) return authenticate(p, it->second, std::move(h));
     // The link checks the hello itself (version, config) so both sides report the same mismatch.
+    unpend(p);
     it->second->adopt(std::move(p->socket), std::move(p->body));
   }
 
@@ -276,6 +325,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       return refuse(p, "duplicate_rank", "peer " + std::to_string(sender) + " already connected",
                     "already connected");
     }
+    unpend(p);
     it->second->adopt(std::move(p->socket), std::move(p->helloBytes),
                       security::sessionKey(*options_->psk, p->transcript));
   }
@@ -285,6 +335,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   // is the reject's text: it names nothing of ours.
   void refuse(const std::shared_ptr<Pending>& p, const std::string& reason, const std::string& why,
               const std::string& tell = "") {
+    unpend(p);
     const auto prefix = handshake::decodeHelloPrefix(p->hello ? p->helloBytes : p->body);
     const int claimed = prefix.isOk() ? prefix->sender : -1;
     ++rejected_[reason];
@@ -311,6 +362,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
 
   void rejectPending(const std::shared_ptr<Pending>& p, const std::string& why,
                      const std::string& reason) {
+    unpend(p);
     ++rejected_[reason];
     sendRejectAndClose(p, why);
     // Without a key, a version mismatch from a real neighbour is a bootstrap failure here too (with
@@ -366,7 +418,11 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     finished_ = true;
     boost::system::error_code ec;
     acceptor_.close(ec);
+    acceptTimer_.cancel();
     deadline_.cancel();
+    // Connections that never identified themselves hold nothing after the bootstrap.
+    pending_.forEach([](Pending& p) { p.close(); });
+    pending_.clear();
     if (result.isOk()) {
       for (auto& [n, l] : links_) l->startHeartbeats();
     } else {
@@ -382,6 +438,9 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   Context& data_;
   BootstrapCallback done_;
   tcp::acceptor acceptor_;
+  asio::steady_timer acceptTimer_;  // the EMFILE back-off
+  AcceptBackoff backoff_;
+  PendingAccepts<Pending> pending_;  // accepted, not yet routed to a link (accept_bounds.h)
   asio::steady_timer deadline_;
   std::map<int, std::shared_ptr<ControlLink>> links_;
   std::size_t ready_ = 0;

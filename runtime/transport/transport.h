@@ -71,6 +71,9 @@ struct Options {
   std::size_t maxMessageBytes = std::size_t{1}
                                 << 30;  // larger messages are refused before allocation
   double ioTimeoutSeconds = 30.0;       // deadline for any single asynchronous network operation
+  // Peers that dial this context (the neighbours of lower rank): the tcp data listener holds up to
+  // kMaxPendingAccepts + this many connections whose hello has not arrived (accept_bounds.h).
+  std::size_t expectedDialers = 0;
 };
 
 // A peer's transport endpoint. Creates connections to peers from their address blobs, which travel

@@ -1,5 +1,6 @@
 #include "runtime/transport/tcp/tcp.h"
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -11,6 +12,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/common/byte_order.h"
+#include "runtime/common/log.h"
+#include "runtime/transport/accept_bounds.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/connection_core.h"
 #include "runtime/transport/loop.h"
@@ -542,16 +546,31 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
 };
 
 // The listener and the table of connections, shared with the accept handlers so that a context
-// destroyed while an accept is pending leaves them a valid (closed) object.
+// destroyed while an accept is pending leaves them a valid (closed) object. What strangers can
+// make it hold is bounded (accept_bounds.h): at most kMaxPendingAccepts + Options::expectedDialers
+// sockets whose hello has not arrived (each for at most ioTimeout, the oldest closed beyond the
+// bound; every neighbour may dial at once without closing another's), parked sockets
+// only for ranks below ours (the ones that dial us), each for at most ioTimeout and at most
+// kMaxPendingAccepts of them (the oldest closed), and accept() backs off on EMFILE/ENFILE.
 struct Listener : std::enable_shared_from_this<Listener> {
   Listener(Loop& loop, const Options& options)
-      : loop(loop), options(options), acceptor(loop.io()) {}
+      : loop(loop),
+        options(options),
+        acceptor(loop.io()),
+        acceptTimer(loop.io()),
+        unidentified(kMaxPendingAccepts + options.expectedDialers) {}
 
   struct PendingSocket {
     tcp::socket socket;
     std::uint8_t hello[kHelloBytes];
     asio::steady_timer deadline;
+    std::uint64_t id = 0;  // in `pending`, then its age among the parked ones
     explicit PendingSocket(asio::io_context& io) : socket(io), deadline(io) {}
+    void close() {
+      boost::system::error_code ignored;
+      deadline.cancel();
+      socket.close(ignored);
+    }
   };
 
   void startAccept() {
@@ -559,14 +578,33 @@ struct Listener : std::enable_shared_from_this<Listener> {
     acceptor.async_accept(pending->socket,
                           [self = shared_from_this(), pending](boost::system::error_code ec) {
                             if (self->closed) return;
-                            if (!ec) self->readHello(pending);
+                            if (ec && isAcceptShortage(ec)) return self->backOff(ec);
+                            if (!ec) {
+                              self->backoff.reset();
+                              self->readHello(pending);
+                            }
                             self->startAccept();
                           });
+  }
+
+  // Out of descriptors (or buffers): accept again only after a pause, so that the loop thread
+  // does not spin on a connection the kernel keeps queued.
+  void backOff(boost::system::error_code ec) {
+    if (!backoff.backingOff()) {
+      log::warn("tcp: accepting on the data port failed (", ec.message(), "); backing off");
+    }
+    acceptTimer.expires_after(backoff.next());
+    acceptTimer.async_wait([self = shared_from_this()](boost::system::error_code tec) {
+      if (!tec && !self->closed) self->startAccept();
+    });
   }
 
   // Reads the dialer's hello under a deadline, then hands the socket to its connection (or parks it
   // until connect() for that peer is called).
   void readHello(const std::shared_ptr<PendingSocket>& pending) {
+    std::shared_ptr<PendingSocket> evicted;
+    pending->id = unidentified.add(pending, evicted);
+    if (evicted) evicted->close();
     pending->deadline.expires_after(toDuration(options.ioTimeoutSeconds));
     pending->deadline.async_wait([pending](boost::system::error_code ec) {
       if (!ec) {
@@ -578,9 +616,11 @@ struct Listener : std::enable_shared_from_this<Listener> {
         pending->socket, asio::buffer(pending->hello, kHelloBytes),
         [self = shared_from_this(), pending](boost::system::error_code ec, std::size_t) {
           pending->deadline.cancel();
+          self->unidentified.remove(pending->id);
           if (self->closed || ec) return;
           auto rank = decodeHello(pending->hello);
-          if (!rank.isOk() || *rank == self->options.rank) return;  // not for us: drop it
+          // Only a lower rank dials us (TcpContext::connect): anything else is not for us.
+          if (!rank.isOk() || *rank < 0 || *rank >= self->options.rank) return;
           auto it = self->connections.find(*rank);
           if (it != self->connections.end()) {
             if (auto conn = it->second.lock(); conn && conn->awaitingAccept()) {
@@ -588,8 +628,36 @@ struct Listener : std::enable_shared_from_this<Listener> {
               return;
             }
           }
-          self->parked.insert_or_assign(*rank, std::move(pending->socket));
+          self->park(*rank, pending);
         });
+  }
+
+  // Holds an identified socket until connect() for its rank, for at most ioTimeout; a newer one
+  // for the same rank replaces it, and beyond kMaxPendingAccepts the oldest is closed.
+  void park(int rank, const std::shared_ptr<PendingSocket>& pending) {
+    pending->id = ++parkedCount;
+    if (auto old = parked.find(rank); old != parked.end()) {
+      old->second->close();
+      parked.erase(old);
+    }
+    if (parked.size() >= kMaxPendingAccepts) {
+      auto oldest = std::min_element(
+          parked.begin(), parked.end(),
+          [](const auto& a, const auto& b) { return a.second->id < b.second->id; });
+      oldest->second->close();
+      parked.erase(oldest);
+    }
+    parked.emplace(rank, pending);
+    pending->deadline.expires_after(toDuration(options.ioTimeoutSeconds));
+    pending->deadline.async_wait([weak = weak_from_this(), rank,
+                                  pending](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;
+      if (auto it = self->parked.find(rank); it != self->parked.end() && it->second == pending) {
+        pending->close();
+        self->parked.erase(it);
+      }
+    });
   }
 
   void close() {
@@ -598,20 +666,28 @@ struct Listener : std::enable_shared_from_this<Listener> {
     closed = true;
     boost::system::error_code ec;
     acceptor.close(ec);
+    acceptTimer.cancel();
     for (auto& [rank, weak] : connections) {
       if (auto c = weak.lock()) c->close();
     }
     connections.clear();
-    for (auto& [rank, s] : parked) s.close(ec);
+    for (auto& [rank, p] : parked) p->close();
     parked.clear();
+    unidentified.forEach([](PendingSocket& p) { p.close(); });
+    unidentified.clear();
   }
 
   Loop& loop;
   const Options options;
   tcp::acceptor acceptor;
+  asio::steady_timer acceptTimer;  // the EMFILE back-off
+  AcceptBackoff backoff;
   bool closed = false;
   std::unordered_map<int, std::weak_ptr<TcpConnection>> connections;
-  std::unordered_map<int, tcp::socket> parked;  // accepted, hello read, connect() not yet called
+  PendingAccepts<PendingSocket> unidentified;  // accepted, hello not read yet
+  // Accepted, hello read, connect() not yet called.
+  std::unordered_map<int, std::shared_ptr<PendingSocket>> parked;
+  std::uint64_t parkedCount = 0;
 };
 
 class TcpContext : public Context {
@@ -647,9 +723,10 @@ class TcpContext : public Context {
     if (l.options.rank < peer) {
       conn->dial(endpoint);
     } else if (auto it = l.parked.find(peer); it != l.parked.end()) {
-      tcp::socket s = std::move(it->second);
+      auto parked = std::move(it->second);
       l.parked.erase(it);
-      conn->adopt(std::move(s));
+      parked->deadline.cancel();
+      conn->adopt(std::move(parked->socket));
     } else {
       conn->awaitAccept();
     }
