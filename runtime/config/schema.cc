@@ -812,6 +812,11 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(boolKey(
       "security.encrypt", [](Config & c) -> auto& { return c.security.encrypt; },
       "Also encrypt every message (ChaCha20-Poly1305); needs security.key_file"));
+  t.push_back(doubleKey(
+      "security.max_delta_ratio", [](Config & c) -> auto& { return c.security.maxDeltaRatio; }, 0,
+      1e30,
+      "Refuse a neighbour's message that changes any value by more than this times "
+      "max(1, largest |value| of the model); 0: no bound"));
   return t;
 }
 
