@@ -166,10 +166,14 @@ TEST_CASE("bootstrap: a stranger's mismatching hello claiming a neighbour's rank
     h.parts[2].hash = 0x9999;  // compression differs
     hellos[1] = handshake::encodeHello(h).value();
     for (int i = 0; i < 2; ++i) {
+      // No REQUIRE off the test's thread: a failed dial or write leaves replies[i] empty.
       const int fd = dialFrom("127.0.0.2", port);
-      REQUIRE(fd >= 0);
+      if (fd < 0) continue;
       const auto frame = handshake::encodeFrame(handshake::kHello, hellos[i]);
-      REQUIRE(test_util::writeAll(fd, frame.data(), frame.size()));
+      if (!test_util::writeAll(fd, frame.data(), frame.size())) {
+        ::close(fd);
+        continue;
+      }
       // Frames until the reject (type 2) or the end (type 0).
       do {
         replies[i] = readFrame(fd);
