@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "compress/codec.h"
+#include "kernels/ops.h"
 #include "runtime/common/byte_order.h"
 #include "runtime/engine/setup.h"
 
@@ -97,13 +98,18 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     for (const auto& [at, count] : ranges_)
       kept_.insert(kept_.end(), acc.begin() + at, acc.begin() + at + count);
     Status st = applyFrames(message, weight, acc);
+    // The change, range by range: a plain difference (vectorized) and the kernels' maxAbs (NaN,
+    // from inf - inf, propagates and refuses).
     float change = 0.0f;
     std::size_t k = 0;
     for (const auto& [at, count] : ranges_) {
-      for (std::size_t i = 0; i < count; ++i, ++k) {
-        const float d = std::fabs(acc[at + i] - kept_[k]);
-        if (!(d <= change)) change = d;  // NaN (inf - inf) wins
-      }
+      diff_.resize(count);
+      const float* now = acc.data() + at;
+      const float* was = kept_.data() + k;
+      for (std::size_t i = 0; i < count; ++i) diff_[i] = now[i] - was[i];
+      const float m = kernels::cpuOps().maxAbs(diff_.data(), count);
+      if (!(m <= change)) change = m;
+      k += count;
     }
     if (st.isOk() && !(change <= limit)) {
       st = dataLoss("magnitude: the message changes a value by " + std::to_string(change) +
@@ -148,6 +154,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::shared_ptr<const DeltaLimit> deltaLimit_;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // (offset, count) of each frame
   std::vector<float> kept_;  // acc's values in ranges_ before a bounded decode
+  std::vector<float> diff_;  // one range's change
 };
 
 // Bytes a message of the same layout takes as dense fp32 frames (with their length prefixes): the
