@@ -296,7 +296,8 @@ void Peer::start() {
   check(m.session->open());
   // Every peer starts from the lowest rank's values, and the algorithm's public copies from them.
   check(m.session->runCollectives(engine::adoptLowestCollectives(*m.plan)));
-  auto algorithm = engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model());
+  auto algorithm = engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model(),
+                                             m.session->core().deltaLimit());
   check(algorithm.status());
   m.session->core().resetAlgorithm(std::move(*algorithm));
   m.collectEvents();

@@ -211,6 +211,8 @@ struct NetworkSection {
 struct SecuritySection {
   std::string keyFile;   // the pre-shared key; empty: no authentication (today's behaviour)
   bool encrypt = false;  // AEAD on every message (needs keyFile)
+  // A received message may change a value by at most this times max(1, |model|_inf); 0: no bound.
+  double maxDeltaRatio = 1e6;
 };
 
 // `faults:`: a schedule of faults that `grapevine sim` (by round) and `grapevine launch --emulate`

@@ -709,10 +709,11 @@ std::vector<KeyDef> buildSchema() {
       "a round waits only for the shares that are due"));
   t.push_back(intKey(
       "algorithm.overlap_rounds", [](Config & c) -> auto& { return c.algorithm.overlapRounds; }, 1,
-      64,
+      32,
       "push-sum with algorithm.overlap: tau, the rounds a share stays in flight before it is "
       "mixed (a round waits for the shares sent tau rounds earlier; the last round and "
-      "checkpointed ones wait for all)"));
+      "checkpointed ones wait for all). At most 32: a neighbour may run tau + 1 rounds ahead, and "
+      "messages more than 64 rounds ahead are dropped (PeerCore::kRoundWindow)"));
   t.push_back(intKey(
       "algorithm.local_steps", [](Config & c) -> auto& { return c.algorithm.localSteps; }, 1, 1000,
       "Local optimizer steps per gossip round"));
@@ -923,6 +924,11 @@ std::vector<KeyDef> buildSchema() {
       "link-down; peer: R or link: [a, b]; at_round: N (sim) or at_seconds: S (launch); rounds: N "
       "or seconds: S (pause, link-down; restart: time down)}, ...]",
       applyFaults, showFaults));
+  t.push_back(doubleKey(
+      "security.max_delta_ratio", [](Config & c) -> auto& { return c.security.maxDeltaRatio; }, 0,
+      1e30,
+      "Refuse a neighbour's message that changes any value by more than this times "
+      "max(1, largest |value| of the model); 0: no bound"));
   return t;
 }
 

@@ -2,9 +2,11 @@
 // frames, each preceded by its length (u32, little-endian); every frame carries its own header and
 // CRC32C and is checked in full before anything is accumulated.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "compress/codec.h"
+#include "kernels/ops.h"
 #include "runtime/common/byte_order.h"
 #include "runtime/engine/setup.h"
 
@@ -15,11 +17,12 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
  public:
   // `denseBytes`: what the same vector takes as dense fp32 frames (denseMessageBytes below).
   ModelMessageCodec(compress::ModelCodec codec, std::size_t denseBytes, std::uint64_t seed,
-                    std::size_t maxFrameBytes)
+                    std::size_t maxFrameBytes, std::shared_ptr<const DeltaLimit> deltaLimit)
       : codec_(std::move(codec)),
         seed_(seed),
         maxFrameBytes_(maxFrameBytes),
-        denseBytes_(denseBytes) {
+        denseBytes_(denseBytes),
+        deltaLimit_(std::move(deltaLimit)) {
     maxBytes_ = codec_.chunkCount() * (4 + codec_.maxFrameBytes());
   }
 
@@ -55,6 +58,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     // stays proportional to the payload (a top-1% message touches 1% of acc, no dense scratch).
     std::size_t pos = 0;
     std::size_t frames = 0;
+    ranges_.clear();
     while (pos < message.size()) {
       if (message.size() - pos < 4) return dataLoss("truncated: frame length");
       const std::uint32_t n = loadLe32(message.data() + pos);
@@ -68,6 +72,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
                         std::to_string(header->round) + " in a message of sender " +
                         std::to_string(sender) + " round " + std::to_string(round));
       }
+      ranges_.emplace_back(info->model_offset, header->element_count);
       pos += 4 + n;
       ++frames;
     }
@@ -75,7 +80,49 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
       return dataLoss("count: message has " + std::to_string(frames) + " frames, the model needs " +
                       std::to_string(codec_.chunkCount()));
     }
-    return applyFrames(message, weight, acc);
+    // The right number of frames is not enough: one chunk sent twice (and another left out) must
+    // not add twice into the same elements.
+    std::sort(ranges_.begin(), ranges_.end());
+    for (std::size_t i = 1; i < ranges_.size(); ++i) {
+      if (ranges_[i].first < ranges_[i - 1].first + ranges_[i - 1].second) {
+        return dataLoss("repeated: frames for elements " + std::to_string(ranges_[i - 1].first) +
+                        ".." + std::to_string(ranges_[i - 1].first + ranges_[i - 1].second) +
+                        " and " + std::to_string(ranges_[i].first) + ".. overlap");
+      }
+    }
+    const float limit = deltaLimit_ ? deltaLimit_->value : 0.0f;
+    if (!(limit > 0)) return applyFrames(message, weight, acc);
+    // security.max_delta_ratio: keep what the frames touch, add, measure the change; restore on a
+    // change above the limit (the sum is computed exactly as without the bound).
+    kept_.clear();
+    for (const auto& [at, count] : ranges_)
+      kept_.insert(kept_.end(), acc.begin() + at, acc.begin() + at + count);
+    Status st = applyFrames(message, weight, acc);
+    // The change, range by range: a plain difference (vectorized) and the kernels' maxAbs (NaN,
+    // from inf - inf, propagates and refuses).
+    float change = 0.0f;
+    std::size_t k = 0;
+    for (const auto& [at, count] : ranges_) {
+      diff_.resize(count);
+      const float* now = acc.data() + at;
+      const float* was = kept_.data() + k;
+      for (std::size_t i = 0; i < count; ++i) diff_[i] = now[i] - was[i];
+      const float m = kernels::cpuOps().maxAbs(diff_.data(), count);
+      if (!(m <= change)) change = m;
+      k += count;
+    }
+    if (st.isOk() && !(change <= limit)) {
+      st = dataLoss("magnitude: the message changes a value by " + std::to_string(change) +
+                    ", above security.max_delta_ratio's limit " + std::to_string(limit));
+    }
+    if (!st.isOk()) {
+      k = 0;
+      for (const auto& [at, count] : ranges_) {
+        std::copy(kept_.begin() + k, kept_.begin() + k + count, acc.begin() + at);
+        k += count;
+      }
+    }
+    return st;
   }
 
  private:
@@ -104,6 +151,10 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::size_t maxBytes_ = 0;
   std::size_t denseBytes_ = 0;
   std::uint64_t sequence_ = 0;
+  std::shared_ptr<const DeltaLimit> deltaLimit_;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // (offset, count) of each frame
+  std::vector<float> kept_;  // acc's values in ranges_ before a bounded decode
+  std::vector<float> diff_;  // one range's change
 };
 
 // Bytes a message of the same layout takes as dense fp32 frames (with their length prefixes): the
@@ -148,7 +199,8 @@ Result<compress::Options> compressOptions(const config::Config& c) {
 }
 
 Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
-    const config::Config& c, const std::vector<train::TensorInfo>& layout, int rank) {
+    const config::Config& c, const std::vector<train::TensorInfo>& layout, int rank,
+    std::shared_ptr<const DeltaLimit> deltaLimit) {
   std::vector<compress::TensorLayout> tl;
   for (const auto& t : layout) {
     compress::TensorLayout x;
@@ -178,8 +230,8 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
   GV_ASSIGN_OR_RETURN(auto codec,
                       compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
   GV_ASSIGN_OR_RETURN(const std::size_t denseBytes, denseMessageBytes(tl, o, rank));
-  return std::unique_ptr<algorithms::MessageCodec>(
-      new ModelMessageCodec(std::move(codec), denseBytes, c.run.seed, o.max_frame_bytes));
+  return std::unique_ptr<algorithms::MessageCodec>(new ModelMessageCodec(
+      std::move(codec), denseBytes, c.run.seed, o.max_frame_bytes, std::move(deltaLimit)));
 }
 
 }  // namespace grapevine::engine

@@ -151,6 +151,8 @@ class PeerSession::Impl {
   bool waitSends(Clock::time_point deadline);
   void countPending(const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends);
   void markDead(int j, const std::string& why);
+  // The core quarantined j (its edge is dead there already): close it, log and record the event.
+  void quarantine(int j, const std::string& why);
 
   const RunPlan& plan_;
   PeerRunOptions options_;
@@ -274,6 +276,15 @@ void PeerSession::Impl::markDead(int j, const std::string& why) {
   if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
 }
 
+void PeerSession::Impl::quarantine(int j, const std::string& why) {
+  loop_.post([this, j] { closeNeighbour(j); });
+  deadThisRound_.push_back(j);
+  events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
+  log::warn("neighbour ", j, " ", why, "; dropping the edge, ", core_->liveDegree(),
+            " live neighbours left");
+  if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
+}
+
 bool PeerSession::Impl::drainInbox() {
   std::deque<InboxItem> items;
   {
@@ -287,6 +298,7 @@ bool PeerSession::Impl::drainInbox() {
     }
     auto& buf = buffers_[item.peer][item.buffer];
     core_->onMessage(item.peer, std::span<const std::uint8_t>(buf.data(), item.bytes));
+    for (auto& [j, why] : core_->takeQuarantined()) quarantine(j, why);
     loop_.post([this, j = item.peer, b = item.buffer] { postRecv(j, b); });
   }
   return !items.empty();
@@ -752,6 +764,7 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   if (core_->counters().collectiveBytes > 0)
     j["collective_bytes"] = core_->counters().collectiveBytes;
   if (resumedFrom_ >= 0) j["resumed_from_round"] = resumedFrom_;
+  if (core_->counters().quarantined > 0) j["quarantined"] = core_->counters().quarantined;
   if (plan_.config.checkpoint.every > 0) {
     j["checkpoints_written"] = checkpointsWritten_;
     j["checkpoint_seconds"] = checkpointSeconds_;

@@ -1,6 +1,7 @@
 #include "runtime/engine/envelope.h"
 
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -15,6 +16,15 @@ Status failed(Status (*make)(std::string), const char* reason, const std::string
 }
 }  // namespace
 
+std::uint16_t envelopeVersion() {
+  static const std::uint16_t v = [] {
+    const char* e = std::getenv("GRAPEVINE_TEST_ENVELOPE_VERSION");
+    if (e == nullptr || *e == '\0') return kEnvelopeVersion;
+    return static_cast<std::uint16_t>(std::strtoul(e, nullptr, 10));
+  }();
+  return v;
+}
+
 // Layout (little-endian on every host, runtime/common/byte_order.h): 0 magic u32, 4 version u16, 6
 // flags u16, 8 sender u32, 12 incarnation u32, 16 sequence u64, 24 round u64, 32 liveDegree u32, 36
 // messageBytes u32, 40 publicHash u64, 48 snapshotBytes u32, 52 payloadCrc u32 (CRC32C of
@@ -24,7 +34,7 @@ void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out) {
   std::uint8_t* p = out.data();
   std::memset(p, 0, kEnvelopeBytes);
   storeLe(p + 0, kEnvelopeMagic);
-  storeLe(p + 4, kEnvelopeVersion);
+  storeLe(p + 4, envelopeVersion());
   storeLe(p + 6, e.flags);
   storeLe(p + 8, e.sender);
   storeLe(p + 12, e.incarnation);
@@ -49,10 +59,10 @@ Result<Envelope> readEnvelope(std::span<const std::uint8_t> bytes) {
   if (loadLe<std::uint32_t>(p) != kEnvelopeMagic) {
     return failed(dataLoss, "bad_magic", "not a Grapevine message");
   }
-  if (loadLe<std::uint16_t>(p + 4) != kEnvelopeVersion) {
+  if (loadLe<std::uint16_t>(p + 4) != envelopeVersion()) {
     return failed(failedPrecondition, "version",
                   "message format version " + std::to_string(loadLe<std::uint16_t>(p + 4)) +
-                      ", this build speaks " + std::to_string(kEnvelopeVersion));
+                      ", this build speaks " + std::to_string(envelopeVersion()));
   }
   if (loadLe<std::uint32_t>(p + 60) != kernels::cpuOps().crc32c(0, p, 60)) {
     return failed(dataLoss, "crc", "envelope checksum mismatch");

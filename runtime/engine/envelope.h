@@ -18,6 +18,12 @@ inline constexpr std::uint32_t kEnvelopeMagic = 0x47564d45;  // "GVME"
 inline constexpr std::uint16_t kEnvelopeVersion = 1;
 inline constexpr std::size_t kEnvelopeBytes = 64;
 
+// The envelope version this process writes and accepts: kEnvelopeVersion, unless the environment
+// variable GRAPEVINE_TEST_ENVELOPE_VERSION (TEST-ONLY: it exists so a test can play a neighbour of
+// another build; never set it in a run) gives another number (read once). The handshake carries it
+// ("protocol.envelope"), so a skew fails the bootstrap instead of dropping every message.
+std::uint16_t envelopeVersion();
+
 enum EnvelopeFlags : std::uint16_t {
   kFlagHasHash = 1,        // publicHash is set (replica check round)
   kFlagResyncRequest = 2,  // the sender's replica of the receiver drifted: send your public copy

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
+#include "kernels/ops.h"
 #include "runtime/common/byte_order.h"
 #include "runtime/engine/envelope.h"
 #include "runtime/security/auth.h"
@@ -198,6 +200,12 @@ bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() ==
 Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   round_ = round;
   for (auto& [j, e] : edges_) e.arrived = false;
+  if (options_.deltaLimit && options_.maxDeltaRatio > 0) {
+    // What this round's messages may change (security.max_delta_ratio), relative to the model.
+    const double scale = std::max(1.0, double(kernels::cpuOps().maxAbs(x_.data(), x_.size())));
+    options_.deltaLimit->value =
+        static_cast<float>(std::min(options_.maxDeltaRatio * scale, 3.0e38));
+  }
 
   // Local optimizer step(s): x <- x - lr * u.
   std::copy(x_.begin(), x_.end(), xBefore_.begin());
@@ -358,17 +366,19 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     }
     bytes = bytes.first(bytes.size() - security::kSealTagBytes);
   }
+  // From here on the message is the neighbour's own (it authenticated, or the edge has no key):
+  // refusals count towards its quarantine.
   auto env = readEnvelope(bytes);
   if (!env.isOk()) {
-    drop(envelopeErrorReason(env.status()));
+    refuse(j, e, envelopeErrorReason(env.status()));
     return;
   }
   if (env->sender != static_cast<std::uint32_t>(j)) {
-    drop("wrong_sender");
+    refuse(j, e, "wrong_sender");
     return;
   }
   if (((env->flags & kFlagSealed) != 0) != e.key.has_value()) {
-    drop("auth");  // sealed where we have no key for the edge, or the reverse
+    refuse(j, e, "auth");  // sealed where we have no key for the edge, or the reverse
     return;
   }
   if (env->sequence < e.nextSeqIn) {
@@ -376,7 +386,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     return;
   }
   if (env->sequence - e.nextSeqIn > kSequenceWindow) {
-    drop("sequence_window");
+    refuse(j, e, "sequence_window");
     return;
   }
   if (!(env->flags & kFlagDiverged) && !withinWindow(e, *env)) {
@@ -399,7 +409,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
   if (env->flags & kFlagDiverged) {
     auto notice = readNotice(bytes.subspan(kEnvelopeBytes, env->messageBytes));
     if (!notice) {
-      drop("bad_notice");
+      refuse(j, e, "bad_notice");
     } else if (!divergence_) {
       divergence_ = std::move(*notice);
     }
@@ -415,7 +425,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
         env->messageBytes == kCollectiveHeaderBytes + values * sizeof(double) && values > 0;
     if (!sized ||
         !((options_.collectives && values == x_.size()) || values <= kMaxSmallCollective)) {
-      drop("bad_collective");
+      refuse(j, e, "bad_collective");
       return;
     }
     e.collectives.emplace_back(env->round, copyToSpare(e.spare, bytes));
@@ -481,7 +491,7 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     return;
   }
   if (!st.isOk()) {
-    drop("decode");
+    refuse(j, e, "decode");
     e.resyncRequested = algorithm_->publicCopyHash() != 0;
     return;
   }
@@ -490,11 +500,19 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     const auto snap = bytes.subspan(kEnvelopeBytes + env->messageBytes, env->snapshotBytes);
     std::vector<float> copy(snap.size() / sizeof(float));
     std::memcpy(copy.data(), snap.data(), copy.size() * sizeof(float));
-    if (algorithm_->resetReplica(j, copy).isOk())
-      ++counters_.resyncs;
-    else
-      drop("bad_snapshot");
+    // Checked like a delta's values: a NaN or infinity never enters a replica.
+    if (!kernels::cpuOps().allFinite(copy.data(), copy.size())) {
+      refuse(j, e, "non_finite_snapshot");
+      return;
+    }
+    if (!algorithm_->resetReplica(j, copy).isOk()) {
+      refuse(j, e, "bad_snapshot");
+      return;
+    }
+    ++counters_.resyncs;
   }
+  e.refusedRounds = 0;
+  e.lastRefusedRound = -2;
   if (env->flags & kFlagHasHash) {
     ++counters_.replicaChecks;
     if (algorithm_->replicaHash(j) != env->publicHash) {
@@ -804,6 +822,22 @@ void PeerCore::resyncAllEdges() {
 void PeerCore::resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm) {
   algorithm_ = std::move(algorithm);
   message_.resize(std::max(message_.size(), algorithm_->maxMessageBytes()));
+}
+
+void PeerCore::refuse(int j, Edge& e, std::string_view reason) {
+  drop(reason);
+  if (options_.quarantineAfter <= 0 || dead_.count(j) || e.lastRefusedRound == round_) return;
+  e.lastRefusedRound = round_;
+  if (++e.refusedRounds < options_.quarantineAfter) return;
+  ++counters_.quarantined;
+  quarantined_.emplace_back(j, "quarantined: its messages were refused in " +
+                                   std::to_string(e.refusedRounds) +
+                                   " rounds in a row (the last: " + std::string(reason) + ")");
+  markDead(j, /*lost=*/true);
+}
+
+std::vector<std::pair<int, std::string>> PeerCore::takeQuarantined() {
+  return std::exchange(quarantined_, {});
 }
 
 void PeerCore::markDead(int j, bool lost) {

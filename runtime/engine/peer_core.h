@@ -39,6 +39,14 @@ namespace grapevine::engine {
 
 struct Envelope;  // envelope.h
 
+// What one received message may change (security.max_delta_ratio): PeerCore sets `value` at the
+// start of every round to ratio * max(1, largest |x_i|); the message codec (makeMessageCodec)
+// refuses a message that would change any value of its buffer by more. 0: no bound. Shared by the
+// core and its codec; the training thread only.
+struct DeltaLimit {
+  float value = 0.0f;
+};
+
 struct PeerCoreOptions {
   int rank = 0;
   std::uint32_t incarnation = 0;
@@ -61,6 +69,15 @@ struct PeerCoreOptions {
   // ((t + 1) % syncEvery == 0, so a checkpoint holds every share sent to the peer). 0: none.
   std::int64_t rounds = 0;
   std::int64_t syncEvery = 0;
+  // security.max_delta_ratio and the limit shared with the codec (nullptr: no bound).
+  double maxDeltaRatio = 0.0;
+  std::shared_ptr<DeltaLimit> deltaLimit;
+  // A neighbour whose messages are refused in this many rounds in a row (rounds of this peer with
+  // a refused message and none of its messages applied since; a refusal after authentication only:
+  // a forgery by a third party does not count) is quarantined: its edge dropped for good
+  // (takeQuarantined(), counters().quarantined) instead of resynced forever. Many refusals within
+  // one round count once (a burst of corruption is not a pattern). 0: never.
+  int quarantineAfter = 16;
 };
 
 // What a round starts from. The engine's workloads take their local steps; the API's caller may
@@ -96,6 +113,7 @@ struct PeerCounters {
   // Sent and received in collectives (the API's start-up sync and finalize averaging), not in the
   // byte counts above.
   std::uint64_t collectiveBytes = 0;
+  std::uint64_t quarantined = 0;  // neighbours quarantined (PeerCoreOptions::quarantineAfter)
 };
 
 // Everything a peer needs to continue a run exactly after the round it was taken in (checkpoints:
@@ -227,6 +245,12 @@ class PeerCore {
   // Drops the edge for good (connection failed, heartbeats stopped, or the neighbour finished its
   // rounds). `lost`: it had not finished (counted in counters().deadNeighbours).
   void markDead(int neighbour, bool lost = true);
+  // Neighbours quarantined since the last call (their edges are already dead here), each with why;
+  // the driver closes their connections and logs the event.
+  std::vector<std::pair<int, std::string>> takeQuarantined();
+  // The bound shared with the message codec (PeerCoreOptions::deltaLimit), for a replacement
+  // algorithm's codec (resetAlgorithm).
+  const std::shared_ptr<DeltaLimit>& deltaLimit() const { return options_.deltaLimit; }
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
   // The latest round of any message received from `neighbour` (-1: none yet).
   std::int64_t lastRoundFrom(int neighbour) const;
@@ -276,6 +300,9 @@ class PeerCore {
     std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> collectives;
     std::optional<security::Key> key;  // setEdgeKey
     bool encrypt = false;
+    // Rounds (of this peer) with a refuse()d message since its last applied one.
+    int refusedRounds = 0;
+    std::int64_t lastRefusedRound = -2;
   };
   // Before writeEnvelope: marks `env` sealed when the edge has a key. After: seals buf[0, bytes)
   // and grows `bytes` by the tag.
@@ -285,6 +312,10 @@ class PeerCore {
   std::vector<std::uint8_t> opened_;  // decrypted copy of the message being received
 
   void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
+  // drop() for a message of neighbour j's edge that authenticated (or the edge has no key): counts
+  // towards j's quarantine.
+  void refuse(int j, Edge& e, std::string_view reason);
+  std::vector<std::pair<int, std::string>> quarantined_;
   // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.
   bool checkHealth(double loss, bool afterMixing);
   // Whether a message that passed the sequence checks is within the bounds of kRoundWindow.

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <string>
 
+#include "compress/wire.h"
 #include "runtime/common/hash.h"
+#include "runtime/engine/envelope.h"
 
 namespace grapevine::engine {
 
@@ -31,6 +33,10 @@ transport::BootstrapOptions bootstrapOptions(const RunPlan& plan, int rank,
     bo.peers.push_back(a.host + ":" + std::to_string(a.port));
   bo.neighbours = core.neighbours();
   bo.incarnation = incarnation;
+  // The message formats' versions first (handshake.h: "protocol.*" parts carry the version itself):
+  // a neighbour of another build fails the bootstrap naming the protocol, not a silent run.
+  bo.configParts.push_back({"protocol.envelope", envelopeVersion()});
+  bo.configParts.push_back({"protocol.frame", compress::kFormatVersion});
   for (const auto& [name, hash] : configParts(plan)) bo.configParts.push_back({name, hash});
   if (c.workload.name == train::WorkloadKind::kExternal) {
     // The caller's model: its tensors' names and sizes must agree too.

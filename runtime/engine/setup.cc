@@ -76,9 +76,9 @@ bool overlappedPushSum(const config::Config& c) {
 
 Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
-    std::span<const float> x0) {
+    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit) {
   const config::Config& c = plan.config;
-  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank));
+  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank, std::move(deltaLimit)));
   algorithms::AlgorithmOptions ao;
   ao.kind = c.algorithm.name;
   ao.autoConsensusStep = !c.algorithm.consensusStep.has_value();
@@ -101,8 +101,12 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   const auto oo = optimizerOptions(c);
   GV_RETURN_IF_ERROR(oo.validate());
   auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
-  GV_ASSIGN_OR_RETURN(auto algorithm, makePeerAlgorithm(plan, rank, workload->layout(), x));
+  auto deltaLimit = c.security.maxDeltaRatio > 0 ? std::make_shared<DeltaLimit>() : nullptr;
+  GV_ASSIGN_OR_RETURN(auto algorithm,
+                      makePeerAlgorithm(plan, rank, workload->layout(), x, deltaLimit));
   PeerCoreOptions po;
+  po.maxDeltaRatio = c.security.maxDeltaRatio;
+  po.deltaLimit = std::move(deltaLimit);
   po.rank = rank;
   po.incarnation = incarnation;
   po.localSteps = c.algorithm.localSteps;
@@ -123,24 +127,29 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& plan) {
-  // Hash the effective values of each run-defining part through the schema table. Deployment
-  // details (addresses, data folders, evaluation cadence) may differ between peers; these may not.
-  static const std::vector<std::pair<std::string, std::vector<std::string>>> kParts = {
-      {"topology", {"topology.", "peers.count"}},
-      {"algorithm", {"algorithm.name", "algorithm.consensus_step", "algorithm.local_steps"}},
-      {"compression", {"compression."}},
-      {"model", {"workload.name", "workload.hidden", "workload.dim"}},
+  // One part per key both ends of an edge must agree on, named by its path so that a mismatch names
+  // the key; hashed over its effective value (through the schema table, so every such key added
+  // later under these prefixes is covered). Deployment details (addresses, ports, timeouts, data
+  // folders, evaluation cadence, output) may differ between peers; these may not: the graph, the
+  // algorithm and its step, the compressor and its shared seed, the model's shape, the frame size
+  // limit and the message seal.
+  static const std::vector<std::string> kMustAgree = {
+      "peers.count",           "topology.",
+      "algorithm.name",        "algorithm.consensus_step",
+      "algorithm.local_steps", "compression.",
+      "workload.name",         "workload.hidden",
+      "workload.dim",          "workload.cnn_channels",
+      "workload.cnn_hidden",   "transport.max_frame_bytes",
+      "security.encrypt",      "run.seed",
   };
   std::vector<std::pair<std::string, std::uint64_t>> parts;
-  for (const auto& [part, prefixes] : kParts) {
-    std::string text =
-        part == "topology" ? "peers=" + std::to_string(plan.config.peers.count) + ";" : "";
-    for (const auto& k : config::schema()) {
-      for (const auto& p : prefixes) {
-        if (k.path.rfind(p, 0) == 0) text += k.path + "=" + k.show(plan.config) + ";";
+  for (const auto& k : config::schema()) {
+    for (const auto& p : kMustAgree) {
+      if (k.path == p || (p.back() == '.' && k.path.rfind(p, 0) == 0)) {
+        parts.emplace_back(k.path, fnv1a64(k.show(plan.config)));
+        break;
       }
     }
-    parts.emplace_back(part, fnv1a64(text));
   }
   return parts;
 }

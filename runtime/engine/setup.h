@@ -33,9 +33,12 @@ train::OptimizerOptions optimizerOptions(const config::Config& config);
 // The compression options a config asks for (validated by the compression library).
 Result<compress::Options> compressOptions(const config::Config& config);
 
-// The compressor + wire codec of one peer, behind the algorithm's MessageCodec interface.
+// The compressor + wire codec of one peer, behind the algorithm's MessageCodec interface. Its
+// decode refuses a message with two frames for the same (or overlapping) elements, and, with
+// `deltaLimit` set above 0, one that changes any value of its buffer by more than the limit.
 Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
-    const config::Config& config, const std::vector<train::TensorInfo>& layout, int rank);
+    const config::Config& config, const std::vector<train::TensorInfo>& layout, int rank,
+    std::shared_ptr<const DeltaLimit> deltaLimit = nullptr);
 
 // Peer `rank` of a built-in workload (workload.name, initial model from run.seed).
 Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
@@ -49,15 +52,16 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
 // start there).
 Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
-    std::span<const float> x0);
+    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit = nullptr);
 
 // algorithm.name push-sum with algorithm.overlap: overlapped SGP (shares mixed
 // algorithm.overlap_rounds rounds late, PeerCoreOptions::mixDelay); the next gradient is not
 // precomputed then, there is no wait to hide it behind.
 bool overlappedPushSum(const config::Config& config);
 
-// Hashes of the run-defining parts of the config (topology, algorithm, compression, model shape):
-// peers compare them in the handshake and name the part that differs.
+// One (key path, hash of its value) per config key both ends of an edge must agree on (the graph,
+// algorithm, compression, model shape, transport.max_frame_bytes, security.encrypt, run.seed):
+// peers compare them in the handshake and name the key that differs.
 std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& plan);
 
 }  // namespace grapevine::engine

@@ -23,6 +23,13 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using handshake::Hello;
 
+#ifndef GRAPEVINE_BUILD_ID
+#define GRAPEVINE_BUILD_ID "unknown"
+#endif
+
+// What a refused stranger is told: nothing of ours (no versions, hashes or part names).
+constexpr const char* kRefusedText = "handshake refused (the reason is in that peer's log)";
+
 std::chrono::nanoseconds seconds(double s) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
 }
@@ -118,6 +125,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     ours.backend = std::string(data_.backend());
     ours.address = data_.localAddress();
     ours.parts = o.configParts;
+    ours.buildId = std::string(buildId());
     for (int n : o.neighbours) {
       auto hello = std::make_shared<Hello>(ours);
       hello->receiver = n;
@@ -145,6 +153,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     std::vector<std::uint8_t> helloBytes;
     security::Transcript transcript;
     std::string from;      // the remote address, for the log
+    asio::ip::address remote;
     std::uint64_t id = 0;  // in pending_
     void close() {
       boost::system::error_code ignored;
@@ -199,6 +208,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     boost::system::error_code ec;
     const auto remote = p->socket.remote_endpoint(ec);
     p->from = ec ? std::string("?") : formatEndpoint(remote);
+    if (!ec) p->remote = remote.address();
     readPendingFrame(p, [self = shared_from_this(), p] { self->routeAccepted(p); });
   }
 
@@ -267,9 +277,33 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
                            "unexpected_rank");
     }
     if (options_->psk) return authenticate(p, it->second, std::move(h));
+    // Without a key nothing proves who sent a hello. A mismatch (control protocol version, other
+    // protocol versions, backend, config) ends the bootstrap only when it comes from the host
+    // configured for the rank it claims: a real neighbour of another build or config fails fast,
+    // naming the part. From any other address it is refused (telling nothing), logged, counted
+    // and named at the deadline, and the rank stays open for the real neighbour.
+    const Status mismatch =
+        h.isOk() ? handshake::compareHellos(it->second->ours(), *h) : h.status();
+    if (!mismatch.isOk() && !fromConfiguredHost(*p, sender)) {
+      return refuse(p, h.isOk() ? "mismatch" : "version", mismatch.message(), kRefusedText);
+    }
+    if (!h.isOk()) {  // another control protocol version, from the neighbour's host
+      rejectPending(p, h.status().message(), "version");
+      return finish(h.status());
+    }
     // The link checks the hello itself (version, config) so both sides report the same mismatch.
     unpend(p);
     it->second->adopt(std::move(p->socket), std::move(p->body));
+  }
+
+  // Whether the accepted socket comes from the host in options.peers[rank] (an IP: parseEndpoint).
+  bool fromConfiguredHost(const Pending& p, int rank) const {
+    const auto configured = parseEndpoint(options_->peers[rank]);
+    if (!configured.isOk()) return false;
+    auto a = configured->address(), b = p.remote;
+    if (a.is_v6() && a.to_v6().is_v4_mapped()) a = a.to_v6().to_v4();
+    if (b.is_v6() && b.to_v6().is_v4_mapped()) b = b.to_v6().to_v4();
+    return a == b;
   }
 
   // With a key, nothing from an accepted socket is trusted before it proved the key: a hello of
@@ -365,14 +399,6 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     unpend(p);
     ++rejected_[reason];
     sendRejectAndClose(p, why);
-    // Without a key, a version mismatch from a real neighbour is a bootstrap failure here too (with
-    // a key, authenticate() refuses it instead: a stranger cannot end the bootstrap).
-    if (options_->psk) return;
-    auto h = handshake::decodeHello(p->body);
-    if (!h.isOk() && h.status().code() == ErrorCode::kFailedPrecondition &&
-        links_.count(handshake::decodeHelloPrefix(p->body)->sender)) {
-      finish(h.status());
-    }
   }
 
   void onHandshake(ControlLink& link, Status status) {
@@ -450,6 +476,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
 };
 
 }  // namespace
+
+std::string_view buildId() { return GRAPEVINE_BUILD_ID; }
 
 Result<std::shared_ptr<Bootstrap>> Bootstrap::start(Loop& loop, BootstrapOptions options,
                                                     Context& data, BootstrapCallback done) {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/common/status.h"
@@ -35,6 +36,10 @@ namespace grapevine::transport {
 
 inline constexpr std::uint32_t kControlMagic = 0x53425647;  // "GVBS" as little-endian bytes
 inline constexpr std::uint16_t kControlProtocolVersion = 1;
+
+// This build's id ("0.5.0+g1a2b3c4d5e6f": the project version and the commit at configure time),
+// carried in every hello and named in version-skew errors.
+std::string_view buildId();
 
 // One run-defining part of the config (e.g. "topology", "algorithm", "compression", "model") and a
 // 64-bit hash of it, computed by the caller. Peers must agree on every part.

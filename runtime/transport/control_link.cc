@@ -269,8 +269,12 @@ void ControlLink::onHandshakeFrame(std::uint16_t type, std::span<const std::uint
     unverifiedBytes_.assign(body.begin(), body.end());
     return;  // wait for their proof
   }
-  if (st.isOk()) st = compareHellos(*ours_, *theirs);
   if (!st.isOk()) return protocolError(std::move(st), /*tellPeer=*/true);
+  // The reject names what differs without our values (hashes, build id).
+  if (st = compareHellos(*ours_, *theirs); !st.isOk()) {
+    return protocolError(std::move(st), /*tellPeer=*/true,
+                         compareHellos(*ours_, *theirs, /*showValues=*/false).message());
+  }
   handshakeAgreed(std::move(theirs).value());
 }
 
@@ -288,7 +292,8 @@ void ControlLink::onProof(std::span<const std::uint8_t> proof) {
         /*tellPeer=*/false);
   }
   if (Status st = compareHellos(*ours_, *unverified_); !st.isOk()) {
-    return protocolError(std::move(st), /*tellPeer=*/true);
+    return protocolError(std::move(st), /*tellPeer=*/true,
+                         compareHellos(*ours_, *unverified_, /*showValues=*/false).message());
   }
   const security::Proof ours = security::handshakeProof(psk, t, t.dialer);
   queue(kAuth, ours);
@@ -310,8 +315,8 @@ void ControlLink::handshakeAgreed(handshake::Hello theirs) {
 // A broken handshake or a protocol violation. With `tellPeer` a reject carrying the status message
 // is queued first: during the handshake the link then closes once it is written; afterwards the
 // link closes at once (the reject goes out only if its write gets through first).
-void ControlLink::protocolError(Status status, bool tellPeer) {
-  if (tellPeer) queue(kReject, encodeReject(status.message()));
+void ControlLink::protocolError(Status status, bool tellPeer, const std::string& tell) {
+  if (tellPeer) queue(kReject, encodeReject(tell.empty() ? status.message() : tell));
   if (handshakeDone()) return lost(status.message());
   if (tellPeer && state_ < State::kClosing) moveTo(State::kClosing);
   handshakeFailed(std::move(status));

@@ -120,7 +120,8 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   void onHandshakeFrame(std::uint16_t type, std::span<const std::uint8_t> body);
   void onProof(std::span<const std::uint8_t> proof);
   void handshakeAgreed(handshake::Hello theirs);
-  void protocolError(Status status, bool tellPeer);
+  // `tell` (when tellPeer): the reject's text; empty: the status message.
+  void protocolError(Status status, bool tellPeer, const std::string& tell = "");
   void lost(const std::string& why);
   void shutdown();
   void emit(ControlEventKind kind, double silent, std::string message);

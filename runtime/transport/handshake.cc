@@ -1,8 +1,10 @@
 #include "runtime/transport/handshake.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "runtime/common/byte_order.h"
 
@@ -118,6 +120,12 @@ Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
     appendLe(p, std::uint8_t{1});
     append(p, h.nonce->data(), h.nonce->size());
   }
+  if (!h.buildId.empty()) {
+    const std::size_t n = std::min<std::size_t>(h.buildId.size(), kMaxBuildIdBytes);
+    appendLe(p, std::uint8_t{2});
+    appendLe(p, static_cast<std::uint16_t>(n));
+    append(p, h.buildId.data(), n);
+  }
   return p;
 }
 
@@ -161,20 +169,47 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
     GV_ASSIGN_OR_RETURN(const std::uint64_t hash, r.le<std::uint64_t>("config part hash"));
     h.parts.push_back(ConfigPart{text(name), hash});
   }
-  // Optional trailer: the key's nonce (u8 1, 32 bytes). Anything else after the parts is ignored.
-  if (r.need(1 + security::kNonceBytes, "nonce").isOk()) {
-    GV_ASSIGN_OR_RETURN(const std::uint8_t kind, r.le<std::uint8_t>("nonce kind"));
+  // Optional trailer items: u8 kind, then 1: the key's nonce (32 bytes), 2: u16 length + build id.
+  // An unknown kind ends the trailer (room for additions within a version: ignored).
+  while (r.need(1, "trailer").isOk()) {
+    GV_ASSIGN_OR_RETURN(const std::uint8_t kind, r.le<std::uint8_t>("trailer kind"));
     if (kind == 1) {
       GV_ASSIGN_OR_RETURN(const auto nonce, r.bytes(security::kNonceBytes, "nonce"));
       h.nonce.emplace();
       std::memcpy(h.nonce->data(), nonce.data(), security::kNonceBytes);
+    } else if (kind == 2) {
+      GV_ASSIGN_OR_RETURN(const std::uint16_t n, r.le<std::uint16_t>("build id length"));
+      GV_ASSIGN_OR_RETURN(const auto id, r.bytes(n, "build id"));
+      h.buildId = text(id);
+    } else {
+      break;
     }
   }
   return h;
 }
 
-Status compareHellos(const Hello& ours, const Hello& theirs) {
+Status compareHellos(const Hello& ours, const Hello& theirs, bool showValues) {
   const std::string who = "peer " + std::to_string(theirs.sender);
+  // Protocol versions first: a peer of another build differs in everything after them.
+  std::string versions;
+  for (const auto& mine : ours.parts) {
+    if (!mine.name.starts_with(kProtocolPartPrefix)) continue;
+    std::optional<std::uint64_t> other;
+    for (const auto& p : theirs.parts) {
+      if (p.name == mine.name) other = p.hash;
+    }
+    if (other == mine.hash) continue;
+    const std::string proto = mine.name.substr(kProtocolPartPrefix.size());
+    versions += (versions.empty() ? "" : "; ") + proto + " protocol version mismatch with " + who +
+                ": " + (showValues ? "ours " + std::to_string(mine.hash) + ", " : "") + "theirs " +
+                (other ? std::to_string(*other) : "unknown (an older build)");
+  }
+  if (!versions.empty()) {
+    const auto build = [](const std::string& id) { return id.empty() ? "unknown" : id; };
+    return failedPrecondition(
+        versions + " (builds: " + (showValues ? "ours " + build(ours.buildId) + ", " : "") +
+        "theirs " + build(theirs.buildId) + ")");
+  }
   if (theirs.receiver != ours.sender) {
     return failedPrecondition(who + " expected to reach peer " + std::to_string(theirs.receiver) +
                               " but reached peer " + std::to_string(ours.sender));
@@ -198,7 +233,8 @@ Status compareHellos(const Hello& ours, const Hello& theirs) {
     if (it == b.end()) {
       add("part '" + name + "' missing on " + who);
     } else if (it->second != hash) {
-      add("part '" + name + "' differs (ours " + hex(hash) + ", theirs " + hex(it->second) + ")");
+      add("part '" + name + "' differs" +
+          (showValues ? " (ours " + hex(hash) + ", theirs " + hex(it->second) + ")" : ""));
     }
   }
   for (const auto& [name, hash] : b) {

@@ -7,11 +7,12 @@
 // mismatch can still be attributed to a peer): magic u32 | version u16 | reserved u16 | sender u32
 // | receiver u32 | incarnation u64; then u16 length + backend name, u32 length + address blob, u16
 // count + that many config parts (u8 name length, name, u64 hash); with a pre-shared key
-// (BootstrapOptions::psk) then u8 1 and the sender's 32-byte fresh nonce (older builds ignore bytes
-// after the parts, so a keyless hello is byte for byte what it was). There is no separate "accept"
-// message: the acceptor answers the dialer's hello with its own hello, and each side compares the
-// two itself (compareHellos); a side that finds a difference sends a reject whose payload is the
-// reason as UTF-8 text.
+// (BootstrapOptions::psk) then u8 1 and the sender's 32-byte fresh nonce; then u8 2, u16 length and
+// the sender's build id (text, for skew messages). Older builds ignore bytes after the parts (and a
+// trailer that does not start with the nonce), so they still read the fields they know. There is no
+// separate "accept" message: the acceptor answers the dialer's hello with its own hello, and each
+// side compares the two itself (compareHellos); a side that finds a difference sends a reject whose
+// payload is the reason as UTF-8 text.
 //
 // With a key, an auth frame (type 5, payload: a 32-byte proof) follows: the acceptor sends its
 // proof right after its hello, the dialer sends its own only after checking the acceptor's
@@ -52,6 +53,7 @@ inline constexpr std::size_t kMaxBackendNameBytes = 0xFFFF;
 inline constexpr std::size_t kMaxAddressBytes = 0xFFFFFFFF;
 inline constexpr std::size_t kMaxConfigParts = 0xFFFF;
 inline constexpr std::size_t kMaxPartNameBytes = 0xFF;
+inline constexpr std::size_t kMaxBuildIdBytes = 0xFF;  // longer build ids are cut
 
 // The fixed prefix of a hello: readable whatever the protocol version.
 struct HelloPrefix {
@@ -66,7 +68,12 @@ struct Hello : HelloPrefix {
   std::vector<std::uint8_t> address;  // the data backend's address blob
   std::vector<ConfigPart> parts;
   std::optional<security::Nonce> nonce;  // present when the sender has a pre-shared key
+  std::string buildId;                   // the sender's build (buildId()); empty from older builds
 };
+
+// Config parts named "protocol.<name>" carry a protocol version as their value (not a hash):
+// compareHellos names a difference as "<name> protocol version mismatch ... ours A, theirs B".
+inline constexpr std::string_view kProtocolPartPrefix = "protocol.";
 
 // The authenticated transcript of one handshake: both hellos as sent (their bytes bind ranks,
 // incarnations, nonces, backend, address and config parts) and those fields spelled out.
@@ -85,9 +92,11 @@ Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> payload);
 Result<Hello> decodeHello(std::span<const std::uint8_t> payload);
 
 // Every difference between our hello and theirs, or ok: the receiver they meant to reach, the
-// backend, whether both have a key, and every config part (missing, extra, or with a different
-// hash). Symmetric: both sides name the same parts. Errors: kFailedPrecondition.
-Status compareHellos(const Hello& ours, const Hello& theirs);
+// backend, whether both have a key, protocol versions (parts "protocol.*", first, with both build
+// ids), and every config part (missing, extra, or with a different hash). Symmetric: both sides
+// name the same parts. `showValues` false leaves out our hashes and build id (the text of a reject:
+// it reveals nothing of ours beyond the part's name). Errors: kFailedPrecondition.
+Status compareHellos(const Hello& ours, const Hello& theirs, bool showValues = true);
 
 // A reject's payload is its reason as text.
 std::span<const std::uint8_t> encodeReject(std::string_view reason);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "runtime/common/byte_order.h"
+#include "runtime/transport/handshake.h"
 #include "tests/test_util/pipes.h"
 #include "tests/transport/bootstrap_test_util.h"
 
@@ -117,6 +118,128 @@ TEST_CASE("bootstrap: an oversized control frame is refused before allocation") 
   c.boots[1]->cancel();
   REQUIRE(c.run(1.0));
   CHECK(c.results[1]->status().code() == ErrorCode::kCancelled);
+}
+
+namespace {
+
+// A raw client connected from `source` (another loopback address than the peers' 127.0.0.1).
+int dialFrom(const char* source, std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: a stranger's mismatching hello claiming a neighbour's rank is never fatal") {
+  // Rank 1 waits for neighbour 0 (configured at 127.0.0.1). Two strangers from 127.0.0.2 claim
+  // rank 0: one with another control protocol version, one with a well-formed hello whose config
+  // differs. Both are refused (told nothing of ours) and counted; then the real rank 0 bootstraps.
+  Cluster c(tcpOptions(), {{}, {0}}, {standardParts(), standardParts()});
+  const std::uint16_t port = c.boots[1]->listenPort();
+  std::vector<std::pair<std::uint16_t, std::string>> replies(2);
+  std::thread strangers([&] {
+    std::vector<std::vector<std::uint8_t>> hellos(2);
+    hellos[0].assign(24, 0);  // the fixed prefix of a version-2 hello
+    storeLe32(hellos[0].data(), kControlMagic);
+    storeLe16(hellos[0].data() + 4, 2);
+    storeLe32(hellos[0].data() + 8, 0);   // sender 0
+    storeLe32(hellos[0].data() + 12, 1);  // receiver 1
+    handshake::Hello h;
+    h.sender = 0;
+    h.receiver = 1;
+    h.backend = "tcp";
+    h.parts = standardParts();
+    h.parts[2].hash = 0x9999;  // compression differs
+    hellos[1] = handshake::encodeHello(h).value();
+    for (int i = 0; i < 2; ++i) {
+      // No REQUIRE off the test's thread: a failed dial or write leaves replies[i] empty.
+      const int fd = dialFrom("127.0.0.2", port);
+      if (fd < 0) continue;
+      const auto frame = handshake::encodeFrame(handshake::kHello, hellos[i]);
+      if (!test_util::writeAll(fd, frame.data(), frame.size())) {
+        ::close(fd);
+        continue;
+      }
+      // Frames until the reject (type 2) or the end (type 0).
+      do {
+        replies[i] = readFrame(fd);
+      } while (replies[i].first != 2 && replies[i].first != 0);
+      ::close(fd);
+    }
+  });
+  const auto refusedBoth = [&] {
+    const auto r = c.boots[1]->rejected();
+    return r.count("version") && r.count("mismatch");
+  };
+  c.loop.runUntil([&] { return refusedBoth() || c.results[1].has_value(); },
+                  std::chrono::seconds(5));
+  strangers.join();
+  INFO((c.results[1] && !c.results[1]->isOk() ? c.results[1]->status().message() : ""));
+  REQUIRE(!c.results[1].has_value());  // neither ended the bootstrap
+  CHECK(c.boots[1]->rejected().at("version") == 1);
+  CHECK(c.boots[1]->rejected().at("mismatch") == 1);
+  for (const auto& [type, text] : replies) {
+    INFO(text);
+    CHECK(type == 2);  // a reject, revealing nothing: no version, hash or part name of ours
+    CHECK(text.find("0x") == std::string::npos);
+    CHECK(text.find("version") == std::string::npos);
+    CHECK(text.find("compression") == std::string::npos);
+  }
+
+  // The real rank 0 (from the configured host) still gets in.
+  BootstrapOptions b;
+  b.rank = 0;
+  b.peers = {"127.0.0.1:0", "127.0.0.1:" + std::to_string(port)};
+  b.neighbours = {1};
+  b.incarnation = 100;
+  b.configParts = standardParts();
+  std::optional<Result<std::vector<Neighbour>>> r0;
+  auto boot0 = Bootstrap::start(
+      c.loop, b, *c.data[0], [&](Result<std::vector<Neighbour>> r) { r0.emplace(std::move(r)); });
+  REQUIRE(boot0.isOk());
+  REQUIRE(c.loop.runUntil([&] { return r0.has_value() && c.results[1].has_value(); },
+                          std::chrono::seconds(5)));
+  INFO((r0->isOk() ? std::string() : r0->status().message()));
+  REQUIRE(r0->isOk());
+  REQUIRE(c.results[1]->isOk());
+  CHECK(c.results[1]->value().at(0).peer == 0);
+  CHECK(c.results[1]->value().at(0).incarnation == 100);
+  for (auto& nb : r0->value()) nb.control->close();
+}
+
+TEST_CASE("bootstrap: a mismatch from the neighbour's own host fails fast, naming the key") {
+  // A config difference from 127.0.0.1, the configured host of rank 0: a real neighbour with
+  // another config. Both ends fail at once (not at the 30 s connect timeout), naming the key.
+  std::vector<ConfigPart> other = standardParts();
+  other.push_back({"transport.max_frame_bytes", 1});
+  std::vector<ConfigPart> ours = standardParts();
+  ours.push_back({"transport.max_frame_bytes", 2});
+  BootstrapOptions base;
+  base.connectTimeoutSeconds = 30;
+  Cluster c(tcpOptions(), {{1}, {0}}, {other, ours}, base);
+  REQUIRE(c.run(60));
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(!c.results[r]->isOk());
+    const std::string m = c.results[r]->status().message();
+    INFO(r << ": " << m);
+    // Not the deadline's error: the mismatch itself, naming the key.
+    CHECK(c.results[r]->status().code() == ErrorCode::kFailedPrecondition);
+    CHECK(m.find("part 'transport.max_frame_bytes' differs") != std::string::npos);
+  }
 }
 
 TEST_CASE("bootstrap: an unreachable neighbour is retried with backoff, then named") {

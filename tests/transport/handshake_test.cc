@@ -225,6 +225,50 @@ TEST_CASE("handshake: compareHellos names every difference, the same from both s
         "0x0000000000009999); part 'topology' missing on peer 5; part 'model' only on peer 5");
 }
 
+TEST_CASE("handshake: protocol versions and build ids are compared first, naming the protocol") {
+  Hello a = sampleHello();
+  a.parts.insert(a.parts.begin(), {{"protocol.envelope", 1}, {"protocol.frame", 1}});
+  a.buildId = "0.5.0+gaaaa";
+  Hello b = a;
+  b.sender = a.receiver;
+  b.receiver = a.sender;
+  b.buildId = "0.6.0+gbbbb";
+  CHECK(compareHellos(a, b).isOk());  // another build with the same protocols works together
+
+  b.parts[0].hash = 2;       // envelope version 2
+  b.parts[3].hash = 0x9999;  // and a config part: the version is what is named
+  const Status s = compareHellos(a, b);
+  CHECK(s.code() == ErrorCode::kFailedPrecondition);
+  CHECK(s.message() ==
+        "envelope protocol version mismatch with peer 5: ours 1, theirs 2 (builds: ours "
+        "0.5.0+gaaaa, theirs 0.6.0+gbbbb)");
+  // A reject's text: nothing of ours.
+  CHECK(compareHellos(a, b, /*showValues=*/false).message() ==
+        "envelope protocol version mismatch with peer 5: theirs 2 (builds: theirs 0.6.0+gbbbb)");
+  b.parts[0].hash = 1;
+  CHECK(compareHellos(a, b, /*showValues=*/false).message() ==
+        "config mismatch with peer 5: part 'compression' differs");
+
+  // An older build without the part.
+  Hello old = b;
+  old.parts.erase(old.parts.begin() + 1);
+  old.parts[2].hash = 0xABCDEF0123456789ull;
+  old.buildId.clear();
+  CHECK(compareHellos(a, old).message() ==
+        "frame protocol version mismatch with peer 5: ours 1, theirs unknown (an older build) "
+        "(builds: ours 0.5.0+gaaaa, theirs unknown)");
+
+  // The build id travels in the hello's trailer, with and without a nonce.
+  for (bool keyed : {false, true}) {
+    Hello h = a;
+    if (keyed) h.nonce.emplace().fill(7);
+    auto back = decodeHello(encoded(h));
+    REQUIRE(back.isOk());
+    CHECK(back->buildId == "0.5.0+gaaaa");
+    CHECK(back->nonce.has_value() == keyed);
+  }
+}
+
 TEST_CASE("handshake: user messages and rejects round-trip") {
   const std::vector<std::uint8_t> bytes = {1, 2, 3};
   const auto body = encodeUserMessage(0x1234, bytes);
