@@ -290,12 +290,12 @@ class PeerCore {
     std::int64_t needRound = -1;       // mixDelay: the round whose message this round waits for
     bool resyncRequested = false;      // we asked it for a snapshot
     std::int64_t lastSnapshotRound = INT64_MIN / 2;  // when we last sent it one
-    bool sendSnapshot = false;         // it asked us for one
-    std::vector<std::uint8_t> out;     // envelope + message (+ snapshot), reused
-    std::vector<std::uint8_t> notice;  // envelope + divergence notice
-    std::size_t outBytes = 0;          // of `out`, this round
-    std::deque<std::vector<std::uint8_t>> ahead;   // messages of future rounds, in order
-    std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
+    bool sendSnapshot = false;                       // it asked us for one
+    std::vector<std::uint8_t> out;                   // envelope + message (+ snapshot), reused
+    std::vector<std::uint8_t> notice;                // envelope + divergence notice
+    std::size_t outBytes = 0;                        // of `out`, this round
+    std::deque<std::vector<std::uint8_t>> ahead;     // messages of future rounds, in order
+    std::vector<std::vector<std::uint8_t>> spare;    // reusable buffers for `ahead`
     // Collective messages (index, bytes), in arrival order.
     std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> collectives;
     std::optional<security::Key> key;  // setEdgeKey

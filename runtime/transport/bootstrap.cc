@@ -152,7 +152,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     std::optional<Hello> hello;
     std::vector<std::uint8_t> helloBytes;
     security::Transcript transcript;
-    std::string from;      // the remote address, for the log
+    std::string from;  // the remote address, for the log
     asio::ip::address remote;
     std::uint64_t id = 0;  // in pending_
     void close() {
