@@ -131,12 +131,14 @@ std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& pl
   // the key; hashed over its effective value (through the schema table, so every such key added
   // later under these prefixes is covered). Deployment details (addresses, ports, timeouts, data
   // folders, evaluation cadence, output) may differ between peers; these may not: the graph, the
-  // algorithm and its step, the compressor and its shared seed, the model's shape, the frame size
-  // limit and the message seal.
+  // algorithm and its step, when shares are mixed (overlapped push-sum mixes them overlap_rounds
+  // late), the compressor and its shared seed, the model's shape, the frame size limit and the
+  // message seal.
   static const std::vector<std::string> kMustAgree = {
       "peers.count",           "topology.",
       "algorithm.name",        "algorithm.consensus_step",
-      "algorithm.local_steps", "compression.",
+      "algorithm.local_steps", "algorithm.overlap",
+      "algorithm.overlap_rounds", "compression.",
       "workload.name",         "workload.hidden",
       "workload.dim",          "workload.cnn_channels",
       "workload.cnn_hidden",   "transport.max_frame_bytes",
