@@ -135,14 +135,22 @@ std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& pl
   // late), the compressor and its shared seed, the model's shape, the frame size limit and the
   // message seal.
   static const std::vector<std::string> kMustAgree = {
-      "peers.count",           "topology.",
-      "algorithm.name",        "algorithm.consensus_step",
-      "algorithm.local_steps", "algorithm.overlap",
-      "algorithm.overlap_rounds", "compression.",
-      "workload.name",         "workload.hidden",
-      "workload.dim",          "workload.cnn_channels",
-      "workload.cnn_hidden",   "transport.max_frame_bytes",
-      "security.encrypt",      "run.seed",
+      "peers.count",
+      "topology.",
+      "algorithm.name",
+      "algorithm.consensus_step",
+      "algorithm.local_steps",
+      "algorithm.overlap",
+      "algorithm.overlap_rounds",
+      "compression.",
+      "workload.name",
+      "workload.hidden",
+      "workload.dim",
+      "workload.cnn_channels",
+      "workload.cnn_hidden",
+      "transport.max_frame_bytes",
+      "security.encrypt",
+      "run.seed",
   };
   std::vector<std::pair<std::string, std::uint64_t>> parts;
   for (const auto& k : config::schema()) {
