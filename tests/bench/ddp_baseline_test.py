@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Tests of tools/bench/ddp_baseline.py: its pure parts against Grapevine's formulas, and real
-2-rank gloo runs on 127.0.0.1 (plain DDP for 60 steps, PowerSGD for a few).
+2-rank gloo runs on 127.0.0.1 (plain DDP for 60 steps, PowerSGD for a few, DiLoCo: H = 1 against
+local SGD computed here, and 60 steps with the published outer optimizer).
 
 Usage: ddp_baseline_test.py [--grapevine PATH_TO_BIN]. Exits 77 (ctest skip) when the system
 interpreter has no torch. The run with measured bytes needs root (a private network namespace via
@@ -166,6 +167,43 @@ def test_config(grapevine):
               + "; ".join(mismatched))
 
 
+def test_outer_step():
+    """DiLoCo's outer Nesterov step against the formulas written out here in numpy (float64)."""
+    rng = np.random.default_rng(11)
+    theta = rng.standard_normal(40)
+    deltas = [rng.standard_normal(40) for _ in range(3)]
+    lr, mu = 0.7, 0.9
+    expected, m = theta.copy(), np.zeros(40)
+    for d in deltas:
+        m = mu * m + d
+        expected = expected - lr * (d + mu * m)
+    outer = torch.tensor(theta)
+    opt = ddp.OuterNesterov(lr, mu, nesterov=True)
+    for d in deltas:
+        opt.step(outer, torch.tensor(d))
+    check(np.allclose(outer.numpy(), expected, rtol=1e-12, atol=1e-12),
+          "outer step: m <- mu m + delta; theta <- theta - lr (delta + mu m), three steps by hand")
+    first = theta - lr * (1 + mu) * deltas[0]
+    check(not np.allclose(outer.numpy(), first), "outer step: momentum carries over between outer steps")
+    heavy = torch.tensor(theta)
+    hb = ddp.OuterNesterov(lr, mu, nesterov=False)
+    m, expected = np.zeros(40), theta.copy()
+    for d in deltas:
+        hb.step(heavy, torch.tensor(d))
+        m = mu * m + d
+        expected = expected - lr * m
+    check(np.allclose(heavy.numpy(), expected, rtol=1e-12, atol=1e-12), "outer step: heavy ball without Nesterov")
+    plain = torch.tensor(theta)
+    ddp.OuterNesterov(1.0, 0.0).step(plain, torch.tensor(deltas[0]))
+    check(np.allclose(plain.numpy(), theta - deltas[0]), "outer step: lr 1, momentum 0 is theta - delta")
+    for bad in ((0.0, 0.9), (0.7, 1.0), (0.7, -0.1)):
+        try:
+            ddp.OuterNesterov(*bad)
+            check(False, f"outer step: lr {bad[0]}, momentum {bad[1]} refused")
+        except ValueError:
+            check(True, f"outer step: lr {bad[0]}, momentum {bad[1]} refused")
+
+
 # ---- real runs -------------------------------------------------------------------------------
 
 def free_port():
@@ -174,7 +212,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(tmp, name, extra, world=2, wrap=None, timeout=120):
+def run_ranks(tmp, name, extra, world=2, wrap=None, timeout=120, tag="[ddp"):
     """Starts `world` ranks (optionally all inside one `wrap` command) and returns rank 0's records."""
     port = free_port()
     out = os.path.join(tmp, name + ".jsonl")
@@ -209,11 +247,12 @@ def run_ranks(tmp, name, extra, world=2, wrap=None, timeout=120):
     check(not any(codes), f"{name}: every rank exits 0 ({codes})")
     with open(out) as f:
         records = [json.loads(line) for line in f if line.strip()]
-    check("[ddp" in errs[0], f"{name}: progress lines on rank 0's stderr")
+    check(tag in errs[0], f"{name}: progress lines on rank 0's stderr")
     return records
 
 
 def check_records(name, records, system, steps, every):
+    """Checks the records' shape; returns (evaluation records, final record)."""
     evals = [r for r in records if not r.get("final")]
     finals = [r for r in records if r.get("final")]
     check(len(finals) == 1 and records[-1].get("final"), f"{name}: exactly one final record, last")
@@ -272,6 +311,87 @@ def test_runs(tmp):
     check(len(final["bucket_bytes"]) == 1, f"powersgd: one gradient bucket {final['bucket_bytes']}")
 
 
+def local_sgd_reference(data, hidden, batch, lr, seed, steps, world=2):
+    """Synchronous local SGD computed in this process: every rank takes one step of Grapevine's
+    optimizer (its own momentum) on its own stream, then all ranks' parameters are replaced by their
+    average. Returns (the averaged parameters, rank 0's parameters had it never averaged)."""
+    train_x, train_y = data[0], data[1]
+    table = ddp.pixel_table(train_x)
+    shards = ddp.iid_partition(len(train_y), world, seed)
+    torch.set_num_threads(1)  # the ranks run one thread each: same reduction order in the matmuls
+    nets = [ddp.make_mlp(784, hidden, 10, seed) for _ in range(world)]
+    alone = ddp.make_mlp(784, hidden, 10, seed)
+    opts = [ddp.GrapevineSgd(n.parameters(), 0.9, True, 0.0) for n in nets + [alone]]
+    streams = [ddp.BatchStream(shards[r], batch, seed, r) for r in range(world)]
+    for step in range(steps):
+        for r, net in enumerate(nets + [alone]):
+            idx = streams[r if r < world else 0].indices(step)
+            loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(table[train_x[idx]])),
+                                                     torch.from_numpy(train_y[idx]))
+            opts[r].zero_grad()
+            loss.backward()
+            opts[r].step(lr)
+        with torch.no_grad():
+            for ps in zip(*[n.parameters() for n in nets]):
+                mean = sum(p.detach().clone() for p in ps) / world
+                for p in ps:
+                    p.copy_(mean)
+    return [p.detach().numpy() for p in nets[0].parameters()], [p.detach().numpy() for p in alone.parameters()]
+
+
+def test_diloco_runs(tmp, data):
+    # H = 1, outer lr 1, outer momentum 0: theta_outer <- theta_outer - mean(theta_outer - theta_r)
+    # = mean(theta_r) after every step, i.e. synchronous local SGD with parameter averaging.
+    steps, hidden, seed = 6, [32], 5
+    saved = os.path.join(tmp, "h1.npz")
+    records = run_ranks(tmp, "diloco-h1", ["--algo", "diloco", "--diloco-h", "1", "--outer-lr", "1.0",
+                                           "--outer-momentum", "0", "--hidden", "32", "--batch-size", "32",
+                                           "--lr", "0.05", "--momentum", "0.9", "--seed", str(seed),
+                                           "--steps", str(steps), "--eval-every", "3", "--save-params", saved],
+                        tag="[diloco")
+    check_records("diloco-h1", records, "diloco", steps, 3)
+    with np.load(saved) as f:
+        got = [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+    expected, alone = local_sgd_reference(data, hidden, 32, 0.05, seed, steps)
+    worst = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
+    apart = max(float(np.abs(a - e).max()) for a, e in zip(alone, expected))
+    check(len(got) == len(expected) and worst < 1e-5,
+          f"diloco H=1, outer lr 1, momentum 0 = local SGD averaging over 2 gloo ranks "
+          f"(max |difference| {worst:.2e} after {steps} steps)")
+    check(apart > 100 * max(worst, 1e-7), f"diloco H=1: the comparison can fail (one rank alone differs by {apart:.2e})")
+
+    # The published outer optimizer (lr 0.7, Nesterov momentum 0.9), H = 10: 60 inner steps, 6 outer.
+    measured = os.geteuid() == 0 and subprocess.run(
+        ["unshare", "--net", "--mount", "true"], capture_output=True).returncode == 0
+    wrap = (["unshare", "--net", "--mount", "sh", "-c"], "mount -t sysfs none /sys; ip link set lo up") \
+        if measured else None
+    extra = ["--algo", "diloco", "--diloco-h", "10", "--hidden", "64", "--batch-size", "32", "--lr", "0.05",
+             "--momentum", "0.9", "--seed", "3", "--steps", "60", "--eval-every", "20"]
+    records = run_ranks(tmp, "diloco", extra + (["--ifname", "lo"] if measured else []), wrap=wrap, tag="[diloco")
+    evals, final = check_records("diloco", records, "diloco", 60, 20)
+    check(final["test_accuracy"] > 0.5,
+          f"diloco: test accuracy of theta_outer after 60 inner steps {final['test_accuracy']:.3f} > 0.5 (chance 0.1)")
+    check([r["outer_steps"] for r in evals] == [2, 4, 6], "diloco: one outer step per 10 inner steps")
+    st = final["settings"]
+    check(st["diloco_h"] == 10 and st["outer_lr"] == 0.7 and st["outer_momentum"] == 0.9 and st["outer_nesterov"],
+          "diloco: H and the outer optimizer recorded in the settings")
+    model = ddp.make_mlp(784, [64], 10, seed=3)
+    per_outer = ddp.allreduce_bytes_per_step([tuple(p.shape) for p in model.parameters()], 2)
+    if measured:
+        ratio = final["bytes_sent_per_peer"] / (2 * 6 * per_outer)
+        check("bytes_estimated" not in final and 1.0 <= ratio < 1.3,
+              f"diloco: measured lo tx bytes / (2 ranks x 6 outer all-reduces) = {ratio:.3f} in [1, 1.3)")
+    else:
+        check(final.get("bytes_estimated") is True and close(final["bytes_sent_per_peer"], 6 * per_outer, 1e-9),
+              "diloco: estimated bytes = one ring all-reduce of the model per outer step")
+    check(final["bucket_bytes"] == [4 * sum(p.numel() for p in model.parameters())],
+          "diloco: one flat pseudo-gradient per outer step")
+    bad = subprocess.run([PYTHON, SCRIPT, "--rank", "0", "--world-size", "1", "--master-addr", "127.0.0.1",
+                          "--master-port", "1", "--algo", "diloco", "--hook", "powersgd"],
+                         capture_output=True, text=True)
+    check(bad.returncode == 2 and "--hook must be none" in bad.stderr, "diloco: --hook powersgd refused")
+
+
 def test_config_run(tmp):
     # ring8's own values (lr 0.02, batch 64, hidden [128], 2000 rounds); stop at a target accuracy.
     config = os.path.join(SOURCE, "configs", "ring8.yaml")
@@ -301,8 +421,10 @@ def main():
     test_model()
     test_optimizer()
     test_config(grapevine)
+    test_outer_step()
     with tempfile.TemporaryDirectory() as tmp:
         test_runs(tmp)
+        test_diloco_runs(tmp, data)
         test_config_run(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)

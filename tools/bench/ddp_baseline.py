@@ -1,15 +1,23 @@
 #!/usr/bin/python3
-"""PyTorch DistributedDataParallel baseline for Grapevine's time-to-accuracy benchmark.
+"""PyTorch DistributedDataParallel and DiLoCo baselines for Grapevine's time-to-accuracy benchmark.
 
 One process per rank (the benchmark starts each one, usually under `ip netns exec <ns>`):
 
   /usr/bin/python3 tools/bench/ddp_baseline.py --rank R --world-size N --master-addr A --master-port P \
-      [--config CONFIG.yaml] [--hidden 1024,256] [--batch-size B] [--lr X] ... [--out FILE.jsonl]
+      [--config CONFIG.yaml] [--hidden 1024,256] [--batch-size B] [--lr X] ... [--out FILE.jsonl] \
+      [--algo diloco --diloco-h H --outer-lr 0.7 --outer-momentum 0.9]
 
 It trains the same model as Grapevine's `workload.name: fashion-mnist-mlp` with the same data
 normalisation, iid (or Dirichlet) shards, per-rank batch size, optimizer formulas and lr schedule
 (runtime/train/{network,dataset,partition,optimizer}.cc, runtime/engine/setup.cc), but with exact
 gradient averaging (gloo all-reduce, optionally PowerSGD-compressed) instead of gossip.
+
+`--algo diloco` (Douillard et al. 2023, "DiLoCo"; OpenDiLoCo's recipe): no gradient all-reduce; every
+rank takes H inner steps with the same optimizer, then the ranks all-reduce (average) the
+pseudo-gradient delta = theta_outer - theta_local and apply outer Nesterov SGD to theta_outer (lr 0.7,
+momentum 0.9 as published); every rank restarts from the new theta_outer and keeps its own inner
+optimizer state. Steps and evaluations count inner steps (the same grid as DDP's); rank 0 evaluates
+theta_outer, the model a user would deploy.
 
 Clock: `wall_s` is training time only. At each evaluation every rank stops its clock, rank 0
 evaluates the full test set and the ranks exchange their counters and the stop decision with two
@@ -301,6 +309,34 @@ class GrapevineSgd:
             p.grad = None
 
 
+class OuterNesterov:
+    """DiLoCo's outer optimizer on one flat float32 vector theta_outer, given the averaged
+    pseudo-gradient delta = mean over ranks of (theta_outer - theta_local):
+        m <- mu * m + delta;  u = delta + mu * m (Nesterov) or u = m;  theta_outer <- theta_outer - lr * u
+    (torch.optim.SGD's formulas with dampening 0, which OpenDiLoCo applies to the pseudo-gradient).
+    With lr 1 and mu 0 the new theta_outer is the plain average of the ranks' models (local SGD)."""
+
+    def __init__(self, lr, momentum, nesterov=True):
+        if not lr > 0.0:
+            raise ValueError(f"--outer-lr must be > 0, got {lr}")
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"--outer-momentum must be in [0, 1), got {momentum}")
+        self.lr, self.mu, self.nesterov = float(lr), float(momentum), bool(nesterov) and momentum > 0.0
+        self.buffer = None
+
+    def step(self, outer, delta):
+        """Updates `outer` in place (torch tensors of the same shape)."""
+        if self.mu == 0.0:
+            outer.add_(delta, alpha=-self.lr)
+            return
+        if self.buffer is None:
+            self.buffer = delta.clone()  # m_0 = 0, so m_1 = delta
+        else:
+            self.buffer.mul_(self.mu).add_(delta)
+        u = delta + self.mu * self.buffer if self.nesterov else self.buffer
+        outer.add_(u, alpha=-self.lr)
+
+
 # ---- communication accounting ----------------------------------------------------------------
 
 def ring_bytes(nbytes, world):
@@ -356,6 +392,14 @@ def build_parser():
     p.add_argument("--target-accuracy", type=float)
     p.add_argument("--stop-at-target", action="store_true", help="stop once --target-accuracy is reached")
     p.add_argument("--max-seconds", type=float, help="stop after this much training time (checked at evaluations)")
+    p.add_argument("--algo", choices=["ddp", "diloco"], default="ddp",
+                   help="ddp: gradient all-reduce every step; diloco: H local steps, then an outer step")
+    p.add_argument("--diloco-h", type=int, default=20, help="DiLoCo: inner steps per outer step (H)")
+    p.add_argument("--outer-lr", type=float, default=0.7, help="DiLoCo: outer learning rate")
+    p.add_argument("--outer-momentum", type=float, default=0.9, help="DiLoCo: outer momentum")
+    p.add_argument("--outer-nesterov", action=argparse.BooleanOptionalAction, default=True,
+                   help="DiLoCo: Nesterov outer momentum")
+    p.add_argument("--save-params", help="rank 0 writes the evaluated model's final parameters (.npz)")
     p.add_argument("--hook", choices=["none", "powersgd"], default="none")
     p.add_argument("--powersgd-rank", type=int, default=2)
     p.add_argument("--powersgd-start", type=int, default=10, help="PowerSGD's start_powerSGD_iter")
@@ -403,6 +447,12 @@ def resolve(args):
         raise ValueError("batch size and steps must be >= 1")
     if s["partition"] not in ("iid", "dirichlet"):
         raise ValueError(f"workload.partition must be iid or dirichlet, got {s['partition']!r}")
+    if args.algo == "diloco":
+        if args.hook != "none":
+            raise ValueError("--algo diloco all-reduces pseudo-gradients, not gradients: --hook must be none")
+        if args.diloco_h < 1:
+            raise ValueError(f"--diloco-h must be >= 1, got {args.diloco_h}")
+        OuterNesterov(args.outer_lr, args.outer_momentum)  # validates the outer settings
     return s
 
 
@@ -443,6 +493,44 @@ def evaluate(model, images, labels, table, batch=1000):
     return correct / len(labels), loss_sum / len(labels)
 
 
+class DiLoCo:
+    """Rank-local DiLoCo state: theta_outer (a model of its own, the one rank 0 evaluates) and the
+    outer optimizer. `sync` runs one outer step: all-reduce (sum, then / world) of the flat
+    pseudo-gradient theta_outer - theta_local, the outer update, and theta_local <- theta_outer.
+    The inner optimizer's state is left alone: each rank keeps its momentum across outer steps."""
+
+    def __init__(self, model, outer_model, lr, momentum, nesterov, world):
+        self.local = list(model.parameters())
+        self.outer = list(outer_model.parameters())
+        self.flat_outer = self._flat(self.outer)
+        self.optimizer = OuterNesterov(lr, momentum, nesterov)
+        self.world = world
+        self.outer_steps = 0
+
+    @staticmethod
+    def _flat(params):
+        import torch
+
+        return torch.cat([p.detach().reshape(-1) for p in params])
+
+    def sync(self):
+        import torch
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            delta = self.flat_outer - self._flat(self.local)
+            dist.all_reduce(delta)  # one flat tensor: one ring all-reduce per outer step
+            delta.div_(self.world)
+            self.optimizer.step(self.flat_outer, delta)
+            offset = 0
+            for outer, local in zip(self.outer, self.local):
+                n = outer.numel()
+                outer.copy_(self.flat_outer[offset:offset + n].view_as(outer))
+                local.copy_(outer)
+                offset += n
+        self.outer_steps += 1
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -452,6 +540,7 @@ def main(argv=None):
         return 2
     if args.ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = args.ifname
+    import copy
     import datetime
 
     import torch
@@ -460,7 +549,8 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     rank, world = args.rank, args.world_size
-    system = "ddp-powersgd" if args.hook == "powersgd" else "ddp"
+    diloco = args.algo == "diloco"
+    system = "diloco" if diloco else "ddp-powersgd" if args.hook == "powersgd" else "ddp"
 
     train_x, train_y, test_x, test_y = load_fashion_mnist(s["data_dir"])
     table = pixel_table(train_x)
@@ -478,23 +568,34 @@ def main(argv=None):
     model = make_mlp(train_x.shape[1], s["hidden"], 10, s["seed"])
     shapes = [tuple(p.shape) for p in model.parameters()]
     params = sum(int(np.prod(sh)) for sh in shapes)
-    if args.hook == "powersgd":
+    outer = None
+    if diloco:
+        # As DDP does at construction: rank 0's parameters to every rank, so theta_outer is identical.
+        with torch.no_grad():
+            for p in model.parameters():
+                dist.broadcast(p.data, src=0)
+        outer_model = copy.deepcopy(model)
+        outer = DiLoCo(model, outer_model, args.outer_lr, args.outer_momentum, args.outer_nesterov, world)
+        net, eval_model = model, outer_model
+    elif args.hook == "powersgd":
         # One gradient bucket. PowerSGD's hook issues its P and Q all-reduces from future callbacks;
         # with several buckets those callbacks race, so ranks can issue the collectives in different
         # orders and gloo pairs mismatched messages (seen at 8 ranks: "op.preamble.length <=
         # op.nbytes"). Plain DDP keeps its default buckets (backward/communication overlap).
         dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 40
-        ddp = DDP(model, bucket_cap_mb=1 << 20)
+        net = DDP(model, bucket_cap_mb=1 << 20)
+        eval_model = model
     else:
-        ddp = DDP(model)  # broadcasts rank 0's parameters: every replica starts identical
+        net = DDP(model)  # broadcasts rank 0's parameters: every replica starts identical
+        eval_model = model
     if args.hook == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
 
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
                                    start_powerSGD_iter=args.powersgd_start, warm_start=True,
                                    use_error_feedback=True, random_seed=s["seed"])
-        ddp.register_comm_hook(state, psgd.powerSGD_hook)
-    optimizer = GrapevineSgd(ddp.parameters(), s["momentum"], s["nesterov"], s["weight_decay"],
+        net.register_comm_hook(state, psgd.powerSGD_hook)
+    optimizer = GrapevineSgd(net.parameters(), s["momentum"], s["nesterov"], s["weight_decay"],
                              s["momentum_kind"])
 
     settings = {"system": system, "world_size": world, "parameters": params,
@@ -503,6 +604,10 @@ def main(argv=None):
                 "torch": torch.__version__, **s}
     if args.hook == "powersgd":
         settings.update(powersgd_rank=args.powersgd_rank, powersgd_start=args.powersgd_start)
+    if diloco:
+        settings.update(diloco_h=args.diloco_h, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
+                        outer_nesterov=outer.optimizer.nesterov,
+                        evaluated_model="theta_outer (the model after the latest outer step)")
     out = (open(args.out, "w") if args.out else sys.stdout) if rank == 0 else None
 
     dense_step = allreduce_bytes_per_step(shapes, world)
@@ -522,15 +627,21 @@ def main(argv=None):
         idx = stream.indices(step)
         x = torch.from_numpy(table[train_x[idx]])
         y = torch.from_numpy(train_y[idx])
-        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss = torch.nn.functional.cross_entropy(net(x), y)
         optimizer.zero_grad()
-        loss.backward()  # DDP all-reduces (averages) the gradients here
+        loss.backward()  # DDP all-reduces (averages) the gradients here; DiLoCo's inner step does not
         optimizer.step(schedule.at(step // s["local_steps"]))
-        # PowerSGD's iteration counter counts all-reduces; it compresses from start_powerSGD_iter on.
-        estimated += compressed_step if step >= args.powersgd_start else dense_step
+        step += 1
+        if diloco:
+            # An outer step every H inner steps, and after the last one so no inner work is lost.
+            if step % args.diloco_h == 0 or step == s["steps"]:
+                outer.sync()
+                estimated += dense_step  # the pseudo-gradient is as large as the gradient
+        else:
+            # PowerSGD's iteration counter counts all-reduces; it compresses from start_powerSGD_iter on.
+            estimated += compressed_step if step - 1 >= args.powersgd_start else dense_step
         loss_sum += float(loss.item())
         loss_count += 1
-        step += 1
         eval_now = (s["eval_every"] > 0 and step % s["eval_every"] == 0) or step == s["steps"]
         if not eval_now:
             continue
@@ -543,7 +654,7 @@ def main(argv=None):
         loss_sum, loss_count = 0.0, 0
         stop = torch.zeros(1, dtype=torch.int32)
         if rank == 0:
-            accuracy, test_loss = evaluate(model, test_x, test_y, table)
+            accuracy, test_loss = evaluate(eval_model, test_x, test_y, table)
             per_rank = [float(g[0]) for g in gathered]
             losses = sum(float(g[1]) for g in gathered) / max(1.0, sum(float(g[2]) for g in gathered))
             for target in reached:
@@ -555,6 +666,8 @@ def main(argv=None):
                     "lr": schedule.at((step - 1) // s["local_steps"]),
                     "eval_s": clock.paused_total + (time.perf_counter() - clock.paused_at),
                     "wall_incl_eval_s": clock.total()}
+            if diloco:
+                last["outer_steps"] = outer.outer_steps
             if not args.ifname:
                 last["bytes_estimated"] = True
             out.write(json.dumps(last) + "\n")
@@ -570,15 +683,18 @@ def main(argv=None):
         if int(stop[0]):
             break
 
-    logging_data = ddp._get_ddp_logging_data()
-    buckets = logging_data.get("rebuilt_bucket_sizes") or logging_data.get("bucket_sizes", "")
+    if diloco:
+        bucket_bytes = [4 * params]  # the pseudo-gradient, all-reduced as one flat tensor
+    else:
+        logging_data = net._get_ddp_logging_data()
+        buckets = logging_data.get("rebuilt_bucket_sizes") or logging_data.get("bucket_sizes", "")
+        bucket_bytes = [int(b) for b in str(buckets).split(",") if b.strip()]
     if rank == 0:
         final = dict(last)
         final.update({"final": True, "steps": step, "stopped_early": step < s["steps"],
                       "time_to_80": reached[0.80], "time_to_85": reached[0.85],
                       "step_time_s": last["wall_s"] / max(step, 1),
-                      "bucket_bytes": [int(b) for b in str(buckets).split(",") if b.strip()],
-                      "settings": settings})
+                      "bucket_bytes": bucket_bytes, "settings": settings})
         if args.target_accuracy is not None:
             final["time_to_target"] = reached[args.target_accuracy]
             final["target_accuracy"] = args.target_accuracy
@@ -586,6 +702,8 @@ def main(argv=None):
         out.flush()
         if out is not sys.stdout:
             out.close()
+        if args.save_params:
+            np.savez(args.save_params, *[p.detach().numpy() for p in eval_model.parameters()])
     dist.barrier()
     dist.destroy_process_group()
     return 0
