@@ -38,6 +38,7 @@ struct RunSection {
   std::uint64_t seed = 1;
   std::int64_t rounds = 1000;
   log::Level logLevel = log::Level::kInfo;
+  bool finalAverage = false;
 };
 
 struct PeersSection {

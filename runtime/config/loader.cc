@@ -525,7 +525,8 @@ class Loader {
   }
 
   void checkPushSum(const Config& c) {
-    if (wasSet("algorithm.overlap_rounds") &&
+    // Not the default 1 either: a resolved config (toYaml) sets every key.
+    if (wasSet("algorithm.overlap_rounds") && c.algorithm.overlapRounds != 1 &&
         (c.algorithm.name != algorithms::AlgorithmKind::kPushSum || !c.algorithm.overlap)) {
       warning(keyWhere("algorithm.overlap_rounds"), "algorithm.overlap_rounds",
               "has no effect: it is the staleness of overlapped push-sum (algorithm.name: "

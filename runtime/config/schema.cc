@@ -602,6 +602,11 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(enumKey(
       "run.log_level", [](Config & c) -> auto& { return c.run.logLevel; },
       choicesOf(log::levelNames(), log::parseLevel), "Verbosity of each peer's log"));
+  t.push_back(boolKey(
+      "run.final_average", [](Config & c) -> auto& { return c.run.finalAverage; },
+      "After the last round, average the peers' models exactly (a sum up a spanning tree of the "
+      "graph to rank 0 and the average back down) so every peer ends with the same, deployable "
+      "model; its time is the final record's average_seconds (docs/algorithms.md)"));
 
   // peers
   t.push_back(required(intKey(
@@ -917,18 +922,19 @@ std::vector<KeyDef> buildSchema() {
       "security.encrypt", [](Config & c) -> auto& { return c.security.encrypt; },
       "Also encrypt every message (ChaCha20-Poly1305); needs security.key_file"));
 
-  // faults (docs/faults.md)
+  t.push_back(doubleKey(
+      "security.max_delta_ratio", [](Config & c) -> auto& { return c.security.maxDeltaRatio; }, 0,
+      1e30,
+      "Refuse a neighbour's message that changes any value by more than this times "
+      "max(1, largest |value| of the model); 0: no bound"));
+
+  // faults (docs/faults.md). Each section's keys stay together: toYaml writes a section per run.
   t.push_back(customKey(
       "faults.events", ValueType::kFaultList,
       "Fault schedule (also `faults:` as a list; docs/faults.md): [{kind: pause, kill, restart or "
       "link-down; peer: R or link: [a, b]; at_round: N (sim) or at_seconds: S (launch); rounds: N "
       "or seconds: S (pause, link-down; restart: time down)}, ...]",
       applyFaults, showFaults));
-  t.push_back(doubleKey(
-      "security.max_delta_ratio", [](Config & c) -> auto& { return c.security.maxDeltaRatio; }, 0,
-      1e30,
-      "Refuse a neighbour's message that changes any value by more than this times "
-      "max(1, largest |value| of the model); 0: no bound"));
   return t;
 }
 

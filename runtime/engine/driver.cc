@@ -129,7 +129,7 @@ class PeerSession::Impl {
   void sendOutgoing();
   // Applies neighbour messages until the round (or collective) is complete, stopped, or past its
   // deadline.
-  void awaitNeighbours(bool collective);
+  void awaitNeighbours(bool collective, int waitRounds = 1);
   // Mixes what arrived; returns (and logs) the neighbours whose message is missing.
   std::vector<int> mixRound(std::int64_t round);
   // Writes the round's record when it is due (see RoundReport).
@@ -182,6 +182,7 @@ class PeerSession::Impl {
   bool finished_ = false;  // finish() ran
   Status finishStatus_;
   bool averaged_ = false;
+  double averageSeconds_ = -1;  // the finalize averaging's wall time (-1: none)
   std::vector<SessionEvent> events_;
   nlohmann::json metrics_ = nlohmann::json::object();  // the caller's, for the next record
   Clock::time_point roundsStart_;
@@ -596,20 +597,31 @@ void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
 Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds,
                                          std::span<const double> initial) {
   if (finished_) return failedPrecondition("the run is over");
+  // A tree step may wait for as many transfers as the tree is high (its subtree's, one after
+  // another); a lost tree neighbour ends the wait early (heartbeats).
+  int waitRounds = 1;
+  for (CollectiveKind kind : kinds) {
+    if (kind == CollectiveKind::kTreeSum || kind == CollectiveKind::kTreeBroadcast) {
+      const CollectiveTree tree = collectiveTree(plan_, options_.rank);
+      core_->setCollectiveTree(tree);
+      waitRounds = std::max(1, tree.height);
+      break;
+    }
+  }
   for (CollectiveKind kind : kinds) {
     GV_RETURN_IF_ERROR(waitPreviousSends("collective"));
     core_->beginCollective(kind, initial);
     sendOutgoing();
-    awaitNeighbours(true);
+    awaitNeighbours(true, waitRounds);
     core_->endCollective();
   }
   core_->finishCollectives();
   return Status::ok();
 }
 
-void PeerSession::Impl::awaitNeighbours(bool collective) {
+void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
   const auto waitStart = Clock::now();
-  const auto deadline = waitStart + toDuration(plan_.config.algorithm.roundTimeout);
+  const auto deadline = waitStart + toDuration(plan_.config.algorithm.roundTimeout * waitRounds);
   // Overlap: the next gradient is computed here, while the round's messages are in flight, at the
   // model before mixing (x_half) — always, whatever has arrived yet, as the simulator does. (The
   // API's caller computes its own, between startRound() and completeRound().)
@@ -732,9 +744,18 @@ Status PeerSession::Impl::finish(bool average) {
       log::warn("finalize: not averaging, this peer ran ", outcome.rounds, " of its ",
                 plan_.config.run.rounds, " rounds (every peer averages after all run.rounds)");
     } else if (average && !stopRequested()) {
+      const auto averageStart = Clock::now();
       const Status st = runCollectives(averagingCollectives(plan_));
       if (!st.isOk()) log::warn("finalize averaging: ", st.toString());
-      averaged_ = st.isOk();
+      averaged_ = st.isOk() && core_->treeAveraged();
+      if (st.isOk() && !core_->treeAveraged()) {
+        log::warn("finalize averaging: a tree neighbour was lost; this peer keeps its own model");
+      } else if (st.isOk() && core_->treeCount() > 0 &&
+                 core_->treeCount() < plan_.config.peers.count) {
+        log::warn("finalize averaging: the average is over ", core_->treeCount(), " of ",
+                  plan_.config.peers.count, " peers (the others were lost)");
+      }
+      averageSeconds_ = since(averageStart);
       waitSends(Clock::now() + std::chrono::seconds(5));
     }
   }
@@ -756,11 +777,13 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   last.update(metrics_);
   metrics_ = nlohmann::json::object();
   if (averaged_) last["averaged"] = true;
+  if (averageSeconds_ >= 0) last["average_seconds"] = averageSeconds_;
   GV_RETURN_IF_ERROR(records_.write(last));
   GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", result.model));
   auto j = peerResultToJson(result);
   j["wall_seconds"] = seconds();
   if (averaged_) j["averaged"] = true;
+  if (averageSeconds_ >= 0) j["average_seconds"] = averageSeconds_;
   if (core_->counters().collectiveBytes > 0)
     j["collective_bytes"] = core_->counters().collectiveBytes;
   if (resumedFrom_ >= 0) j["resumed_from_round"] = resumedFrom_;
@@ -833,9 +856,43 @@ topology::Graph unionGraph(const topology::Schedule& schedule) {
 
 }  // namespace
 
+CollectiveTree collectiveTree(const RunPlan& plan, int rank) {
+  const topology::Graph g = unionGraph(*plan.schedule);
+  std::vector<int> parent(static_cast<std::size_t>(g.n), -2), depth(static_cast<std::size_t>(g.n));
+  std::vector<int> queue = {0};
+  parent[0] = -1;
+  depth[0] = 0;
+  CollectiveTree t;
+  for (std::size_t q = 0; q < queue.size(); ++q) {
+    const int u = queue[q];
+    std::vector<int> next = g.adj[u];
+    std::sort(next.begin(), next.end());
+    for (int v : next) {
+      if (parent[v] != -2) continue;
+      parent[v] = u;
+      depth[v] = depth[u] + 1;
+      t.height = std::max(t.height, depth[v]);
+      queue.push_back(v);
+      if (u == rank) t.children.push_back(v);
+    }
+  }
+  if (queue.size() != static_cast<std::size_t>(g.n)) return CollectiveTree{-1, {}, 0, -1};
+  t.parent = parent[rank];
+  t.depth = depth[rank];
+  return t;
+}
+
 std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan) {
   const topology::Graph g = unionGraph(*plan.schedule);
   if (g.n <= 1) return {};
+  // A connected graph whose tree is shallow enough for the collectives' window: an exact reduce
+  // to rank 0 and a broadcast back, each peer sending its model once or to each child once.
+  const int height = collectiveTree(plan, 0).height;
+  if (height >= 1 && 2 * height <= PeerCore::kRoundWindow / 2) {
+    std::vector<CollectiveKind> kinds(static_cast<std::size_t>(height), CollectiveKind::kTreeSum);
+    kinds.insert(kinds.end(), static_cast<std::size_t>(height), CollectiveKind::kTreeBroadcast);
+    return kinds;
+  }
   const topology::Weights w = topology::metropolis(g);
   const double lambda = topology::secondLargestModulus(g.n, {&w}).value;
   // The spread shrinks by lambda per round: to 1e-7 of its start (at most 20000 rounds; a
@@ -875,7 +932,7 @@ Status runPeerProcess(const RunPlan& plan, const PeerRunOptions& options) {
     if (st.code() == ErrorCode::kAborted) break;
     GV_RETURN_IF_ERROR(st);
   }
-  return session.finish(false);
+  return session.finish(plan.config.run.finalAverage);
 }
 
 }  // namespace grapevine::engine

@@ -616,7 +616,11 @@ std::vector<int> PeerCore::endRound() {
 }
 
 void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> initial) {
-  if (!collectiveActive_) {
+  const bool first = !collectiveActive_;
+  const bool tree = kind == CollectiveKind::kTreeSum || kind == CollectiveKind::kTreeBroadcast;
+  if (first) {
+    treeUsed_ = treeReceived_ = false;
+    treeCount_ = 1;
     collectiveOnModel_ = initial.empty();
     if (collectiveOnModel_) {
       state_.assign(x_.begin(), x_.end());
@@ -628,9 +632,26 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     collectiveActive_ = true;
   }
   ++collective_;
+  treeStep_ = !first && collectiveKind_ == kind ? treeStep_ + 1 : 1;
   collectiveKind_ = kind;
-  sendTo_ = liveOf(neighbours_);
-  expected_ = sendTo_;
+  if (tree) {
+    treeUsed_ = true;
+    sendTo_.clear();
+    expected_.clear();
+    const int h = tree_.height;
+    const bool parentLive =
+        tree_.parent >= 0 && edges_.count(tree_.parent) > 0 && dead_.count(tree_.parent) == 0;
+    if (kind == CollectiveKind::kTreeSum) {
+      if (parentLive && tree_.depth == h - treeStep_ + 1) sendTo_.push_back(tree_.parent);
+      if (tree_.depth == h - treeStep_) expected_ = liveOf(tree_.children);
+    } else {
+      if (treeReceived_ && tree_.depth == treeStep_ - 1) sendTo_ = liveOf(tree_.children);
+      if (parentLive && tree_.depth == treeStep_) expected_.push_back(tree_.parent);
+    }
+  } else {
+    sendTo_ = liveOf(neighbours_);
+    expected_ = sendTo_;
+  }
   degreeAtRound_ = static_cast<std::uint32_t>(liveDegree());
   // Leftovers of earlier collectives (a neighbour that was late) are stale now.
   for (auto& [j, e] : edges_) {
@@ -652,7 +673,7 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     env.liveDegree = degreeAtRound_;
     env.messageBytes = static_cast<std::uint32_t>(payload);
     std::uint8_t* p = e.out.data() + kEnvelopeBytes;
-    storeLe(p, static_cast<std::uint32_t>(origin_));
+    storeLe(p, tree ? treeCount_ : static_cast<std::uint32_t>(origin_));  // tree: peer count
     std::memcpy(p + kCollectiveHeaderBytes, state_.data(), state_.size() * sizeof(double));
     e.outBytes = kEnvelopeBytes + payload;
     env.payloadCrc =
@@ -693,6 +714,18 @@ void PeerCore::endCollective() {
     const std::uint8_t* values = p + kCollectiveHeaderBytes;
     if (env.isOk() && env->messageBytes != kCollectiveHeaderBytes + n * sizeof(double)) {
       drop("bad_collective");  // another collective's size: a peer out of step
+    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kTreeSum) {
+      const auto count = static_cast<std::uint32_t>(origin);  // the header holds the peer count
+      for (std::size_t k = 0; k < n; ++k) {
+        double v;
+        std::memcpy(&v, values + k * sizeof(double), sizeof v);
+        state_[k] += v;
+      }
+      treeCount_ += count;
+    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kTreeBroadcast) {
+      std::memcpy(state_.data(), values, n * sizeof(double));
+      treeCount_ = static_cast<std::uint32_t>(origin);
+      treeReceived_ = true;
     } else if (env.isOk() && collectiveKind_ == CollectiveKind::kMinimum) {
       for (std::size_t k = 0; k < n; ++k) {
         double v;
@@ -714,11 +747,17 @@ void PeerCore::endCollective() {
     e.spare.push_back(std::move(buf));
   }
   if (collectiveKind_ == CollectiveKind::kAverage) state_ = std::move(next);
+  if (collectiveKind_ == CollectiveKind::kTreeSum && tree_.parent < 0 &&
+      treeStep_ == tree_.height) {
+    for (auto& v : state_) v /= static_cast<double>(treeCount_);  // the root: sum -> average
+    treeReceived_ = true;
+  }
 }
 
 void PeerCore::finishCollectives() {
   if (!collectiveActive_) return;
-  if (collectiveOnModel_) {
+  // After tree collectives, a peer cut off from the root holds a partial sum: it keeps its model.
+  if (collectiveOnModel_ && (!treeUsed_ || treeReceived_)) {
     for (std::size_t k = 0; k < x_.size(); ++k) x_[k] = static_cast<float>(state_[k]);
   }
   collectiveActive_ = false;

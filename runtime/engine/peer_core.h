@@ -94,6 +94,22 @@ enum class CollectiveKind {
   kAverage,      // y <- y + sum_j w_ij (y_j - y), Metropolis weights of the live degrees
   kAdoptLowest,  // y <- the state of the lowest origin rank seen (self or a neighbour's)
   kMinimum,      // y <- min(y, y_j) element by element (a small state: see beginCollective)
+  // Exact averaging over a spanning tree (PeerCore::setCollectiveTree), `height` steps of each:
+  // kTreeSum step s: the peers at depth height - s + 1 send (the sum of their subtree's states, its
+  // peer count) to their parent, which adds its children's (in increasing rank); the root then
+  // divides by the count. kTreeBroadcast step s: the peers at depth s - 1 send the average to
+  // their children, which adopt it. A peer cut off by a lost tree neighbour keeps its own model.
+  kTreeSum,
+  kTreeBroadcast,
+};
+
+// A peer's place in the spanning tree of the tree collectives (the same tree at every peer:
+// engine::collectiveTree()).
+struct CollectiveTree {
+  int parent = -1;            // -1 at the root
+  std::vector<int> children;  // increasing rank
+  int depth = 0;              // 0 at the root
+  int height = 0;             // the tree's largest depth
 };
 
 struct PeerCounters {
@@ -226,6 +242,13 @@ class PeerCore {
   void endCollective();
   void finishCollectives();
   std::int64_t collectiveIndex() const { return collective_; }
+  // This peer's place in the tree of kTreeSum / kTreeBroadcast (set before the first of them).
+  void setCollectiveTree(const CollectiveTree& tree) { tree_ = tree; }
+  // After tree collectives: whether this peer got the average (false when a tree neighbour was
+  // lost on its path to the root; true after other kinds), and over how many peers the root
+  // averaged.
+  bool treeAveraged() const { return !treeUsed_ || treeReceived_; }
+  int treeCount() const { return treeUsed_ ? static_cast<int>(treeCount_) : 0; }
   // Checkpoints. saveState() between rounds; restoreState() before the first round of this core
   // (after any collectives), continuing from state.round + 1. The algorithm buffers the state lacks
   // (a neighbour that was dead when it was taken) keep their initial value and that edge asks its
@@ -364,6 +387,11 @@ class PeerCore {
   std::vector<double> state_;      // the collective state
   int origin_ = 0;
   std::size_t collectiveBytes_ = 0;
+  CollectiveTree tree_;
+  int treeStep_ = 0;           // the step of the current kTreeSum / kTreeBroadcast phase (1-based)
+  bool treeUsed_ = false;      // this sequence ran tree collectives
+  bool treeReceived_ = false;  // ... and this peer holds their average
+  std::uint32_t treeCount_ = 0;  // peers summed into the state (kTreeSum), or averaged (after)
 };
 
 }  // namespace grapevine::engine

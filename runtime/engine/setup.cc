@@ -121,7 +121,9 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   po.rounds = c.run.rounds;
   po.syncEvery = c.checkpoint.every;
   // The API's caller may not report its loss, and its finalize() averages over collectives.
-  po.lossMayBeUnknown = po.collectives = c.workload.name == train::WorkloadKind::kExternal;
+  po.lossMayBeUnknown = c.workload.name == train::WorkloadKind::kExternal;
+  // run.final_average: the collectives carry the model in double.
+  po.collectives = po.lossMayBeUnknown || c.run.finalAverage;
   return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),
                                     std::move(algorithm), std::move(x));
 }
@@ -151,6 +153,7 @@ std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& pl
       "transport.max_frame_bytes",
       "security.encrypt",
       "run.seed",
+      "run.final_average",
   };
   std::vector<std::pair<std::string, std::uint64_t>> parts;
   for (const auto& k : config::schema()) {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "runtime/common/log.h"
+#include "runtime/engine/driver.h"
 #include "runtime/engine/records.h"
 #include "runtime/sim/link_model.h"
 #include "runtime/sim/worker_pool.h"
@@ -227,6 +228,39 @@ class Simulation {
       if (!afterMixing || p->divergence()) p->abandonRound();
     }
     return true;
+  }
+
+  // run.final_average, as the peers run it (engine::averagingCollectives), in lockstep: every live
+  // peer takes each collective step, the messages go straight to the live receivers, and every
+  // peer combines what it got. Not after a divergence (the peers stopped). Untimed.
+  void finalAverage() {
+    if (result_.divergence) return;
+    const auto kinds = engine::averagingCollectives(plan_);
+    for (engine::CollectiveKind kind : kinds) {
+      if (kind == engine::CollectiveKind::kTreeSum) {
+        for (std::size_t i = 0; i < count_; ++i)
+          peers_[i]->setCollectiveTree(engine::collectiveTree(plan_, static_cast<int>(i)));
+        break;
+      }
+    }
+    for (engine::CollectiveKind kind : kinds) {
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (!killed_[i]) peers_[i]->beginCollective(kind);
+      }
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (killed_[i]) continue;
+        for (int j : peers_[i]->sendTo()) {
+          const auto to = static_cast<std::size_t>(j);
+          if (!killed_[to]) peers_[to]->onMessage(static_cast<int>(i), peers_[i]->outgoing(j));
+        }
+      }
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (!killed_[i]) peers_[i]->endCollective();
+      }
+    }
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (!killed_[i]) peers_[i]->finishCollectives();
+    }
   }
 
   // Final evaluation, record, model and final.json of every peer, as `grapevine peer` writes them.
@@ -592,6 +626,7 @@ Result<SimResult> runSimulation(const engine::RunPlan& plan, const SimOptions& o
     if (!goOn) break;
   }
   sim.endRounds();
+  if (plan.config.run.finalAverage) sim.finalAverage();
   GV_RETURN_IF_ERROR(sim.finishPeers());
   return sim.summarize();
 }

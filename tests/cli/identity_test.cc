@@ -158,3 +158,32 @@ TEST_CASE("sim and launch are bit-identical: gt uncompressed (quadratic) and gt 
                  "compression: { method: sign }\n",
                  6);
 }
+
+TEST_CASE("sim and launch are bit-identical with run.final_average: every model the same average",
+          "[slow]") {
+  // CHOCO + top-k leaves the peers apart; the tree reduce and broadcast (height 3 on a 2 x 3
+  // torus) end every peer, in both, on the same bits.
+  const std::string yaml =
+      "run: { seed: 5, rounds: 60, final_average: true }\n"
+      "peers: { count: 6 }\n"
+      "topology: { kind: torus, dims: [2, 3] }\n"
+      "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, batch_size: 32 }\n"
+      "workload: { name: fashion-mnist-mlp, hidden: [32], eval_every: 30, eval_samples: 2000 }\n"
+      "algorithm: { name: choco, consensus_step: 0.2, round_timeout: 120 }\n"
+      "compression: { method: top-k, ratio: 0.05 }\n";
+  checkIdentical("final-average", yaml, 6);
+  const std::string out = std::string(GRAPEVINE_BINARY_DIR) + "/identity_test_final-average/";
+  for (const std::string run : {"sim", "launch-tcp"}) {
+    INFO(run);
+    const std::string first = readFile(out + run + "/model-0.bin");
+    for (int r = 1; r < 6; ++r)
+      CHECK(readFile(out + run + "/model-" + std::to_string(r) + ".bin") == first);
+    const auto s = readSummary(out + run);
+    CHECK(s["consensus_distance_final"].get<double>() == 0.0);
+  }
+  // The final record has the averaging's wall time.
+  std::ifstream records(out + "launch-tcp/peer-0.jsonl");
+  std::string line, last;
+  while (std::getline(records, line)) last = line;
+  CHECK(nlohmann::json::parse(last).contains("average_seconds"));
+}

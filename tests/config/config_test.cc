@@ -241,6 +241,24 @@ TEST_CASE("topology.weights: lazy-metropolis validates, and is refused where wei
   CHECK(contains(d, "fixed at 1/2"));
 }
 
+TEST_CASE("algorithm.overlap_rounds outside overlapped push-sum: a warning unless it is 1") {
+  const auto three = loadString(
+      "peers: { count: 4 }\nalgorithm: { name: dsgd, overlap_rounds: 3 }\n"
+      "compression: { method: none }\n",
+      "three.yaml", noEnv());
+  CHECK(three.ok());
+  CHECK(contains(allDiagnostics(three), "warning: algorithm.overlap_rounds: has no effect"));
+  // 1 (the default) is what a resolved config (toYaml) writes for every run: no warning.
+  const auto one = loadString(
+      "peers: { count: 4 }\nalgorithm: { name: dsgd, overlap_rounds: 1 }\n"
+      "compression: { method: none }\n",
+      "one.yaml", noEnv());
+  CHECK(one.ok());
+  CHECK(allDiagnostics(one).empty());
+  const auto again = loadString(toYaml(one.config), "again.yaml", noEnv());
+  CHECK(allDiagnostics(again).empty());
+}
+
 TEST_CASE("peers' hosts must be numeric addresses: a hostname is refused, naming the key") {
   const auto named = loadString("peers: { count: 2, host: node1 }\n", "named.yaml", noEnv());
   CHECK_FALSE(named.ok());
@@ -376,6 +394,19 @@ TEST_CASE("the schema table is complete and agrees with the config defaults") {
   for (const auto& k : schema()) {
     INFO(k.path);
     CHECK(contains(ss.str(), "`" + k.path + "`"));
+  }
+}
+
+TEST_CASE("each section's keys are contiguous in the schema table (toYaml writes a section once)") {
+  std::map<std::string, std::size_t> lastIndex;
+  std::string previous;
+  std::size_t i = 0;
+  for (const auto& k : schema()) {
+    const std::string section = k.path.substr(0, k.path.find('.'));
+    INFO(k.path);
+    if (section != previous) CHECK(lastIndex.count(section) == 0);  // a section seen before, left
+    lastIndex[section] = i++;
+    previous = section;
   }
 }
 
