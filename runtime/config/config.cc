@@ -159,6 +159,22 @@ double NetworkSection::computeScaleOf(int rank) const {
   return s;
 }
 
+double NetworkSection::nodeBandwidthOf(int rank) const {
+  double v = nodeBandwidthMbit;
+  for (const PeerNetwork& pn : peers) {
+    if (pn.rank == rank && pn.nodeBandwidthMbit) v = *pn.nodeBandwidthMbit;
+  }
+  return v;
+}
+
+bool NetworkSection::anyNodeCap() const {
+  if (nodeBandwidthMbit > 0) return true;
+  for (const PeerNetwork& pn : peers) {
+    if (pn.nodeBandwidthMbit && *pn.nodeBandwidthMbit > 0) return true;
+  }
+  return false;
+}
+
 Result<int> rankFromEnvironment() {
   for (const char* name : {"GRAPEVINE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"}) {
     const char* v = std::getenv(name);

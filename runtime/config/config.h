@@ -165,11 +165,13 @@ struct LinkOverride {
   std::optional<double> bandwidthMbit, latencyMs, jitterMs, lossPercent;
 };
 
-// `network.peers` item: every link touching `rank` (both directions), and its compute speed.
+// `network.peers` item: every link touching `rank` (both directions), its compute speed and its
+// own interface's cap.
 struct PeerNetwork {
   int rank = 0;
   LinkOverride link;
   std::optional<double> computeScale;
+  std::optional<double> nodeBandwidthMbit;
 };
 
 // `network.edges` item: the link between a and b, both directions.
@@ -193,6 +195,9 @@ struct NetworkSection {
   double latencyMs = 0.0;
   double jitterMs = 0.0;
   double lossPercent = 0.0;
+  // Each peer's interface: all of its links share this rate in each direction (egress and ingress
+  // capped separately), as one NIC does; on top of every link's own bandwidth. 0 = no cap.
+  double nodeBandwidthMbit = 0.0;
   double computeScale = 1.0;
   double computeMs = 0.0;  // 0 = measured
   std::vector<PeerNetwork> peers;
@@ -204,6 +209,11 @@ struct NetworkSection {
   LinkParams link(int from, int to) const;
   // network.compute_scale, or the peer's own compute_scale.
   double computeScaleOf(int rank) const;
+  // network.node_bandwidth_mbit, or the peer's own (the last matching network.peers item wins);
+  // 0 = no cap.
+  double nodeBandwidthOf(int rank) const;
+  // Whether some peer's interface is capped.
+  bool anyNodeCap() const;
   // Whether any override is given (every link equal otherwise).
   bool uniform() const { return peers.empty() && edges.empty(); }
 };

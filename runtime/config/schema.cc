@@ -432,6 +432,10 @@ std::optional<std::string> applyNetworkPeers(Config& c, const YAML::Node& n) {
         auto v = toDouble(value);
         if (!v || *v < 1e-3 || *v > 1e3) return std::string("expected");
         pn.computeScale = *v;
+      } else if (key == "node_bandwidth_mbit") {
+        auto v = toDouble(value);
+        if (!v || *v < 0 || *v > 1e6) return std::string("expected");
+        pn.nodeBandwidthMbit = *v;
       } else if (!applyLinkOverride(pn.link, key, value)) {
         return std::string("expected");
       }
@@ -449,6 +453,7 @@ std::string showNetworkPeers(const Config& c) {
     s += (i ? ", " : "") + std::string("{rank: ") + std::to_string(pn.rank) +
          showLinkOverride(pn.link);
     if (pn.computeScale) s += ", compute_scale: " + formatNumber(*pn.computeScale);
+    if (pn.nodeBandwidthMbit) s += ", node_bandwidth_mbit: " + formatNumber(*pn.nodeBandwidthMbit);
     s += "}";
   }
   return s + "]";
@@ -897,6 +902,11 @@ std::vector<KeyDef> buildSchema() {
       "network.loss_percent", [](Config & c) -> auto& { return c.network.lossPercent; }, 0.0, 100.0,
       "Packet loss in percent"));
   t.push_back(doubleKey(
+      "network.node_bandwidth_mbit",
+      [](Config & c) -> auto& { return c.network.nodeBandwidthMbit; }, 0.0, 1e6,
+      "Each peer's interface in Mbit/s, shared by all of its links, egress and ingress capped "
+      "separately (one NIC), on top of each link's bandwidth_mbit (0: no cap)"));
+  t.push_back(doubleKey(
       "network.compute_scale", [](Config & c) -> auto& { return c.network.computeScale; }, 1e-3,
       1e3, "Multiplier of compute time (simulated heterogeneous peers)"));
   t.push_back(doubleKey(
@@ -904,8 +914,9 @@ std::vector<KeyDef> buildSchema() {
       "Fixed compute time per step in ms for the simulator (0: measured)"));
   t.push_back(customKey("network.peers", ValueType::kNetPeerList,
                         "Per-peer overrides: [{rank: R, bandwidth_mbit, latency_ms, jitter_ms, "
-                        "loss_percent, compute_scale}, ...] (any subset); a link takes the "
-                        "slower end's values",
+                        "loss_percent, compute_scale, node_bandwidth_mbit}, ...] (any subset); a "
+                        "link takes the slower end's values; compute_scale and "
+                        "node_bandwidth_mbit are the peer's own",
                         applyNetworkPeers, showNetworkPeers));
   t.push_back(customKey("network.edges", ValueType::kNetEdgeList,
                         "Per-link overrides (both directions; win over network.peers): "
@@ -1017,10 +1028,12 @@ std::string KeyDef::expected() const {
       return "a non-empty list of {host: NAME, port: 1..65535}";
     case ValueType::kNetPeerList:
       return "a list of {rank: R, ...} with only bandwidth_mbit [0, 1e6], latency_ms [0, 1e5], "
-             "jitter_ms [0, 1e5], loss_percent [0, 100], compute_scale [0.001, 1000]";
+             "jitter_ms [0, 1e5], loss_percent [0, 100], compute_scale [0.001, 1000], "
+             "node_bandwidth_mbit [0, 1e6]";
     case ValueType::kNetEdgeList:
       return "a list of {between: [a, b], ...} (a != b) with only bandwidth_mbit [0, 1e6], "
-             "latency_ms [0, 1e5], jitter_ms [0, 1e5], loss_percent [0, 100]";
+             "latency_ms [0, 1e5], jitter_ms [0, 1e5], loss_percent [0, 100] (node_bandwidth_mbit "
+             "is a peer's: network.peers)";
     case ValueType::kFaultList:
       return "a list of {kind: pause, kill, restart or link-down; peer: R or link: [a, b]; "
              "at_round: N or at_seconds: S; rounds: N or seconds: S (not for kill)}";

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <queue>
 #include <thread>
-#include <unordered_map>
 
 namespace grapevine::netemu {
 
@@ -95,9 +94,10 @@ std::int64_t monotonicNs() {
 }
 
 struct Packet {
-  std::int64_t deliverAtNs = 0;
-  std::uint64_t seq = 0;  // admission order: ties in deliverAt keep FIFO
+  std::int64_t deliverAtNs = 0;  // or, while atIngress, when it reaches the receiver's interface
+  std::uint64_t seq = 0;         // admission order: ties in deliverAt keep FIFO
   int from = 0, to = 0;
+  bool atIngress = false;  // still to pass the receiver's interface (PathModel::receive)
   std::uint32_t len = 0;
   std::uint8_t* data = nullptr;
 };
@@ -157,7 +157,8 @@ class Loop {
       : s_(s),
         pool_(static_cast<std::size_t>(s.mtu) + 64,
               std::max<std::size_t>(1024, kPoolBytes / (static_cast<std::size_t>(s.mtu) + 64))),
-        scratch_(pool_.bufBytes()) {}
+        scratch_(pool_.bufBytes()),
+        paths_(PathOptions{s.peers, s.link, s.nodeBandwidthMbit, s.queueBytes, s.seed}) {}
 
   ~Loop() {
     if (timer_ >= 0) ::close(timer_);
@@ -253,7 +254,7 @@ class Loop {
         pool_.put(p);
         continue;
       }
-      const Decision d = linkOf(from, to).admit(now, len);
+      const Decision d = paths_.send(now, from, to, len);
       if (d.verdict != Verdict::kDeliver) {
         s_.stats->add(
             from, to,
@@ -267,25 +268,13 @@ class Loop {
       p->from = from;
       p->to = to;
       p->len = static_cast<std::uint32_t>(len);
-      if (d.deliverAtNs <= now && heap_.empty()) {
+      p->atIngress = paths_.ingressLimited(to);
+      if (!p->atIngress && d.deliverAtNs <= now && heap_.empty()) {
         deliver(p);  // unshaped link with nothing in flight: forward at once
       } else {
         heap_.push(p);
       }
     }
-  }
-
-  LinkModel& linkOf(int from, int to) {
-    const std::uint64_t key =
-        static_cast<std::uint64_t>(from) * static_cast<std::uint64_t>(s_.peers) + to;
-    auto it = links_.find(key);
-    if (it == links_.end()) {
-      it = links_
-               .emplace(key,
-                        LinkModel(s_.link(from, to), s_.queueBytes, linkSeed(s_.seed, from, to)))
-               .first;
-    }
-    return it->second;
   }
 
   void deliver(Packet* p) {
@@ -304,11 +293,25 @@ class Loop {
     pool_.put(p);
   }
 
+  // Pops in (time, admission) order, so every receiver's interface sees its packets in the order
+  // they reach it (PathModel::receive's precondition): a packet read later reaches it later.
   void deliverDue(std::int64_t now) {
     while (!heap_.empty() && heap_.top()->deliverAtNs <= now) {
       Packet* p = heap_.top();
       heap_.pop();
-      deliver(p);
+      if (!p->atIngress) {
+        deliver(p);
+        continue;
+      }
+      p->atIngress = false;
+      const Decision d = paths_.receive(p->deliverAtNs, p->from, p->to, p->len);
+      if (d.verdict != Verdict::kDeliver) {
+        s_.stats->add(p->from, p->to, StatsTable::kDroppedQueue, 1);
+        pool_.put(p);
+        continue;
+      }
+      p->deliverAtNs = d.deliverAtNs;
+      heap_.push(p);  // popped again in this loop when already due
     }
   }
 
@@ -331,7 +334,7 @@ class Loop {
   PacketPool pool_;
   std::vector<std::uint8_t> scratch_;  // reads when the pool is exhausted (the packet is dropped)
   std::priority_queue<Packet*, std::vector<Packet*>, Later> heap_;
-  std::unordered_map<std::uint64_t, LinkModel> links_;
+  PathModel paths_;
   std::uint64_t seq_ = 0;
   std::int64_t timerArmedNs_ = 0;
   int epoll_ = -1;

@@ -1,5 +1,6 @@
 // The emulator: one loop that owns every rank's TUN fd and forwards IPv4 packets between them
-// through a LinkModel per directed link. It runs in its own process (see Network); this header is
+// through a PathModel (the sender's interface, a LinkModel per directed link, the receiver's
+// interface). It runs in its own process (see Network); this header is
 // what that process and the Network share: the address scheme and the counters in shared memory.
 #pragma once
 
@@ -12,6 +13,7 @@
 
 #include "runtime/common/status.h"
 #include "runtime/netemu/link_model.h"
+#include "runtime/netemu/path_model.h"
 
 namespace grapevine::netemu {
 
@@ -27,8 +29,10 @@ int rankOfAddress(std::uint32_t hostOrderAddress, int peers);
 struct LinkStats {
   std::uint64_t packets = 0;
   std::uint64_t bytes = 0;
-  std::uint64_t droppedLoss = 0;   // random loss
-  std::uint64_t droppedQueue = 0;  // tail drop at the bottleneck queue (or the packet pool full)
+  std::uint64_t droppedLoss = 0;  // random loss
+  // Tail drop at the link's queue, at the sender's or receiver's interface queue
+  // (network.node_bandwidth_mbit), or the emulator's packet pool full.
+  std::uint64_t droppedQueue = 0;
   std::uint64_t droppedWrite = 0;  // the destination TUN refused the write (EAGAIN, down)
   std::uint64_t droppedDown = 0;   // sent while the link was down (Network::setLinkDown)
 };
@@ -74,9 +78,10 @@ struct EmulatorSetup {
   int peers = 0;
   std::vector<int> tunFds;                 // rank -> non-blocking TUN fd (IFF_TUN | IFF_NO_PI)
   std::function<LinkSpec(int, int)> link;  // asked once per directed link, on its first packet
+  std::function<double(int)> nodeBandwidthMbit;  // rank -> its interface's cap; empty: none
   std::uint64_t seed = 1;
   int mtu = 9000;
-  std::size_t queueBytes = 0;  // 0: autoQueueBytes per link
+  std::size_t queueBytes = 0;  // 0: autoQueueBytes per link and interface
   StatsTable* stats = nullptr;
   int controlFd = -1;  // read end of a pipe: hang-up (writer closed) = stop
 };

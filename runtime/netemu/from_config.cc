@@ -12,6 +12,9 @@ Options optionsFromConfig(const config::Config& c, int mtu) {
   o.seed = c.run.seed;
   o.mtu = mtu;
   o.link = [network = c.network](int from, int to) { return linkSpecOf(network.link(from, to)); };
+  if (c.network.anyNodeCap()) {
+    o.nodeBandwidthMbit = [network = c.network](int rank) { return network.nodeBandwidthOf(rank); };
+  }
   return o;
 }
 

@@ -1,5 +1,6 @@
 // A Network's options from a Grapevine config: peers.count ranks, network.link(from, to) for every
-// directed link (defaults < per-peer < per-edge overrides), run.seed for loss and jitter.
+// directed link (defaults < per-peer < per-edge overrides), network.node_bandwidth_mbit (or the
+// peer's own) for every rank's interface, run.seed for loss and jitter.
 #pragma once
 
 #include "runtime/config/config.h"

@@ -71,6 +71,7 @@ Decision LinkModel::admit(std::int64_t nowNs, std::size_t bytes) {
     delay += static_cast<std::int64_t>(
         std::llround(jitterDelay(static_cast<double>(jitterNs_), splitmix64(rng_))));
   }
+  d.sentAtNs = sentNs;
   d.deliverAtNs = std::max(sentNs + delay, lastDeliverNs_);
   lastDeliverNs_ = d.deliverAtNs;
   return d;

@@ -28,6 +28,7 @@ enum class Verdict { kDeliver, kDropLoss, kDropQueue };
 struct Decision {
   Verdict verdict = Verdict::kDeliver;
   std::int64_t deliverAtNs = 0;  // meaningful for kDeliver only
+  std::int64_t sentAtNs = 0;     // kDeliver: when the last bit left the rate limit (no delay yet)
 };
 
 // State of one directed link. Not thread-safe (one emulator loop owns every link).

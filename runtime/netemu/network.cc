@@ -269,6 +269,7 @@ Result<std::unique_ptr<Network>> Network::create(const Options& options) {
   setup.peers = options.peers;
   setup.tunFds = net->tunFds_;
   setup.link = options.link ? options.link : [](int, int) { return LinkSpec{}; };
+  setup.nodeBandwidthMbit = options.nodeBandwidthMbit;
   setup.seed = options.seed;
   setup.mtu = options.mtu;
   setup.queueBytes = options.queueBytes;

@@ -4,7 +4,8 @@
 // parent) that forwards each IPv4 packet from rank i to rank j through the LinkModel of link i->j:
 // loss, rate with a bounded tail-drop queue, latency with jitter, no reordering. Anything run in
 // the namespaces (Grapevine peers, a PyTorch baseline, iperf3) sees the same links: emulation sits
-// in the network path, not in any transport.
+// in the network path, not in any transport. A rank's interface can be capped too (PathModel):
+// then all of its links share one rate out and one rate in, as behind one NIC.
 //
 // Needs root (CAP_NET_ADMIN + CAP_SYS_ADMIN), /dev/net/tun and iproute2's `ip`. One Network per
 // process at a time (the namespace names carry the pid). Not thread-safe; create and destroy it on
@@ -33,6 +34,9 @@ struct Options {
   // emulator process, so it must not rely on state the creator changes later). Empty: every link
   // is unlimited with no delay.
   std::function<LinkSpec(int from, int to)> link;
+  // Each rank's interface cap in Mbit/s, egress and ingress each shared by all of its links (asked
+  // once per rank when the emulator starts, in the emulator process). Empty or 0: no cap.
+  std::function<double(int rank)> nodeBandwidthMbit;
   std::uint64_t seed = 1;      // loss and jitter draws; per-link streams (linkSeed)
   int mtu = 9000;              // of every gvtun: large frames mean fewer packets to forward
   std::size_t queueBytes = 0;  // bottleneck queue per link; 0: autoQueueBytes(link spec)

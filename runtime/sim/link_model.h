@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "runtime/config/config.h"
 
@@ -42,13 +43,37 @@ class LinkModel {
   // The jitter draw alone: jitterDelay() (runtime/common/jitter.h), in [0, jitterSeconds).
   double jitterSeconds(int from, int to, std::int64_t round) const;
 
+  // Rank's interface in bits/s (network.node_bandwidth_mbit or its own; 0: no cap), shared by all
+  // of its links, egress and ingress each.
+  double nodeBitsPerSecond(int rank) const;
+  // Whether any interface is capped (otherwise every message is delaySeconds() alone).
+  bool nodeCapped() const { return nodeCapped_; }
+
  private:
   // 64 random bits from the edge, round and a stream id (0: loss, 1: jitter).
   std::uint64_t randomBits(int from, int to, std::int64_t round, std::uint64_t stream) const;
 
   LinkParams params_;                              // every link, when network_ is empty
-  std::optional<config::NetworkSection> network_;  // set when some link differs
+  std::optional<config::NetworkSection> network_;  // set when some link or interface differs
   std::uint64_t seed_;
+  double nodeBitsPerSecond_ = 0.0;  // every interface, when network_ is empty
+  bool nodeCapped_ = false;
 };
+
+// One transfer through a shared interface: it may start at `start` (seconds), carries `bits`,
+// and cannot go faster than `maxBitsPerSecond` (its path elsewhere; 0: no limit of its own).
+struct Transfer {
+  double start = 0.0;
+  double bits = 0.0;
+  double maxBitsPerSecond = 0.0;
+};
+
+// When each transfer has passed an interface of `capacityBitsPerSecond` (0: unlimited) that the
+// ones in progress share max-min fairly (each gets an equal share, a transfer capped below its
+// share leaves the rest to the others), recomputed whenever one starts or ends: a fluid model of
+// TCP flows behind one NIC. Unlimited capacity: start + bits / maxBitsPerSecond (or start).
+// Deterministic: pure arithmetic in the order given.
+std::vector<double> shareInterface(double capacityBitsPerSecond,
+                                   const std::vector<Transfer>& transfers);
 
 }  // namespace grapevine::sim

@@ -45,6 +45,12 @@ struct PeerState {
   // Overlapped push-sum (PeerCore::mixDelay): each round's latest arrival, until a mix takes it.
   std::map<std::int64_t, double> arrivalOf;
   std::vector<int> incoming;
+  // With node caps (network.node_bandwidth_mbit): incomingSlot[k] is incoming[k]'s index into its
+  // sender's outgoing; outgoing are this round's receivers, egressDone when each message had
+  // passed this peer's interface (shared by all of them, LinkModel::nodeBitsPerSecond).
+  std::vector<std::size_t> incomingSlot;
+  std::vector<int> outgoing;
+  std::vector<double> egressDone;
   Status status;
   std::string pending;  // records not yet appended to the file
   double testAccuracy = std::numeric_limits<double>::quiet_NaN();  // at the last evaluation
@@ -193,6 +199,7 @@ class Simulation {
     GV_RETURN_IF_ERROR(computePhase(t));
     if (stopOnDivergence(false)) return false;
     routeMessages();
+    if (link_.nodeCapped()) egressPhase();
     deliveryPhase(t);
     const engine::RoundReport due = engine::roundReport(c_, t);
     const double wall = wallSeconds();
@@ -413,6 +420,10 @@ class Simulation {
 
   // Who sends to whom, in increasing sender rank (O(edges), serial: it fixes the delivery order).
   void routeMessages() {
+    for (auto& s : states_) {
+      s.incomingSlot.clear();
+      s.outgoing.clear();
+    }
     for (std::size_t j = 0; j < count_; ++j) {
       if (down_[j]) continue;  // its sendTo() is a past round's
       for (int i : peers_[j]->sendTo()) {
@@ -420,9 +431,31 @@ class Simulation {
           ++states_[j].faultDropped;  // a down peer receives nothing (it sees a gap later)
           continue;
         }
-        states_[static_cast<std::size_t>(i)].incoming.push_back(static_cast<int>(j));
+        PeerState& to = states_[static_cast<std::size_t>(i)];
+        to.incoming.push_back(static_cast<int>(j));
+        to.incomingSlot.push_back(states_[j].outgoing.size());
+        states_[j].outgoing.push_back(i);
       }
     }
+  }
+
+  // 1b. With node caps: each sender's messages leave through its one interface together, sharing
+  // it (shareInterface), each also held to its link's bandwidth. A message on a link that is down
+  // never enters it (as in the emulator); a lost one does (it is lost further on).
+  void egressPhase() {
+    pool_.parallelFor(count_, [&](std::size_t j) {
+      PeerState& s = states_[j];
+      const int from = static_cast<int>(j);
+      std::vector<Transfer> transfers(s.outgoing.size());
+      for (std::size_t k = 0; k < s.outgoing.size(); ++k) {
+        const int to = s.outgoing[k];
+        transfers[k].start = s.ready;
+        if (linkDown(from, to)) continue;  // zero bits: done at once, never delivered
+        transfers[k].bits = 8.0 * static_cast<double>(peers_[j]->outgoing(to).size());
+        transfers[k].maxBitsPerSecond = link_.params(from, to).bandwidthBitsPerSecond;
+      }
+      s.egressDone = shareInterface(link_.nodeBitsPerSecond(from), transfers);
+    });
   }
 
   // 2. Delivery: a receiver mutates only itself; senders' outgoing buffers are only read.
@@ -435,7 +468,10 @@ class Simulation {
       for (int j : peers_[i]->expectedFrom()) {
         if (down_[static_cast<std::size_t>(j)]) s.anyLost = true;
       }
-      for (int j : s.incoming) {
+      const bool capped = link_.nodeCapped();
+      std::vector<Transfer> ingress;  // with node caps: the messages through i's interface
+      for (std::size_t k = 0; k < s.incoming.size(); ++k) {
+        const int j = s.incoming[k];
         if (linkDown(j, to)) {
           s.anyLost = true;  // waited for until the deadline, as a loss
           ++s.faultDropped;
@@ -448,8 +484,23 @@ class Simulation {
         }
         const auto bytes = peers_[static_cast<std::size_t>(j)]->outgoing(to);
         peers_[i]->onMessage(j, bytes);
-        s.arrival = std::max(s.arrival, states_[static_cast<std::size_t>(j)].ready +
-                                            link_.delaySeconds(j, to, t, bytes.size()));
+        const PeerState& from = states_[static_cast<std::size_t>(j)];
+        if (!capped) {
+          s.arrival = std::max(s.arrival, from.ready + link_.delaySeconds(j, to, t, bytes.size()));
+          continue;
+        }
+        // Its first bit reaches i's interface after the latency and jitter; it cannot arrive
+        // faster than it left j's interface (egressPhase), whose pace it keeps.
+        Transfer in;
+        in.start = from.ready + link_.params(j, to).latencySeconds + link_.jitterSeconds(j, to, t);
+        in.bits = 8.0 * static_cast<double>(bytes.size());
+        const double upstream = from.egressDone[s.incomingSlot[k]] - from.ready;
+        if (upstream > 0.0) in.maxBitsPerSecond = in.bits / upstream;
+        ingress.push_back(in);
+      }
+      if (capped) {
+        for (double done : shareInterface(link_.nodeBitsPerSecond(to), ingress))
+          s.arrival = std::max(s.arrival, done);
       }
       if (peers_[i]->mixDelay() > 0) s.arrivalOf[t] = s.arrival;
     });

@@ -19,6 +19,11 @@
 //      lost (a real peer waits out its deadline). For peers in step (equal clocks) this is the
 //      round time compute + max incoming delay; a slow neighbour delays its neighbours as it would
 //      on a network.
+//      With node caps (network.node_bandwidth_mbit), each peer's interface is shared: a sender's
+//      messages of the round leave through it together, a receiver's arrive through it together,
+//      max-min fairly among the transfers in progress and each within its link's bandwidth
+//      (sim::shareInterface), so a ring peer capped at its links' rate takes twice as long to send
+//      its two messages as without the cap. Transfers of different rounds never share.
 //
 // Determinism: models, counters and records (except wall-clock fields) are a function of the config
 // and run.seed only, whatever the thread count; so is the simulated time when compute_ms > 0.

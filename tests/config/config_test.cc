@@ -191,6 +191,53 @@ TEST_CASE("network overrides: per peer and per link, validated") {
   CHECK(contains(allDiagnostics(edge), "network.edges: [0, 7] names a peer >= peers.count (4)"));
 }
 
+TEST_CASE("network.node_bandwidth_mbit: default, per peer, refused where it means nothing") {
+  const std::string base = "peers: { count: 4 }\ntopology: { kind: ring }\nnetwork:\n";
+  auto none = loadString(base + "  bandwidth_mbit: 100\n", "cap.yaml", noEnv());
+  REQUIRE(none.ok());
+  CHECK_FALSE(none.config.network.anyNodeCap());
+  CHECK(none.config.network.nodeBandwidthOf(2) == 0);
+
+  auto ok =
+      loadString(base +
+                     "  node_bandwidth_mbit: 100\n"
+                     "  peers: [{rank: 1, node_bandwidth_mbit: 20}, {rank: 2, latency_ms: 5}]\n",
+                 "cap.yaml", noEnv());
+  INFO(allDiagnostics(ok));
+  REQUIRE(ok.ok());
+  CHECK(ok.config.network.anyNodeCap());
+  CHECK(ok.config.network.nodeBandwidthOf(0) == 100);
+  CHECK(ok.config.network.nodeBandwidthOf(1) == 20);  // the peer's own wins
+  CHECK(ok.config.network.nodeBandwidthOf(2) == 100);
+  CHECK(ok.config.network.link(0, 1).bandwidthMbit == 0);  // a link's own bandwidth is untouched
+  const KeyDef* k = findKey("network.peers");
+  REQUIRE(k);
+  CHECK(k->show(ok.config) == "[{rank: 1, node_bandwidth_mbit: 20}, {rank: 2, latency_ms: 5}]");
+  // Only a per-peer cap: still a cap.
+  auto onlyPeer =
+      loadString(base + "  peers: [{rank: 3, node_bandwidth_mbit: 50}]\n", "cap.yaml", noEnv());
+  REQUIRE(onlyPeer.ok());
+  CHECK(onlyPeer.config.network.anyNodeCap());
+  CHECK(onlyPeer.config.network.nodeBandwidthOf(3) == 50);
+  CHECK(onlyPeer.config.network.nodeBandwidthOf(0) == 0);
+
+  auto negative = loadString(base + "  node_bandwidth_mbit: -5\n", "cap.yaml", noEnv());
+  CHECK_FALSE(negative.ok());
+  CHECK(contains(allDiagnostics(negative), "network.node_bandwidth_mbit: expected a number in"));
+  auto word = loadString(base + "  node_bandwidth_mbit: fast\n", "cap.yaml", noEnv());
+  CHECK_FALSE(word.ok());
+  CHECK(contains(allDiagnostics(word), "network.node_bandwidth_mbit"));
+  auto huge =
+      loadString(base + "  peers: [{rank: 0, node_bandwidth_mbit: 2e6}]\n", "cap.yaml", noEnv());
+  CHECK_FALSE(huge.ok());
+  CHECK(contains(allDiagnostics(huge), "node_bandwidth_mbit [0, 1e6]"));
+  // An interface belongs to a peer, not to a link.
+  auto onEdge = loadString(base + "  edges: [{between: [0, 1], node_bandwidth_mbit: 10}]\n",
+                           "cap.yaml", noEnv());
+  CHECK_FALSE(onEdge.ok());
+  CHECK(contains(allDiagnostics(onEdge), "node_bandwidth_mbit is a peer's: network.peers"));
+}
+
 TEST_CASE("tabs, syntax errors, empty files and cross-key rules") {
   CHECK(contains(allDiagnostics(loadInvalid("tabs.yaml")),
                  "tabs.yaml:2:1: error: tab character in indentation"));

@@ -7,9 +7,11 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tests/netemu/test_util.h"
 
@@ -220,6 +222,89 @@ TEST_CASE("grapevine launch --emulate: SIGINT stops the peers and removes the na
   REQUIRE(status != -1);
   CHECK(WIFEXITED(status));
   CHECK(listNamespaces(prefix).empty());
+}
+
+TEST_CASE("grapevine emulate --node-bandwidth-mbit: two TCP flows from one rank share its cap",
+          "[netemu]") {
+  requireNetemu();
+  // Links of 100 Mbit/s, every rank's interface 20: rank 0 sending to 1 and 2 at once gets 20 in
+  // total, not 200 (a per-link cap alone would give each flow 100).
+  constexpr double kCapMbit = 20;
+  const std::string dir = scratch("nodecap");
+  const std::string ready = dir + "/ready.json";
+  Process emu =
+      Process::start({kBin, "emulate", "--peers", "3", "--bandwidth-mbit", "100",
+                      "--node-bandwidth-mbit", "20", "--latency-ms", "5", "--ready-file", ready},
+                     dir + "/emulate.out");
+  for (int i = 0; i < 500 && !std::filesystem::exists(ready); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  INFO(emu.output());
+  REQUIRE(std::filesystem::exists(ready));
+  const auto j = readJson(ready);
+  CHECK(j["network"]["node_bandwidth_mbit"].get<double>() == kCapMbit);
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> received{0};
+  std::vector<std::thread> threads;
+  std::vector<int> senders;
+  for (int to : {1, 2}) {
+    const std::string ns = j["ranks"][to]["namespace"], addr = j["ranks"][to]["address"];
+    auto listener = socketInNamespace(ns, AF_INET, SOCK_STREAM);
+    REQUIRE(listener.isOk());
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(7200);
+    ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+    REQUIRE(::bind(*listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(*listener, 1) == 0);
+    auto sender = socketInNamespace(j["ranks"][0]["namespace"], AF_INET, SOCK_STREAM);
+    REQUIRE(sender.isOk());
+    REQUIRE(::connect(*sender, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const int conn = ::accept(*listener, nullptr, nullptr);
+    REQUIRE(conn >= 0);
+    ::close(*listener);
+    timeval tv{0, 100000};  // sends give up after 100 ms, so the sender sees `stop`
+    ::setsockopt(*sender, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    senders.push_back(*sender);
+    threads.emplace_back([conn, &received] {
+      std::vector<char> buf(1 << 16);
+      ssize_t n;
+      while ((n = ::recv(conn, buf.data(), buf.size(), 0)) > 0) received += n;
+      ::close(conn);
+    });
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int fd : senders) {
+    threads.emplace_back([fd, &stop] {
+      std::vector<char> buf(1 << 16, 'x');
+      while (!stop) ::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  // Read before stopping: nothing can have crossed rank 0's interface faster than the cap since
+  // t0, however late this thread wakes (a longer wall time only loosens the bound).
+  const std::uint64_t got = received;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stop = true;
+  for (int fd : senders) ::shutdown(fd, SHUT_RDWR);
+  for (auto& t : threads) t.join();
+  for (int fd : senders) ::close(fd);
+  const double mbit = static_cast<double>(got) * 8 / 1e6 / seconds;
+  WARN("two TCP flows behind a " << kCapMbit << " Mbit/s interface: " << mbit << " Mbit/s in "
+                                 << seconds << " s");
+  CHECK(mbit <= kCapMbit * 1.02);
+  CHECK(mbit > kCapMbit * 0.3);  // both flows moved data (generous: the machine is shared)
+
+  ::kill(emu.pid, SIGTERM);
+  const int status = emu.wait(10);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  const std::string out = emu.output();
+  CHECK(out.find("node interfaces 20 Mbit/s each way") != std::string::npos);
+  CHECK(out.find("0 -> 1 ") != std::string::npos);
+  CHECK(out.find("0 -> 2 ") != std::string::npos);
 }
 
 TEST_CASE("grapevine emulate: bad input is exit 2", "[netemu]") {

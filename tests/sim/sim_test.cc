@@ -168,6 +168,91 @@ network:
   CHECK(r.clock[2] == Approx(std::max(0.020, 0.010 + 0.040 + b * 8 / 10e6)).epsilon(1e-12));
 }
 
+TEST_CASE("shareInterface: max-min fair sharing of one interface, event by event") {
+  // Unlimited interface: each transfer at its own pace.
+  auto free = sim::shareInterface(0.0, {{1.0, 100.0, 50.0}, {2.0, 10.0, 0.0}});
+  CHECK(free[0] == Approx(3.0));
+  CHECK(free[1] == 2.0);
+  // Two equal transfers from t = 0 through 100 bit/s: 50 each, both done at 2 s (not 1 s).
+  auto two = sim::shareInterface(100.0, {{0.0, 100.0, 0.0}, {0.0, 100.0, 0.0}});
+  CHECK(two[0] == Approx(2.0));
+  CHECK(two[1] == Approx(2.0));
+  // One held to 20 bit/s by its own path leaves 80 to the other: 100/80 and 40/20 s.
+  auto capped = sim::shareInterface(100.0, {{0.0, 100.0, 0.0}, {0.0, 40.0, 20.0}});
+  CHECK(capped[0] == Approx(1.25));
+  CHECK(capped[1] == Approx(2.0));
+  // Staggered: the first runs alone for 1 s (100 bits), then both at 50: the first's remaining
+  // 100 bits take 2 s (done at 3), then the second has 100 left, alone: done at 4.
+  auto staggered = sim::shareInterface(100.0, {{0.0, 200.0, 0.0}, {1.0, 200.0, 0.0}});
+  CHECK(staggered[0] == Approx(3.0));
+  CHECK(staggered[1] == Approx(4.0));
+  // A gap with nothing in progress, and an empty transfer.
+  auto gap = sim::shareInterface(100.0, {{0.0, 100.0, 0.0}, {5.0, 100.0, 0.0}, {2.0, 0.0, 0.0}});
+  CHECK(gap[0] == Approx(1.0));
+  CHECK(gap[1] == Approx(6.0));
+  CHECK(gap[2] == 2.0);
+  // Never faster than the interface: n transfers of b bits finish no sooner than n * b / C.
+  std::vector<sim::Transfer> many;
+  for (int k = 0; k < 7; ++k) many.push_back({0.001 * k, 1000.0 + 10.0 * k, 0.0});
+  double total = 0, last = 0;
+  for (const auto& t : many) total += t.bits;
+  for (double d : sim::shareInterface(1000.0, many)) last = std::max(last, d);
+  CHECK(last == Approx(total / 1000.0));
+}
+
+TEST_CASE("node cap: a ring peer's two messages share its interface, twice the round time") {
+  // A ring of 4 with dense messages: each peer sends one message to each of its two neighbours
+  // and receives two. Links 100 Mbit/s each; with a 100 Mbit/s interface per peer the two
+  // messages share it, so the bandwidth part of a round doubles.
+  const std::string yaml = R"(
+run: { seed: 3, rounds: 3 }
+peers: { count: 4 }
+topology: { kind: ring }
+algorithm: { name: dsgd }
+compression: { method: none }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+workload: { name: consensus, dim: 100000 }
+network: { bandwidth_mbit: 100, latency_ms: 5, compute_ms: 10 }
+)";
+  const auto linksOnly = loadYaml(yaml);
+  auto capped = linksOnly;
+  capped.network.nodeBandwidthMbit = 100;
+  auto a = simulate(*makePlan(linksOnly), 2);
+  auto b = simulate(*makePlan(capped), 2);
+  const double msg = static_cast<double>(a.peers[0].bytesSent) / (3 * 2);  // per message
+  REQUIRE(msg > 400000);  // bandwidth-bound: 32 ms per message at 100 Mbit/s, vs 15 ms fixed
+  const double bw = msg * 8.0 / 100e6;
+  CHECK(a.simulatedSeconds == Approx(3 * (0.010 + 0.005 + bw)).epsilon(1e-9));
+  CHECK(b.simulatedSeconds == Approx(3 * (0.010 + 0.005 + 2 * bw)).epsilon(1e-9));
+  // The bandwidth-bound part doubles.
+  CHECK((b.simulatedSeconds / 3 - 0.015) / (a.simulatedSeconds / 3 - 0.015) == Approx(2.0));
+  // Same bytes, same models: only time changes.
+  CHECK(b.peers[0].bytesSent == a.peers[0].bytesSent);
+  CHECK(sameBits(a.peers[1].model, b.peers[1].model));
+
+  // An interface twice the links' rate takes the two messages at the links' own pace.
+  auto wide = linksOnly;
+  wide.network.nodeBandwidthMbit = 200;
+  CHECK(simulate(*makePlan(wide), 1).simulatedSeconds == Approx(a.simulatedSeconds).epsilon(1e-9));
+
+  // Per peer: only peer 0 capped at 50. Its neighbours 1 and 3 receive from it at 25 each (its
+  // egress split in two), so they finish after 4 bandwidth times; peer 2 is unaffected in round 1.
+  auto one = linksOnly;
+  one.run.rounds = 1;
+  one.network.peers.push_back({});
+  one.network.peers.back().rank = 0;
+  one.network.peers.back().nodeBandwidthMbit = 50;
+  auto r = simulate(*makePlan(one), 2);
+  CHECK(r.clock[0] == Approx(0.015 + 4 * bw).epsilon(1e-9));  // its ingress too: 2 x msg at 50
+  CHECK(r.clock[1] == Approx(0.015 + 4 * bw).epsilon(1e-9));
+  CHECK(r.clock[3] == Approx(0.015 + 4 * bw).epsilon(1e-9));
+  CHECK(r.clock[2] == Approx(0.015 + bw).epsilon(1e-9));
+
+  // Deterministic: the same run twice, any thread count, the same clocks.
+  auto again = simulate(*makePlan(capped), 1);
+  CHECK(again.clock == b.clock);
+}
+
 TEST_CASE("a lost message costs the receiver its round timeout") {
   auto c = loadYaml(R"(
 run: { seed: 3, rounds: 40 }

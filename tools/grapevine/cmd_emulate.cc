@@ -1,10 +1,11 @@
-// `grapevine emulate [CONFIG] --peers N [--bandwidth-mbit X] [--latency-ms X] [--jitter-ms X]
-// [--loss-percent X] [--mtu N] [--seed S] [--ready-file PATH] [--json]`: builds the emulated
-// network (runtime/netemu/network.h), prints each rank's namespace and address, writes them as JSON
-// to the ready file once everything forwards, then waits for SIGINT/SIGTERM, prints the per-link
-// counters and tears everything down. Scripts run their processes with `ip netns exec <ns> ...`
-// meanwhile. A CONFIG's faults.events of kind link-down (at_seconds, from when the network is
-// ready) take those links down and up again; other kinds are refused (no peers run here).
+// `grapevine emulate [CONFIG] --peers N [--bandwidth-mbit X] [--node-bandwidth-mbit X]
+// [--latency-ms X] [--jitter-ms X] [--loss-percent X] [--mtu N] [--seed S] [--ready-file PATH]
+// [--json]`: builds the emulated network (runtime/netemu/network.h), prints each rank's namespace
+// and address, writes them as JSON to the ready file once everything forwards, then waits for
+// SIGINT/SIGTERM, prints the per-link counters and tears everything down. Scripts run their
+// processes with `ip netns exec <ns> ...` meanwhile. A CONFIG's faults.events of kind link-down
+// (at_seconds, from when the network is ready) take those links down and up again; other kinds are
+// refused (no peers run here).
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -32,7 +33,7 @@ void onEmulateSignal(int sig) { g_emulateSignal = sig; }
 struct EmulateArgs {
   std::string path;
   int peers = 0;
-  std::optional<double> bandwidthMbit, latencyMs, jitterMs, lossPercent;
+  std::optional<double> bandwidthMbit, nodeBandwidthMbit, latencyMs, jitterMs, lossPercent;
   int mtu = 9000;
   std::optional<std::uint64_t> seed;
   std::string readyFile;
@@ -73,6 +74,7 @@ int runEmulate(const EmulateArgs& a) {
     if (v) overrides.push_back(std::string(key) + "=" + std::to_string(*v));
   };
   set("network.bandwidth_mbit", a.bandwidthMbit);
+  set("network.node_bandwidth_mbit", a.nodeBandwidthMbit);
   set("network.latency_ms", a.latencyMs);
   set("network.jitter_ms", a.jitterMs);
   set("network.loss_percent", a.lossPercent);
@@ -100,13 +102,16 @@ int runEmulate(const EmulateArgs& a) {
     }
     c.peers.count = a.peers;
     c.network.bandwidthMbit = a.bandwidthMbit.value_or(0);
+    c.network.nodeBandwidthMbit = a.nodeBandwidthMbit.value_or(0);
     c.network.latencyMs = a.latencyMs.value_or(0);
     c.network.jitterMs = a.jitterMs.value_or(0);
     c.network.lossPercent = a.lossPercent.value_or(0);
     c.run.seed = a.seed.value_or(1);
-    for (double v : {c.network.bandwidthMbit, c.network.latencyMs, c.network.jitterMs}) {
+    for (double v : {c.network.bandwidthMbit, c.network.nodeBandwidthMbit, c.network.latencyMs,
+                     c.network.jitterMs}) {
       if (v < 0) {
-        std::cerr << "grapevine emulate: bandwidth, latency and jitter must be >= 0\n";
+        std::cerr << "grapevine emulate: bandwidth, node bandwidth, latency and jitter must be "
+                     ">= 0\n";
         return kExitBadInput;
       }
     }
@@ -143,6 +148,7 @@ int runEmulate(const EmulateArgs& a) {
                           {"seed", c.run.seed},
                           {"network",
                            {{"bandwidth_mbit", n.bandwidthMbit},
+                            {"node_bandwidth_mbit", n.nodeBandwidthMbit},
                             {"latency_ms", n.latencyMs},
                             {"jitter_ms", n.jitterMs},
                             {"loss_percent", n.lossPercent},
@@ -161,8 +167,8 @@ int runEmulate(const EmulateArgs& a) {
       std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
     std::cout << "grapevine emulate: " << net.peers() << " ranks, links " << bandwidth << ", "
               << n.latencyMs << " ms (+0-" << n.jitterMs << " ms), loss " << n.lossPercent << "%"
-              << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << ", mtu " << a.mtu
-              << "\n";
+              << nodeCapText(n) << (n.uniform() ? "" : " (with per-peer/per-edge overrides)")
+              << ", mtu " << a.mtu << "\n";
     for (int r = 0; r < net.peers(); ++r) {
       std::cout << "rank " << r << "  ns " << net.namespaceName(r) << "  " << net.address(r)
                 << "\n";
@@ -237,6 +243,9 @@ Command registerEmulate(CLI::App& root) {
   app->add_option("--peers", a->peers, "Number of ranks (overrides peers.count)")
       ->check(CLI::Range(1, 4096));
   app->add_option("--bandwidth-mbit", a->bandwidthMbit, "Link rate, 0 = unlimited");
+  app->add_option("--node-bandwidth-mbit", a->nodeBandwidthMbit,
+                  "Each rank's interface rate, shared by all of its links (egress and ingress "
+                  "each), 0 = no cap");
   app->add_option("--latency-ms", a->latencyMs, "One-way latency");
   app->add_option("--jitter-ms", a->jitterMs,
                   "Extra one-way delay, uniform in [0, this], never reordering");

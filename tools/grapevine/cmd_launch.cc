@@ -348,7 +348,7 @@ int Launch::startNetwork() {
   std::cout << "grapevine launch: emulated network " << network_->namespaceName(0) << ".."
             << network_->namespaceName(c.peers.count - 1) << " (" << network_->address(0)
             << "...), links " << bandwidth << ", " << n.latencyMs << " ms (+0-" << n.jitterMs
-            << " ms), loss " << n.lossPercent << "%"
+            << " ms), loss " << n.lossPercent << "%" << nodeCapText(n)
             << (n.uniform() ? "" : " (with per-peer/per-edge overrides)") << "\n";
   return kExitOk;
 }

@@ -67,7 +67,7 @@ int runSim(const SimArgs& a) {
             << topology::kindName(c.topology.kind) << ", "
             << algorithms::algorithmKindName(c.algorithm.name) << " + "
             << compress::methodName(c.compression.method) << ", " << c.run.rounds << " rounds; "
-            << links << linkOverrides << "; output in " << out << "/\n"
+            << links << nodeCapText(n) << linkOverrides << "; output in " << out << "/\n"
             << std::flush;
 
   sim::SimOptions o;

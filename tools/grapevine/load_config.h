@@ -2,6 +2,7 @@
 // print every diagnostic compiler-style on stderr, and say whether it is usable.
 #pragma once
 
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -23,6 +24,15 @@ inline Result<config::Config> loadConfig(const std::string& path,
   err << config::formatDiagnostics(r.diagnostics);
   if (!r.ok()) return invalidArgument(path + ": the config has errors");
   return std::move(r.config);
+}
+
+// ", node interfaces X Mbit/s" for the one-line network descriptions of emulate, launch and sim
+// (network.node_bandwidth_mbit; per-peer values show as overrides), or "" without a default cap.
+inline std::string nodeCapText(const config::NetworkSection& n) {
+  if (n.nodeBandwidthMbit <= 0) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, ", node interfaces %g Mbit/s each way", n.nodeBandwidthMbit);
+  return text;
 }
 
 // `workload.name: external` leaves the model to the user's program (the API, docs/api.md): a
