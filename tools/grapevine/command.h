@@ -41,6 +41,7 @@ Command registerSweep(CLI::App& root);
 Command registerPlot(CLI::App& root);
 Command registerEmulate(CLI::App& root);
 Command registerSummarize(CLI::App& root);
+Command registerEvaluate(CLI::App& root);
 Command registerKeygen(CLI::App& root);
 
 // The `bench` parent app, created on first call: other files add their own `bench <what>` child

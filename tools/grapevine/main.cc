@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
       registerPlot(root),
       registerEmulate(root),
       registerSummarize(root),
+      registerEvaluate(root),
       registerKeygen(root),
   };
 
