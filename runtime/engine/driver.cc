@@ -130,6 +130,8 @@ class PeerSession::Impl {
   // Applies neighbour messages until the round (or collective) is complete, stopped, or past its
   // deadline.
   void awaitNeighbours(bool collective, int waitRounds = 1);
+  // After tree averaging: until every tree child has closed its connections (it has the average).
+  void lingerForChildren();
   // Mixes what arrived; returns (and logs) the neighbours whose message is missing.
   std::vector<int> mixRound(std::int64_t round);
   // Writes the round's record when it is due (see RoundReport).
@@ -714,6 +716,27 @@ void PeerSession::Impl::linger(bool finished) {
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
 
+void PeerSession::Impl::lingerForChildren() {
+  // A send is complete when the transport has the bytes, not when they arrived: over a slow or
+  // emulated link the broadcast's model may still be on its way when waitSends() returns, and
+  // closing now would cut it off. A child closes its connections once it has the average (and has
+  // passed it on): wait for that, or until its transfers (height of them, one after another)
+  // could not take longer.
+  const CollectiveTree tree = collectiveTree(plan_, options_.rank);
+  if (tree.height < 1) return;
+  const config::Config& c = plan_.config;
+  const auto end =
+      Clock::now() + toDuration(c.algorithm.roundTimeout * tree.height + c.peers.deadAfter);
+  while (Clock::now() < end && !stopRequested()) {
+    drainInbox();
+    bool all = true;
+    for (int j : tree.children) all = all && core_->isDead(j);
+    if (all) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return !inbox_.empty(); });
+  }
+}
+
 void PeerSession::Impl::sendDivergenceNotices() {
   std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
   for (int j : core_->neighbours()) {
@@ -747,6 +770,7 @@ Status PeerSession::Impl::finish(bool average) {
       const auto averageStart = Clock::now();
       const Status st = runCollectives(averagingCollectives(plan_));
       if (!st.isOk()) log::warn("finalize averaging: ", st.toString());
+      if (st.isOk()) lingerForChildren();
       averaged_ = st.isOk() && core_->treeAveraged();
       if (st.isOk() && !core_->treeAveraged()) {
         log::warn("finalize averaging: a tree neighbour was lost; this peer keeps its own model");
