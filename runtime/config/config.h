@@ -72,6 +72,7 @@ struct TransportSection {
   std::string backend = "ucx";
   bool busyPoll = false;
   std::string ucxTls;
+  std::int64_t ucxRndvThresh = 2ll << 20;  // bytes; 0: UCX's own choice
   std::string libfabricProvider = "tcp;ofi_rxm";
   std::int64_t maxFrameBytes = 64ll << 20;
   double ioTimeout = 30.0;

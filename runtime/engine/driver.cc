@@ -604,7 +604,7 @@ Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kind
   int waitRounds = 1;
   for (CollectiveKind kind : kinds) {
     if (kind == CollectiveKind::kTreeSum || kind == CollectiveKind::kTreeBroadcast) {
-      const CollectiveTree tree = collectiveTree(plan_, options_.rank);
+      const CollectiveTree tree = collectiveTree(plan_, options_.rank, core_->model().size());
       core_->setCollectiveTree(tree);
       waitRounds = std::max(1, tree.height);
       break;
@@ -768,7 +768,7 @@ Status PeerSession::Impl::finish(bool average) {
                 plan_.config.run.rounds, " rounds (every peer averages after all run.rounds)");
     } else if (average && !stopRequested()) {
       const auto averageStart = Clock::now();
-      const Status st = runCollectives(averagingCollectives(plan_));
+      const Status st = runCollectives(averagingCollectives(plan_, core_->model().size()));
       if (!st.isOk()) log::warn("finalize averaging: ", st.toString());
       if (st.isOk()) lingerForChildren();
       averaged_ = st.isOk() && core_->treeAveraged();
@@ -880,7 +880,12 @@ topology::Graph unionGraph(const topology::Schedule& schedule) {
 
 }  // namespace
 
-CollectiveTree collectiveTree(const RunPlan& plan, int rank) {
+int treeChunks(std::size_t modelValues) {
+  const std::size_t chunks = (modelValues * sizeof(double) + kTreeChunkBytes - 1) / kTreeChunkBytes;
+  return static_cast<int>(std::clamp<std::size_t>(chunks, 1, kMaxTreeChunks));
+}
+
+CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues) {
   const topology::Graph g = unionGraph(*plan.schedule);
   std::vector<int> parent(static_cast<std::size_t>(g.n), -2), depth(static_cast<std::size_t>(g.n));
   std::vector<int> queue = {0};
@@ -900,21 +905,26 @@ CollectiveTree collectiveTree(const RunPlan& plan, int rank) {
       if (u == rank) t.children.push_back(v);
     }
   }
-  if (queue.size() != static_cast<std::size_t>(g.n)) return CollectiveTree{-1, {}, 0, -1};
+  if (queue.size() != static_cast<std::size_t>(g.n)) return CollectiveTree{-1, {}, 0, -1, 1};
   t.parent = parent[rank];
   t.depth = depth[rank];
+  t.chunks = treeChunks(modelValues);
   return t;
 }
 
-std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan) {
+std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_t modelValues) {
   const topology::Graph g = unionGraph(*plan.schedule);
   if (g.n <= 1) return {};
   // A connected graph whose tree is shallow enough for the collectives' window: an exact reduce
   // to rank 0 and a broadcast back, each peer sending its model once or to each child once.
-  const int height = collectiveTree(plan, 0).height;
+  // (A leaf runs through the sum steps without waiting: the whole sequence stays within the
+  // collectives' window.)
+  const CollectiveTree tree = collectiveTree(plan, 0, modelValues);
+  const int height = tree.height;
   if (height >= 1 && 2 * height <= PeerCore::kRoundWindow / 2) {
-    std::vector<CollectiveKind> kinds(static_cast<std::size_t>(height), CollectiveKind::kTreeSum);
-    kinds.insert(kinds.end(), static_cast<std::size_t>(height), CollectiveKind::kTreeBroadcast);
+    const auto steps = static_cast<std::size_t>(height + tree.chunks - 1);
+    std::vector<CollectiveKind> kinds(steps, CollectiveKind::kTreeSum);
+    kinds.insert(kinds.end(), steps, CollectiveKind::kTreeBroadcast);
     return kinds;
   }
   const topology::Weights w = topology::metropolis(g);

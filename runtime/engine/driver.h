@@ -87,18 +87,24 @@ class PeerSession {
   std::unique_ptr<Impl> impl_;
 };
 
-// The collectives of finalize averaging over the plan's graph (the union of a time-varying one).
-// Connected, with a spanning tree (collectiveTree) at most kRoundWindow / 4 high: height kTreeSum
-// steps then height kTreeBroadcast steps, the exact average (summed in double along the tree) at
-// every peer, each peer sending its model to its parent once and to each child once. Otherwise
+// The collectives of finalize averaging over the plan's graph (the union of a time-varying one),
+// for a model of `modelValues` values. Connected, with a spanning tree (collectiveTree) at most
+// kRoundWindow / 4 high: height + chunks - 1 kTreeSum steps then as many kTreeBroadcast steps, the
+// exact average (summed in double along the tree, sent back in f32) at every peer, each peer
+// sending its model to its parent once and to each child once, in pipelined chunks. Otherwise
 // enough kAverage rounds to bring the spread of the models below 1e-7 of its start (from the
 // second-largest eigenvalue modulus of its Metropolis matrix), then n - 1 kAdoptLowest rounds so
 // every connected live peer holds the same values.
-std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan);
+std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_t modelValues);
 // `rank`'s place in the breadth-first spanning tree of the union graph from rank 0 (neighbours
-// taken in increasing rank): the same tree at every peer. height -1 when the graph is
-// disconnected.
-CollectiveTree collectiveTree(const RunPlan& plan, int rank);
+// taken in increasing rank): the same tree at every peer, with treeChunks(modelValues) chunks.
+// height -1 when the graph is disconnected.
+CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues = 0);
+// Chunks of a tree collective over `modelValues` values: one per kTreeChunkBytes of f64 state
+// (at least 1, at most kMaxTreeChunks). 0 values: 1.
+inline constexpr std::size_t kTreeChunkBytes = std::size_t{1} << 20;
+inline constexpr int kMaxTreeChunks = 16;
+int treeChunks(std::size_t modelValues);
 // The start-up sync: diameter-many kAdoptLowest rounds (every peer gets the lowest rank's model).
 std::vector<CollectiveKind> adoptLowestCollectives(const RunPlan& plan);
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "kernels/ops.h"
@@ -46,7 +47,8 @@ std::vector<std::uint8_t> copyToSpare(std::vector<std::vector<std::uint8_t>>& sp
   return buf;
 }
 
-// Collective payload: origin u32, then the state as f64 (host order, as snapshots are).
+// Collective payload: origin u32 (tree kinds: the peer count), then the state as f64 (host order,
+// as snapshots are), or one chunk of it (tree kinds); a tree broadcast of the model carries f32.
 constexpr std::size_t kCollectiveHeaderBytes = 4;
 // The largest state of a small collective (beginCollective with an initial state).
 constexpr std::size_t kMaxSmallCollective = 16;
@@ -418,13 +420,13 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
   if (env->flags & kFlagCollective) {
     // A model-sized state (when collectives are enabled) or a small one; endCollective() checks
     // that it is the current collective's size.
-    const std::size_t values = env->messageBytes >= kCollectiveHeaderBytes
-                                   ? (env->messageBytes - kCollectiveHeaderBytes) / sizeof(double)
-                                   : 0;
-    const bool sized =
-        env->messageBytes == kCollectiveHeaderBytes + values * sizeof(double) && values > 0;
-    if (!sized ||
-        !((options_.collectives && values == x_.size()) || values <= kMaxSmallCollective)) {
+    // (A chunk of the model's: tree kinds, f32 or f64.)
+    const std::size_t bytesOfValues = env->messageBytes >= kCollectiveHeaderBytes
+                                          ? env->messageBytes - kCollectiveHeaderBytes
+                                          : 0;
+    const bool sized = bytesOfValues > 0 && bytesOfValues % sizeof(float) == 0;
+    if (!sized || !((options_.collectives && bytesOfValues <= x_.size() * sizeof(double)) ||
+                    bytesOfValues <= kMaxSmallCollective * sizeof(double))) {
       refuse(j, e, "bad_collective");
       return;
     }
@@ -628,6 +630,10 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
       assert(initial.size() <= kMaxSmallCollective);
       state_.assign(initial.begin(), initial.end());
     }
+    treeChunks_ = static_cast<int>(std::clamp<std::size_t>(
+        static_cast<std::size_t>(std::max(1, tree_.chunks)), 1, std::max<std::size_t>(1, state_.size())));
+    chunkCount_.assign(static_cast<std::size_t>(treeChunks_), 1);
+    chunkHave_.assign(static_cast<std::size_t>(treeChunks_), 0);
     origin_ = options_.rank;
     collectiveActive_ = true;
   }
@@ -638,15 +644,33 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     treeUsed_ = true;
     sendTo_.clear();
     expected_.clear();
-    const int h = tree_.height;
+    // Pipelined over treeChunks_ chunks (see CollectiveTree::chunks): in kTreeSum step s a peer
+    // at depth d sends chunk s - (h - d) - 1 to its parent (complete: its children's arrived in
+    // step s - 1) and takes chunk s - h + d from its children; in kTreeBroadcast step s it sends
+    // chunk s - d - 1 to its children and takes chunk s - d from its parent.
+    const int h = tree_.height, d = tree_.depth, k = treeChunks_, s = treeStep_;
     const bool parentLive =
         tree_.parent >= 0 && edges_.count(tree_.parent) > 0 && dead_.count(tree_.parent) == 0;
+    sendChunk_ = recvChunk_ = -1;
+    const auto inRange = [k](int c) { return c >= 0 && c < k; };
     if (kind == CollectiveKind::kTreeSum) {
-      if (parentLive && tree_.depth == h - treeStep_ + 1) sendTo_.push_back(tree_.parent);
-      if (tree_.depth == h - treeStep_) expected_ = liveOf(tree_.children);
+      if (parentLive && inRange(s - (h - d) - 1)) {
+        sendTo_.push_back(tree_.parent);
+        sendChunk_ = s - (h - d) - 1;
+      }
+      if (inRange(s - h + d)) {
+        expected_ = liveOf(tree_.children);
+        recvChunk_ = s - h + d;
+      }
     } else {
-      if (treeReceived_ && tree_.depth == treeStep_ - 1) sendTo_ = liveOf(tree_.children);
-      if (parentLive && tree_.depth == treeStep_) expected_.push_back(tree_.parent);
+      if (inRange(s - d - 1) && chunkHave_[static_cast<std::size_t>(s - d - 1)]) {
+        sendTo_ = liveOf(tree_.children);
+        sendChunk_ = s - d - 1;
+      }
+      if (parentLive && inRange(s - d)) {
+        expected_.push_back(tree_.parent);
+        recvChunk_ = s - d;
+      }
     }
   } else {
     sendTo_ = liveOf(neighbours_);
@@ -661,7 +685,13 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
       e.collectives.pop_front();
     }
   }
-  const std::size_t payload = kCollectiveHeaderBytes + state_.size() * sizeof(double);
+  // What goes out: the whole state, or (tree kinds) one chunk of it.
+  std::size_t lo = 0, hi = state_.size();
+  if (tree && sendChunk_ >= 0) std::tie(lo, hi) = chunkRange(sendChunk_);
+  const std::size_t elem = collectiveElementBytes(kind);
+  const std::size_t payload = kCollectiveHeaderBytes + (hi - lo) * elem;
+  const std::uint32_t header = tree ? (sendChunk_ >= 0 ? chunkCount_[sendChunk_] : 0)
+                                    : static_cast<std::uint32_t>(origin_);
   for (int j : sendTo_) {
     Edge& e = edges_[j];
     Envelope env;
@@ -673,8 +703,16 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     env.liveDegree = degreeAtRound_;
     env.messageBytes = static_cast<std::uint32_t>(payload);
     std::uint8_t* p = e.out.data() + kEnvelopeBytes;
-    storeLe(p, tree ? treeCount_ : static_cast<std::uint32_t>(origin_));  // tree: peer count
-    std::memcpy(p + kCollectiveHeaderBytes, state_.data(), state_.size() * sizeof(double));
+    storeLe(p, header);
+    if (elem == sizeof(double)) {
+      std::memcpy(p + kCollectiveHeaderBytes, state_.data() + lo, (hi - lo) * sizeof(double));
+    } else {
+      // The model's own precision: the receivers end with the root's float bits either way.
+      for (std::size_t i = lo; i < hi; ++i) {
+        const float v = static_cast<float>(state_[i]);
+        std::memcpy(p + kCollectiveHeaderBytes + (i - lo) * sizeof(float), &v, sizeof v);
+      }
+    }
     e.outBytes = kEnvelopeBytes + payload;
     env.payloadCrc =
         payloadChecksum(std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, payload));
@@ -712,20 +750,38 @@ void PeerCore::endCollective() {
     const std::uint8_t* p = buf.data() + kEnvelopeBytes;
     const int origin = static_cast<int>(loadLe<std::uint32_t>(p));
     const std::uint8_t* values = p + kCollectiveHeaderBytes;
-    if (env.isOk() && env->messageBytes != kCollectiveHeaderBytes + n * sizeof(double)) {
+    const bool tree = collectiveKind_ == CollectiveKind::kTreeSum ||
+                      collectiveKind_ == CollectiveKind::kTreeBroadcast;
+    std::size_t lo = 0, hi = n;
+    if (tree && recvChunk_ >= 0) std::tie(lo, hi) = chunkRange(recvChunk_);
+    const std::size_t elem = collectiveElementBytes(collectiveKind_);
+    if (env.isOk() && (env->messageBytes != kCollectiveHeaderBytes + (hi - lo) * elem ||
+                       (tree && recvChunk_ < 0))) {
       drop("bad_collective");  // another collective's size: a peer out of step
     } else if (env.isOk() && collectiveKind_ == CollectiveKind::kTreeSum) {
       const auto count = static_cast<std::uint32_t>(origin);  // the header holds the peer count
-      for (std::size_t k = 0; k < n; ++k) {
+      for (std::size_t k = lo; k < hi; ++k) {
         double v;
-        std::memcpy(&v, values + k * sizeof(double), sizeof v);
+        std::memcpy(&v, values + (k - lo) * sizeof(double), sizeof v);
         state_[k] += v;
       }
-      treeCount_ += count;
+      chunkCount_[static_cast<std::size_t>(recvChunk_)] += count;
     } else if (env.isOk() && collectiveKind_ == CollectiveKind::kTreeBroadcast) {
-      std::memcpy(state_.data(), values, n * sizeof(double));
-      treeCount_ = static_cast<std::uint32_t>(origin);
-      treeReceived_ = true;
+      for (std::size_t k = lo; k < hi; ++k) {
+        if (elem == sizeof(double)) {
+          std::memcpy(&state_[k], values + (k - lo) * sizeof(double), sizeof(double));
+        } else {
+          float v;
+          std::memcpy(&v, values + (k - lo) * sizeof(float), sizeof v);
+          state_[k] = v;
+        }
+      }
+      chunkCount_[static_cast<std::size_t>(recvChunk_)] = static_cast<std::uint32_t>(origin);
+      chunkHave_[static_cast<std::size_t>(recvChunk_)] = 1;
+      if (std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; })) {
+        treeReceived_ = true;
+        treeCount_ = *std::min_element(chunkCount_.begin(), chunkCount_.end());
+      }
     } else if (env.isOk() && collectiveKind_ == CollectiveKind::kMinimum) {
       for (std::size_t k = 0; k < n; ++k) {
         double v;
@@ -748,8 +804,15 @@ void PeerCore::endCollective() {
   }
   if (collectiveKind_ == CollectiveKind::kAverage) state_ = std::move(next);
   if (collectiveKind_ == CollectiveKind::kTreeSum && tree_.parent < 0 &&
-      treeStep_ == tree_.height) {
-    for (auto& v : state_) v /= static_cast<double>(treeCount_);  // the root: sum -> average
+      treeStep_ == tree_.height + treeChunks_ - 1) {
+    // The root: sum -> average, each chunk over the peers whose values it holds.
+    for (int c = 0; c < treeChunks_; ++c) {
+      const auto [lo, hi] = chunkRange(c);
+      const double count = chunkCount_[static_cast<std::size_t>(c)];
+      for (std::size_t k = lo; k < hi; ++k) state_[k] /= count;
+      chunkHave_[static_cast<std::size_t>(c)] = 1;
+    }
+    treeCount_ = *std::min_element(chunkCount_.begin(), chunkCount_.end());
     treeReceived_ = true;
   }
 }

@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/algorithms/algorithm.h"
@@ -95,10 +96,13 @@ enum class CollectiveKind {
   kAdoptLowest,  // y <- the state of the lowest origin rank seen (self or a neighbour's)
   kMinimum,      // y <- min(y, y_j) element by element (a small state: see beginCollective)
   // Exact averaging over a spanning tree (PeerCore::setCollectiveTree), `height` steps of each:
-  // kTreeSum step s: the peers at depth height - s + 1 send (the sum of their subtree's states, its
-  // peer count) to their parent, which adds its children's (in increasing rank); the root then
-  // divides by the count. kTreeBroadcast step s: the peers at depth s - 1 send the average to
-  // their children, which adopt it. A peer cut off by a lost tree neighbour keeps its own model.
+  // kTreeSum step s (unchunked): the peers at depth height - s + 1 send (the sum of their subtree's
+  // states, its peer count) to their parent, which adds its children's (in increasing rank); the
+  // root then divides by the count. kTreeBroadcast step s: the peers at depth s - 1 send the
+  // average to their children, which adopt it. With CollectiveTree::chunks the same runs per chunk,
+  // pipelined (height + chunks - 1 steps of each); a peer lost midway is left out of the chunks it
+  // had not sent (each chunk is the average over the peers it holds). A peer cut off by a lost
+  // tree neighbour keeps its own model.
   kTreeSum,
   kTreeBroadcast,
 };
@@ -110,6 +114,10 @@ struct CollectiveTree {
   std::vector<int> children;  // increasing rank
   int depth = 0;              // 0 at the root
   int height = 0;             // the tree's largest depth
+  // The state travels in this many chunks, pipelined: a peer passes chunk c on while chunk c + 1
+  // is on its way to it, so each phase takes height + chunks - 1 steps (instead of height steps
+  // of the whole state) and a slow link carries the model about once, not height times in a row.
+  int chunks = 1;
 };
 
 struct PeerCounters {
@@ -389,6 +397,21 @@ class PeerCore {
   std::size_t collectiveBytes_ = 0;
   CollectiveTree tree_;
   int treeStep_ = 0;           // the step of the current kTreeSum / kTreeBroadcast phase (1-based)
+  int treeChunks_ = 1;         // tree_.chunks, at most the state's size
+  int sendChunk_ = -1, recvChunk_ = -1;  // this step's chunks (-1: none)
+  std::vector<std::uint32_t> chunkCount_;  // peers summed into each chunk (after: averaged over)
+  std::vector<char> chunkHave_;            // the chunks of the average this peer holds
+  // The values of chunk c of the state: [lo, hi).
+  std::pair<std::size_t, std::size_t> chunkRange(int c) const {
+    const std::size_t n = state_.size(), k = static_cast<std::size_t>(treeChunks_);
+    return {n * static_cast<std::size_t>(c) / k, n * static_cast<std::size_t>(c + 1) / k};
+  }
+  // A tree broadcast of the model carries f32 (the model's precision: every peer ends with the
+  // root's float bits either way); everything else f64.
+  std::size_t collectiveElementBytes(CollectiveKind kind) const {
+    return kind == CollectiveKind::kTreeBroadcast && collectiveOnModel_ ? sizeof(float)
+                                                                        : sizeof(double);
+  }
   bool treeUsed_ = false;      // this sequence ran tree collectives
   bool treeReceived_ = false;  // ... and this peer holds their average
   std::uint32_t treeCount_ = 0;  // peers summed into the state (kTreeSum), or averaged (after)

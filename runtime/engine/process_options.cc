@@ -17,6 +17,7 @@ transport::Options transportOptions(const config::Config& config, int rank, cons
   to.host = config.peers.addresses()[rank].host;
   to.busyPoll = config.transport.busyPoll;
   to.ucxTls = config.transport.ucxTls;
+  to.ucxRndvThresh = static_cast<std::size_t>(config.transport.ucxRndvThresh);
   to.libfabricProvider = config.transport.libfabricProvider;
   to.maxMessageBytes = std::max<std::size_t>(core.maxWireBytes(), 4096);
   to.ioTimeoutSeconds = config.transport.ioTimeout;

@@ -67,6 +67,7 @@ struct Options {
   std::uint16_t dataPort = 0;      // tcp data listener; 0 = ephemeral
   bool busyPoll = false;           // spin in progress() instead of sleeping on the wait descriptor
   std::string ucxTls;              // passed to UCX as UCX_TLS; empty = let UCX choose
+  std::size_t ucxRndvThresh = 0;   // UCX's RNDV_THRESH in bytes; 0 = UCX's choice (or the env's)
   std::string libfabricProvider = "tcp;ofi_rxm";
   std::size_t maxMessageBytes = std::size_t{1}
                                 << 30;  // larger messages are refused before allocation

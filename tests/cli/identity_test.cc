@@ -162,13 +162,14 @@ TEST_CASE("sim and launch are bit-identical: gt uncompressed (quadratic) and gt 
 TEST_CASE("sim and launch are bit-identical with run.final_average: every model the same average",
           "[slow]") {
   // CHOCO + top-k leaves the peers apart; the tree reduce and broadcast (height 3 on a 2 x 3
-  // torus) end every peer, in both, on the same bits.
+  // torus, the model's 152650 values in 2 pipelined chunks) end every peer, in both, on the same
+  // bits.
   const std::string yaml =
       "run: { seed: 5, rounds: 60, final_average: true }\n"
       "peers: { count: 6 }\n"
       "topology: { kind: torus, dims: [2, 3] }\n"
       "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, batch_size: 32 }\n"
-      "workload: { name: fashion-mnist-mlp, hidden: [32], eval_every: 30, eval_samples: 2000 }\n"
+      "workload: { name: fashion-mnist-mlp, hidden: [192], eval_every: 30, eval_samples: 2000 }\n"
       "algorithm: { name: choco, consensus_step: 0.2, round_timeout: 120 }\n"
       "compression: { method: top-k, ratio: 0.05 }\n";
   checkIdentical("final-average", yaml, 6);

@@ -85,10 +85,37 @@ TEST_CASE("collectiveTree: breadth-first from rank 0, neighbours in increasing r
   CHECK(engine::collectiveTree(*plan, 3).children == std::vector<int>{4});
   CHECK(engine::collectiveTree(*plan, 5).children.empty());
   // 4 reduce steps and 4 broadcast steps.
-  const auto kinds = engine::averagingCollectives(*plan);
+  const auto kinds = engine::averagingCollectives(*plan, 40);
   REQUIRE(kinds.size() == 8);
   CHECK(kinds[3] == engine::CollectiveKind::kTreeSum);
   CHECK(kinds[4] == engine::CollectiveKind::kTreeBroadcast);
+  // A model of more than 1 MiB of f64 goes in pipelined chunks: height + chunks - 1 steps each.
+  CHECK(engine::treeChunks(0) == 1);
+  CHECK(engine::treeChunks(131072) == 1);
+  CHECK(engine::treeChunks(131073) == 2);
+  CHECK(engine::treeChunks(300000) == 3);
+  CHECK(engine::treeChunks(std::size_t{1} << 30) == engine::kMaxTreeChunks);
+  CHECK(engine::collectiveTree(*plan, 3, 300000).chunks == 3);
+  const auto chunked = engine::averagingCollectives(*plan, 300000);
+  REQUIRE(chunked.size() == 12);
+  CHECK(chunked[5] == engine::CollectiveKind::kTreeSum);
+  CHECK(chunked[6] == engine::CollectiveKind::kTreeBroadcast);
+}
+
+TEST_CASE("run.final_average in pipelined chunks: the same bits at every peer, the exact average") {
+  // 300000 values: 3 chunks of 100000 (the tree collectives' chunks, engine::treeChunks).
+  const std::string big = "{ kind: ring }";
+  auto yaml = [&](bool average) {
+    std::string y = yamlFor(big, 8, "", average);
+    const auto at = y.find("dim: 40");
+    return y.replace(at, 7, "dim: 300000");
+  };
+  const auto plain = simulate(yaml(false));
+  const auto averaged = simulate(yaml(true));
+  REQUIRE(averaged.peers[0].model.size() == 300000);
+  CHECK_FALSE(sameBits(plain.peers[0].model, plain.peers[1].model));
+  for (int i = 1; i < 8; ++i) CHECK(sameBits(averaged.peers[i].model, averaged.peers[0].model));
+  checkAverage(averaged.peers[0].model, meanOf(plain, {0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
 TEST_CASE("run.final_average: every peer ends with the same bits, the exact average") {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <string>
 #include <utility>
@@ -259,6 +260,15 @@ Status UcxWorker::createWorker() {
     if (st != UCS_OK) {
       ucp_config_release(config);
       return invalidArgument("transport.ucx.tls '" + options_.ucxTls + "': " + ucsError(st));
+    }
+  }
+  // A user's UCX_RNDV_THRESH wins over the config's (ucp_config_read has applied it already).
+  if (options_.ucxRndvThresh > 0 && std::getenv("UCX_RNDV_THRESH") == nullptr) {
+    const std::string thresh = std::to_string(options_.ucxRndvThresh);
+    st = ucp_config_modify(config, "RNDV_THRESH", thresh.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return invalidArgument("transport.ucx.rndv_thresh " + thresh + ": " + ucsError(st));
     }
   }
   // Best effort: an older UCX without keepalive still works, it just detects silent peers later.
