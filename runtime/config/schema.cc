@@ -689,8 +689,8 @@ std::vector<KeyDef> buildSchema() {
       "transport.ucx.tls", [](Config & c) -> auto& { return c.transport.ucxTls; },
       "UCX transports (UCX_TLS), e.g. tcp or posix,sysv,cma,self; empty: UCX chooses"));
   t.push_back(intKey(
-      "transport.ucx.rndv_thresh", [](Config & c) -> auto& { return c.transport.ucxRndvThresh; },
-      0, 1ll << 32,
+      "transport.ucx.rndv_thresh", [](Config & c) -> auto& { return c.transport.ucxRndvThresh; }, 0,
+      1ll << 32,
       "Bytes from which UCX uses its rendezvous protocol (UCX_RNDV_THRESH; smaller messages go "
       "eagerly). Rendezvous costs round trips per message, which dominate on links with latency; "
       "0: UCX's own choice. An UCX_RNDV_THRESH in the environment wins"));

@@ -784,6 +784,10 @@ Status PeerSession::Impl::finish(bool average) {
     }
   }
   finished_ = true;
+  // After the averaging, disconnect first: a tree parent lingers until its children closed
+  // (lingerForChildren), and the final evaluation and file writes would otherwise add up along
+  // every path of the tree. (Otherwise the time they take lets our last sends drain.)
+  if (averageSeconds_ >= 0) shutdown();
   finishStatus_ = writeFinal(outcome);
   shutdown();
   prometheus_.reset();  // the endpoint goes away with the run

@@ -197,6 +197,12 @@ std::vector<int> PeerCore::liveOf(const std::vector<int>& peers) const {
 
 int PeerCore::liveDegree() const { return static_cast<int>(neighbours_.size() - dead_.size()); }
 
+int PeerCore::unlostDegree() const {
+  const auto lost =
+      std::count_if(dead_.begin(), dead_.end(), [](const auto& d) { return d.second; });
+  return static_cast<int>(neighbours_.size()) - static_cast<int>(lost);
+}
+
 bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() == 0; }
 
 Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
@@ -630,8 +636,9 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
       assert(initial.size() <= kMaxSmallCollective);
       state_.assign(initial.begin(), initial.end());
     }
-    treeChunks_ = static_cast<int>(std::clamp<std::size_t>(
-        static_cast<std::size_t>(std::max(1, tree_.chunks)), 1, std::max<std::size_t>(1, state_.size())));
+    treeChunks_ = static_cast<int>(
+        std::clamp<std::size_t>(static_cast<std::size_t>(std::max(1, tree_.chunks)), 1,
+                                std::max<std::size_t>(1, state_.size())));
     chunkCount_.assign(static_cast<std::size_t>(treeChunks_), 1);
     chunkHave_.assign(static_cast<std::size_t>(treeChunks_), 0);
     origin_ = options_.rank;
@@ -690,8 +697,8 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
   if (tree && sendChunk_ >= 0) std::tie(lo, hi) = chunkRange(sendChunk_);
   const std::size_t elem = collectiveElementBytes(kind);
   const std::size_t payload = kCollectiveHeaderBytes + (hi - lo) * elem;
-  const std::uint32_t header = tree ? (sendChunk_ >= 0 ? chunkCount_[sendChunk_] : 0)
-                                    : static_cast<std::uint32_t>(origin_);
+  const std::uint32_t header =
+      tree ? (sendChunk_ >= 0 ? chunkCount_[sendChunk_] : 0) : static_cast<std::uint32_t>(origin_);
   for (int j : sendTo_) {
     Edge& e = edges_[j];
     Envelope env;
@@ -944,7 +951,7 @@ std::vector<std::pair<int, std::string>> PeerCore::takeQuarantined() {
 
 void PeerCore::markDead(int j, bool lost) {
   if (!edges_.count(j) || dead_.count(j)) return;
-  dead_[j] = true;
+  dead_[j] = lost;
   if (lost) ++counters_.deadNeighbours;
   // Its state is still needed for this round's mix when its message of this round arrived.
   if (edges_.at(j).arrived)

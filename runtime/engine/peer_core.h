@@ -296,6 +296,9 @@ class PeerCore {
   const std::vector<int>& neighbours() const { return neighbours_; }
   bool isolated() const;
   int liveDegree() const;
+  // The neighbours not lost: live ones and those that closed after finishing their rounds (the
+  // final record's live_degree, whenever the neighbours' goodbyes came in).
+  int unlostDegree() const;
 
   std::span<const float> model() const { return x_; }
   std::span<float> mutableModel() { return x_; }
@@ -372,7 +375,7 @@ class PeerCore {
   std::int64_t round_ = -1;
   std::vector<int> neighbours_;  // union over the schedule
   std::map<int, Edge> edges_;
-  std::map<int, bool> dead_;
+  std::map<int, bool> dead_;  // dropped edges; true: lost before it finished (markDead's `lost`)
   std::optional<Divergence> divergence_;
   double initialNorm_ = 0.0;
   double firstLoss_ = 0.0, lossEma_ = 0.0, minLossEma_ = 0.0;  // loss history
@@ -396,9 +399,9 @@ class PeerCore {
   int origin_ = 0;
   std::size_t collectiveBytes_ = 0;
   CollectiveTree tree_;
-  int treeStep_ = 0;           // the step of the current kTreeSum / kTreeBroadcast phase (1-based)
-  int treeChunks_ = 1;         // tree_.chunks, at most the state's size
-  int sendChunk_ = -1, recvChunk_ = -1;  // this step's chunks (-1: none)
+  int treeStep_ = 0;    // the step of the current kTreeSum / kTreeBroadcast phase (1-based)
+  int treeChunks_ = 1;  // tree_.chunks, at most the state's size
+  int sendChunk_ = -1, recvChunk_ = -1;    // this step's chunks (-1: none)
   std::vector<std::uint32_t> chunkCount_;  // peers summed into each chunk (after: averaged over)
   std::vector<char> chunkHave_;            // the chunks of the average this peer holds
   // The values of chunk c of the state: [lo, hi).
@@ -412,8 +415,8 @@ class PeerCore {
     return kind == CollectiveKind::kTreeBroadcast && collectiveOnModel_ ? sizeof(float)
                                                                         : sizeof(double);
   }
-  bool treeUsed_ = false;      // this sequence ran tree collectives
-  bool treeReceived_ = false;  // ... and this peer holds their average
+  bool treeUsed_ = false;        // this sequence ran tree collectives
+  bool treeReceived_ = false;    // ... and this peer holds their average
   std::uint32_t treeCount_ = 0;  // peers summed into the state (kTreeSum), or averaged (after)
 };
 

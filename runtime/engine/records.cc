@@ -111,6 +111,10 @@ nlohmann::json finalRecord(const PeerCore& peer, double seconds, double testAccu
                            double testLoss, const std::optional<Divergence>& divergence) {
   auto r = roundRecord(peer, seconds, {}, {});
   r["final"] = true;
+  // At the end a neighbour that finished and closed is no loss (it may close before or after this
+  // peer writes its final record).
+  r["live_degree"] = peer.unlostDegree();
+  if (peer.unlostDegree() > 0) r.erase("isolated");
   if (std::isfinite(testAccuracy)) r["test_accuracy"] = testAccuracy;
   r["test_loss"] = testLoss;
   if (divergence) {

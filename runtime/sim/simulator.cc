@@ -247,8 +247,7 @@ class Simulation {
     for (engine::CollectiveKind kind : kinds) {
       if (kind == engine::CollectiveKind::kTreeSum) {
         for (std::size_t i = 0; i < count_; ++i)
-          peers_[i]->setCollectiveTree(
-              engine::collectiveTree(plan_, static_cast<int>(i), values));
+          peers_[i]->setCollectiveTree(engine::collectiveTree(plan_, static_cast<int>(i), values));
         break;
       }
     }
