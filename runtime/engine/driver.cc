@@ -602,13 +602,10 @@ Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kind
   // A tree step may wait for as many transfers as the tree is high (its subtree's, one after
   // another); a lost tree neighbour ends the wait early (heartbeats).
   int waitRounds = 1;
-  for (CollectiveKind kind : kinds) {
-    if (kind == CollectiveKind::kTreeSum || kind == CollectiveKind::kTreeBroadcast) {
-      const CollectiveTree tree = collectiveTree(plan_, options_.rank, core_->model().size());
-      core_->setCollectiveTree(tree);
-      waitRounds = std::max(1, tree.height);
-      break;
-    }
+  if (usesTree(kinds)) {
+    const CollectiveTree tree = collectiveTree(plan_, options_.rank, core_->model().size());
+    core_->setCollectiveTree(tree);
+    waitRounds = std::max(1, tree.height);
   }
   for (CollectiveKind kind : kinds) {
     GV_RETURN_IF_ERROR(waitPreviousSends("collective"));
@@ -887,6 +884,12 @@ topology::Graph unionGraph(const topology::Schedule& schedule) {
 int treeChunks(std::size_t modelValues) {
   const std::size_t chunks = (modelValues * sizeof(double) + kTreeChunkBytes - 1) / kTreeChunkBytes;
   return static_cast<int>(std::clamp<std::size_t>(chunks, 1, kMaxTreeChunks));
+}
+
+bool usesTree(const std::vector<CollectiveKind>& kinds) {
+  return std::any_of(kinds.begin(), kinds.end(), [](CollectiveKind k) {
+    return k == CollectiveKind::kTreeSum || k == CollectiveKind::kTreeBroadcast;
+  });
 }
 
 CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues) {

@@ -105,6 +105,8 @@ CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelVa
 inline constexpr std::size_t kTreeChunkBytes = std::size_t{1} << 20;
 inline constexpr int kMaxTreeChunks = 16;
 int treeChunks(std::size_t modelValues);
+// Whether a sequence of collectives has tree steps (then every peer needs its collectiveTree set).
+bool usesTree(const std::vector<CollectiveKind>& kinds);
 // The start-up sync: diameter-many kAdoptLowest rounds (every peer gets the lowest rank's model).
 std::vector<CollectiveKind> adoptLowestCollectives(const RunPlan& plan);
 

@@ -244,12 +244,9 @@ class Simulation {
     if (result_.divergence) return;
     const std::size_t values = peers_.empty() ? 0 : peers_[0]->model().size();
     const auto kinds = engine::averagingCollectives(plan_, values);
-    for (engine::CollectiveKind kind : kinds) {
-      if (kind == engine::CollectiveKind::kTreeSum) {
-        for (std::size_t i = 0; i < count_; ++i)
-          peers_[i]->setCollectiveTree(engine::collectiveTree(plan_, static_cast<int>(i), values));
-        break;
-      }
+    if (engine::usesTree(kinds)) {
+      for (std::size_t i = 0; i < count_; ++i)
+        peers_[i]->setCollectiveTree(engine::collectiveTree(plan_, static_cast<int>(i), values));
     }
     for (engine::CollectiveKind kind : kinds) {
       for (std::size_t i = 0; i < count_; ++i) {
