@@ -191,6 +191,22 @@ TEST_CASE("network overrides: per peer and per link, validated") {
   CHECK(contains(allDiagnostics(edge), "network.edges: [0, 7] names a peer >= peers.count (4)"));
 }
 
+TEST_CASE("transport.ucx.rndv_thresh: 2 MiB by default, bytes, 0 for UCX's own, never negative") {
+  const std::string base = "peers: { count: 4 }\ntopology: { kind: ring }\n";
+  auto def = loadString(base, "rndv.yaml", noEnv());
+  REQUIRE(def.ok());
+  CHECK(def.config.transport.ucxRndvThresh == 2 * 1024 * 1024);
+  auto set = loadString(base + "transport: { ucx: { rndv_thresh: 0 } }\n", "rndv.yaml", noEnv());
+  REQUIRE(set.ok());
+  CHECK(set.config.transport.ucxRndvThresh == 0);
+  auto bad = loadString(base + "transport: { ucx: { rndv_thresh: -1 } }\n", "rndv.yaml", noEnv());
+  CHECK_FALSE(bad.ok());
+  CHECK(contains(allDiagnostics(bad), "transport.ucx.rndv_thresh"));
+  auto word = loadString(base + "transport: { ucx: { rndv_thresh: 2mb } }\n", "rndv.yaml", noEnv());
+  CHECK_FALSE(word.ok());
+  CHECK(contains(allDiagnostics(word), "transport.ucx.rndv_thresh"));
+}
+
 TEST_CASE("network.node_bandwidth_mbit: default, per peer, refused where it means nothing") {
   const std::string base = "peers: { count: 4 }\ntopology: { kind: ring }\nnetwork:\n";
   auto none = loadString(base + "  bandwidth_mbit: 100\n", "cap.yaml", noEnv());
