@@ -167,7 +167,15 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
                         r.le<std::uint8_t>("config part name length"));
     GV_ASSIGN_OR_RETURN(const auto name, r.bytes(nameBytes, "config part name"));
     GV_ASSIGN_OR_RETURN(const std::uint64_t hash, r.le<std::uint64_t>("config part hash"));
-    h.parts.push_back(ConfigPart{text(name), hash});
+    std::string partName = text(name);
+    // One hash per part: with two, which one counts would depend on the comparison's order.
+    for (const ConfigPart& seen : h.parts) {
+      if (seen.name == partName) {
+        return dataLoss("malformed hello from peer " + std::to_string(h.sender) +
+                               ": config part '" + partName + "' appears twice");
+      }
+    }
+    h.parts.push_back(ConfigPart{std::move(partName), hash});
   }
   // Optional trailer items: u8 kind, then 1: the key's nonce (32 bytes), 2: u16 length + build id.
   // An unknown kind ends the trailer (room for additions within a version: ignored).

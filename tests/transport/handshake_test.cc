@@ -171,6 +171,16 @@ TEST_CASE("handshake: a field length running past the end is data loss, naming t
   CHECK(contains(r.status(), "config part name length"));
 }
 
+TEST_CASE("handshake: a config part named twice is data loss, naming the part") {
+  // (Found by fuzz_handshake: with two hashes for one part, comparing a hello with itself failed.)
+  Hello h = sampleHello();
+  h.parts.push_back({"topology", 0x2222});
+  auto r = decodeHello(encoded(h));
+  REQUIRE_FALSE(r.isOk());
+  CHECK(r.status().code() == ErrorCode::kDataLoss);
+  CHECK(contains(r.status(), "config part 'topology' appears twice"));
+}
+
 TEST_CASE("handshake: fields too long for their length prefix are refused when encoding") {
   Hello h = sampleHello();
   h.backend.assign(kMaxBackendNameBytes, 'b');
