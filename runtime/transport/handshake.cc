@@ -172,7 +172,7 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
     for (const ConfigPart& seen : h.parts) {
       if (seen.name == partName) {
         return dataLoss("malformed hello from peer " + std::to_string(h.sender) +
-                               ": config part '" + partName + "' appears twice");
+                        ": config part '" + partName + "' appears twice");
       }
     }
     h.parts.push_back(ConfigPart{std::move(partName), hash});
