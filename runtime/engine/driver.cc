@@ -887,9 +887,7 @@ int treeChunks(std::size_t modelValues) {
 }
 
 bool usesTree(const std::vector<CollectiveKind>& kinds) {
-  return std::any_of(kinds.begin(), kinds.end(), [](CollectiveKind k) {
-    return k == CollectiveKind::kTreeSum || k == CollectiveKind::kTreeBroadcast;
-  });
+  return std::any_of(kinds.begin(), kinds.end(), isTreeKind);
 }
 
 CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues) {

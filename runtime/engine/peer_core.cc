@@ -625,7 +625,7 @@ std::vector<int> PeerCore::endRound() {
 
 void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> initial) {
   const bool first = !collectiveActive_;
-  const bool tree = kind == CollectiveKind::kTreeSum || kind == CollectiveKind::kTreeBroadcast;
+  const bool tree = isTreeKind(kind);
   if (first) {
     treeUsed_ = treeReceived_ = false;
     treeCount_ = 1;
@@ -757,8 +757,7 @@ void PeerCore::endCollective() {
     const std::uint8_t* p = buf.data() + kEnvelopeBytes;
     const int origin = static_cast<int>(loadLe<std::uint32_t>(p));
     const std::uint8_t* values = p + kCollectiveHeaderBytes;
-    const bool tree = collectiveKind_ == CollectiveKind::kTreeSum ||
-                      collectiveKind_ == CollectiveKind::kTreeBroadcast;
+    const bool tree = isTreeKind(collectiveKind_);
     std::size_t lo = 0, hi = n;
     if (tree && recvChunk_ >= 0) std::tie(lo, hi) = chunkRange(recvChunk_);
     const std::size_t elem = collectiveElementBytes(collectiveKind_);
@@ -785,10 +784,8 @@ void PeerCore::endCollective() {
       }
       chunkCount_[static_cast<std::size_t>(recvChunk_)] = static_cast<std::uint32_t>(origin);
       chunkHave_[static_cast<std::size_t>(recvChunk_)] = 1;
-      if (std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; })) {
-        treeReceived_ = true;
-        treeCount_ = *std::min_element(chunkCount_.begin(), chunkCount_.end());
-      }
+      if (std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; }))
+        holdAverage();
     } else if (env.isOk() && collectiveKind_ == CollectiveKind::kMinimum) {
       for (std::size_t k = 0; k < n; ++k) {
         double v;
@@ -819,8 +816,7 @@ void PeerCore::endCollective() {
       for (std::size_t k = lo; k < hi; ++k) state_[k] /= count;
       chunkHave_[static_cast<std::size_t>(c)] = 1;
     }
-    treeCount_ = *std::min_element(chunkCount_.begin(), chunkCount_.end());
-    treeReceived_ = true;
+    holdAverage();
   }
 }
 

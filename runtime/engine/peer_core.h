@@ -107,6 +107,10 @@ enum class CollectiveKind {
   kTreeBroadcast,
 };
 
+inline bool isTreeKind(CollectiveKind k) {
+  return k == CollectiveKind::kTreeSum || k == CollectiveKind::kTreeBroadcast;
+}
+
 // A peer's place in the spanning tree of the tree collectives (the same tree at every peer:
 // engine::collectiveTree()).
 struct CollectiveTree {
@@ -404,6 +408,11 @@ class PeerCore {
   int sendChunk_ = -1, recvChunk_ = -1;    // this step's chunks (-1: none)
   std::vector<std::uint32_t> chunkCount_;  // peers summed into each chunk (after: averaged over)
   std::vector<char> chunkHave_;            // the chunks of the average this peer holds
+  // This peer holds every chunk of the average: treeReceived_, over the fewest peers of a chunk.
+  void holdAverage() {
+    treeReceived_ = true;
+    treeCount_ = *std::min_element(chunkCount_.begin(), chunkCount_.end());
+  }
   // The values of chunk c of the state: [lo, hi).
   std::pair<std::size_t, std::size_t> chunkRange(int c) const {
     const std::size_t n = state_.size(), k = static_cast<std::size_t>(treeChunks_);
