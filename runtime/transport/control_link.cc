@@ -82,8 +82,8 @@ void ControlLink::startHeartbeats() {
   onHandshake_ = nullptr;
   if (state_ != State::kHandshaken) return;  // lost between its handshake and the bootstrap's end
   moveTo(State::kConnected);
+  // Silence is judged from now on; the heartbeats themselves run since the handshake (see tick()).
   lastHeard_ = Clock::now();
-  tick();
 }
 
 void ControlLink::closeAfterFlush() {
@@ -306,6 +306,10 @@ void ControlLink::onProof(std::span<const std::uint8_t> proof) {
 void ControlLink::handshakeAgreed(handshake::Hello theirs) {
   theirs_ = std::move(theirs);
   moveTo(State::kHandshaken);
+  // Heartbeats start with the handshake, not with our bootstrap's end: the neighbour may finish
+  // its bootstrap long before ours (we may still wait for another neighbour) and judges our
+  // silence from then on.
+  tick();
   if (auto cb = std::move(onHandshake_)) {
     onHandshake_ = nullptr;
     cb(*this, Status::ok());
@@ -357,11 +361,12 @@ void ControlLink::emit(ControlEventKind kind, double silent, std::string message
 }
 
 void ControlLink::tick() {
-  if (state_ != State::kConnected) return;
+  if (state_ != State::kHandshaken && state_ != State::kConnected) return;
   if (out_.size() < 16) queue(kHeartbeat, {});  // a stalled peer does not grow the queue
   const double silent = secondsSince(lastHeard_);
   const double limit = options_.heartbeatIntervalSeconds * options_.missedHeartbeats;
-  if (!missed_ && silent > limit) {
+  // Silence counts only once the bootstrap handed the link out (startHeartbeats()).
+  if (state_ == State::kConnected && !missed_ && silent > limit) {
     missed_ = true;
     emit(ControlEventKind::kMissedHeartbeats, silent,
          "peer " + std::to_string(peer_) + " missed heartbeats for " + formatSeconds(silent));

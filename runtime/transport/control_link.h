@@ -78,8 +78,10 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   // `sessionKey` the bootstrap has already authenticated the socket and sent our hello and proof.
   void adopt(boost::asio::ip::tcp::socket socket, std::vector<std::uint8_t> hello,
              std::optional<security::Key> sessionKey = std::nullopt);
-  // kHandshaken -> kConnected: starts heartbeats and liveness events once the bootstrap handed the
-  // channel to the caller. No effect on a link that already closed.
+  // kHandshaken -> kConnected: starts liveness events once the bootstrap handed the channel to the
+  // caller. (Our heartbeats are sent from the handshake on, so that a neighbour whose bootstrap
+  // ended first does not count us silent while we still wait for another neighbour.) No effect on a
+  // link that already closed.
   void startHeartbeats();
   // Closes once the queued frames (a reject) are written, so that the peer gets to read why.
   // Reports nothing. Idempotent.

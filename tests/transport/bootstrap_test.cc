@@ -367,3 +367,54 @@ TEST_CASE("bootstrap: heartbeats report a stopped peer, its recovery, and its de
   (*data)->close();
   loop.runUntil([] { return false; }, std::chrono::milliseconds(20));
 }
+
+TEST_CASE(
+    "bootstrap: a neighbour still waiting for another neighbour heartbeats from its handshake") {
+  // Rank 0's only neighbour is rank 1, so its bootstrap ends with their handshake. Rank 1 also
+  // waits for rank 2, which never answers. Rank 1's heartbeats must reach rank 0 meanwhile: a
+  // staggered start (rank 2 started later) must not make rank 0 count rank 1 as silent.
+  Loop loop;
+  Options o1 = tcpOptions();
+  o1.rank = 1;
+  auto data1 = makeContext(loop, o1);
+  REQUIRE(data1.isOk());
+  BootstrapOptions b1;
+  b1.rank = 1;
+  b1.peers = {"127.0.0.1:1", "127.0.0.1:0", "127.0.0.1:" + std::to_string(closedPort())};
+  b1.neighbours = {0, 2};
+  b1.connectTimeoutSeconds = 30;
+  b1.heartbeatIntervalSeconds = 0.05;
+  std::optional<Result<std::vector<Neighbour>>> result1;
+  auto boot1 = Bootstrap::start(
+      loop, b1, **data1, [&](Result<std::vector<Neighbour>> r) { result1.emplace(std::move(r)); });
+  REQUIRE(boot1.isOk());
+
+  Options o0 = tcpOptions();
+  o0.rank = 0;
+  auto data0 = makeContext(loop, o0);
+  REQUIRE(data0.isOk());
+  BootstrapOptions b0;
+  b0.rank = 0;
+  b0.peers = {"127.0.0.1:0", "127.0.0.1:" + std::to_string((*boot1)->listenPort()), "127.0.0.1:1"};
+  b0.neighbours = {1};
+  b0.heartbeatIntervalSeconds = 0.05;
+  b0.missedHeartbeats = 3;
+  std::vector<ControlEvent> events;
+  b0.onEvent = [&](const ControlEvent& e) { events.push_back(e); };
+  std::optional<Result<std::vector<Neighbour>>> result0;
+  auto boot0 = Bootstrap::start(
+      loop, b0, **data0, [&](Result<std::vector<Neighbour>> r) { result0.emplace(std::move(r)); });
+  REQUIRE(boot0.isOk());
+  REQUIRE(loop.runUntil([&] { return result0.has_value(); }, std::chrono::seconds(10)));
+  REQUIRE(result0->isOk());
+  // Twenty heartbeat intervals (several times the 0.15 s silence limit) with rank 1 still in its
+  // bootstrap: it keeps heartbeating.
+  loop.runUntil([] { return false; }, std::chrono::seconds(1));
+  CHECK(!result1.has_value());
+  for (const auto& e : events) INFO(e.message);
+  CHECK(events.empty());
+  result0->value()[0].control->close();
+  (*data0)->close();
+  (*data1)->close();
+  loop.runUntil([] { return false; }, std::chrono::milliseconds(20));
+}
