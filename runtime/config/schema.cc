@@ -888,7 +888,8 @@ std::vector<KeyDef> buildSchema() {
       "Folder for the checkpoints, one subfolder per rank (empty: <output.dir>/checkpoints)"));
   t.push_back(intKey(
       "checkpoint.keep", [](Config & c) -> auto& { return c.checkpoint.keep; }, 1, 1e6,
-      "Newest checkpoints kept per peer (older ones are deleted)"));
+      "Newest checkpoints kept per peer (older ones are deleted, except those a restart still "
+      "needs: docs/faults.md)"));
 
   // network
   t.push_back(enumKey(

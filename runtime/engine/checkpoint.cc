@@ -148,8 +148,16 @@ std::vector<std::int64_t> checkpointRounds(const std::string& folder) {
   return rounds;
 }
 
+void removeCheckpointsAfter(const std::string& folder, std::int64_t round) {
+  std::error_code ec;
+  for (std::int64_t r : checkpointRounds(folder)) {
+    if (r > round) fs::remove(checkpointPath(folder, r), ec);
+  }
+}
+
 Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
-                       std::uint32_t incarnation, const PeerState& s, int keep) {
+                       std::uint32_t incarnation, const PeerState& s, int keep,
+                       std::int64_t everyoneHas) {
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) return unavailable("cannot create " + folder + ": " + ec.message());
@@ -188,11 +196,74 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
   GV_RETURN_IF_ERROR(writeFileAtomically(path, {body, sum}));
 
   // Only now the old ones go: a crash before here leaves one more, never one fewer.
-  const auto rounds = checkpointRounds(folder);
-  for (std::size_t k = 0; k + static_cast<std::size_t>(keep) < rounds.size(); ++k) {
-    fs::remove(checkpointPath(folder, rounds[k]), ec);
+  for (std::int64_t r : checkpointsToDelete(checkpointRounds(folder), keep, everyoneHas)) {
+    fs::remove(checkpointPath(folder, r), ec);
   }
   return Status::ok();
+}
+
+std::vector<std::int64_t> checkpointsToDelete(const std::vector<std::int64_t>& rounds, int keep,
+                                              std::int64_t everyoneHas) {
+  // The newest round at or below everyoneHas: it and everything after it stay.
+  const auto anchor = std::upper_bound(rounds.begin(), rounds.end(), everyoneHas);
+  if (anchor == rounds.begin()) return {};
+  const std::size_t protectedFrom = static_cast<std::size_t>(anchor - rounds.begin()) - 1;
+  const std::size_t kept = std::min(rounds.size(), static_cast<std::size_t>(std::max(keep, 1)));
+  const std::size_t end = std::min(protectedFrom, rounds.size() - kept);
+  return {rounds.begin(), rounds.begin() + static_cast<std::ptrdiff_t>(end)};
+}
+
+void CheckpointKnowledge::learn(int rank, std::int64_t round) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= known_.size()) return;
+  auto& k = known_[static_cast<std::size_t>(rank)];
+  if (round <= k) return;
+  k = round;
+  if (!pending_[static_cast<std::size_t>(rank)]) {
+    pending_[static_cast<std::size_t>(rank)] = 1;
+    changed_.push_back(rank);
+  }
+}
+
+Status CheckpointKnowledge::merge(std::span<const std::uint8_t> message) {
+  constexpr std::size_t kPair = 12;
+  if (message.size() % kPair != 0) {
+    return dataLoss("checkpoint rounds message of " + std::to_string(message.size()) +
+                    " bytes (not a whole number of 12-byte entries)");
+  }
+  for (std::size_t at = 0; at < message.size(); at += kPair) {
+    const auto rank = loadLe<std::uint32_t>(message.data() + at);
+    const auto round = static_cast<std::int64_t>(loadLe<std::uint64_t>(message.data() + at + 4));
+    if (rank >= known_.size() || round < -1) {
+      return dataLoss("checkpoint rounds message names rank " + std::to_string(rank) + " round " +
+                      std::to_string(round) + " (out of range)");
+    }
+  }
+  for (std::size_t at = 0; at < message.size(); at += kPair) {
+    learn(static_cast<int>(loadLe<std::uint32_t>(message.data() + at)),
+          static_cast<std::int64_t>(loadLe<std::uint64_t>(message.data() + at + 4)));
+  }
+  return Status::ok();
+}
+
+std::int64_t CheckpointKnowledge::everyoneHas() const {
+  return known_.empty() ? -1 : *std::min_element(known_.begin(), known_.end());
+}
+
+std::vector<std::vector<std::uint8_t>> CheckpointKnowledge::takeUpdates(std::size_t maxBytes) {
+  constexpr std::size_t kPair = 12;
+  const std::size_t perMessage = std::max<std::size_t>(1, maxBytes / kPair);
+  std::vector<std::vector<std::uint8_t>> out;
+  for (std::size_t i = 0; i < changed_.size(); ++i) {
+    if (i % perMessage == 0) out.emplace_back();
+    std::uint8_t b[kPair];
+    const int rank = changed_[i];
+    pending_[static_cast<std::size_t>(rank)] = 0;
+    storeLe(b, static_cast<std::uint32_t>(rank));
+    storeLe(b + 4, static_cast<std::uint64_t>(known_[static_cast<std::size_t>(rank)]));
+    out.back().insert(out.back().end(), b, b + kPair);
+  }
+  changed_.clear();
+  return out;
 }
 
 Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const CheckpointIdentity& id) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,46 @@ CheckpointIdentity checkpointIdentity(const config::Config& config, const PeerCo
 // is) or <outDir>/checkpoints, then rank-<rank>.
 std::string checkpointFolder(const config::Config& config, const std::string& outDir, int rank);
 
-// Writes round state.round's checkpoint into `folder` (created when missing), then deletes all but
-// the newest `keep`. kUnavailable naming the file on an I/O error (the previous checkpoints stay).
+// Writes round state.round's checkpoint into `folder` (created when missing), then deletes the
+// ones checkpointsToDelete() names. kUnavailable naming the file on an I/O error (the previous
+// checkpoints stay).
 Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
-                       std::uint32_t incarnation, const PeerState& state, int keep);
+                       std::uint32_t incarnation, const PeerState& state, int keep,
+                       std::int64_t everyoneHas = INT64_MAX);
+
+// Retention: of `rounds` (ascending), the ones to delete. All but the newest `keep`, except that
+// the newest one at or below `everyoneHas` (the newest round every peer is known to have a
+// checkpoint of, CheckpointKnowledge) and everything after it stay: a whole-run restart resumes
+// from the newest round every peer has, which is at or after that one, and peers that went on
+// training after a neighbour crashed must still have it. With no round at or below `everyoneHas`
+// (-1: some peer's is not known yet) nothing is deleted. INT64_MAX: the newest `keep` only.
+std::vector<std::int64_t> checkpointsToDelete(const std::vector<std::int64_t>& rounds, int keep,
+                                              std::int64_t everyoneHas);
+
+// What this peer knows of every peer's newest checkpoint round, gossiped over the control links
+// (the driver sends takeUpdates() to its neighbours once per round and merges what they send):
+// each entry only grows, so everyoneHas() is a lower bound of the newest round every peer has,
+// whatever the delays. Not thread-safe (the driver guards it).
+class CheckpointKnowledge {
+ public:
+  explicit CheckpointKnowledge(int peers)
+      : known_(static_cast<std::size_t>(peers), -1), pending_(known_.size(), 0) {}
+  // This peer (or what a neighbour told) has a checkpoint of `round`; older news are ignored.
+  void learn(int rank, std::int64_t round);
+  // A neighbour's update: pairs (u32 rank, i64 round), little-endian. kDataLoss when malformed
+  // (nothing of it is applied).
+  Status merge(std::span<const std::uint8_t> message);
+  // The minimum over the peers of their known newest checkpoint round (-1: some peer's unknown).
+  std::int64_t everyoneHas() const;
+  // The entries changed since the last call, as messages of at most `maxBytes` each (none when
+  // nothing changed).
+  std::vector<std::vector<std::uint8_t>> takeUpdates(std::size_t maxBytes);
+
+ private:
+  std::vector<std::int64_t> known_;
+  std::vector<int> changed_;   // ranks learnt since the last takeUpdates(), each once
+  std::vector<char> pending_;  // per rank: in changed_
+};
 
 struct LoadedCheckpoint {
   std::string path;
@@ -58,6 +95,8 @@ Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const Checkpoin
 // The rounds of the checkpoint files in `folder`, ascending (by name; nothing is verified).
 std::vector<std::int64_t> checkpointRounds(const std::string& folder);
 std::string checkpointPath(const std::string& folder, std::int64_t round);
+// Deletes the checkpoint files in `folder` of rounds after `round` (best effort).
+void removeCheckpointsAfter(const std::string& folder, std::int64_t round);
 
 // The newest checkpoint in `folder` that verifies, at round <= maxRound; each newer one that does
 // not is reported by a warning (path and why) and skipped. nullopt when there is none.

@@ -31,6 +31,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr transport::Tag kDataTag = 1;
 constexpr int kRecvBuffersPerNeighbour = 3;
+// Control message (ControlChannel::send's type): CheckpointKnowledge updates.
+constexpr std::uint16_t kCheckpointRoundsMessage = 1;
 
 // What the loop thread hands the training thread, in arrival order per neighbour.
 struct InboxItem {
@@ -55,7 +57,10 @@ Clock::duration toDuration(double seconds) {
 class PeerSession::Impl {
  public:
   Impl(const RunPlan& plan, const PeerRunOptions& options, std::unique_ptr<PeerCore> core)
-      : plan_(plan), options_(options), core_(std::move(core)) {}
+      : plan_(plan),
+        options_(options),
+        core_(std::move(core)),
+        knowledge_(plan.config.peers.count) {}
   // Every exit path ends here: an early error return shuts the transports down too.
   ~Impl() { shutdown(); }
   Impl(const Impl&) = delete;
@@ -110,6 +115,8 @@ class PeerSession::Impl {
   Status openRecords();
   // checkpoint.every: writes this round's checkpoint when due (a failure is logged, not fatal).
   void checkpointIfDue(std::int64_t round);
+  // Sends the neighbours what changed in knowledge_ since the last call (once per round).
+  void shareCheckpointKnowledge();
   // The final evaluation, record, model and DIR/peer-<rank>.final.json.
   Status writeFinal(const RoundsOutcome& outcome);
   // Closes every neighbour and the data Context on the loop thread and waits for that to have
@@ -198,6 +205,10 @@ class PeerSession::Impl {
   double recordAccuracy_ = std::nan(""), recordTestLoss_ = std::nan("");
   // Checkpoints: the round resumed from (-1: none), written ones, their cumulative time.
   std::int64_t resumedFrom_ = -1;
+  // Every peer's newest checkpoint round as far as this peer knows (checkpoint.h), which keeps the
+  // checkpoints a whole-run restart needs. The loop thread merges what neighbours send.
+  std::mutex knowledgeMu_;
+  CheckpointKnowledge knowledge_;  // guarded by knowledgeMu_
   std::uint64_t checkpointsWritten_ = 0;
   double checkpointSeconds_ = 0.0;
 };
@@ -366,6 +377,13 @@ Status PeerSession::Impl::resume() {
         "without --resume");
   }
   GV_RETURN_IF_ERROR(core_->restoreState(chosen->state));
+  // Newer checkpoints are of the abandoned attempt (peers that trained on after a crash): the run
+  // continues from `round`, and they would only stand in for its own later ones.
+  removeCheckpointsAfter(folder, round);
+  {
+    std::lock_guard<std::mutex> lock(knowledgeMu_);
+    knowledge_.learn(options_.rank, round);
+  }
   resumedFrom_ = round;
   outcome_.rounds = round + 1;
   log::info("resumed from round ", round, " (", chosen->path, "), continuing at round ", round + 1);
@@ -376,15 +394,38 @@ void PeerSession::Impl::checkpointIfDue(std::int64_t round) {
   const config::Config& c = plan_.config;
   if (c.checkpoint.every <= 0 || (round + 1) % c.checkpoint.every != 0) return;
   const auto start = Clock::now();
+  std::int64_t everyoneHas = -1;
+  {
+    std::lock_guard<std::mutex> lock(knowledgeMu_);
+    everyoneHas = knowledge_.everyoneHas();
+  }
   const Status st =
       writeCheckpoint(checkpointFolder(c, outDir_, options_.rank), checkpointIdentity(c, *core_),
-                      options_.incarnation, core_->saveState(), c.checkpoint.keep);
+                      options_.incarnation, core_->saveState(), c.checkpoint.keep, everyoneHas);
   checkpointSeconds_ += since(start);
   if (st.isOk()) {
     ++checkpointsWritten_;
+    std::lock_guard<std::mutex> lock(knowledgeMu_);
+    knowledge_.learn(options_.rank, round);
   } else {
     log::warn("checkpoint of round ", round, " not written: ", st.message());
   }
+}
+
+void PeerSession::Impl::shareCheckpointKnowledge() {
+  if (plan_.config.checkpoint.every <= 0) return;
+  std::vector<std::vector<std::uint8_t>> updates;
+  {
+    std::lock_guard<std::mutex> lock(knowledgeMu_);
+    updates = knowledge_.takeUpdates(transport::BootstrapOptions{}.maxControlFrameBytes - 64);
+  }
+  if (updates.empty()) return;
+  loop_.post([this, u = std::move(updates)] {
+    for (auto& [j, n] : neighbours_) {
+      if (!n.control) continue;
+      for (const auto& m : u) (void)n.control->send(kCheckpointRoundsMessage, m);  // closed: gone
+    }
+  });
 }
 
 Status PeerSession::Impl::startMetrics() {
@@ -418,6 +459,12 @@ Status PeerSession::Impl::boot() {
     ro.stop = options_.stop;
     GV_ASSIGN_OR_RETURN(bo.peers, rendezvous(ro));
   }
+  bo.onMessage = [this](int from, std::uint16_t type, std::span<const std::uint8_t> bytes) {
+    if (type != kCheckpointRoundsMessage) return;  // a newer peer's kind: ignored
+    std::lock_guard<std::mutex> lock(knowledgeMu_);
+    if (Status st = knowledge_.merge(bytes); !st.isOk())
+      log::warn("neighbour ", from, ": ", st.message(), "; ignored");
+  };
   bo.onEvent = [this](const transport::ControlEvent& ev) {
     if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) return;
     push({InboxItem::kDead, ev.peer, -1, 0, ev.message});
@@ -578,6 +625,7 @@ Status PeerSession::Impl::completeRound() {
   }
   GV_RETURN_IF_ERROR(report(round, suspects));
   checkpointIfDue(round);
+  shareCheckpointKnowledge();
   ++outcome_.rounds;
   updateMetrics(suspects);
   deadThisRound_.clear();

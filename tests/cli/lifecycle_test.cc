@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "runtime/common/subprocess.h"
+#include "runtime/engine/checkpoint.h"
 #include "tests/test_util/cli.h"
 #include "tests/test_util/ports.h"
 
@@ -432,5 +433,73 @@ TEST_CASE("a run killed mid-way continues from its checkpoints with --resume, ex
     const std::string log = readFile(dir + "/out/peer-" + std::to_string(r) + ".log");
     INFO(log);
     CHECK(log.find("the newest checkpoint every peer has is round 349") != std::string::npos);
+  }
+}
+
+TEST_CASE("peers that train on after a neighbour died keep the checkpoint a restart needs",
+          "[lifecycle][resume]") {
+  // checkpoint.keep: 1, yet after peer 2 is SIGKILLed the others go on (without a supervisor) for
+  // many more checkpoints. They learn over the control links that peer 2's newest checkpoint
+  // stays behind and keep every checkpoint from it on, so `launch --resume` continues the run
+  // from peer 2's newest round instead of refusing.
+  const std::string dir = freshDir("lifecycle_keep");
+  const int port = freeBasePort(4);
+  const std::string config = dir + "/keep.yaml";
+  std::ofstream(config) << "run: { name: keep, seed: 5, rounds: 200 }\n"
+                           "peers: { count: 4, host: 127.0.0.1, base_port: "
+                        << port
+                        << " }\n"
+                           "topology: { kind: ring }\n"
+                           "transport: { backend: tcp }\n"
+                           "algorithm: { name: choco, consensus_step: auto }\n"
+                           "compression: { method: top-k, ratio: 0.05 }\n"
+                           "workload: { name: fashion-mnist-mlp, hidden: [16], eval_every: 0, "
+                           "eval_samples: 200 }\n"
+                           "output: { log_every: 10 }\n"
+                           "checkpoint: { every: 10, keep: 1 }\n";
+  const std::string out = dir + "/out";
+  auto launcher = startLaunch(config, out, false);
+  REQUIRE(launcher.isOk());
+  const std::string victimDir = out + "/checkpoints/rank-2";
+  pid_t victim = -1;
+  REQUIRE(waitFor(
+      [&] {
+        if (grapevine::engine::checkpointRounds(victimDir).empty()) return false;
+        for (pid_t p : childrenOf(launcher->pid())) {
+          const std::string cmdline = readFile("/proc/" + std::to_string(p) + "/cmdline");
+          if (cmdline.find(std::string("--rank\0"
+                                       "2\0",
+                                       9)) != std::string::npos)
+            victim = p;
+        }
+        return victim > 0;
+      },
+      std::chrono::seconds(300)));
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  INFO(readFile(out + ".log"));
+  CHECK(finishLaunch(*launcher) == 0);  // the others finished (a decentralized run survives)
+  CHECK(readSummary(out).value("failed_peers", 0) == 1);
+  const auto victimRounds = grapevine::engine::checkpointRounds(victimDir);
+  REQUIRE(!victimRounds.empty());
+  const std::int64_t newest = victimRounds.back();
+  for (int r : {0, 1, 3}) {
+    const auto rounds =
+        grapevine::engine::checkpointRounds(out + "/checkpoints/rank-" + std::to_string(r));
+    INFO("peer " << r << " newest " << (rounds.empty() ? -1 : rounds.back()));
+    REQUIRE(!rounds.empty());
+    CHECK(rounds.back() == 199);  // it trained on to the end
+    CHECK(std::find(rounds.begin(), rounds.end(), newest) != rounds.end());
+  }
+
+  auto resumed = startLaunch(config, out, true);
+  REQUIRE(resumed.isOk());
+  const int code = finishLaunch(*resumed);
+  INFO(readFile(out + ".resume.log") + readFile(out + "/peer-0.log"));
+  REQUIRE(code == 0);
+  for (int r = 0; r < 4; ++r) {
+    const auto final =
+        nlohmann::json::parse(readFile(out + "/peer-" + std::to_string(r) + ".final.json"));
+    CHECK(final.value("rounds", 0) == 200);
+    CHECK(final.value("resumed_from_round", std::int64_t{-1}) == newest);
   }
 }

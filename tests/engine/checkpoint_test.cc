@@ -16,6 +16,8 @@
 #include "tests/test_util/config.h"
 
 using namespace grapevine;
+using engine::CheckpointKnowledge;
+using engine::checkpointsToDelete;
 using engine::PeerCore;
 using test_util::makePeers;
 
@@ -203,4 +205,55 @@ TEST_CASE(
     REQUIRE(env4.isOk());
     CHECK((env4->flags & engine::kFlagResyncRequest) == 0);
   }
+}
+
+TEST_CASE("checkpoint retention: keep, and everything from the newest round every peer has") {
+  using R = std::vector<std::int64_t>;
+  const R rounds = {9, 19, 29, 39, 49};
+  // Without what the others have (INT64_MAX): the newest `keep`.
+  CHECK(checkpointsToDelete(rounds, 2, INT64_MAX) == R{9, 19, 29});
+  CHECK(checkpointsToDelete(rounds, 1, INT64_MAX) == R{9, 19, 29, 39});
+  CHECK(checkpointsToDelete(rounds, 9, INT64_MAX).empty());
+  // Some peer's newest is not known yet: nothing goes.
+  CHECK(checkpointsToDelete(rounds, 1, -1).empty());
+  CHECK(checkpointsToDelete(rounds, 1, 5).empty());  // below every round here
+  // Every peer has round 19 or later (the newest one at or below 25 is 19): 19 and after stay.
+  CHECK(checkpointsToDelete(rounds, 1, 25) == R{9});
+  CHECK(checkpointsToDelete(rounds, 1, 29) == R{9, 19});
+  CHECK(checkpointsToDelete(rounds, 2, 49) == R{9, 19, 29});
+  CHECK(checkpointsToDelete({}, 1, 3).empty());
+}
+
+TEST_CASE("checkpoint knowledge: gossip of every peer's newest round, merged by maximum") {
+  CheckpointKnowledge a(3), b(3);
+  CHECK(a.everyoneHas() == -1);
+  CHECK(a.takeUpdates(1024).empty());
+  a.learn(0, 9);
+  a.learn(0, 19);
+  a.learn(0, 9);  // older news: ignored
+  auto updates = a.takeUpdates(1024);
+  REQUIRE(updates.size() == 1);
+  CHECK(updates[0].size() == 12);  // one entry: rank 0 at 19
+  CHECK(a.takeUpdates(1024).empty());
+  REQUIRE(b.merge(updates[0]).isOk());
+  b.learn(1, 29);
+  b.learn(2, 19);
+  CHECK(b.everyoneHas() == 19);
+  // b forwards what it learnt, its own entry and the one from a alike (in messages of 2 entries).
+  updates = b.takeUpdates(24);
+  REQUIRE(updates.size() == 2);
+  for (const auto& u : updates) REQUIRE(a.merge(u).isOk());
+  CHECK(a.everyoneHas() == 19);
+  // Malformed: a partial entry, a rank out of range, a round below -1; nothing of it applies.
+  std::vector<std::uint8_t> bad(13, 0);
+  CHECK(a.merge(bad).code() == ErrorCode::kDataLoss);
+  std::vector<std::uint8_t> entry(12, 0);
+  entry[0] = 7;  // rank 7 of 3
+  CHECK(a.merge(entry).code() == ErrorCode::kDataLoss);
+  std::fill(entry.begin(), entry.end(), std::uint8_t{0xff});
+  entry[0] = 1;
+  entry[1] = entry[2] = entry[3] = 0;
+  entry[4] = 0xfe;  // round -2
+  CHECK(a.merge(entry).code() == ErrorCode::kDataLoss);
+  CHECK(a.everyoneHas() == 19);
 }
