@@ -14,6 +14,7 @@ namespace {
 // Domain labels: a proof, a session key and anything else keyed by the PSK never collide.
 constexpr std::string_view kProofLabel = "grapevine/v1/handshake-proof";
 constexpr std::string_view kSessionLabel = "grapevine/v1/session-key";
+constexpr std::string_view kControlLabel = "grapevine/v1/control-key";
 
 std::vector<std::uint8_t> encode(std::string_view label, const Transcript& t,
                                  std::uint32_t prover) {
@@ -83,6 +84,11 @@ bool verifyHandshakeProof(const Key& psk, const Transcript& t, std::uint32_t pro
 
 Key sessionKey(const Key& psk, const Transcript& t) {
   return keyedHash<kKeyBytes>(psk, encode(kSessionLabel, t, 0));
+}
+
+Key controlKey(const Key& session) {
+  return keyedHash<kKeyBytes>(
+      session, std::vector<std::uint8_t>(kControlLabel.begin(), kControlLabel.end()));
 }
 
 void seal(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,

@@ -56,6 +56,9 @@ bool verifyHandshakeProof(const Key& psk, const Transcript& transcript, std::uin
                           std::span<const std::uint8_t> proof);
 // The edge's session key (both sides derive the same one).
 Key sessionKey(const Key& psk, const Transcript& transcript);
+// The key that seals the edge's control frames after the handshake (transport/control_link.h),
+// derived from its session key: its nonces never meet those of the data seals.
+Key controlKey(const Key& session);
 
 // Seals message[0, size - kSealTagBytes) in place and writes the tag into its last kSealTagBytes:
 // the first `headerBytes` are authenticated, the rest is authenticated (encrypt false) or encrypted

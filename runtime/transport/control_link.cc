@@ -106,7 +106,7 @@ Status ControlLink::send(std::uint16_t type, std::span<const std::uint8_t> paylo
   if (state_ == State::kClosed) {
     return unavailable("control connection to peer " + std::to_string(peer_) + " is closed");
   }
-  if (payload.size() + 2 > options_.maxControlFrameBytes) {
+  if (payload.size() + 2 + security::kSealTagBytes > options_.maxControlFrameBytes) {
     return resourceExhausted("control message of " + std::to_string(payload.size()) +
                              " bytes exceeds maxControlFrameBytes");
   }
@@ -149,7 +149,12 @@ void ControlLink::handshakeFailed(Status status) {
 }
 
 void ControlLink::queue(std::uint16_t type, std::span<const std::uint8_t> payload) {
-  out_.push_back(encodeFrame(type, payload));
+  if (controlKey_) {
+    out_.push_back(encodeSealedFrame(*controlKey_, static_cast<std::uint32_t>(ours_->sender),
+                                     sealedOut_++, type, payload));
+  } else {
+    out_.push_back(encodeFrame(type, payload));
+  }
   writeNext();
 }
 
@@ -198,6 +203,20 @@ void ControlLink::readFrame() {
 }
 
 void ControlLink::onFrame(std::uint16_t type, std::span<const std::uint8_t> body) {
+  if (controlKey_) {
+    // After a keyed handshake only frames sealed by the neighbour, in order, count (handshake.h).
+    const auto payload =
+        openSealedFrame(*controlKey_, static_cast<std::uint32_t>(peer_), sealedIn_, header_, body);
+    if (!payload) {
+      if (droppedFrames_++ % 1000 == 0) {
+        log::warn("control connection to peer ", peer_, ": dropped a frame whose seal does not ",
+                  "verify (forged, altered or replayed; ", droppedFrames_, " so far)");
+      }
+      return;
+    }
+    ++sealedIn_;
+    body = *payload;
+  }
   lastHeard_ = Clock::now();
   if (missed_) {
     missed_ = false;
@@ -306,6 +325,9 @@ void ControlLink::onProof(std::span<const std::uint8_t> proof) {
 void ControlLink::handshakeAgreed(handshake::Hello theirs) {
   theirs_ = std::move(theirs);
   moveTo(State::kHandshaken);
+  // From here on every frame both ways is sealed (the neighbour seals from its own handshake on,
+  // and its handshake frames all precede ours in the stream).
+  if (sessionKey_) controlKey_ = security::controlKey(*sessionKey_);
   // Heartbeats start with the handshake, not with our bootstrap's end: the neighbour may finish
   // its bootstrap long before ours (we may still wait for another neighbour) and judges our
   // silence from then on.

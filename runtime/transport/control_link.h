@@ -98,6 +98,8 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   const handshake::Hello& ours() const { return *ours_; }
   // The edge's session key; set once an authenticated handshake is done.
   const std::optional<security::Key>& sessionKey() const { return sessionKey_; }
+  // With a key: frames after the handshake dropped because their seal did not verify.
+  std::uint64_t droppedFrames() const { return droppedFrames_; }
   // "neighbour 1 at 10.0.0.2:7000 unreachable for 10.0 s: Connection refused (12 attempts)"
   Status unreachable() const;
 
@@ -158,6 +160,12 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   std::optional<handshake::Hello> unverified_;
   std::vector<std::uint8_t> unverifiedBytes_;
   std::optional<security::Key> sessionKey_;
+  // With a key, after the handshake: the key sealing control frames, and the frames sealed by us
+  // and verified from them so far (each side's nonce count).
+  std::optional<security::Key> controlKey_;
+  std::uint64_t sealedOut_ = 0;
+  std::uint64_t sealedIn_ = 0;
+  std::uint64_t droppedFrames_ = 0;  // frames after the handshake whose seal did not verify
 
   // Liveness (kConnected).
   Clock::time_point lastHeard_ = Clock::now();

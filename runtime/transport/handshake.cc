@@ -83,6 +83,30 @@ std::vector<std::uint8_t> encodeFrame(std::uint16_t type, std::span<const std::u
   return f;
 }
 
+std::vector<std::uint8_t> encodeSealedFrame(const security::Key& controlKey, std::uint32_t sender,
+                                            std::uint64_t sequence, std::uint16_t type,
+                                            std::span<const std::uint8_t> payload) {
+  std::vector<std::uint8_t> f(kFrameHeaderBytes + payload.size() + security::kSealTagBytes);
+  storeLe32(f.data(), static_cast<std::uint32_t>(payload.size() + security::kSealTagBytes));
+  storeLe16(f.data() + 4, type);
+  if (!payload.empty()) std::memcpy(f.data() + kFrameHeaderBytes, payload.data(), payload.size());
+  security::seal(controlKey, /*encrypt=*/false, sender, sequence,
+                 f.size() - security::kSealTagBytes, f);
+  return f;
+}
+
+std::optional<std::span<const std::uint8_t>> openSealedFrame(const security::Key& controlKey,
+                                                             std::uint32_t sender,
+                                                             std::uint64_t sequence,
+                                                             const std::uint8_t* header,
+                                                             std::span<const std::uint8_t> body) {
+  if (body.size() < security::kSealTagBytes) return std::nullopt;
+  std::vector<std::uint8_t> m(header, header + kFrameHeaderBytes);
+  m.insert(m.end(), body.begin(), body.end());
+  if (!security::verify(controlKey, sender, sequence, m)) return std::nullopt;
+  return body.first(body.size() - security::kSealTagBytes);
+}
+
 Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
   if (h.backend.size() > kMaxBackendNameBytes) {
     return tooLong("backend name", h.backend.size(), kMaxBackendNameBytes);

@@ -47,6 +47,22 @@ FrameHeader decodeFrameHeader(const std::uint8_t* header);
 // Header + payload, ready to write.
 std::vector<std::uint8_t> encodeFrame(std::uint16_t type, std::span<const std::uint8_t> payload);
 
+// With a key, every control frame after the handshake is sealed (security::seal, MAC only): the
+// payload is followed by a kSealTagBytes tag over the header (length and type) and the payload,
+// under security::controlKey of the edge's session key, with the nonce (sender's rank, the
+// sender's count of sealed frames on this link: 0, 1, ...). A frame that does not verify with the
+// next count (forged, altered, replayed, reordered) is dropped.
+std::vector<std::uint8_t> encodeSealedFrame(const security::Key& controlKey, std::uint32_t sender,
+                                            std::uint64_t sequence, std::uint16_t type,
+                                            std::span<const std::uint8_t> payload);
+// `header` (kFrameHeaderBytes) and `body` as read: the payload without the tag when the tag
+// verifies, nullopt when it does not (or the body is shorter than a tag).
+std::optional<std::span<const std::uint8_t>> openSealedFrame(const security::Key& controlKey,
+                                                             std::uint32_t sender,
+                                                             std::uint64_t sequence,
+                                                             const std::uint8_t* header,
+                                                             std::span<const std::uint8_t> body);
+
 inline constexpr std::size_t kHelloFixedBytes = 24;
 // Field limits set by the widths of their length prefixes.
 inline constexpr std::size_t kMaxBackendNameBytes = 0xFFFF;

@@ -235,3 +235,94 @@ TEST_CASE("bootstrap with a key: a stranger's hello of another version does not 
   REQUIRE(real.result->isOk());
   REQUIRE(c.results[1]->isOk());
 }
+
+TEST_CASE(
+    "bootstrap with a key: control frames after the handshake are sealed; forged, plain and "
+    "replayed ones are dropped") {
+  const security::Key key = security::randomKey();
+  // Rank 1 waits for neighbour 0, which this test plays by hand with the right key.
+  BootstrapOptions base = keyed(key);
+  base.heartbeatIntervalSeconds = 0.05;
+  Cluster c(tcpOptions(), {{}, {0}}, {standardParts(), standardParts()}, base);
+  const std::uint16_t port = c.boots[1]->listenPort();
+  std::atomic<bool> clientDone{false};
+  bool heartbeatVerified = false, plainHeartbeatRefused = false;
+  std::thread dialer([&] {
+    const int fd = dialRaw(port);
+    REQUIRE(fd >= 0);
+    handshake::Hello h;
+    h.sender = 0;
+    h.receiver = 1;
+    h.incarnation = 100;
+    h.backend = "tcp";
+    const std::string address = "127.0.0.1:1";  // never dialed: rank 1 waits for our data dial
+    h.address.assign(address.begin(), address.end());
+    h.parts = standardParts();
+    h.nonce = security::randomNonce();
+    const auto ours = *handshake::encodeHello(h);
+    REQUIRE(sendFrame(fd, handshake::kHello, ours));
+    const auto hello = readFrame(fd);
+    const auto proof = readFrame(fd);
+    REQUIRE(hello.first == handshake::kHello);
+    REQUIRE(proof.first == handshake::kAuth);
+    const auto theirs = handshake::decodeHello(hello.second);
+    REQUIRE(theirs.isOk());
+    const security::Transcript t = handshake::transcriptOf(h, ours, *theirs, hello.second);
+    REQUIRE(security::verifyHandshakeProof(key, t, t.acceptor, proof.second));
+    const security::Proof mine = security::handshakeProof(key, t, t.dialer);
+    REQUIRE(sendFrame(fd, handshake::kAuth, mine));
+    const security::Key control = security::controlKey(security::sessionKey(key, t));
+
+    // Rank 1's frames are sealed with its own count: its first heartbeat opens with sequence 0,
+    // and not as a plain frame.
+    std::uint8_t header[handshake::kFrameHeaderBytes];
+    REQUIRE(test_util::readAll(fd, header, sizeof header));
+    std::vector<std::uint8_t> body(loadLe32(header));
+    REQUIRE(test_util::readAll(fd, body.data(), body.size()));
+    heartbeatVerified = loadLe16(header + 4) == handshake::kHeartbeat &&
+                        handshake::openSealedFrame(control, 1, 0, header, body).has_value();
+    plainHeartbeatRefused = !handshake::openSealedFrame(control, 1, 1, header, body).has_value() &&
+                            body.size() == security::kSealTagBytes;
+
+    const auto user = [](const std::string& text) {
+      return handshake::encodeUserMessage(
+          7, std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(text.data()),
+                                           text.size()));
+    };
+    const auto write = [&](const std::vector<std::uint8_t>& f) {
+      REQUIRE(test_util::writeAll(fd, f.data(), f.size()));
+    };
+    write(handshake::encodeSealedFrame(security::randomKey(), 0, 0, handshake::kUser,
+                                       user("forged")));             // another key
+    write(handshake::encodeFrame(handshake::kUser, user("plain")));  // not sealed
+    const auto one = handshake::encodeSealedFrame(control, 0, 0, handshake::kUser, user("one"));
+    write(one);
+    write(one);  // replayed
+    auto altered = handshake::encodeSealedFrame(control, 0, 1, handshake::kUser, user("tw0"));
+    altered[handshake::kFrameHeaderBytes + 4] ^= 1;  // one bit of the payload
+    write(altered);
+    write(handshake::encodeSealedFrame(control, 0, 1, handshake::kUser, user("two")));
+    // Keep the connection open until rank 1 has taken both.
+    c.loop.post([] {});
+    while (!clientDone.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ::close(fd);
+  });
+  const auto texts = [&] {
+    std::vector<std::string> out;
+    for (const auto& [at, from, type, bytes] : c.messages) {
+      if (at == 1 && from == 0 && type == 7) out.emplace_back(bytes.begin(), bytes.end());
+    }
+    return out;
+  };
+  const bool got = c.loop.runUntil([&] { return texts().size() >= 2; }, std::chrono::seconds(10));
+  // A little longer: nothing else may arrive.
+  c.loop.runUntil([] { return false; }, std::chrono::milliseconds(200));
+  clientDone = true;
+  dialer.join();
+  REQUIRE(got);
+  CHECK(texts() == std::vector<std::string>{"one", "two"});
+  CHECK(heartbeatVerified);
+  CHECK(plainHeartbeatRefused);
+  REQUIRE(c.results[1].has_value());
+  CHECK(c.results[1]->isOk());
+}
