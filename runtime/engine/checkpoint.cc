@@ -213,6 +213,68 @@ std::vector<std::int64_t> checkpointsToDelete(const std::vector<std::int64_t>& r
   return {rounds.begin(), rounds.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
+CheckpointWriter::CheckpointWriter(std::string folder, CheckpointIdentity id,
+                                   std::uint32_t incarnation, int keep,
+                                   std::function<std::int64_t()> everyoneHas,
+                                   std::function<void(std::int64_t)> written)
+    : folder_(std::move(folder)),
+      id_(std::move(id)),
+      incarnation_(incarnation),
+      keep_(keep),
+      everyoneHas_(std::move(everyoneHas)),
+      onWritten_(std::move(written)),
+      thread_([this] { run(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CheckpointWriter::write(PeerState state) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return !pending_ && !busy_; });
+  pending_ = std::move(state);
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void CheckpointWriter::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return !pending_ && !busy_; });
+}
+
+std::uint64_t CheckpointWriter::written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return written_;
+}
+
+void CheckpointWriter::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return pending_.has_value() || stop_; });
+    if (!pending_) return;  // stopping, nothing left
+    PeerState state = std::move(*pending_);
+    pending_.reset();
+    busy_ = true;
+    lock.unlock();
+    const Status st = writeCheckpoint(folder_, id_, incarnation_, state, keep_,
+                                      everyoneHas_ ? everyoneHas_() : INT64_MAX);
+    if (st.isOk()) {
+      if (onWritten_) onWritten_(state.round);
+    } else {
+      log::warn("checkpoint of round ", state.round, " not written: ", st.message());
+    }
+    lock.lock();
+    if (st.isOk()) ++written_;
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
 void CheckpointKnowledge::learn(int rank, std::int64_t round) {
   if (rank < 0 || static_cast<std::size_t>(rank) >= known_.size()) return;
   auto& k = known_[static_cast<std::size_t>(rank)];

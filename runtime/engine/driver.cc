@@ -209,7 +209,9 @@ class PeerSession::Impl {
   // checkpoints a whole-run restart needs. The loop thread merges what neighbours send.
   std::mutex knowledgeMu_;
   CheckpointKnowledge knowledge_;  // guarded by knowledgeMu_
-  std::uint64_t checkpointsWritten_ = 0;
+  // checkpoint.every (created at the first checkpoint; after knowledge_, which it uses, so that it
+  // is destroyed first).
+  std::unique_ptr<CheckpointWriter> checkpointWriter_;
   double checkpointSeconds_ = 0.0;
 };
 
@@ -394,22 +396,23 @@ void PeerSession::Impl::checkpointIfDue(std::int64_t round) {
   const config::Config& c = plan_.config;
   if (c.checkpoint.every <= 0 || (round + 1) % c.checkpoint.every != 0) return;
   const auto start = Clock::now();
-  std::int64_t everyoneHas = -1;
-  {
-    std::lock_guard<std::mutex> lock(knowledgeMu_);
-    everyoneHas = knowledge_.everyoneHas();
+  if (!checkpointWriter_) {
+    checkpointWriter_ = std::make_unique<CheckpointWriter>(
+        checkpointFolder(c, outDir_, options_.rank), checkpointIdentity(c, *core_),
+        options_.incarnation, c.checkpoint.keep,
+        [this] {
+          std::lock_guard<std::mutex> lock(knowledgeMu_);
+          return knowledge_.everyoneHas();
+        },
+        [this](std::int64_t written) {
+          std::lock_guard<std::mutex> lock(knowledgeMu_);
+          knowledge_.learn(options_.rank, written);
+        });
   }
-  const Status st =
-      writeCheckpoint(checkpointFolder(c, outDir_, options_.rank), checkpointIdentity(c, *core_),
-                      options_.incarnation, core_->saveState(), c.checkpoint.keep, everyoneHas);
+  // The training thread copies the state (and waits if the previous write is still going); the
+  // writer's thread writes and syncs it.
+  checkpointWriter_->write(core_->saveState());
   checkpointSeconds_ += since(start);
-  if (st.isOk()) {
-    ++checkpointsWritten_;
-    std::lock_guard<std::mutex> lock(knowledgeMu_);
-    knowledge_.learn(options_.rank, round);
-  } else {
-    log::warn("checkpoint of round ", round, " not written: ", st.message());
-  }
 }
 
 void PeerSession::Impl::shareCheckpointKnowledge() {
@@ -707,6 +710,8 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
   if (options_.external) due.evaluate = false;  // the caller reports its own (metrics_)
   if (!due.due(suspects, deadThisRound_) && metrics_.empty()) return Status::ok();
   const double now = seconds();  // before the evaluation, which the time field leaves out
+  // The part of `now` that was training: less the evaluations and checkpoints before it.
+  const double train = now - evalSeconds_ - checkpointSeconds_;
   std::optional<train::Workload::Eval> evaluation;
   if (due.evaluate) {
     const auto evalStart = Clock::now();
@@ -717,6 +722,7 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
       reportRecord(*core_, now, suspects, deadThisRound_, evaluation ? &*evaluation : nullptr);
   // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
   rec["eval_seconds"] = evalSeconds_;
+  rec["train_seconds"] = train;
   rec["step_seconds"] = stepSeconds_;
   rec["wait_seconds"] = waitSeconds_;
   rec["mix_seconds"] = mixSeconds_;
@@ -833,6 +839,8 @@ Status PeerSession::Impl::finish(bool average) {
   // (lingerForChildren), and the final evaluation and file writes would otherwise add up along
   // every path of the tree. (Otherwise the time they take lets our last sends drain.)
   if (averageSeconds_ >= 0) shutdown();
+  // The last checkpoint on disk before this peer says it finished.
+  if (checkpointWriter_) checkpointWriter_->flush();
   finishStatus_ = writeFinal(outcome);
   shutdown();
   prometheus_.reset();  // the endpoint goes away with the run
@@ -862,7 +870,7 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   if (resumedFrom_ >= 0) j["resumed_from_round"] = resumedFrom_;
   if (core_->counters().quarantined > 0) j["quarantined"] = core_->counters().quarantined;
   if (plan_.config.checkpoint.every > 0) {
-    j["checkpoints_written"] = checkpointsWritten_;
+    j["checkpoints_written"] = checkpointWriter_ ? checkpointWriter_->written() : 0;
     j["checkpoint_seconds"] = checkpointSeconds_;
   }
   GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -256,6 +257,16 @@ std::string resumeConfig(const std::string& dir, int port) {
   return path;
 }
 
+// Whether every one of `peers` peers has its checkpoint of `round` in OUT/checkpoints.
+bool checkpointed(const std::string& out, int peers, std::int64_t round) {
+  for (int r = 0; r < peers; ++r) {
+    const auto rounds =
+        grapevine::engine::checkpointRounds(out + "/checkpoints/rank-" + std::to_string(r));
+    if (std::find(rounds.begin(), rounds.end(), round) == rounds.end()) return false;
+  }
+  return true;
+}
+
 grapevine::Result<grapevine::Subprocess> startLaunch(const std::string& config,
                                                      const std::string& out, bool resume) {
   grapevine::SpawnOptions spawn;
@@ -297,13 +308,14 @@ TEST_CASE("a run killed mid-way continues from its checkpoints with --resume, ex
   INFO(readFile(dir + "/ref.log"));
   REQUIRE(finishLaunch(*reference) == 0);
 
-  // Killed (launcher SIGKILL: every peer dies with it) after round 260, past several checkpoints.
+  // Killed (launcher SIGKILL: every peer dies with it) after round 260, past several checkpoints,
+  // once every peer's checkpoint of round 249 is on disk (they are written beside the training).
   auto first = startLaunch(config, dir + "/out", false);
   REQUIRE(first.isOk());
   REQUIRE(waitFor(
       [&] {
         const auto rounds = recordRounds(dir + "/out/peer-0.jsonl");
-        return !rounds.empty() && rounds.back() >= 260;
+        return !rounds.empty() && rounds.back() >= 260 && checkpointed(dir + "/out", 4, 249);
       },
       std::chrono::seconds(300)));
   first->kill();
@@ -382,7 +394,8 @@ TEST_CASE("a run killed mid-way continues from its checkpoints with --resume, ex
       REQUIRE(waitFor(
           [&] {
             const auto rounds = recordRounds(churn + "/peer-0.jsonl");
-            return !rounds.empty() && rounds.back() >= atRound && peerPid(rank) > 0;
+            return !rounds.empty() && rounds.back() >= atRound && peerPid(rank) > 0 &&
+                   (atRound < 249 || checkpointed(churn, 4, 249));
           },
           std::chrono::seconds(300)));
       REQUIRE(kill(peerPid(rank), SIGKILL) == 0);

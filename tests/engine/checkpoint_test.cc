@@ -257,3 +257,43 @@ TEST_CASE("checkpoint knowledge: gossip of every peer's newest round, merged by 
   CHECK(a.merge(entry).code() == ErrorCode::kDataLoss);
   CHECK(a.everyoneHas() == 19);
 }
+
+TEST_CASE("checkpoint writer: writes beside the training, in order, and flushes what is pending") {
+  const auto c = chocoConfig();
+  auto plan = test_util::makePlan(c);
+  auto peers = makePeers(*plan);
+  const std::string folder = tempFolder("writer") + "/rank-0";
+  const auto id = engine::checkpointIdentity(c, *peers[0]);
+  std::vector<std::int64_t> written;  // on the writer's thread, read after flush()
+  std::vector<engine::PeerState> states;
+  {
+    engine::CheckpointWriter writer(
+        folder, id, 7, 2, [] { return std::int64_t{-1}; },  // nothing known: nothing deleted
+        [&](std::int64_t round) { written.push_back(round); });
+    for (std::int64_t t = 0; t < 30; ++t) {
+      REQUIRE(engine::runLockstep(peers, t, 1).isOk());
+      if ((t + 1) % 10 == 0) {
+        states.push_back(peers[0]->saveState());
+        writer.write(peers[0]->saveState());
+      }
+    }
+    writer.flush();
+    CHECK(writer.written() == 3);
+    CHECK(written == std::vector<std::int64_t>{9, 19, 29});
+    CHECK(engine::checkpointRounds(folder) == std::vector<std::int64_t>{9, 19, 29});
+    REQUIRE(engine::runLockstep(peers, 30, 1).isOk());
+    engine::PeerState last = peers[0]->saveState();
+    last.round = 39;  // (only the name and header differ from round 30's state)
+    writer.write(last);
+    // Destroyed with a write pending or in flight: it is written first.
+  }
+  CHECK(written == std::vector<std::int64_t>{9, 19, 29, 39});
+  CHECK(engine::checkpointRounds(folder) == std::vector<std::int64_t>{9, 19, 29, 39});
+  for (const auto& s : states) {
+    auto loaded = engine::readCheckpoint(engine::checkpointPath(folder, s.round), id);
+    REQUIRE(loaded.isOk());
+    CHECK(loaded->incarnation == 7);
+    CHECK(loaded->state.model == s.model);
+    CHECK(loaded->state.momentum == s.momentum);
+  }
+}

@@ -190,6 +190,14 @@ TEST_CASE("two peer processes over TCP run every round and write records and fin
       }
       CHECK(lines[i].contains("test_loss") == (i == 1 || i == 3));
       CHECK_FALSE(lines[i].contains("final"));
+      // `time` less the evaluations before it (the record's own comes after `time`): round 19's
+      // record leaves out round 14's evaluation, round 14's none.
+      const double train = lines[i].at("train_seconds").get<double>();
+      const double time = lines[i].at("time").get<double>();
+      CHECK(train >= 0.0);
+      CHECK(train <= time);
+      const double before = i >= 2 ? lines[1].at("eval_seconds").get<double>() : 0.0;
+      CHECK(train == Approx(time - before).margin(1e-9));
     }
     CHECK(lines.back().at("final") == true);
     CHECK(lines.back().contains("test_loss"));
