@@ -148,9 +148,10 @@ struct MonitoringSection {
 
 // Periodic checkpoints of each peer's whole state (runtime/engine/checkpoint.h), for --resume.
 struct CheckpointSection {
-  int every = 0;    // rounds between checkpoints; 0: off
-  std::string dir;  // "" = <output.dir>/checkpoints
-  int keep = 2;     // newest checkpoints kept per peer
+  int every = 0;           // rounds between checkpoints; 0: off
+  std::string dir;         // "" = <output.dir>/checkpoints
+  int keep = 2;            // newest checkpoints kept per peer
+  bool background = true;  // written beside the training (false: the round waits for the disk)
 };
 
 // One directed link's parameters, after overrides (NetworkSection::link).

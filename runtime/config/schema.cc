@@ -890,6 +890,10 @@ std::vector<KeyDef> buildSchema() {
       "checkpoint.keep", [](Config & c) -> auto& { return c.checkpoint.keep; }, 1, 1e6,
       "Newest checkpoints kept per peer (older ones are deleted, except those a restart still "
       "needs: docs/faults.md)"));
+  t.push_back(boolKey(
+      "checkpoint.background", [](Config & c) -> auto& { return c.checkpoint.background; },
+      "Write each checkpoint on a thread of its own while training goes on (false: the round "
+      "waits until it is on disk, all of its cost in checkpoint_seconds)"));
 
   // network
   t.push_back(enumKey(

@@ -412,6 +412,7 @@ void PeerSession::Impl::checkpointIfDue(std::int64_t round) {
   // The training thread copies the state (and waits if the previous write is still going); the
   // writer's thread writes and syncs it.
   checkpointWriter_->write(core_->saveState());
+  if (!c.checkpoint.background) checkpointWriter_->flush();  // on disk before the next round
   checkpointSeconds_ += since(start);
 }
 

@@ -537,12 +537,19 @@ TEST_CASE("checkpoint: off by default, keep >= 1, refused for an external worklo
   CHECK(off.config.checkpoint.every == 0);
   CHECK(off.config.checkpoint.keep == 2);
   CHECK(off.config.checkpoint.dir.empty());
-  auto on = loadString("peers: { count: 2 }\ncheckpoint: { every: 50, dir: /tmp/ck, keep: 3 }\n",
-                       "k.yaml", noEnv());
+  CHECK(off.config.checkpoint.background);
+  auto on = loadString(
+      "peers: { count: 2 }\ncheckpoint: { every: 50, dir: /tmp/ck, keep: 3, background: false }\n",
+      "k.yaml", noEnv());
   REQUIRE(on.ok());
   CHECK(on.config.checkpoint.every == 50);
   CHECK(on.config.checkpoint.dir == "/tmp/ck");
   CHECK(on.config.checkpoint.keep == 3);
+  CHECK_FALSE(on.config.checkpoint.background);
+  auto notBool = loadString("peers: { count: 2 }\ncheckpoint: { every: 5, background: maybe }\n",
+                            "k.yaml", noEnv());
+  CHECK_FALSE(notBool.ok());
+  CHECK(contains(allDiagnostics(notBool), "checkpoint.background"));
   auto keep0 =
       loadString("peers: { count: 2 }\ncheckpoint: { every: 5, keep: 0 }\n", "k.yaml", noEnv());
   CHECK_FALSE(keep0.ok());
