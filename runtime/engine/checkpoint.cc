@@ -329,10 +329,16 @@ std::vector<std::vector<std::uint8_t>> CheckpointKnowledge::takeUpdates(std::siz
 }
 
 Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const CheckpointIdentity& id) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return notFound(path + ": cannot open");
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                                  std::istreambuf_iterator<char>());
+  // One read of the whole file (tens of MB; a character iterator took ~0.25 s for 26 MB).
+  const std::streamoff size = f.tellg();
+  if (size < 0) return unavailable(path + ": cannot read its size");
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
+  f.seekg(0);
+  if (!f.read(reinterpret_cast<char*>(bytes.data()), size)) {
+    return unavailable(path + ": read failed");
+  }
   const auto corrupt = [&](const std::string& why) { return dataLoss(path + ": " + why); };
   if (bytes.size() < sizeof kMagic + 16 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     return corrupt("not a Grapevine checkpoint (bad magic or too short)");
