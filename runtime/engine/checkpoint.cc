@@ -286,8 +286,10 @@ void CheckpointKnowledge::learn(int rank, std::int64_t round) {
   }
 }
 
+// CheckpointKnowledge's messages: entries of (u32 rank, i64 round).
+constexpr std::size_t kPair = 12;
+
 Status CheckpointKnowledge::merge(std::span<const std::uint8_t> message) {
-  constexpr std::size_t kPair = 12;
   if (message.size() % kPair != 0) {
     return dataLoss("checkpoint rounds message of " + std::to_string(message.size()) +
                     " bytes (not a whole number of 12-byte entries)");
@@ -312,7 +314,6 @@ std::int64_t CheckpointKnowledge::everyoneHas() const {
 }
 
 std::vector<std::vector<std::uint8_t>> CheckpointKnowledge::takeUpdates(std::size_t maxBytes) {
-  constexpr std::size_t kPair = 12;
   const std::size_t perMessage = std::max<std::size_t>(1, maxBytes / kPair);
   std::vector<std::vector<std::uint8_t>> out;
   for (std::size_t i = 0; i < changed_.size(); ++i) {

@@ -31,8 +31,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr transport::Tag kDataTag = 1;
 constexpr int kRecvBuffersPerNeighbour = 3;
-// Control message (ControlChannel::send's type): CheckpointKnowledge updates.
+// Control message (ControlChannel::send's type): CheckpointKnowledge updates, each within a control
+// frame (with room for the frame's own bytes).
 constexpr std::uint16_t kCheckpointRoundsMessage = 1;
+const std::size_t kCheckpointRoundsMessageBytes =
+    transport::BootstrapOptions{}.maxControlFrameBytes - 64;
 
 // What the loop thread hands the training thread, in arrival order per neighbour.
 struct InboxItem {
@@ -421,7 +424,7 @@ void PeerSession::Impl::shareCheckpointKnowledge() {
   std::vector<std::vector<std::uint8_t>> updates;
   {
     std::lock_guard<std::mutex> lock(knowledgeMu_);
-    updates = knowledge_.takeUpdates(transport::BootstrapOptions{}.maxControlFrameBytes - 64);
+    updates = knowledge_.takeUpdates(kCheckpointRoundsMessageBytes);
   }
   if (updates.empty()) return;
   loop_.post([this, u = std::move(updates)] {
