@@ -15,6 +15,7 @@ namespace {
 constexpr std::string_view kProofLabel = "grapevine/v1/handshake-proof";
 constexpr std::string_view kSessionLabel = "grapevine/v1/session-key";
 constexpr std::string_view kControlLabel = "grapevine/v1/control-key";
+constexpr std::string_view kConfigPartLabel = "grapevine/v1/config-part";
 
 std::vector<std::uint8_t> encode(std::string_view label, const Transcript& t,
                                  std::uint32_t prover) {
@@ -89,6 +90,16 @@ Key sessionKey(const Key& psk, const Transcript& t) {
 Key controlKey(const Key& session) {
   return keyedHash<kKeyBytes>(
       session, std::vector<std::uint8_t>(kControlLabel.begin(), kControlLabel.end()));
+}
+
+std::uint64_t configPartHash(const Key& psk, std::string_view name, std::uint64_t hash) {
+  std::vector<std::uint8_t> m(kConfigPartLabel.begin(), kConfigPartLabel.end());
+  m.push_back(static_cast<std::uint8_t>(name.size() & 0xFF));
+  m.insert(m.end(), name.begin(), name.end());
+  std::uint8_t h[8];
+  storeLe(h, hash);
+  m.insert(m.end(), h, h + 8);
+  return loadLe<std::uint64_t>(keyedHash<16>(psk, m).data());  // BLAKE2b gives 16 bytes or more
 }
 
 void seal(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,

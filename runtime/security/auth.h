@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "runtime/security/key.h"
 
@@ -59,6 +60,11 @@ Key sessionKey(const Key& psk, const Transcript& transcript);
 // The key that seals the edge's control frames after the handshake (transport/control_link.h),
 // derived from its session key: its nonces never meet those of the data seals.
 Key controlKey(const Key& session);
+// A config part's hash as a hello carries it under a key: keyed BLAKE2b of (a label, the part's
+// name, its plain 64-bit hash), first 8 bytes little-endian. Equal for equal parts under one key,
+// so peers still compare them; a prober without the key learns nothing from them (the plain hashes
+// are of public, low-entropy values that a guess could confirm).
+std::uint64_t configPartHash(const Key& psk, std::string_view name, std::uint64_t hash);
 
 // Seals message[0, size - kSealTagBytes) in place and writes the tag into its last kSealTagBytes:
 // the first `headerBytes` are authenticated, the rest is authenticated (encrypt false) or encrypted

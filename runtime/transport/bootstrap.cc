@@ -125,6 +125,14 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     ours.backend = std::string(data_.backend());
     ours.address = data_.localAddress();
     ours.parts = o.configParts;
+    if (o.psk) {
+      // Keyed (security::configPartHash): our hello goes to whoever answers or dials before any
+      // proof. Protocol versions stay plain: a skew is named with both versions.
+      for (ConfigPart& part : ours.parts) {
+        if (!part.name.starts_with(handshake::kProtocolPartPrefix))
+          part.hash = security::configPartHash(*o.psk, part.name, part.hash);
+      }
+    }
     ours.buildId = std::string(buildId());
     for (int n : o.neighbours) {
       auto hello = std::make_shared<Hello>(ours);

@@ -84,3 +84,13 @@ TEST_CASE("auth: a sealed message opens once intact and never after a change") {
     CHECK(!open(randomKey(), encrypt, 3, 42, 64, c));
   }
 }
+
+TEST_CASE("auth: a keyed config part hash is the same under one key and tells nothing without it") {
+  const Key k = randomKey();
+  const std::uint64_t h = configPartHash(k, "topology", 0x1111);
+  CHECK(h == configPartHash(k, "topology", 0x1111));  // both ends compute the same value
+  CHECK(h != 0x1111);
+  CHECK(h != configPartHash(randomKey(), "topology", 0x1111));
+  CHECK(h != configPartHash(k, "topology", 0x1112));
+  CHECK(h != configPartHash(k, "algorithm", 0x1111));
+}

@@ -2,7 +2,8 @@
 // authenticate each other and share a per-edge session key; a peer with another key fails with
 // "authentication failed" while the one it dialed logs, counts and keeps waiting; a forged hello
 // that claims rank 0 with the right config hashes but no key, and a stranger's hello of another
-// protocol version, are refused without ending the bootstrap, and the real rank 0 still gets in.
+// protocol version, are refused without ending the bootstrap, and the real rank 0 still gets in;
+// the hello the forger gets back carries keyed config hashes.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -159,6 +160,7 @@ TEST_CASE("bootstrap with a key: a forged hello as rank 0 is refused; the real r
   const std::uint16_t port = c.boots[1]->listenPort();
   std::atomic<bool> clientDone{false};
   std::vector<std::uint16_t> replies;
+  Result<handshake::Hello> rank1Hello = internalError("no hello");
   std::thread forger([&] {
     const int fd = dialRaw(port);
     REQUIRE(fd >= 0);
@@ -176,6 +178,7 @@ TEST_CASE("bootstrap with a key: a forged hello as rank 0 is refused; the real r
     auto hello = readFrame(fd);
     auto proof = readFrame(fd);
     replies = {hello.first, proof.first};
+    rank1Hello = handshake::decodeHello(hello.second);
     // Replaying rank 1's own proof, or any guess, fails.
     REQUIRE(sendFrame(fd, handshake::kAuth, proof.second));
     auto last = readFrame(fd);
@@ -188,6 +191,26 @@ TEST_CASE("bootstrap with a key: a forged hello as rank 0 is refused; the real r
   forger.join();
   REQUIRE(replies.size() == 3);
   CHECK(replies[0] == handshake::kHello);
+  // Rank 1's hello, sent before any proof, carries its config hashes keyed: the forger cannot
+  // confirm a guess of the config from them. Protocol versions stay plain.
+  REQUIRE(rank1Hello.isOk());
+  const auto plain = standardParts();
+  REQUIRE(rank1Hello->parts.size() == plain.size());
+  int keyedParts = 0;
+  for (std::size_t k = 0; k < plain.size(); ++k) {
+    INFO(plain[k].name);
+    CHECK(rank1Hello->parts[k].name == plain[k].name);
+    if (plain[k].name.starts_with(handshake::kProtocolPartPrefix)) {
+      CHECK(rank1Hello->parts[k].hash == plain[k].hash);
+      continue;
+    }
+    ++keyedParts;
+    CHECK(rank1Hello->parts[k].hash != plain[k].hash);
+    CHECK(rank1Hello->parts[k].hash == security::configPartHash(key, plain[k].name, plain[k].hash));
+    CHECK(rank1Hello->parts[k].hash !=
+          security::configPartHash(security::randomKey(), plain[k].name, plain[k].hash));
+  }
+  CHECK(keyedParts > 0);
   CHECK(replies[1] == handshake::kAuth);
   CHECK(replies[2] == handshake::kReject);
   REQUIRE(c.loop.runUntil([&] { return c.boots[1]->rejected().count("auth_failed") == 1; },
@@ -257,7 +280,8 @@ TEST_CASE(
     h.backend = "tcp";
     const std::string address = "127.0.0.1:1";  // never dialed: rank 1 waits for our data dial
     h.address.assign(address.begin(), address.end());
-    h.parts = standardParts();
+    h.parts = standardParts();  // as a peer with the key sends them: keyed
+    for (auto& part : h.parts) part.hash = security::configPartHash(key, part.name, part.hash);
     h.nonce = security::randomNonce();
     const auto ours = *handshake::encodeHello(h);
     REQUIRE(sendFrame(fd, handshake::kHello, ours));
