@@ -163,9 +163,10 @@ GRAPEVINE_C_EXPORT grapevine_status grapevine_peer_report(grapevine_peer* peer,
                                                           const double* values, size_t count);
 
 typedef enum grapevine_event_kind {
-  GRAPEVINE_EVENT_SUSPECT = 1, /* a neighbour's message missed a round; the round went on */
-  GRAPEVINE_EVENT_DEAD = 2,    /* a neighbour is gone for good */
-  GRAPEVINE_EVENT_DIVERGED = 3 /* training diverged: the run stops */
+  GRAPEVINE_EVENT_SUSPECT = 1,  /* a neighbour's message missed a round; the round went on */
+  GRAPEVINE_EVENT_DEAD = 2,     /* a neighbour's edge was dropped (closed, crashed, silent) */
+  GRAPEVINE_EVENT_DIVERGED = 3, /* training diverged: the run stops */
+  GRAPEVINE_EVENT_REVIVED = 4 /* a neighbour dropped for silence answers again: its edge is back */
 } grapevine_event_kind;
 
 typedef struct grapevine_event {

@@ -78,8 +78,9 @@ struct Options {
 
 enum class EventKind : int {
   kSuspect = 1,   // a neighbour's message missed a round (round_timeout); the round went on
-  kDead = 2,      // a neighbour is gone for good (closed, crashed, heartbeats stopped)
+  kDead = 2,      // a neighbour's edge was dropped (closed, crashed, heartbeats stopped)
   kDiverged = 3,  // training diverged: the run stops (peer = where it was detected)
+  kRevived = 4,   // a neighbour dropped for silence answers again: its edge is back
 };
 
 struct Event {

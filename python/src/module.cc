@@ -276,8 +276,10 @@ PYBIND11_MODULE(_grapevine, m) {
 
   py::enum_<EventKind>(m, "EventKind", "What an Event reports.")
       .value("SUSPECT", EventKind::kSuspect, "a neighbour's message missed a round")
-      .value("DEAD", EventKind::kDead, "a neighbour is gone for good")
-      .value("DIVERGED", EventKind::kDiverged, "training diverged: the run stops");
+      .value("DEAD", EventKind::kDead, "a neighbour's edge was dropped (closed, crashed, silent)")
+      .value("DIVERGED", EventKind::kDiverged, "training diverged: the run stops")
+      .value("REVIVED", EventKind::kRevived,
+             "a neighbour dropped for silence answers again: its edge is back");
 
   py::class_<Event>(m, "Event", "A neighbour suspect/dead or a divergence (Peer.poll_events()).")
       .def_readonly("kind", &Event::kind)

@@ -126,6 +126,11 @@ class Algorithm {
   virtual Status resetReplica(int neighbour, std::span<const float> copy) { return Status::ok(); }
   // A neighbour left (dead): forget its state.
   virtual void dropNeighbour(int neighbour) {}
+  // A dropped neighbour is back (it was silent, not gone: PeerCore::revive): its per-neighbour
+  // state exists again. A replica starts as a placeholder (this peer's own public copy) that the
+  // core never mixes before the neighbour's snapshot replaced it (resetReplica). No-op when the
+  // neighbour's state is there.
+  virtual void addNeighbour(int neighbour) {}
   // The algorithm's state between rounds, as named dense buffers (the API's state_dict): CHOCO
   // "public_copy" and "replica/<j>" per live neighbour, DeepSqueeze "error". loadState() takes the
   // same names and sizes (kInvalidArgument naming the first that differs) and replaces them.

@@ -83,6 +83,7 @@ class ReceivedMessages {
     return out;
   }
   void drop(int j) { slots_.erase(j); }
+  void add(int j, std::size_t dim) { slots_.try_emplace(j, dim, 0.0f); }
 
  private:
   std::map<int, std::vector<float>> slots_;
@@ -134,6 +135,7 @@ class Dsgd final : public Algorithm {
                 [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
   }
   void dropNeighbour(int j) override { received_.drop(j); }
+  void addNeighbour(int j) override { received_.add(j, self_.size()); }
 
  private:
   ReceivedMessages received_;  // x_half_j of this round, per neighbour
@@ -268,6 +270,7 @@ class Choco final : public Algorithm {
     return Status::ok();
   }
   void dropNeighbour(int j) override { replicas_.erase(j); }
+  void addNeighbour(int j) override { replicas_.try_emplace(j, xhat_); }
   std::vector<std::pair<std::string, std::vector<float>>> state() const override {
     std::vector<std::pair<std::string, std::vector<float>>> out{{"public_copy", xhat_}};
     for (const auto& [j, r] : replicas_) out.emplace_back("replica/" + std::to_string(j), r);
@@ -371,6 +374,7 @@ class DeepSqueeze final : public Algorithm {
     });
   }
   void dropNeighbour(int j) override { received_.drop(j); }
+  void addNeighbour(int j) override { received_.add(j, e_.size()); }
   std::vector<std::pair<std::string, std::vector<float>>> state() const override {
     return {{"error", e_}};
   }
@@ -660,6 +664,7 @@ class Gt final : public Algorithm {
     return Status::ok();
   }
   void dropNeighbour(int j) override { replicas_.erase(j); }
+  void addNeighbour(int j) override { replicas_.try_emplace(j, public_); }
   // "tracker" (y between rounds), "previous_direction" (d_{t-1}); compressed also
   // "public_model", "public_tracker" and "replica/<j>/model", "replica/<j>/tracker".
   std::vector<std::pair<std::string, std::vector<float>>> state() const override {

@@ -39,6 +39,7 @@ static_assert(GRAPEVINE_INTERNAL == static_cast<int>(Error::Code::kInternal));
 static_assert(GRAPEVINE_EVENT_SUSPECT == static_cast<int>(EventKind::kSuspect));
 static_assert(GRAPEVINE_EVENT_DEAD == static_cast<int>(EventKind::kDead));
 static_assert(GRAPEVINE_EVENT_DIVERGED == static_cast<int>(EventKind::kDiverged));
+static_assert(GRAPEVINE_EVENT_REVIVED == static_cast<int>(EventKind::kRevived));
 
 thread_local std::string lastError;
 

@@ -132,9 +132,20 @@ struct Peer::Impl {
     if (!session) return;
     for (auto& e : session->takeEvents()) {
       Event out;
-      out.kind = e.kind == engine::SessionEvent::Kind::kSuspect ? EventKind::kSuspect
-                 : e.kind == engine::SessionEvent::Kind::kDead  ? EventKind::kDead
-                                                                : EventKind::kDiverged;
+      switch (e.kind) {
+        case engine::SessionEvent::Kind::kSuspect:
+          out.kind = EventKind::kSuspect;
+          break;
+        case engine::SessionEvent::Kind::kDead:
+          out.kind = EventKind::kDead;
+          break;
+        case engine::SessionEvent::Kind::kDiverged:
+          out.kind = EventKind::kDiverged;
+          break;
+        case engine::SessionEvent::Kind::kRevived:
+          out.kind = EventKind::kRevived;
+          break;
+      }
       out.peer = e.peer;
       out.round = e.round;
       out.message = std::move(e.message);

@@ -48,7 +48,9 @@ Json countersToJson(const PeerCounters& c) {
           {"replica_mismatches", c.replicaMismatches},
           {"resyncs", c.resyncs},
           {"dropped", c.dropped},
-          {"collective_bytes", c.collectiveBytes}};
+          {"collective_bytes", c.collectiveBytes},
+          {"revived_neighbours", c.revivedNeighbours},
+          {"rounds_skipped", c.roundsSkipped}};
 }
 
 PeerCounters countersFromJson(const Json& j) {
@@ -72,6 +74,9 @@ PeerCounters countersFromJson(const Json& j) {
   c.resyncs = j.at("resyncs");
   c.dropped = j.at("dropped").get<std::map<std::string, std::uint64_t>>();
   c.collectiveBytes = j.at("collective_bytes");
+  // Absent from the checkpoints of older builds.
+  c.revivedNeighbours = j.value("revived_neighbours", std::uint64_t{0});
+  c.roundsSkipped = j.value("rounds_skipped", std::uint64_t{0});
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -38,8 +39,14 @@ const std::size_t kCheckpointRoundsMessageBytes =
     transport::BootstrapOptions{}.maxControlFrameBytes - 64;
 
 // What the loop thread hands the training thread, in arrival order per neighbour.
+// Catching up (PeerSession::Impl::behind): the fewest rounds a neighbour must be ahead.
+constexpr std::int64_t kMinCatchUpLag = 32;
+
 struct InboxItem {
-  enum Kind { kMessage, kDead } kind = kMessage;
+  // kDead: the edge failed (closed, a send failed): dropped and closed. kSilent: no heartbeat for
+  // peers.dead_after: dropped, its connections kept open. kBack: heartbeats again: a kSilent edge
+  // is taken back (PeerCore::revive).
+  enum Kind { kMessage, kDead, kSilent, kBack } kind = kMessage;
   int peer = -1;
   int buffer = -1;
   std::size_t bytes = 0;
@@ -162,7 +169,19 @@ class PeerSession::Impl {
   bool drainInbox();
   bool waitSends(Clock::time_point deadline);
   void countPending(const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends);
-  void markDead(int j, const std::string& why);
+  // `keepOpen`: the neighbour fell silent; its connections stay open so that it can come back
+  // (revive()). Otherwise they are closed.
+  void markDead(int j, const std::string& why, bool keepOpen = false);
+  // A neighbour dropped with keepOpen is heard again: takes its edge back.
+  void revive(int j);
+  // Catching up: when a live neighbour is more than catchUpLag() rounds ahead of this peer, the
+  // next round is the neighbours' (PeerCore::skipTo). Not for the API's caller-driven rounds, nor
+  // with overlapped push-sum (its rounds wait for shares sent rounds earlier).
+  std::int64_t catchUpLag() const;
+  bool behind() const {
+    return !options_.external && core_->mixDelay() == 0 &&
+           core_->neighboursRound() > core_->round() + catchUpLag();
+  }
   // The core quarantined j (its edge is dead there already): close it, log and record the event.
   void quarantine(int j, const std::string& why);
 
@@ -187,6 +206,9 @@ class PeerSession::Impl {
   std::map<int, int> pendingTo_;                   // guarded by mu_
   std::map<int, Clock::time_point> pendingSince_;  // guarded by mu_
   std::vector<int> deadThisRound_;
+  std::vector<int> revivedThisRound_;
+  std::set<int> silent_;               // dropped for silence, connections open: may come back
+  std::int64_t skippedThisRound_ = 0;  // rounds skipped to reach this one (catching up)
 
   // Training thread.
   RoundsOutcome outcome_;
@@ -273,8 +295,12 @@ void PeerSession::Impl::closeNeighbour(int j) {
   if (it->second.control) it->second.control->close();
 }
 
-void PeerSession::Impl::markDead(int j, const std::string& why) {
-  if (core_->isDead(j)) return;
+void PeerSession::Impl::markDead(int j, const std::string& why, bool keepOpen) {
+  if (core_->isDead(j)) {
+    // Dropped for silence before, failed now: it will not come back on these connections.
+    if (!keepOpen && silent_.erase(j)) loop_.post([this, j] { closeNeighbour(j); });
+    return;
+  }
   // A neighbour that never sends to this peer (a one-way edge: directed graphs, one-peer-
   // exponential rounds) cannot show its last round: it counts as finished once this peer has sent
   // it its last message (it closes the edge when that message is in; see linger()).
@@ -283,7 +309,11 @@ void PeerSession::Impl::markDead(int j, const std::string& why) {
   const bool finished = expected >= 0 ? core_->lastRoundFrom(j) >= expected
                                       : core_->round() >= core_->lastRoundSendingTo(j, rounds);
   core_->markDead(j, !finished);
-  loop_.post([this, j] { closeNeighbour(j); });
+  if (keepOpen && !finished) {
+    silent_.insert(j);
+  } else {
+    loop_.post([this, j] { closeNeighbour(j); });
+  }
   if (finished) {
     log::debug("neighbour ", j, " finished its rounds");
     return;
@@ -291,8 +321,31 @@ void PeerSession::Impl::markDead(int j, const std::string& why) {
   deadThisRound_.push_back(j);
   events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
   log::warn("neighbour ", j, " is dead (", why, "); dropping the edge, ", core_->liveDegree(),
-            " live neighbours left");
+            " live neighbours left", keepOpen ? " (it is welcome back if it answers again)" : "");
   if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
+}
+
+void PeerSession::Impl::revive(int j) {
+  if (!silent_.count(j) || !core_->revive(j)) return;
+  silent_.erase(j);
+  {
+    // A send to it still pending from before it fell silent counts from now (its io_timeout).
+    std::lock_guard<std::mutex> lock(mu_);
+    pendingSince_[j] = Clock::now();
+  }
+  revivedThisRound_.push_back(j);
+  events_.push_back({SessionEvent::Kind::kRevived, j, core_->round(), "heartbeats again"});
+  log::warn("neighbour ", j, " is back (heartbeats again); taking the edge back, ",
+            core_->liveDegree(), " live neighbours");
+}
+
+std::int64_t PeerSession::Impl::catchUpLag() const {
+  // How far a neighbour may be ahead in a run where nobody was away: on an undirected graph a round
+  // or two; on a directed one up to the directed distance back to this peer (< peers), per round of
+  // a time-varying schedule's period. A peer further behind was away (a pause, a partition).
+  const std::int64_t legitimate =
+      static_cast<std::int64_t>(plan_.config.peers.count) * plan_.schedule->period();
+  return std::max<std::int64_t>(kMinCatchUpLag, legitimate);
 }
 
 void PeerSession::Impl::quarantine(int j, const std::string& why) {
@@ -311,8 +364,12 @@ bool PeerSession::Impl::drainInbox() {
     items.swap(inbox_);
   }
   for (auto& item : items) {
-    if (item.kind == InboxItem::kDead) {
-      markDead(item.peer, item.why);
+    if (item.kind == InboxItem::kDead || item.kind == InboxItem::kSilent) {
+      markDead(item.peer, item.why, item.kind == InboxItem::kSilent);
+      continue;
+    }
+    if (item.kind == InboxItem::kBack) {
+      revive(item.peer);
       continue;
     }
     auto& buf = buffers_[item.peer][item.buffer];
@@ -473,8 +530,12 @@ Status PeerSession::Impl::boot() {
       log::warn("neighbour ", from, ": ", st.message(), "; ignored");
   };
   bo.onEvent = [this](const transport::ControlEvent& ev) {
-    if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) return;
-    push({InboxItem::kDead, ev.peer, -1, 0, ev.message});
+    // Silence drops the edge but keeps its connections (the neighbour may be paused or cut off);
+    // heartbeats again take it back; a closed control connection is the end.
+    InboxItem::Kind kind = InboxItem::kDead;
+    if (ev.kind == transport::ControlEventKind::kMissedHeartbeats) kind = InboxItem::kSilent;
+    if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) kind = InboxItem::kBack;
+    push({kind, ev.peer, -1, 0, ev.message});
   };
 
   // `booted` is set exactly once: by a failed start, or by the bootstrap's completion.
@@ -605,6 +666,16 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
   }
   // The previous round's sends must be done before their buffers are rewritten.
   GV_RETURN_IF_ERROR(waitPreviousSends("round"));
+  if (behind()) {
+    // The neighbours went on without this peer (it was paused or cut off): join them at their
+    // round instead of replaying the missed ones, each waiting out round_timeout.
+    const std::int64_t to = core_->neighboursRound();
+    log::warn("rounds ", outcome_.rounds, " to ", to - 1, " skipped: the neighbours are at round ",
+              to);
+    skippedThisRound_ = to - outcome_.rounds;
+    core_->skipTo(to);
+    outcome_.rounds = to;
+  }
   const auto stepStart = Clock::now();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
   stepSeconds_ += since(stepStart);
@@ -636,6 +707,8 @@ Status PeerSession::Impl::completeRound() {
   ++outcome_.rounds;
   updateMetrics(suspects);
   deadThisRound_.clear();
+  revivedThisRound_.clear();
+  skippedThisRound_ = 0;
   return Status::ok();
 }
 
@@ -646,6 +719,7 @@ void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
   m.phases = {stepSeconds_, waitSeconds_, mixSeconds_, evalSeconds_};
   m.suspects = &suspects;
   m.dead = &deadThisRound_;
+  m.revived = &revivedThisRound_;
   m.testAccuracy = std::exchange(recordAccuracy_, std::nan(""));
   m.testLoss = std::exchange(recordTestLoss_, std::nan(""));
   prometheus_->update(*core_, m);
@@ -687,6 +761,9 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
     drainInbox();
     if (!collective && core_->divergence()) break;  // a neighbour's notice
     if (collective ? core_->collectiveComplete() : core_->roundComplete()) break;
+    // Every message still missing will never come: its sender sent a later round's already
+    // (edges are in order). Typically after a pause, with the neighbours rounds ahead.
+    if (!collective && core_->onlyLostMessagesMissing()) break;
     if (stopRequested()) break;
     if (Clock::now() >= deadline) break;
     std::unique_lock<std::mutex> lock(mu_);
@@ -712,7 +789,9 @@ std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
 Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& suspects) {
   RoundReport due = roundReport(plan_.config, round);
   if (options_.external) due.evaluate = false;  // the caller reports its own (metrics_)
-  if (!due.due(suspects, deadThisRound_) && metrics_.empty()) return Status::ok();
+  if (!due.due(suspects, deadThisRound_, revivedThisRound_) && skippedThisRound_ == 0 &&
+      metrics_.empty())
+    return Status::ok();
   const double now = seconds();  // before the evaluation, which the time field leaves out
   // The part of `now` that was training: less the evaluations and checkpoints before it.
   const double train = now - evalSeconds_ - checkpointSeconds_;
@@ -722,8 +801,9 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
     evaluation = core_->workload().evaluateTest(core_->model());
     evalSeconds_ += since(evalStart);
   }
-  auto rec =
-      reportRecord(*core_, now, suspects, deadThisRound_, evaluation ? &*evaluation : nullptr);
+  auto rec = reportRecord(*core_, now, suspects, deadThisRound_,
+                          evaluation ? &*evaluation : nullptr, revivedThisRound_);
+  if (skippedThisRound_ > 0) rec["skipped_rounds"] = skippedThisRound_;
   // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
   rec["eval_seconds"] = evalSeconds_;
   rec["train_seconds"] = train;

@@ -33,7 +33,7 @@ struct PeerRunOptions {
 
 // What happened to a neighbour (or the run), for the API's event queue.
 struct SessionEvent {
-  enum class Kind { kSuspect, kDead, kDiverged };
+  enum class Kind { kSuspect, kDead, kDiverged, kRevived };  // kRevived: a dead one came back
   Kind kind = Kind::kSuspect;
   int peer = -1;
   std::int64_t round = -1;

@@ -92,6 +92,7 @@ struct PeerMetrics::State {
     Mirrored sent, received;
     prometheus::Counter* suspect = nullptr;
     prometheus::Counter* dead = nullptr;
+    prometheus::Counter* rejoins = nullptr;
   };
   std::vector<Neighbour> neighbours;
   prometheus::Family<prometheus::Counter>* droppedFamily = nullptr;
@@ -173,7 +174,8 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
                        "Times the neighbour was declared dead (heartbeats stopped, connection "
                        "failed) before finishing its rounds");
   auto& rejoins = counter("grapevine_neighbour_rejoins_total",
-                          "Times a dead neighbour rejoined (0: a dead edge stays dropped)");
+                          "Times a neighbour declared dead for its silence came back (heartbeats "
+                          "again) and its edge was taken back");
   for (int j : core.neighbours()) {
     const prometheus::Labels l = {{"neighbour", std::to_string(j)}};
     State::Neighbour n;
@@ -182,7 +184,7 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
     n.received.counter = &received.Add(l);
     n.suspect = &suspect.Add(l);
     n.dead = &dead.Add(l);
-    rejoins.Add(l);
+    n.rejoins = &rejoins.Add(l);
     s.neighbours.push_back(n);
   }
   std::sort(s.neighbours.begin(), s.neighbours.end(),
@@ -269,6 +271,11 @@ void PeerMetrics::update(const PeerCore& core, const RoundMetrics& round) {
   if (round.dead) {
     for (int j : *round.dead) {
       if (auto* n = s.neighbour(j)) n->dead->Increment();
+    }
+  }
+  if (round.revived) {
+    for (int j : *round.revived) {
+      if (auto* n = s.neighbour(j)) n->rejoins->Increment();
     }
   }
 }

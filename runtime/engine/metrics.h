@@ -30,13 +30,15 @@ struct PhaseSeconds {
 };
 
 // What one completed round adds: the rounds done so far, the phase totals, the neighbours that were
-// suspect in it and those declared dead since the previous update, and the round's evaluation
+// suspect in it, those declared dead and those taken back (revived) since the previous update, and
+// the round's evaluation
 // (NaN: none this round; the gauges keep the previous one).
 struct RoundMetrics {
   std::int64_t rounds = 0;
   PhaseSeconds phases;
   const std::vector<int>* suspects = nullptr;
   const std::vector<int>* dead = nullptr;
+  const std::vector<int>* revived = nullptr;
   double testAccuracy = std::numeric_limits<double>::quiet_NaN();
   double testLoss = std::numeric_limits<double>::quiet_NaN();
 };

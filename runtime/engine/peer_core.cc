@@ -207,7 +207,7 @@ bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() ==
 
 Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   round_ = round;
-  for (auto& [j, e] : edges_) e.arrived = false;
+  for (auto& [j, e] : edges_) e.arrived = e.heard = false;
   if (options_.deltaLimit && options_.maxDeltaRatio > 0) {
     // What this round's messages may change (security.max_delta_ratio), relative to the model.
     const double scale = std::max(1.0, double(kernels::cpuOps().maxAbs(x_.data(), x_.size())));
@@ -288,6 +288,7 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
     if (e.resyncRequested) {
       env.flags |= kFlagResyncRequest;
       e.resyncRequested = false;
+      e.askedRound = round;
     }
     std::memcpy(e.out.data() + kEnvelopeBytes, message_.data(), messageBytes_);
     if (e.sendSnapshot && round - e.lastSnapshotRound >= kSnapshotMinRounds) {
@@ -397,6 +398,12 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     refuse(j, e, "sequence_window");
     return;
   }
+  if (!(env->flags & (kFlagDiverged | kFlagCollective))) {
+    // How far the neighbour is (catching up: neighboursRound()); never past the run's last round.
+    std::int64_t r = static_cast<std::int64_t>(std::min<std::uint64_t>(env->round, INT64_MAX / 2));
+    if (options_.rounds > 0) r = std::min(r, options_.rounds - 1);
+    e.newestRound = std::max(e.newestRound, r);
+  }
   if (!(env->flags & kFlagDiverged) && !withinWindow(e, *env)) {
     drop("round_window");  // nextSeqIn unchanged: nothing of this message is kept
     return;
@@ -476,6 +483,15 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     if (e.sendSnapshot || round_ - e.lastSnapshotRound < kSnapshotMinRounds) drop("resync_rate");
     e.sendSnapshot = true;
   }
+  if (e.awaitSnapshot && !(env->flags & kFlagSnapshot)) {
+    // Its replica here is a placeholder until the snapshot comes: nothing of this message enters
+    // it. The request is repeated (the neighbour coalesces requests into one snapshot) in case the
+    // first one was lost with a dropped message.
+    drop("awaiting_snapshot");
+    if (round_ - e.askedRound >= kSnapshotMinRounds) e.resyncRequested = true;
+    if (round == round_) e.heard = true;
+    return;
+  }
   Status st;
   if (round == round_ && !e.arrived) {
     double w = 0;
@@ -515,9 +531,14 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     }
     if (!algorithm_->resetReplica(j, copy).isOk()) {
       refuse(j, e, "bad_snapshot");
+      if (e.awaitSnapshot && round == round_) {
+        e.arrived = false;  // its replica is still a placeholder: not mixed
+        e.heard = true;
+      }
       return;
     }
     ++counters_.resyncs;
+    e.awaitSnapshot = false;
   }
   e.refusedRounds = 0;
   e.lastRefusedRound = -2;
@@ -574,7 +595,8 @@ bool PeerCore::roundComplete() const {
   }
   for (int j : expected_) {
     const auto it = edges_.find(j);
-    if (!dead_.count(j) && it != edges_.end() && !it->second.arrived) return false;
+    if (!dead_.count(j) && it != edges_.end() && !it->second.arrived && !it->second.heard)
+      return false;
   }
   return true;
 }
@@ -604,6 +626,8 @@ std::vector<int> PeerCore::endRound() {
     // A neighbour that died after its message of this round arrived (typically: it finished its
     // last round and closed) still counts in this round's mix, as it does in the simulator.
     if (dead_.count(j) && !e.arrived) continue;
+    // Taken back during this round: it was not in this round's degrees; it mixes from the next.
+    if (e.revivedRound == round_) continue;
     if (!e.arrived) {
       suspects.push_back(j);
       continue;
@@ -935,6 +959,7 @@ void PeerCore::refuse(int j, Edge& e, std::string_view reason) {
   e.lastRefusedRound = round_;
   if (++e.refusedRounds < options_.quarantineAfter) return;
   ++counters_.quarantined;
+  e.quarantined = true;
   quarantined_.emplace_back(j, "quarantined: its messages were refused in " +
                                    std::to_string(e.refusedRounds) +
                                    " rounds in a row (the last: " + std::string(reason) + ")");
@@ -943,6 +968,57 @@ void PeerCore::refuse(int j, Edge& e, std::string_view reason) {
 
 std::vector<std::pair<int, std::string>> PeerCore::takeQuarantined() {
   return std::exchange(quarantined_, {});
+}
+
+bool PeerCore::revive(int j) {
+  const auto it = edges_.find(j);
+  if (it == edges_.end() || !dead_.count(j) || it->second.quarantined) return false;
+  Edge& e = it->second;
+  dead_.erase(j);
+  // Still to be dropped after this round's mix (it died after its message arrived): keep it.
+  pendingDrops_.erase(std::remove(pendingDrops_.begin(), pendingDrops_.end(), j),
+                      pendingDrops_.end());
+  algorithm_->addNeighbour(j);
+  e.arrived = e.heard = false;
+  e.revivedRound = round_;
+  if (algorithm_->publicCopyHash() != 0) {
+    e.awaitSnapshot = true;
+    e.resyncRequested = true;
+    e.sendSnapshot = true;
+  }
+  ++counters_.revivedNeighbours;
+  return true;
+}
+
+std::int64_t PeerCore::neighboursRound() const {
+  std::int64_t newest = -1;
+  for (const auto& [j, e] : edges_) {
+    if (!dead_.count(j)) newest = std::max(newest, e.newestRound);
+  }
+  return newest;
+}
+
+bool PeerCore::onlyLostMessagesMissing() const {
+  if (options_.mixDelay > 0) return false;
+  for (int j : expected_) {
+    const auto it = edges_.find(j);
+    if (dead_.count(j) || it == edges_.end() || it->second.arrived || it->second.heard) continue;
+    if (it->second.newestRound <= round_) return false;
+  }
+  return true;
+}
+
+void PeerCore::skipTo(std::int64_t round) {
+  if (round <= round_ + 1) return;
+  counters_.roundsSkipped += static_cast<std::uint64_t>(round - round_ - 1);
+  round_ = round - 1;
+  if (algorithm_->publicCopyHash() == 0) return;
+  for (auto& [j, e] : edges_) {
+    if (dead_.count(j)) continue;
+    e.awaitSnapshot = true;
+    e.resyncRequested = true;
+    e.sendSnapshot = true;
+  }
 }
 
 void PeerCore::markDead(int j, bool lost) {

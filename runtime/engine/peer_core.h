@@ -141,7 +141,9 @@ struct PeerCounters {
   // Sent and received in collectives (the API's start-up sync and finalize averaging), not in the
   // byte counts above.
   std::uint64_t collectiveBytes = 0;
-  std::uint64_t quarantined = 0;  // neighbours quarantined (PeerCoreOptions::quarantineAfter)
+  std::uint64_t quarantined = 0;        // neighbours quarantined (PeerCoreOptions::quarantineAfter)
+  std::uint64_t revivedNeighbours = 0;  // dead neighbours taken back (revive())
+  std::uint64_t roundsSkipped = 0;      // rounds this peer skipped to catch up (skipTo())
 };
 
 // Everything a peer needs to continue a run exactly after the round it was taken in (checkpoints:
@@ -280,6 +282,25 @@ class PeerCore {
   // Drops the edge for good (connection failed, heartbeats stopped, or the neighbour finished its
   // rounds). `lost`: it had not finished (counted in counters().deadNeighbours).
   void markDead(int neighbour, bool lost = true);
+  // Takes back a neighbour that markDead() dropped because it fell silent (a pause, a partition)
+  // and whose connections stayed open: its edge is live again from the next round on. With public
+  // copies (CHOCO, compressed gt) the edge resyncs both ways: this peer asks for the neighbour's
+  // public copy and sends its own, and mixes nothing of that neighbour before its snapshot came
+  // (its replica here missed the deltas of the silent rounds). Sequence numbers go on where they
+  // were (the connections lost nothing; messages dropped while it was dead show as a gap). False,
+  // changing nothing, for a live, unknown or quarantined neighbour.
+  bool revive(int neighbour);
+  // The newest round of a message from a live neighbour (-1: none), counting messages that were
+  // dropped for being too far ahead (kRoundWindow): how far the neighbours are.
+  std::int64_t neighboursRound() const;
+  // Whether every expected message of this round that is still missing will never come: its
+  // sender already sent a message of a later round (per-edge order), e.g. a neighbour that went on
+  // while this peer was away. Then waiting for round_timeout is pointless. False with mixDelay.
+  bool onlyLostMessagesMissing() const;
+  // Catching up: the next round this peer begins is `round` (> round() + 1), the rounds between
+  // are skipped (counters().roundsSkipped). Every live edge with public copies resyncs both ways,
+  // as in revive(): messages of the skipped rounds were dropped or never sent.
+  void skipTo(std::int64_t round);
   // Neighbours quarantined since the last call (their edges are already dead here), each with why;
   // the driver closes their connections and logs the event.
   std::vector<std::pair<int, std::string>> takeQuarantined();
@@ -341,6 +362,14 @@ class PeerCore {
     // Rounds (of this peer) with a refuse()d message since its last applied one.
     int refusedRounds = 0;
     std::int64_t lastRefusedRound = -2;
+    bool quarantined = false;  // refuse() dropped it for good (never revived)
+    // revive() / skipTo(): the replica of its public copy is a placeholder until its snapshot
+    // comes; its messages are not applied before (counted as `awaiting_snapshot`).
+    bool awaitSnapshot = false;
+    std::int64_t askedRound = INT64_MIN / 2;  // when this peer last asked it for a snapshot
+    bool heard = false;                       // its message of this round came but was not applied
+    std::int64_t revivedRound = -2;  // the round of this peer in which revive() took it back
+    std::int64_t newestRound = -1;   // newest round of its messages, round-window drops included
   };
   // Before writeEnvelope: marks `env` sealed when the edge has a key. After: seals buf[0, bytes)
   // and grows `bytes` by the tag.

@@ -56,7 +56,7 @@ void RecordWriter::close() {
 }
 
 nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
-                           const std::vector<int>& deadNow) {
+                           const std::vector<int>& deadNow, const std::vector<int>& revivedNow) {
   const auto& c = peer.counters();
   nlohmann::json r;
   r["round"] = peer.round();
@@ -68,6 +68,7 @@ nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vect
   r["live_degree"] = peer.liveDegree();
   if (!suspects.empty()) r["suspect"] = suspects;
   if (!deadNow.empty()) r["dead"] = deadNow;
+  if (!revivedNow.empty()) r["revived"] = revivedNow;
   if (peer.isolated()) r["isolated"] = true;
   nlohmann::json dropped = nlohmann::json::object();
   for (const auto& [reason, n] : c.dropped) dropped[reason] = n;
@@ -86,8 +87,9 @@ RoundReport roundReport(const config::Config& config, std::int64_t round) {
 
 nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
                             const std::vector<int>& deadNow,
-                            const train::Workload::Eval* evaluation) {
-  auto r = roundRecord(peer, seconds, suspects, deadNow);
+                            const train::Workload::Eval* evaluation,
+                            const std::vector<int>& revivedNow) {
+  auto r = roundRecord(peer, seconds, suspects, deadNow, revivedNow);
   r["lr"] = peer.lastLr();
   if (const auto step = peer.algorithm().stepReport()) {
     auto put = [&r](const char* key, double v) {

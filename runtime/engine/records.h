@@ -39,9 +39,10 @@ class RecordWriter {
   std::string path_;
 };
 
-// The record of one peer after a round.
+// The record of one peer after a round. `revivedNow`: dead neighbours taken back in it ("revived").
 nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
-                           const std::vector<int>& deadNow);
+                           const std::vector<int>& deadNow,
+                           const std::vector<int>& revivedNow = {});
 
 // Round reporting shared by the process driver and the simulator, so both decide alike and write
 // the same fields. Each adds its own timing fields to the record: the driver eval_seconds,
@@ -52,9 +53,11 @@ nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vect
 struct RoundReport {
   bool log = false;
   bool evaluate = false;
-  // Whether the round gets a record: logged, evaluated, or an event (suspects, deaths) happened.
-  bool due(const std::vector<int>& suspects, const std::vector<int>& deadNow) const {
-    return log || evaluate || !suspects.empty() || !deadNow.empty();
+  // Whether the round gets a record: logged, evaluated, or an event (suspects, deaths, revivals)
+  // happened.
+  bool due(const std::vector<int>& suspects, const std::vector<int>& deadNow,
+           const std::vector<int>& revivedNow = {}) const {
+    return log || evaluate || !suspects.empty() || !deadNow.empty() || !revivedNow.empty();
   }
 };
 RoundReport roundReport(const config::Config& config, std::int64_t round);
@@ -68,7 +71,8 @@ RoundReport roundReport(const config::Config& config, std::int64_t round);
 // step_backoffs (auto, when nonzero).
 nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
                             const std::vector<int>& deadNow,
-                            const train::Workload::Eval* evaluation);
+                            const train::Workload::Eval* evaluation,
+                            const std::vector<int>& revivedNow = {});
 
 // The last line of DIR/peer-<rank>.jsonl: roundRecord's fields (no events), "final": true, the
 // final evaluation (test_accuracy when finite, test_loss), and when the run stopped because

@@ -25,6 +25,8 @@ PeerResult collectResult(PeerCore& peer, bool finished) {
   r.bytesDenseEquivalent = c.bytesDenseEquivalent;
   r.suspectRounds = c.suspectRounds;
   r.deadNeighbours = c.deadNeighbours;
+  r.revivedNeighbours = c.revivedNeighbours;
+  r.roundsSkipped = c.roundsSkipped;
   for (const auto& [reason, n] : c.dropped) r.droppedFrames += n;
   r.replicaMismatches = c.replicaMismatches;
   r.resyncs = c.resyncs;
@@ -54,6 +56,8 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
                       {"bytes_dense_equivalent", r.bytesDenseEquivalent},
                       {"suspect_rounds", r.suspectRounds},
                       {"dead_neighbours", r.deadNeighbours},
+                      {"revived_neighbours", r.revivedNeighbours},
+                      {"rounds_skipped", r.roundsSkipped},
                       {"dropped_frames", r.droppedFrames},
                       {"replica_mismatches", r.replicaMismatches},
                       {"resyncs", r.resyncs},
@@ -89,6 +93,8 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.bytesDenseEquivalent = j.at("bytes_dense_equivalent").get<std::uint64_t>();
   r.suspectRounds = j.at("suspect_rounds").get<std::uint64_t>();
   r.deadNeighbours = j.at("dead_neighbours").get<std::uint64_t>();
+  r.revivedNeighbours = j.value("revived_neighbours", std::uint64_t{0});  // absent from older files
+  r.roundsSkipped = j.value("rounds_skipped", std::uint64_t{0});
   r.droppedFrames = j.at("dropped_frames").get<std::uint64_t>();
   r.replicaMismatches = j.at("replica_mismatches").get<std::uint64_t>();
   r.resyncs = j.at("resyncs").get<std::uint64_t>();
@@ -134,7 +140,8 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   double stepSum = 0, stepMin = std::numeric_limits<double>::infinity(), stepMax = -stepMin;
   double qualitySum = 0;
   int withStep = 0, withQuality = 0;
-  std::uint64_t sent = 0, dense = 0, received = 0, suspects = 0, deadEdges = 0;
+  std::uint64_t sent = 0, dense = 0, received = 0, suspects = 0, deadEdges = 0, revived = 0,
+                skipped = 0;
   std::vector<const PeerResult*> done;
   const Divergence* firstDivergence = nullptr;
   nlohmann::json rows = nlohmann::json::array();
@@ -144,6 +151,8 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     dense += p.bytesDenseEquivalent;
     suspects += p.suspectRounds;
     deadEdges += p.deadNeighbours;
+    revived += p.revivedNeighbours;
+    skipped += p.roundsSkipped;
     rows.push_back({{"rank", p.rank},
                     {"finished", p.finished},
                     {"rounds", p.rounds},
@@ -153,6 +162,8 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
                     {"bytes_received", p.bytesReceived},
                     {"suspect_rounds", p.suspectRounds},
                     {"dead_neighbours", p.deadNeighbours},
+                    {"revived_neighbours", p.revivedNeighbours},
+                    {"rounds_skipped", p.roundsSkipped},
                     {"dropped_frames", p.droppedFrames},
                     {"replica_mismatches", p.replicaMismatches},
                     {"resyncs", p.resyncs},
@@ -203,6 +214,8 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["bytes_dense_equivalent"] = dense;
   s["suspect_rounds_total"] = suspects;
   s["dead_neighbours_total"] = deadEdges;
+  s["revived_neighbours_total"] = revived;
+  s["rounds_skipped_total"] = skipped;
   if (withStep) {
     s["consensus_step"] = stepSum / withStep;
     s["consensus_step_min"] = stepMin;

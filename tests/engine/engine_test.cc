@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "compress/wire.h"
 #include "kernels/ops.h"
@@ -692,4 +693,136 @@ TEST_CASE("a stable run never reports a divergence") {
   Run run = makeRun(chocoQuadratic("{ lr: 0.1, momentum: 0.9, nesterov: true }"));
   REQUIRE(engine::runLockstep(run.peers, 0, 500).isOk());
   for (const auto& p : run.peers) CHECK_FALSE(p->divergence());
+}
+
+namespace {
+
+// One lockstep round of every peer: all begin round t, every message goes out except on the
+// (lower, higher) edges in `cut`, all end the round. Per peer: whether its round was complete
+// before it ended, and its suspects.
+struct RoundOutcome {
+  std::vector<bool> complete;
+  std::vector<std::vector<int>> suspects;
+};
+RoundOutcome lockstepRound(Run& run, std::int64_t t,
+                           const std::set<std::pair<int, int>>& cut = {}) {
+  for (auto& p : run.peers) REQUIRE(p->beginRound(t).isOk());
+  for (auto& p : run.peers) {
+    for (int j : p->sendTo()) {
+      if (cut.count({std::min(p->rank(), j), std::max(p->rank(), j)})) continue;
+      run.peers[j]->onMessage(p->rank(), p->outgoing(j));
+    }
+  }
+  RoundOutcome out;
+  for (auto& p : run.peers) {
+    out.complete.push_back(p->roundComplete());
+    out.suspects.push_back(p->endRound());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a revived CHOCO edge mixes nothing of its neighbour before the snapshot, then is exact") {
+  const auto c = loadYaml(R"(
+peers: { count: 4 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.5, check_every: 5 }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+compression: { method: int8, dense_below: 0 }
+workload: { name: consensus, dim: 256 }
+)");
+  Run run = makeRun(c);
+  auto& p0 = *run.peers[0];
+  auto& p1 = *run.peers[1];
+  for (std::int64_t t = 0; t < 10; ++t) lockstepRound(run, t);
+  // A partition of edge 0-1 for rounds 10..19: both ends drop each other (silence).
+  p0.markDead(1);
+  p1.markDead(0);
+  for (std::int64_t t = 10; t < 20; ++t) lockstepRound(run, t, {{0, 1}});
+  CHECK_FALSE(p0.revive(2));  // live: nothing to take back
+  // Peer 1 hears peer 0 first: it asks for peer 0's copy and sends its own in round 20, which
+  // peer 0, still counting it dead, drops.
+  REQUIRE(p1.revive(0));
+  CHECK_FALSE(p1.revive(0));
+  lockstepRound(run, 20);
+  CHECK(p0.counters().dropped.at("unknown_sender") == 1);
+  // Peer 0 takes it back in round 21. Peer 1 sent its snapshot in round 20 and may send the next
+  // one only 8 rounds later: until then peer 0 mixes nothing of peer 1 (its replica missed ten
+  // rounds of deltas), but does not wait for it either.
+  REQUIRE(p0.revive(1));
+  for (std::int64_t t = 21; t < 20 + PeerCore::kSnapshotMinRounds; ++t) {
+    INFO("round " << t);
+    const auto round = lockstepRound(run, t);
+    CHECK(round.complete[0]);
+    CHECK(round.suspects[0] == std::vector<int>{1});
+    CHECK(p0.counters().dropped.at("awaiting_snapshot") == static_cast<std::uint64_t>(t - 20));
+    // Peer 0's own copy reached peer 1 with its round-21 message.
+    CHECK(p1.algorithm().replicaHash(0) == p0.algorithm().publicCopyHash());
+  }
+  CHECK(p0.counters().dropped.at("gap") == 1);  // the message of round 20
+  CHECK(p0.algorithm().replicaHash(1) != p1.algorithm().publicCopyHash());
+  // Round 28: peer 1's snapshot; from then on both replicas are exact and the edge mixes again.
+  for (std::int64_t t = 20 + PeerCore::kSnapshotMinRounds; t < 60; ++t) {
+    INFO("round " << t);
+    const auto round = lockstepRound(run, t);
+    CHECK(round.complete[0]);
+    CHECK(round.suspects[0].empty());
+    CHECK(p0.algorithm().replicaHash(1) == p1.algorithm().publicCopyHash());
+    CHECK(p1.algorithm().replicaHash(0) == p0.algorithm().publicCopyHash());
+  }
+  for (auto& p : run.peers) {
+    CHECK(p->counters().replicaMismatches == 0);
+    CHECK(p->liveDegree() == 2);
+  }
+  CHECK(p0.counters().revivedNeighbours == 1);
+  CHECK(p0.counters().deadNeighbours == 1);
+  CHECK(consensusDistance(models(run)) < 1e-6);
+}
+
+TEST_CASE("a peer far behind its neighbours skips to their round and resyncs its edges") {
+  const auto c = loadYaml(R"(
+peers: { count: 4 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.5 }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+compression: { method: int8, dense_below: 0 }
+workload: { name: consensus, dim: 64 }
+run: { rounds: 500 }
+)");
+  Run run = makeRun(c);
+  for (std::int64_t t = 0; t < 5; ++t) lockstepRound(run, t);
+  auto& p1 = *run.peers[1];
+  CHECK(p1.neighboursRound() == 4);
+  // Its neighbours went on to round 300 without it (it was paused: dead at both, then back).
+  for (int j : {0, 2}) {
+    run.peers[j]->markDead(1);
+    p1.markDead(j);
+  }
+  for (std::int64_t t = 5; t < 300; ++t) {
+    for (int r : {0, 2, 3}) REQUIRE(run.peers[r]->beginRound(t).isOk());
+    for (int r : {0, 2, 3}) {
+      for (int j : run.peers[r]->sendTo()) run.peers[j]->onMessage(r, run.peers[r]->outgoing(j));
+    }
+    for (int r : {0, 2, 3}) run.peers[r]->endRound();
+  }
+  for (int j : {0, 2}) {
+    REQUIRE(run.peers[j]->revive(1));
+    REQUIRE(p1.revive(j));
+  }
+  // Their round-300 messages show it how far they are (dropped: beyond kRoundWindow).
+  for (int r : {0, 2, 3}) REQUIRE(run.peers[r]->beginRound(300).isOk());
+  for (int j : {0, 2}) p1.onMessage(j, run.peers[j]->outgoing(1));
+  CHECK(p1.counters().dropped.at("round_window") == 2);
+  CHECK(p1.neighboursRound() == 300);
+  for (int r : {0, 2, 3}) run.peers[r]->endRound();
+  p1.skipTo(301);
+  CHECK(p1.counters().roundsSkipped == 296);  // rounds 5..300
+  for (std::int64_t t = 301; t < 340; ++t) lockstepRound(run, t);
+  for (int j : {0, 2}) {
+    CHECK(run.peers[j]->algorithm().replicaHash(1) == p1.algorithm().publicCopyHash());
+    CHECK(p1.algorithm().replicaHash(j) == run.peers[j]->algorithm().publicCopyHash());
+  }
+  CHECK(consensusDistance(models(run)) < 1e-6);
 }

@@ -195,3 +195,97 @@ TEST_CASE("launch --emulate: a link taken down carries traffic again once it is 
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE(
+    "launch --emulate: a peer paused for longer than peers.dead_after is taken back and catches up",
+    "[faults][netemu]") {
+  requireNetemu();
+  // dsgd: no replicas; choco + top-k: the revived edges resync their public copies both ways.
+  const bool choco = GENERATE(false, true);
+  INFO((choco ? "choco" : "dsgd"));
+  const std::string dir = scratch(choco ? "revive_choco" : "revive_dsgd");
+  // 3000 rounds over 5 ms links last well over 15 s: the pause (4 s, from 1 s on) is mid-run.
+  const auto config =
+      writeConfig(dir, 3000, "faults: [{kind: pause, peer: 3, at_seconds: 1, seconds: 4}]\n");
+  std::vector<std::string> argv = {kBin,
+                                   "launch",
+                                   config,
+                                   "--emulate",
+                                   "--quiet",
+                                   "--set",
+                                   "peers.dead_after=1",
+                                   "--set",
+                                   "algorithm.round_timeout=0.3"};
+  if (choco) {
+    for (const char* s : {"algorithm.name=choco", "algorithm.consensus_step=0.2",
+                          "compression.method=top-k", "compression.ratio=0.1"}) {
+      argv.push_back("--set");
+      argv.push_back(s);
+    }
+  }
+  const auto o = runCli(argv, dir, 300);
+  INFO(o.out);
+  REQUIRE(o.exitCode == 0);
+  const auto s = readJson(dir + "/out/summary.json");
+  INFO(s.dump(2));
+  CHECK(s["peers_finished"] == 8);
+  CHECK(o.out.find("peer 3 SIGCONTinued") != std::string::npos);
+  CHECK(s["revived_neighbours_total"].get<int>() >= 2);
+  // Its neighbours dropped it (silent past dead_after) and took it back.
+  for (int r : {2, 4}) {
+    INFO("peer " << r);
+    const auto final = readJson(dir + "/out/peer-" + std::to_string(r) + ".final.json");
+    CHECK(final["dead_neighbours"] == 1);
+    CHECK(final["revived_neighbours"] == 1);
+    CHECK(final["replica_mismatches"] == 0);
+    // After it came back, its messages are mixed again: it is no longer suspect, but in the few
+    // rounds it takes to catch up and (choco) to resync.
+    std::ifstream in(dir + "/out/peer-" + std::to_string(r) + ".jsonl");
+    std::int64_t revivedAt = -1, after = 0, suspectAfter = 0;
+    for (std::string line; std::getline(in, line);) {
+      const auto rec = nlohmann::json::parse(line);
+      if (rec.contains("revived")) revivedAt = rec["round"].get<std::int64_t>();
+      if (revivedAt < 0 || rec.value("final", false)) continue;
+      ++after;
+      if (rec.contains("suspect")) ++suspectAfter;
+    }
+    CHECK(revivedAt >= 0);
+    CHECK(after >= 100);
+    CHECK(suspectAfter <= 20);
+  }
+  // The paused peer joined the others' round instead of replaying the missed ones.
+  const auto paused = readJson(dir + "/out/peer-3.final.json");
+  CHECK(paused["rounds_skipped"].get<int>() > 0);
+  CHECK(paused["replica_mismatches"] == 0);
+  for (int r = 0; r < 8; ++r) {
+    INFO("peer " << r);
+    CHECK(lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl")["live_degree"] == 2);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("launch --emulate: a link down for longer than peers.dead_after is taken back both ways",
+          "[faults][netemu]") {
+  requireNetemu();
+  const std::string dir = scratch("revive_link");
+  // 4 s down: TCP retransmits what was lost within a few seconds of the link coming back.
+  const auto config = writeConfig(
+      dir, 3000, "faults: [{kind: link-down, link: [0, 1], at_seconds: 1, seconds: 4}]\n");
+  const auto o = runCli({kBin, "launch", config, "--emulate", "--quiet", "--set",
+                         "peers.dead_after=1", "--set", "algorithm.round_timeout=0.3"},
+                        dir, 300);
+  INFO(o.out);
+  REQUIRE(o.exitCode == 0);
+  const auto s = readJson(dir + "/out/summary.json");
+  INFO(s.dump(2));
+  CHECK(s["peers_finished"] == 8);
+  CHECK(s["faults"][0]["packets_after"].get<std::uint64_t>() > 0);
+  for (int r : {0, 1}) {
+    INFO("peer " << r);
+    const auto final = readJson(dir + "/out/peer-" + std::to_string(r) + ".final.json");
+    CHECK(final["dead_neighbours"] == 1);
+    CHECK(final["revived_neighbours"] == 1);
+    CHECK(lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl")["live_degree"] == 2);
+  }
+  std::filesystem::remove_all(dir);
+}
