@@ -151,6 +151,9 @@ class Peers:
     def kill(self, rank):
         self.procs[rank].send_signal(signal.SIGKILL)
 
+    def signal(self, rank, sig):
+        self.procs[rank].send_signal(sig)
+
     def wait(self, timeout):
         """Exit codes of every process; kills all on timeout (then the test fails on the codes)."""
         deadline = time.monotonic() + timeout
