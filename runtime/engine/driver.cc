@@ -298,7 +298,10 @@ void PeerSession::Impl::closeNeighbour(int j) {
 void PeerSession::Impl::markDead(int j, const std::string& why, bool keepOpen) {
   if (core_->isDead(j)) {
     // Dropped for silence before, failed now: it will not come back on these connections.
-    if (!keepOpen && silent_.erase(j)) loop_.post([this, j] { closeNeighbour(j); });
+    if (!keepOpen && silent_.erase(j)) {
+      loop_.post([this, j] { closeNeighbour(j); });
+      log::warn("neighbour ", j, " (dead since it fell silent) cannot come back: ", why);
+    }
     return;
   }
   // A neighbour that never sends to this peer (a one-way edge: directed graphs, one-peer-
