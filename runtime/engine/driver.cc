@@ -38,10 +38,10 @@ constexpr std::uint16_t kCheckpointRoundsMessage = 1;
 const std::size_t kCheckpointRoundsMessageBytes =
     transport::BootstrapOptions{}.maxControlFrameBytes - 64;
 
-// What the loop thread hands the training thread, in arrival order per neighbour.
 // Catching up (PeerSession::Impl::behind): the fewest rounds a neighbour must be ahead.
 constexpr std::int64_t kMinCatchUpLag = 32;
 
+// What the loop thread hands the training thread, in arrival order per neighbour.
 struct InboxItem {
   // kDead: the edge failed (closed, a send failed): dropped and closed. kSilent: no heartbeat for
   // peers.dead_after: dropped, its connections kept open. kBack: heartbeats again: a kSilent edge
@@ -207,7 +207,11 @@ class PeerSession::Impl {
   std::map<int, Clock::time_point> pendingSince_;  // guarded by mu_
   std::vector<int> deadThisRound_;
   std::vector<int> revivedThisRound_;
-  std::set<int> silent_;               // dropped for silence, connections open: may come back
+  std::set<int> silent_;  // dropped for silence, connections open: may come back
+  // Collectives running (start-up sync, finalize averaging): a neighbour heard again is taken back
+  // only after them, so that no collective waits for a message its neighbour never sends.
+  bool inCollectives_ = false;
+  std::set<int> backAfterCollectives_;
   std::int64_t skippedThisRound_ = 0;  // rounds skipped to reach this one (catching up)
 
   // Training thread.
@@ -329,6 +333,10 @@ void PeerSession::Impl::markDead(int j, const std::string& why, bool keepOpen) {
 }
 
 void PeerSession::Impl::revive(int j) {
+  if (inCollectives_) {
+    backAfterCollectives_.insert(j);
+    return;
+  }
   if (!silent_.count(j) || !core_->revive(j)) return;
   silent_.erase(j);
   {
@@ -739,14 +747,20 @@ Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kind
     core_->setCollectiveTree(tree);
     waitRounds = std::max(1, tree.height);
   }
+  inCollectives_ = true;
   for (CollectiveKind kind : kinds) {
-    GV_RETURN_IF_ERROR(waitPreviousSends("collective"));
+    if (Status st = waitPreviousSends("collective"); !st.isOk()) {
+      inCollectives_ = false;
+      return st;
+    }
     core_->beginCollective(kind, initial);
     sendOutgoing();
     awaitNeighbours(true, waitRounds);
     core_->endCollective();
   }
   core_->finishCollectives();
+  inCollectives_ = false;
+  for (int j : std::exchange(backAfterCollectives_, {})) revive(j);
   return Status::ok();
 }
 
