@@ -17,21 +17,27 @@ VICTIM = 3
 STOP_ROUND = 10
 
 
-def test_killed_peer():
-    d = scratch("fault")
+def write_config(d, name, port_hint):
+    """4 peers on a ring, dsgd over tcp, the external workload. A long round timeout: the others
+    wait for the victim (alive, heartbeating) until it is killed or stopped, so they cannot run
+    ahead; dead_after then ends the wait."""
     config = os.path.join(d, "config.yaml")
     with open(config, "w") as f:
-        # A long round timeout: the survivors wait for the victim (alive, heartbeating) until it
-        # is killed, so they cannot run ahead; dead_after then ends the wait.
-        f.write("run: { name: fault, seed: 1, rounds: 40 }\n"
+        f.write(f"run: {{ name: {name}, seed: 1, rounds: 40 }}\n"
                 f"peers: {{ count: {PEERS}, host: 127.0.0.1, "
-                f"base_port: {free_base_port(PEERS, 23500)}, heartbeat_interval: 0.1, "
+                f"base_port: {free_base_port(PEERS, port_hint)}, heartbeat_interval: 0.1, "
                 "dead_after: 1.0 }\n"
                 "topology: { kind: ring }\n"
                 "transport: { backend: tcp }\n"
                 "algorithm: { name: dsgd, round_timeout: 60 }\n"
                 "compression: { method: none }\n"
                 "workload: { name: external }\n")
+    return config
+
+
+def test_killed_peer():
+    d = scratch("fault")
+    config = write_config(d, "fault", 23500)
     peers = Peers(PEERS, os.path.join(HERE, "peers", "fault_peer.py"),
                   [str(VICTIM), str(STOP_ROUND)], config, d)
     reached = wait_for_file(os.path.join(d, "victim-waiting"), peers, timeout=240)
@@ -62,19 +68,9 @@ def test_paused_peer_comes_back():
     """A peer SIGSTOPped past peers.dead_after: its neighbours are told DEAD, then REVIVED when it
     answers again; all four finish, and finalize(average=True) gives all four the same model."""
     d = scratch("pause")
-    config = os.path.join(d, "config.yaml")
-    with open(config, "w") as f:
-        f.write("run: { name: pause, seed: 1, rounds: 40 }\n"
-                f"peers: {{ count: {PEERS}, host: 127.0.0.1, "
-                f"base_port: {free_base_port(PEERS, 23600)}, heartbeat_interval: 0.1, "
-                "dead_after: 1.0 }\n"
-                "topology: { kind: ring }\n"
-                "transport: { backend: tcp }\n"
-                "algorithm: { name: dsgd, round_timeout: 60 }\n"
-                "compression: { method: none }\n"
-                "workload: { name: external }\n")
-    peers = Peers(PEERS, os.path.join(HERE, "peers", "pause_peer.py"),
-                  [str(VICTIM), str(STOP_ROUND)], config, d)
+    config = write_config(d, "pause", 23600)
+    peers = Peers(PEERS, os.path.join(HERE, "peers", "fault_peer.py"),
+                  [str(VICTIM), str(STOP_ROUND), "pause"], config, d)
     ok = wait_for_file(os.path.join(d, "victim-waiting"), peers, timeout=240)
     if ok:
         peers.signal(VICTIM, signal.SIGSTOP)
