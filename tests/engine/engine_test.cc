@@ -307,15 +307,19 @@ workload: { name: fashion-mnist-softmax }
   }
 }
 
-TEST_CASE("bad messages are dropped, counted and never applied") {
-  const auto c = loadYaml(R"(
+// CHOCO + int8 on a ring of 4, no local steps, replica checks every 5 rounds (the bad-message
+// and revival cases).
+constexpr const char* kChocoInt8Ring4 = R"(
 peers: { count: 4 }
 topology: { kind: ring }
 algorithm: { name: choco, consensus_step: 0.5, check_every: 5 }
 optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
 compression: { method: int8, dense_below: 0 }
 workload: { name: consensus, dim: 256 }
-)");
+)";
+
+TEST_CASE("bad messages are dropped, counted and never applied") {
+  const auto c = loadYaml(kChocoInt8Ring4);
   Run run = makeRun(c);
   auto& p0 = *run.peers[0];
   auto& p1 = *run.peers[1];
@@ -725,14 +729,7 @@ RoundOutcome lockstepRound(Run& run, std::int64_t t,
 
 TEST_CASE(
     "a revived CHOCO edge mixes nothing of its neighbour before the snapshot, then is exact") {
-  const auto c = loadYaml(R"(
-peers: { count: 4 }
-topology: { kind: ring }
-algorithm: { name: choco, consensus_step: 0.5, check_every: 5 }
-optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
-compression: { method: int8, dense_below: 0 }
-workload: { name: consensus, dim: 256 }
-)");
+  const auto c = loadYaml(kChocoInt8Ring4);
   Run run = makeRun(c);
   auto& p0 = *run.peers[0];
   auto& p1 = *run.peers[1];
