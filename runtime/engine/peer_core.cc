@@ -942,10 +942,14 @@ Status PeerCore::restoreState(const PeerState& s) {
 void PeerCore::resyncAllEdges() {
   if (algorithm_->publicCopyHash() == 0) return;
   for (auto& [j, e] : edges_) {
-    if (dead_.count(j)) continue;
-    e.resyncRequested = true;
-    e.sendSnapshot = true;
+    if (!dead_.count(j)) resyncBothWays(e, /*await=*/false);
   }
+}
+
+void PeerCore::resyncBothWays(Edge& e, bool await) {
+  e.resyncRequested = true;
+  e.sendSnapshot = true;
+  if (await) e.awaitSnapshot = true;
 }
 
 void PeerCore::resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm) {
@@ -981,11 +985,7 @@ bool PeerCore::revive(int j) {
   algorithm_->addNeighbour(j);
   e.arrived = e.heard = false;
   e.revivedRound = round_;
-  if (algorithm_->publicCopyHash() != 0) {
-    e.awaitSnapshot = true;
-    e.resyncRequested = true;
-    e.sendSnapshot = true;
-  }
+  if (algorithm_->publicCopyHash() != 0) resyncBothWays(e, /*await=*/true);
   ++counters_.revivedNeighbours;
   return true;
 }
@@ -1014,10 +1014,7 @@ void PeerCore::skipTo(std::int64_t round) {
   round_ = round - 1;
   if (algorithm_->publicCopyHash() == 0) return;
   for (auto& [j, e] : edges_) {
-    if (dead_.count(j)) continue;
-    e.awaitSnapshot = true;
-    e.resyncRequested = true;
-    e.sendSnapshot = true;
+    if (!dead_.count(j)) resyncBothWays(e, /*await=*/true);
   }
 }
 

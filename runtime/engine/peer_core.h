@@ -395,6 +395,9 @@ class PeerCore {
     return options_.lazyMixing ? 0.5 * w : w;
   }
   std::vector<int> liveOf(const std::vector<int>& peers) const;
+  // The edge asks its neighbour for a snapshot of its public copy and sends its own with its next
+  // message; with `await`, nothing of the neighbour is applied before the snapshot came.
+  static void resyncBothWays(Edge& e, bool await);
 
   PeerCoreOptions options_;
   const topology::Schedule& schedule_;
