@@ -50,6 +50,7 @@ Json countersToJson(const PeerCounters& c) {
           {"dropped", c.dropped},
           {"collective_bytes", c.collectiveBytes},
           {"revived_neighbours", c.revivedNeighbours},
+          {"rejoined_neighbours", c.rejoinedNeighbours},
           {"rounds_skipped", c.roundsSkipped}};
 }
 
@@ -76,6 +77,7 @@ PeerCounters countersFromJson(const Json& j) {
   c.collectiveBytes = j.at("collective_bytes");
   // Absent from the checkpoints of older builds.
   c.revivedNeighbours = j.value("revived_neighbours", std::uint64_t{0});
+  c.rejoinedNeighbours = j.value("rejoined_neighbours", std::uint64_t{0});
   c.roundsSkipped = j.value("rounds_skipped", std::uint64_t{0});
   return c;
 }

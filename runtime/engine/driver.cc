@@ -46,11 +46,19 @@ struct InboxItem {
   // kDead: the edge failed (closed, a send failed): dropped and closed. kSilent: no heartbeat for
   // peers.dead_after: dropped, its connections kept open. kBack: heartbeats again: a kSilent edge
   // is taken back (PeerCore::revive).
-  enum Kind { kMessage, kDead, kSilent, kBack } kind = kMessage;
+  // kRejoin: the neighbour connected again over new connections (it restarted, or a redial after
+  // its connection failed): the edge starts afresh (PeerCore::rejoin).
+  enum Kind { kMessage, kDead, kSilent, kBack, kRejoin } kind = kMessage;
   int peer = -1;
   int buffer = -1;
   std::size_t bytes = 0;
   std::string why;
+  // The neighbour's connections this item is of: each rejoin begins a new generation, and items of
+  // older ones are ignored.
+  std::uint64_t gen = 0;
+  // kRejoin: the neighbour's incarnation and the new connection's session key.
+  std::uint32_t incarnation = 0;
+  std::optional<security::Key> key;
 };
 
 double since(Clock::time_point t) {
@@ -89,7 +97,11 @@ class PeerSession::Impl {
     GV_RETURN_IF_ERROR(openOutput());
     GV_RETURN_IF_ERROR(startMetrics());
     GV_RETURN_IF_ERROR(boot());
-    if (options_.resume) GV_RETURN_IF_ERROR(resume());
+    if (neighboursRunning_ >= 0) {
+      GV_RETURN_IF_ERROR(joinRunning());
+    } else if (options_.resume) {
+      GV_RETURN_IF_ERROR(resume());
+    }
     return openRecords();
   }
   Status openOutput();
@@ -159,9 +171,19 @@ class PeerSession::Impl {
   // ---- loop thread ----
   // Hands an item to the training thread (thread-safe; the loop thread's callbacks call it).
   void push(InboxItem item);
-  void postRecv(int j, int buffer);
-  void sendRound(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends);
-  void closeNeighbour(int j);
+  // The operations the training thread asks for carry the generation of the neighbour's
+  // connections it knows (gen()); for an older one they do nothing (a send completes as if the
+  // neighbour were gone).
+  void postRecv(int j, int buffer, std::uint64_t gen);
+  void sendRound(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends,
+                 std::map<int, std::uint64_t> gens);
+  void closeNeighbour(int j, std::uint64_t gen);
+  // A neighbour connected again (Bootstrap's onRejoin): closes its old connections, keeps the new
+  // ones (no receive posted yet) and tells the training thread (kRejoin).
+  void onRejoin(transport::Neighbour n);
+  // After the training thread took the rejoin: receives on the new data connection, into fresh
+  // buffers (a cancelled receive of the old connection may still be finishing with the old ones).
+  void startReceiving(int j, std::uint64_t gen);
   // Bootstrap completion: keeps the connections and posts the first receives.
   void onConnected(std::vector<transport::Neighbour> neighbours);
   // ---- training thread ----
@@ -174,6 +196,20 @@ class PeerSession::Impl {
   void markDead(int j, const std::string& why, bool keepOpen = false);
   // A neighbour dropped with keepOpen is heard again: takes its edge back.
   void revive(int j);
+  // kRejoin: the edge starts afresh on the new connections (PeerCore::rejoin).
+  void rejoin(const InboxItem& item);
+  // The generation of j's connections the training thread is on.
+  std::uint64_t gen(int j) const {
+    const auto it = edgeGen_.find(j);
+    return it == edgeGen_.end() ? 0 : it->second;
+  }
+  // A neighbour that was lost with its connections: the lower rank dials it again until it answers
+  // (a restarted peer, a healed partition); the higher rank's listener takes it in.
+  void redialIfLost(int j);
+  // The peer joins a training that is already running (its neighbours said so in their hellos):
+  // from its newest checkpoint with --resume, else from round 0, without the all-peer agreement of
+  // resume(); every edge resyncs, and the rounds catch up to the neighbours'.
+  Status joinRunning();
   // Catching up: when a live neighbour is more than catchUpLag() rounds ahead of this peer, the
   // next round is the neighbours' (PeerCore::skipTo). Not for the API's caller-driven rounds, nor
   // with overlapped push-sum (its rounds wait for shares sent rounds earlier).
@@ -196,6 +232,16 @@ class PeerSession::Impl {
   std::shared_ptr<transport::Bootstrap> bootstrap_;
   std::map<int, transport::Neighbour> neighbours_;                 // loop thread after bootstrap
   std::map<int, std::vector<std::vector<std::uint8_t>>> buffers_;  // per neighbour, fixed
+  // Rejoins: the generation of each neighbour's connections (loop thread; the training thread's
+  // view is edgeGen_), and the receive buffers of replaced connections, kept until shutdown.
+  std::map<int, std::uint64_t> loopGen_;
+  std::map<int, std::uint64_t> edgeGen_;
+  std::vector<std::vector<std::vector<std::uint8_t>>> retiredBuffers_;
+  // The highest round a neighbour said it trains at in its hello (-1: none; set by the
+  // bootstrap's completion), and ours for the hellos of rejoins (-1 before the rounds start).
+  std::int64_t neighboursRunning_ = -1;
+  std::atomic<std::int64_t> runningRound_{-1};
+  std::vector<int> rejoinedThisRound_;
   std::unique_ptr<PeerCore> core_;
 
   std::mutex mu_;
@@ -212,6 +258,7 @@ class PeerSession::Impl {
   // only after them, so that no collective waits for a message its neighbour never sends.
   bool inCollectives_ = false;
   std::set<int> backAfterCollectives_;
+  std::map<int, InboxItem> rejoinAfterCollectives_;
   std::int64_t skippedThisRound_ = 0;  // rounds skipped to reach this one (catching up)
 
   // Training thread.
@@ -252,33 +299,55 @@ void PeerSession::Impl::push(InboxItem item) {
   cv_.notify_one();
 }
 
-void PeerSession::Impl::postRecv(int j, int buffer) {
+void PeerSession::Impl::postRecv(int j, int buffer, std::uint64_t gen) {
   auto it = neighbours_.find(j);
-  if (it == neighbours_.end() || !it->second.data) return;
+  if (it == neighbours_.end() || !it->second.data || loopGen_[j] != gen) return;
   auto& buf = buffers_[j][buffer];
-  it->second.data->recv(kDataTag, buf, [this, j, buffer](Status st, std::size_t n) {
+  it->second.data->recv(kDataTag, buf, [this, j, buffer, gen](Status st, std::size_t n) {
     if (st.isOk()) {
-      push({InboxItem::kMessage, j, buffer, n, ""});
+      push({InboxItem::kMessage, j, buffer, n, "", gen, 0, std::nullopt});
     } else if (st.code() == ErrorCode::kResourceExhausted) {
       log::warn("peer ", j, " sent a message above the maximum; dropped");
-      postRecv(j, buffer);
+      postRecv(j, buffer, gen);
     } else if (st.code() != ErrorCode::kCancelled) {
-      push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString()});
+      push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString(), gen, 0, std::nullopt});
     }
   });
 }
 
-void PeerSession::Impl::sendRound(
-    std::vector<std::pair<int, std::span<const std::uint8_t>>> sends) {
+void PeerSession::Impl::onRejoin(transport::Neighbour n) {
+  const int j = n.peer;
+  if (auto it = neighbours_.find(j); it != neighbours_.end()) {
+    if (it->second.data) it->second.data->close();
+    if (it->second.control) it->second.control->close();
+  }
+  const std::uint64_t g = ++loopGen_[j];
+  InboxItem item{InboxItem::kRejoin, j, -1, 0, "connected again", g, 0, std::nullopt};
+  item.incarnation = static_cast<std::uint32_t>(n.incarnation);
+  item.key = n.sessionKey;
+  neighbours_[j] = std::move(n);
+  push(std::move(item));
+}
+
+void PeerSession::Impl::startReceiving(int j, std::uint64_t gen) {
+  if (loopGen_[j] != gen) return;
+  auto& bufs = buffers_[j];
+  retiredBuffers_.push_back(std::move(bufs));
+  bufs.assign(kRecvBuffersPerNeighbour, std::vector<std::uint8_t>(core_->maxWireBytes()));
+  for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) postRecv(j, b, gen);
+}
+
+void PeerSession::Impl::sendRound(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends,
+                                  std::map<int, std::uint64_t> gens) {
   for (auto& [j, bytes] : sends) {
     auto it = neighbours_.find(j);
-    if (it == neighbours_.end() || !it->second.data) {
+    if (it == neighbours_.end() || !it->second.data || loopGen_[j] != gens[j]) {
       std::lock_guard<std::mutex> lock(mu_);
       --pendingSends_;
       --pendingTo_[j];
       continue;
     }
-    it->second.data->send(kDataTag, bytes, [this, j = j](Status st) {
+    it->second.data->send(kDataTag, bytes, [this, j = j, gen = gens[j]](Status st) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         --pendingSends_;
@@ -286,15 +355,15 @@ void PeerSession::Impl::sendRound(
       }
       cv_.notify_one();
       if (!st.isOk() && st.code() != ErrorCode::kCancelled) {
-        push({InboxItem::kDead, j, -1, 0, "send failed: " + st.toString()});
+        push({InboxItem::kDead, j, -1, 0, "send failed: " + st.toString(), gen, 0, std::nullopt});
       }
     });
   }
 }
 
-void PeerSession::Impl::closeNeighbour(int j) {
+void PeerSession::Impl::closeNeighbour(int j, std::uint64_t gen) {
   auto it = neighbours_.find(j);
-  if (it == neighbours_.end()) return;
+  if (it == neighbours_.end() || loopGen_[j] != gen) return;
   if (it->second.data) it->second.data->close();
   if (it->second.control) it->second.control->close();
 }
@@ -303,8 +372,10 @@ void PeerSession::Impl::markDead(int j, const std::string& why, bool keepOpen) {
   if (core_->isDead(j)) {
     // Dropped for silence before, failed now: it will not come back on these connections.
     if (!keepOpen && silent_.erase(j)) {
-      loop_.post([this, j] { closeNeighbour(j); });
-      log::warn("neighbour ", j, " (dead since it fell silent) cannot come back: ", why);
+      loop_.post([this, j, g = gen(j)] { closeNeighbour(j, g); });
+      log::warn("neighbour ", j, " (dead since it fell silent) lost its connection: ", why,
+                options_.rank < j ? "; dialing it again" : "; it may dial again");
+      redialIfLost(j);
     }
     return;
   }
@@ -319,7 +390,8 @@ void PeerSession::Impl::markDead(int j, const std::string& why, bool keepOpen) {
   if (keepOpen && !finished) {
     silent_.insert(j);
   } else {
-    loop_.post([this, j] { closeNeighbour(j); });
+    loop_.post([this, j, g = gen(j)] { closeNeighbour(j, g); });
+    if (!finished) redialIfLost(j);
   }
   if (finished) {
     log::debug("neighbour ", j, " finished its rounds");
@@ -350,6 +422,71 @@ void PeerSession::Impl::revive(int j) {
             core_->liveDegree(), " live neighbours");
 }
 
+void PeerSession::Impl::redialIfLost(int j) {
+  if (options_.rank < j) {
+    loop_.post([this, j] {
+      if (bootstrap_) bootstrap_->redial(j);
+    });
+  }
+}
+
+void PeerSession::Impl::rejoin(const InboxItem& item) {
+  const int j = item.peer;
+  edgeGen_[j] = item.gen;  // from here on, what this thread asks for is of the new connections
+  if (inCollectives_) {
+    // No collective waits for a neighbour that is not in it: the old edge ends now, the new one
+    // begins after the collectives.
+    if (!core_->isDead(j)) core_->markDead(j, /*lost=*/false);
+    rejoinAfterCollectives_[j] = item;
+    return;
+  }
+  silent_.erase(j);
+  const bool wasDead = core_->isDead(j);
+  if (!core_->rejoin(j, item.incarnation, item.key, plan_.config.security.encrypt)) {
+    log::warn("neighbour ", j, " connected again but stays dropped (quarantined)");
+    loop_.post([this, j, g = item.gen] { closeNeighbour(j, g); });
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pendingSince_[j] = Clock::now();
+  }
+  loop_.post([this, j, g = item.gen] { startReceiving(j, g); });
+  rejoinedThisRound_.push_back(j);
+  events_.push_back({SessionEvent::Kind::kRevived, j, core_->round(), "connected again"});
+  log::warn("neighbour ", j, " connected again (incarnation ", item.incarnation, ", ",
+            wasDead ? "it was dead" : "it restarted before its death was noticed",
+            "); the edge starts afresh, ", core_->liveDegree(), " live neighbours");
+}
+
+Status PeerSession::Impl::joinRunning() {
+  const config::Config& c = plan_.config;
+  log::info("the neighbours are training already (round ", neighboursRunning_,
+            "): joining the run");
+  if (options_.resume) {
+    const CheckpointIdentity id = checkpointIdentity(c, *core_);
+    const std::string folder = checkpointFolder(c, outDir_, options_.rank);
+    if (const auto latest = latestCheckpoint(folder, id)) {
+      GV_RETURN_IF_ERROR(core_->restoreState(latest->state));
+      const std::int64_t round = latest->state.round;
+      {
+        std::lock_guard<std::mutex> lock(knowledgeMu_);
+        knowledge_.learn(options_.rank, round);
+      }
+      resumedFrom_ = round;
+      outcome_.rounds = round + 1;
+      log::info("resumed from round ", round, " (", latest->path, "), continuing at round ",
+                round + 1, " and catching up with the neighbours");
+    } else {
+      log::warn("resume: no checkpoint in ", folder, ": joining from round 0");
+    }
+  }
+  // The replicas here are of another round than the neighbours' public copies (or placeholders):
+  // every edge resyncs both ways before anything of a neighbour is mixed.
+  core_->resyncAllEdges(/*await=*/true);
+  return Status::ok();
+}
+
 std::int64_t PeerSession::Impl::catchUpLag() const {
   // How far a neighbour may be ahead in a run where nobody was away: on an undirected graph a round
   // or two; on a directed one up to the directed distance back to this peer (< peers), per round of
@@ -360,7 +497,7 @@ std::int64_t PeerSession::Impl::catchUpLag() const {
 }
 
 void PeerSession::Impl::quarantine(int j, const std::string& why) {
-  loop_.post([this, j] { closeNeighbour(j); });
+  loop_.post([this, j, g = gen(j)] { closeNeighbour(j, g); });
   deadThisRound_.push_back(j);
   events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
   log::warn("neighbour ", j, " ", why, "; dropping the edge, ", core_->liveDegree(),
@@ -375,6 +512,11 @@ bool PeerSession::Impl::drainInbox() {
     items.swap(inbox_);
   }
   for (auto& item : items) {
+    if (item.kind == InboxItem::kRejoin) {
+      rejoin(item);
+      continue;
+    }
+    if (item.gen != gen(item.peer)) continue;  // of connections replaced since (a rejoin)
     if (item.kind == InboxItem::kDead || item.kind == InboxItem::kSilent) {
       markDead(item.peer, item.why, item.kind == InboxItem::kSilent);
       continue;
@@ -386,7 +528,7 @@ bool PeerSession::Impl::drainInbox() {
     auto& buf = buffers_[item.peer][item.buffer];
     core_->onMessage(item.peer, std::span<const std::uint8_t>(buf.data(), item.bytes));
     for (auto& [j, why] : core_->takeQuarantined()) quarantine(j, why);
-    loop_.post([this, j = item.peer, b = item.buffer] { postRecv(j, b); });
+    loop_.post([this, j = item.peer, b = item.buffer, g = item.gen] { postRecv(j, b, g); });
   }
   return !items.empty();
 }
@@ -546,8 +688,13 @@ Status PeerSession::Impl::boot() {
     InboxItem::Kind kind = InboxItem::kDead;
     if (ev.kind == transport::ControlEventKind::kMissedHeartbeats) kind = InboxItem::kSilent;
     if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) kind = InboxItem::kBack;
-    push({kind, ev.peer, -1, 0, ev.message});
+    // Events of a control connection replaced by a rejoin are the old one's.
+    auto it = neighbours_.find(ev.peer);
+    if (it != neighbours_.end() && it->second.control.get() != ev.channel) return;
+    push({kind, ev.peer, -1, 0, ev.message, loopGen_[ev.peer], 0, std::nullopt});
   };
+  bo.onRejoin = [this](transport::Neighbour n) { onRejoin(std::move(n)); };
+  bo.runningRound = [this] { return runningRound_.load(); };
 
   // `booted` is set exactly once: by a failed start, or by the bootstrap's completion.
   std::promise<Status> booted;
@@ -596,12 +743,14 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
     const int j = n.peer;
     // Set before any receive is posted: every message on the edge is sealed from the first one.
     if (n.sessionKey) core_->setEdgeKey(j, *n.sessionKey, plan_.config.security.encrypt);
+    core_->setEdgeIncarnation(j, static_cast<std::uint32_t>(n.incarnation));
+    neighboursRunning_ = std::max(neighboursRunning_, n.runningRound);
     neighbours_[j] = std::move(n);
     auto& bufs = buffers_[j];
     bufs.resize(kRecvBuffersPerNeighbour);
     for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) {
       bufs[b].resize(core_->maxWireBytes());
-      postRecv(j, b);
+      postRecv(j, b, 0);
     }
   }
 }
@@ -662,7 +811,11 @@ void PeerSession::Impl::sendOutgoing() {
   std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
   for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
   countPending(sends);
-  loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
+  std::map<int, std::uint64_t> gens;
+  for (const auto& [j, bytes] : sends) gens[j] = gen(j);
+  loop_.post([this, s = std::move(sends), g = std::move(gens)]() mutable {
+    sendRound(std::move(s), std::move(g));
+  });
 }
 
 Status PeerSession::Impl::startRound(const RoundInput& input) {
@@ -687,6 +840,7 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
     core_->skipTo(to);
     outcome_.rounds = to;
   }
+  runningRound_ = outcome_.rounds;
   const auto stepStart = Clock::now();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
   stepSeconds_ += since(stepStart);
@@ -719,6 +873,7 @@ Status PeerSession::Impl::completeRound() {
   updateMetrics(suspects);
   deadThisRound_.clear();
   revivedThisRound_.clear();
+  rejoinedThisRound_.clear();
   skippedThisRound_ = 0;
   return Status::ok();
 }
@@ -730,7 +885,10 @@ void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
   m.phases = {stepSeconds_, waitSeconds_, mixSeconds_, evalSeconds_};
   m.suspects = &suspects;
   m.dead = &deadThisRound_;
-  m.revived = &revivedThisRound_;
+  // Both ways back count as rejoins: revived (heard again) and rejoined (connected again).
+  std::vector<int> back = revivedThisRound_;
+  back.insert(back.end(), rejoinedThisRound_.begin(), rejoinedThisRound_.end());
+  m.revived = &back;
   m.testAccuracy = std::exchange(recordAccuracy_, std::nan(""));
   m.testLoss = std::exchange(recordTestLoss_, std::nan(""));
   prometheus_->update(*core_, m);
@@ -761,6 +919,7 @@ Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kind
   core_->finishCollectives();
   inCollectives_ = false;
   for (int j : std::exchange(backAfterCollectives_, {})) revive(j);
+  for (auto& [j, item] : std::exchange(rejoinAfterCollectives_, {})) rejoin(item);
   return Status::ok();
 }
 
@@ -807,7 +966,7 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
   RoundReport due = roundReport(plan_.config, round);
   if (options_.external) due.evaluate = false;  // the caller reports its own (metrics_)
   if (!due.due(suspects, deadThisRound_, revivedThisRound_) && skippedThisRound_ == 0 &&
-      metrics_.empty())
+      rejoinedThisRound_.empty() && metrics_.empty())
     return Status::ok();
   const double now = seconds();  // before the evaluation, which the time field leaves out
   // The part of `now` that was training: less the evaluations and checkpoints before it.
@@ -821,6 +980,7 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
   auto rec = reportRecord(*core_, now, suspects, deadThisRound_,
                           evaluation ? &*evaluation : nullptr, revivedThisRound_);
   if (skippedThisRound_ > 0) rec["skipped_rounds"] = skippedThisRound_;
+  if (!rejoinedThisRound_.empty()) rec["rejoined"] = rejoinedThisRound_;
   // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
   rec["eval_seconds"] = evalSeconds_;
   rec["train_seconds"] = train;
@@ -897,7 +1057,11 @@ void PeerSession::Impl::sendDivergenceNotices() {
   // The round's own sends may still be pending: their buffers are untouched (notices have their
   // own).
   countPending(sends);
-  loop_.post([this, s = std::move(sends)]() mutable { sendRound(std::move(s)); });
+  std::map<int, std::uint64_t> gens;
+  for (const auto& [j, bytes] : sends) gens[j] = gen(j);
+  loop_.post([this, s = std::move(sends), g = std::move(gens)]() mutable {
+    sendRound(std::move(s), std::move(g));
+  });
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
 
@@ -992,7 +1156,8 @@ void PeerSession::Impl::shutdown() {
   // loop first could drop the close unrun.
   std::promise<void> closed;
   loop_.post([&] {
-    for (auto& [j, n] : neighbours_) closeNeighbour(j);
+    if (bootstrap_) bootstrap_->close();
+    for (auto& [j, n] : neighbours_) closeNeighbour(j, loopGen_[j]);
     if (context_) context_->close();
     closed.set_value();
   });

@@ -390,6 +390,10 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     refuse(j, e, "auth");  // sealed where we have no key for the edge, or the reverse
     return;
   }
+  if (e.incarnation && env->incarnation != *e.incarnation) {
+    drop("old_incarnation");  // from before the neighbour's restart or redial (rejoin())
+    return;
+  }
   if (env->sequence < e.nextSeqIn) {
     drop("duplicate");
     return;
@@ -403,6 +407,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     std::int64_t r = static_cast<std::int64_t>(std::min<std::uint64_t>(env->round, INT64_MAX / 2));
     if (options_.rounds > 0) r = std::min(r, options_.rounds - 1);
     e.newestRound = std::max(e.newestRound, r);
+    if (e.newestRound >= round_) e.catchingUp = false;
   }
   if (!(env->flags & kFlagDiverged) && !withinWindow(e, *env)) {
     drop("round_window");  // nextSeqIn unchanged: nothing of this message is kept
@@ -595,7 +600,8 @@ bool PeerCore::roundComplete() const {
   }
   for (int j : expected_) {
     const auto it = edges_.find(j);
-    if (!dead_.count(j) && it != edges_.end() && !it->second.arrived && !it->second.heard)
+    if (!dead_.count(j) && it != edges_.end() && !it->second.arrived && !it->second.heard &&
+        !catchingUp(it->second))
       return false;
   }
   return true;
@@ -939,11 +945,45 @@ Status PeerCore::restoreState(const PeerState& s) {
   return Status::ok();
 }
 
-void PeerCore::resyncAllEdges() {
+void PeerCore::resyncAllEdges(bool await) {
   if (algorithm_->publicCopyHash() == 0) return;
   for (auto& [j, e] : edges_) {
-    if (!dead_.count(j)) resyncBothWays(e, /*await=*/false);
+    if (!dead_.count(j)) resyncBothWays(e, await);
   }
+}
+
+void PeerCore::setEdgeIncarnation(int neighbour, std::uint32_t incarnation) {
+  edges_.at(neighbour).incarnation = incarnation;
+}
+
+bool PeerCore::rejoin(int j, std::uint32_t incarnation, const std::optional<security::Key>& key,
+                      bool encrypt) {
+  const auto it = edges_.find(j);
+  if (it == edges_.end() || it->second.quarantined) return false;
+  Edge& e = it->second;
+  if (!dead_.count(j)) {
+    // It restarted before this peer noticed: its old edge ends here (not counted as lost).
+    markDead(j, /*lost=*/false);
+  }
+  // A fresh edge: what came or went on the old connections is gone with them.
+  e.nextSeqIn = e.nextSeqOut = 0;
+  e.incarnation = incarnation;
+  e.key = key;
+  e.encrypt = encrypt;
+  while (!e.ahead.empty()) {
+    e.spare.push_back(std::move(e.ahead.front()));
+    e.ahead.pop_front();
+  }
+  e.collectives.clear();
+  e.newestRound = -1;
+  e.refusedRounds = 0;
+  e.lastRefusedRound = -2;
+  e.askedRound = INT64_MIN / 2;
+  e.lastSnapshotRound = INT64_MIN / 2;
+  if (!revive(j)) return false;
+  --counters_.revivedNeighbours;  // counted as rejoined, not revived
+  ++counters_.rejoinedNeighbours;
+  return true;
 }
 
 void PeerCore::resyncBothWays(Edge& e, bool await) {
@@ -985,6 +1025,7 @@ bool PeerCore::revive(int j) {
   algorithm_->addNeighbour(j);
   e.arrived = e.heard = false;
   e.revivedRound = round_;
+  e.catchingUp = true;
   if (algorithm_->publicCopyHash() != 0) resyncBothWays(e, /*await=*/true);
   ++counters_.revivedNeighbours;
   return true;
@@ -1002,7 +1043,9 @@ bool PeerCore::onlyLostMessagesMissing() const {
   if (options_.mixDelay > 0) return false;
   for (int j : expected_) {
     const auto it = edges_.find(j);
-    if (dead_.count(j) || it == edges_.end() || it->second.arrived || it->second.heard) continue;
+    if (dead_.count(j) || it == edges_.end() || it->second.arrived || it->second.heard ||
+        catchingUp(it->second))
+      continue;
     if (it->second.newestRound <= round_) return false;
   }
   return true;

@@ -143,7 +143,8 @@ struct PeerCounters {
   std::uint64_t collectiveBytes = 0;
   std::uint64_t quarantined = 0;        // neighbours quarantined (PeerCoreOptions::quarantineAfter)
   std::uint64_t revivedNeighbours = 0;  // dead neighbours taken back (revive())
-  std::uint64_t roundsSkipped = 0;      // rounds this peer skipped to catch up (skipTo())
+  std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (rejoin())
+  std::uint64_t roundsSkipped = 0;       // rounds this peer skipped to catch up (skipTo())
 };
 
 // Everything a peer needs to continue a run exactly after the round it was taken in (checkpoints:
@@ -274,7 +275,9 @@ class PeerCore {
   // restored public copy and replicas no longer match what the neighbours hold, so every live edge
   // resyncs both ways from the next round on (asks for the neighbour's public copy and sends its
   // own with its next message). Nothing to do for algorithms without public copies.
-  void resyncAllEdges();
+  // `await`: nothing of a neighbour is applied before its snapshot came (a restarted peer that
+  // rejoins a running training: its replicas are of its checkpoint's round).
+  void resyncAllEdges(bool await = false);
   // Replaces the algorithm (the API, after the start-up sync changed the common initial model).
   void resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm);
   // The lowest origin rank the last kAdoptLowest collective adopted.
@@ -290,6 +293,17 @@ class PeerCore {
   // were (the connections lost nothing; messages dropped while it was dead show as a gap). False,
   // changing nothing, for a live, unknown or quarantined neighbour.
   bool revive(int neighbour);
+  // A neighbour connected again over new connections (it restarted with `incarnation`, or its old
+  // connection failed and was redialed): the edge starts afresh at both ends. Sequence numbers
+  // restart at 0, messages of other incarnations are dropped (`old_incarnation`), and the edge is
+  // taken back as in revive() (with public copies: resync both ways, nothing applied before the
+  // snapshot), live or dead before. `key`: the new connection's session key (with a key file).
+  // False, changing nothing, for an unknown or quarantined neighbour.
+  bool rejoin(int neighbour, std::uint32_t incarnation, const std::optional<security::Key>& key,
+              bool encrypt);
+  // The incarnation of neighbour's messages on its current connections (from its hello): others
+  // are dropped as `old_incarnation`.
+  void setEdgeIncarnation(int neighbour, std::uint32_t incarnation);
   // The newest round of a message from a live neighbour (-1: none), counting messages that were
   // dropped for being too far ahead (kRoundWindow): how far the neighbours are.
   std::int64_t neighboursRound() const;
@@ -370,7 +384,12 @@ class PeerCore {
     bool heard = false;                       // its message of this round came but was not applied
     std::int64_t revivedRound = -2;  // the round of this peer in which revive() took it back
     std::int64_t newestRound = -1;   // newest round of its messages, round-window drops included
+    std::optional<std::uint32_t> incarnation;  // setEdgeIncarnation(): the only one accepted
+    // revive() / rejoin(): the neighbour was away and is behind; no round waits for it until a
+    // message of this peer's round or later came from it (it caught up).
+    bool catchingUp = false;
   };
+  bool catchingUp(const Edge& e) const { return e.catchingUp && e.newestRound < round_; }
   // Before writeEnvelope: marks `env` sealed when the edge has a key. After: seals buf[0, bytes)
   // and grows `bytes` by the tag.
   void markSealed(const Edge& e, Envelope& env) const;

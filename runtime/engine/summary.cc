@@ -26,6 +26,7 @@ PeerResult collectResult(PeerCore& peer, bool finished) {
   r.suspectRounds = c.suspectRounds;
   r.deadNeighbours = c.deadNeighbours;
   r.revivedNeighbours = c.revivedNeighbours;
+  r.rejoinedNeighbours = c.rejoinedNeighbours;
   r.roundsSkipped = c.roundsSkipped;
   for (const auto& [reason, n] : c.dropped) r.droppedFrames += n;
   r.replicaMismatches = c.replicaMismatches;
@@ -57,6 +58,7 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
                       {"suspect_rounds", r.suspectRounds},
                       {"dead_neighbours", r.deadNeighbours},
                       {"revived_neighbours", r.revivedNeighbours},
+                      {"rejoined_neighbours", r.rejoinedNeighbours},
                       {"rounds_skipped", r.roundsSkipped},
                       {"dropped_frames", r.droppedFrames},
                       {"replica_mismatches", r.replicaMismatches},
@@ -94,6 +96,7 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.suspectRounds = j.at("suspect_rounds").get<std::uint64_t>();
   r.deadNeighbours = j.at("dead_neighbours").get<std::uint64_t>();
   r.revivedNeighbours = j.value("revived_neighbours", std::uint64_t{0});  // absent from older files
+  r.rejoinedNeighbours = j.value("rejoined_neighbours", std::uint64_t{0});
   r.roundsSkipped = j.value("rounds_skipped", std::uint64_t{0});
   r.droppedFrames = j.at("dropped_frames").get<std::uint64_t>();
   r.replicaMismatches = j.at("replica_mismatches").get<std::uint64_t>();
@@ -141,7 +144,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   double qualitySum = 0;
   int withStep = 0, withQuality = 0;
   std::uint64_t sent = 0, dense = 0, received = 0, suspects = 0, deadEdges = 0, revived = 0,
-                skipped = 0;
+                rejoined = 0, skipped = 0;
   std::vector<const PeerResult*> done;
   const Divergence* firstDivergence = nullptr;
   nlohmann::json rows = nlohmann::json::array();
@@ -152,6 +155,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     suspects += p.suspectRounds;
     deadEdges += p.deadNeighbours;
     revived += p.revivedNeighbours;
+    rejoined += p.rejoinedNeighbours;
     skipped += p.roundsSkipped;
     rows.push_back({{"rank", p.rank},
                     {"finished", p.finished},
@@ -163,6 +167,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
                     {"suspect_rounds", p.suspectRounds},
                     {"dead_neighbours", p.deadNeighbours},
                     {"revived_neighbours", p.revivedNeighbours},
+                    {"rejoined_neighbours", p.rejoinedNeighbours},
                     {"rounds_skipped", p.roundsSkipped},
                     {"dropped_frames", p.droppedFrames},
                     {"replica_mismatches", p.replicaMismatches},
@@ -215,6 +220,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["suspect_rounds_total"] = suspects;
   s["dead_neighbours_total"] = deadEdges;
   s["revived_neighbours_total"] = revived;
+  s["rejoined_neighbours_total"] = rejoined;
   s["rounds_skipped_total"] = skipped;
   if (withStep) {
     s["consensus_step"] = stepSum / withStep;

@@ -25,8 +25,9 @@ struct PeerResult {
   std::uint64_t bytesDenseEquivalent = 0;
   std::uint64_t suspectRounds = 0;
   std::uint64_t deadNeighbours = 0;
-  std::uint64_t revivedNeighbours = 0;  // dead neighbours that came back (PeerCore::revive)
-  std::uint64_t roundsSkipped = 0;      // rounds skipped to catch up with the neighbours
+  std::uint64_t revivedNeighbours = 0;   // dead neighbours that came back (PeerCore::revive)
+  std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (PeerCore::rejoin)
+  std::uint64_t roundsSkipped = 0;       // rounds skipped to catch up with the neighbours
   std::uint64_t droppedFrames = 0;
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;

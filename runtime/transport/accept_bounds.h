@@ -22,6 +22,9 @@
 namespace grapevine::transport {
 
 inline constexpr std::size_t kMaxPendingAccepts = 32;
+// The control listener after the bootstrap, open for rejoining neighbours only (bootstrap.h): at
+// most this many unidentified connections (plus one per neighbour of lower rank).
+inline constexpr std::size_t kMaxPendingRejoins = 8;
 inline constexpr std::chrono::milliseconds kAcceptBackoffMin{10};
 inline constexpr std::chrono::milliseconds kAcceptBackoffMax{100};
 
@@ -68,6 +71,18 @@ class PendingAccepts {
     }
     items_.emplace(next_, std::move(p));
     return next_++;
+  }
+  // Lowers (or raises) the bound; entries beyond it, oldest first, are handed to `evict` (the
+  // caller closes them).
+  template <class F>
+  void setLimit(std::size_t limit, F&& evict) {
+    limit_ = limit;
+    while (items_.size() > limit_ && !items_.empty()) {
+      auto oldest = std::move(items_.begin()->second);
+      items_.erase(items_.begin());
+      ++evictions_;
+      evict(*oldest);
+    }
   }
   // Takes `id` out (it identified itself, failed or timed out). No-op when already gone.
   void remove(std::uint64_t id) { items_.erase(id); }

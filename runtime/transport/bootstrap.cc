@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "runtime/common/log.h"
 #include "runtime/transport/accept_bounds.h"
@@ -118,35 +119,40 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   // One link per neighbour, each with its own hello (its `receiver` field names the neighbour).
   // Errors: a hello field too long for the wire (handshake::encodeHello).
   Status makeLinks() {
+    for (int n : options_->neighbours) {
+      GV_ASSIGN_OR_RETURN(links_[n], makeLink(n));
+    }
+    return Status::ok();
+  }
+
+  // A fresh link to neighbour n with our hello (a fresh nonce with a key; after the bootstrap, the
+  // round we train at).
+  Result<std::shared_ptr<ControlLink>> makeLink(int n) {
     const BootstrapOptions& o = *options_;
-    Hello ours;
-    ours.sender = o.rank;
-    ours.incarnation = o.incarnation;
-    ours.backend = std::string(data_.backend());
-    ours.address = data_.localAddress();
-    ours.parts = o.configParts;
+    auto hello = std::make_shared<Hello>();
+    hello->sender = o.rank;
+    hello->receiver = n;
+    hello->incarnation = o.incarnation;
+    hello->backend = std::string(data_.backend());
+    hello->address = data_.localAddress();
+    hello->parts = o.configParts;
     if (o.psk) {
       // Keyed (security::configPartHash): our hello goes to whoever answers or dials before any
       // proof. Protocol versions stay plain: a skew is named with both versions.
-      for (ConfigPart& part : ours.parts) {
+      for (ConfigPart& part : hello->parts) {
         if (!part.name.starts_with(handshake::kProtocolPartPrefix))
           part.hash = security::configPartHash(*o.psk, part.name, part.hash);
       }
+      hello->nonce = security::randomNonce();  // fresh for every handshake
     }
-    ours.buildId = std::string(buildId());
-    for (int n : o.neighbours) {
-      auto hello = std::make_shared<Hello>(ours);
-      hello->receiver = n;
-      if (o.psk) hello->nonce = security::randomNonce();  // fresh for every handshake
-      GV_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, handshake::encodeHello(*hello));
-      links_[n] =
-          std::make_shared<ControlLink>(loop_, n, options_, std::move(hello), std::move(bytes),
-                                        [weak = weak_from_this()](ControlLink& l, Status st) {
-                                          if (auto self = weak.lock())
-                                            self->onHandshake(l, std::move(st));
-                                        });
-    }
-    return Status::ok();
+    hello->buildId = std::string(buildId());
+    if (rejoining_ && o.runningRound) hello->runningRound = o.runningRound();
+    GV_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, handshake::encodeHello(*hello));
+    return std::make_shared<ControlLink>(loop_, n, options_, std::move(hello), std::move(bytes),
+                                         [weak = weak_from_this()](ControlLink& l, Status st) {
+                                           if (auto self = weak.lock())
+                                             self->onHandshake(l, std::move(st));
+                                         });
   }
 
   // An accepted socket until its first frame told us which link it belongs to.
@@ -176,7 +182,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     auto pending = std::make_shared<Pending>(loop_.io());
     acceptor_.async_accept(pending->socket,
                            [self = shared_from_this(), pending](boost::system::error_code ec) {
-                             if (self->finished_) return;
+                             if (!self->accepting()) return;
                              if (ec && isAcceptShortage(ec)) return self->backOff(ec);
                              if (!ec) {
                                self->backoff_.reset();
@@ -194,12 +200,16 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     acceptTimer_.expires_after(backoff_.next());
     acceptTimer_.async_wait([weak = weak_from_this()](boost::system::error_code tec) {
       auto self = weak.lock();
-      if (!tec && self && !self->finished_) self->startAccept();
+      if (!tec && self && self->accepting()) self->startAccept();
     });
   }
 
   // Takes an accepted socket out of pending_ (it was routed to its link, refused or lost).
-  void unpend(const std::shared_ptr<Pending>& p) { pending_.remove(p->id); }
+  // Its deadline timer is cancelled: it would keep the socket's descriptor for connectTimeout.
+  void unpend(const std::shared_ptr<Pending>& p) {
+    pending_.remove(p->id);
+    p->timer.cancel();
+  }
 
   // The dialer's first frame must be its hello; it tells us which link the socket belongs to.
   // At most kMaxPendingAccepts + (neighbours of lower rank) accepted sockets wait to be identified
@@ -233,7 +243,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
         p->socket, asio::buffer(p->header, handshake::kFrameHeaderBytes),
         [self = shared_from_this(), p, next = std::move(next)](boost::system::error_code ec,
                                                                std::size_t) mutable {
-          if (self->finished_) return;
+          if (!self->accepting()) return;
           if (ec) return self->pendingLost(p, ec);
           const std::size_t len = handshake::decodeFrameHeader(p->header).payloadBytes;
           if (len > self->options_->maxControlFrameBytes) {
@@ -248,7 +258,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
               p->socket, asio::buffer(p->body),
               [self, p, next = std::move(next)](boost::system::error_code ec2, std::size_t) {
                 p->timer.cancel();
-                if (self->finished_) return;
+                if (!self->accepting()) return;
                 if (ec2) return self->pendingLost(p, ec2);
                 next();
               });
@@ -257,7 +267,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
 
   void pendingLost(const std::shared_ptr<Pending>& p, boost::system::error_code ec) {
     unpend(p);
-    if (!p->hello) return;  // a probe that never said who it is
+    if (!p->hello) return p->close();  // a probe that never said who it is
     refuse(p, "auth_failed",
            "closed before proving the key (" + ec.message() +
                "): a different security.key_file there?");
@@ -276,6 +286,13 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       return rejectPending(p, h.status().message(), "malformed");
     }
     const int sender = prefix->sender;
+    if (rejoining_ && sender < options_->rank && isNeighbour(sender) && !links_.count(sender)) {
+      // After the bootstrap: a neighbour of lower rank dials again (it restarted, or its
+      // connection failed): a fresh link for it, through the same handshake.
+      auto link = makeLink(sender);
+      if (!link.isOk()) return rejectPending(p, link.status().message(), "malformed");
+      links_[sender] = std::move(link).value();
+    }
     auto it = links_.find(sender);
     if (it == links_.end() || sender > options_->rank || !it->second->awaitingDialer()) {
       return rejectPending(p,
@@ -297,6 +314,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     }
     if (!h.isOk()) {  // another control protocol version, from the neighbour's host
       rejectPending(p, h.status().message(), "version");
+      if (rejoining_) return dropRejoin(sender, h.status());
       return finish(h.status());
     }
     // The link checks the hello itself (version, config) so both sides report the same mismatch.
@@ -332,7 +350,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     Hello ours = link->ours();
     ours.nonce = security::randomNonce();
     auto oursBytes = handshake::encodeHello(ours);
-    if (!oursBytes.isOk()) return finish(oursBytes.status());
+    if (!oursBytes.isOk()) return rejectPending(p, oursBytes.status().message(), "malformed");
     p->transcript = handshake::transcriptOf(*theirs, p->body, ours, *oursBytes);
     p->hello = std::move(theirs).value();
     p->helloBytes = std::move(p->body);
@@ -410,25 +428,120 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   }
 
   void onHandshake(ControlLink& link, Status status) {
+    if (rejoining_) return onRejoinHandshake(link, std::move(status));
     if (finished_) return;
     if (!status.isOk()) return finish(std::move(status));
     if (++ready_ < links_.size()) return;
     // Every neighbour agreed: connect the data backend to each.
     std::vector<Neighbour> out;
     for (int n : options_->neighbours) {
-      auto& l = links_[n];
-      auto conn = data_.connect(n, l->theirs().address);
-      if (!conn.isOk()) {
-        return finish(Status(
-            conn.status().code(),
-            "data connection to neighbour " + std::to_string(n) + ": " + conn.status().message()));
-      }
-      out.push_back(
-          Neighbour{n, l->theirs().incarnation, std::move(conn).value(), l, l->sessionKey()});
+      auto conn = connectData(*links_[n]);
+      if (!conn.isOk()) return finish(conn.status());
+      out.push_back(std::move(conn).value());
     }
     finish(std::move(out));
   }
 
+  // The neighbour of a handshaken link, with a data connection to the address in its hello.
+  Result<Neighbour> connectData(ControlLink& l) {
+    const int n = l.peer();
+    auto conn = data_.connect(n, l.theirs().address);
+    if (!conn.isOk()) {
+      return Status(conn.status().code(), "data connection to neighbour " + std::to_string(n) +
+                                              ": " + conn.status().message());
+    }
+    Neighbour out{n, l.theirs().incarnation, std::move(conn).value(), l.shared_from_this(),
+                  l.sessionKey()};
+    out.runningRound = l.theirs().runningRound;
+    return out;
+  }
+
+  bool isNeighbour(int n) const {
+    const auto& ns = options_->neighbours;
+    return std::find(ns.begin(), ns.end(), n) != ns.end();
+  }
+
+  bool accepting() const { return !finished_ || rejoining_; }
+
+  // After the bootstrap: a rejoin's handshake ended. Agreed: the neighbour gets a new data
+  // connection and is handed over (onRejoin). Failed: nothing changes; a redial tries again.
+  void onRejoinHandshake(ControlLink& link, Status status) {
+    const int n = link.peer();
+    auto self = link.shared_from_this();
+    if (auto it = links_.find(n); it != links_.end() && it->second.get() == &link) links_.erase(it);
+    if (!status.isOk()) return dropRejoin(n, std::move(status));
+    auto neighbour = connectData(link);
+    if (!neighbour.isOk()) {
+      link.close();
+      return dropRejoin(n, neighbour.status());
+    }
+    redialing_.erase(n);
+    link.startHeartbeats();
+    log::info("bootstrap: neighbour ", n, " connected again (incarnation ", neighbour->incarnation,
+              ")");
+    options_->onRejoin(std::move(neighbour).value());
+  }
+
+  // A rejoin that did not complete: logged; when we are the dialing side and still want the
+  // neighbour, dial again after a pause.
+  void dropRejoin(int n, Status why) {
+    if (auto it = links_.find(n); it != links_.end() && !it->second->handshakeDone()) {
+      if (!it->second->dialing() && !it->second->awaitingDialer()) links_.erase(it);
+    }
+    log::debug("bootstrap: rejoin of neighbour ", n, " failed: ", why.message());
+    if (!redialing_.count(n) || !rejoining_) return;
+    auto timer = std::make_shared<asio::steady_timer>(loop_.io());
+    timer->expires_after(std::chrono::milliseconds(500));
+    timer->async_wait([weak = weak_from_this(), n, timer](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || !self->rejoining_ || !self->redialing_.count(n)) return;
+      self->dialAgain(n);
+    });
+  }
+
+  void dialAgain(int n) {
+    if (links_.count(n)) return;  // a handshake for it is under way
+    auto endpoint = parseEndpoint(options_->peers[n]);
+    auto link = makeLink(n);
+    if (!endpoint.isOk() || !link.isOk()) {
+      log::warn("bootstrap: cannot redial neighbour ", n, ": ",
+                (endpoint.isOk() ? link.status() : endpoint.status()).message());
+      redialing_.erase(n);
+      return;
+    }
+    links_[n] = *link;
+    (*link)->dial(*endpoint, Clock::now() + seconds(options_->connectTimeoutSeconds));
+  }
+
+ public:
+  void redial(int n) override {
+    if (!rejoining_ || n <= options_->rank || !isNeighbour(n) || redialing_.count(n)) return;
+    redialing_.insert(n);
+    dialAgain(n);
+  }
+
+  void stopRedial(int n) override {
+    redialing_.erase(n);
+    if (auto it = links_.find(n); it != links_.end() && it->second->dialing()) {
+      it->second->close();
+      links_.erase(it);
+    }
+  }
+
+  void close() override {
+    if (!rejoining_) return;
+    rejoining_ = false;
+    redialing_.clear();
+    boost::system::error_code ec;
+    acceptor_.close(ec);
+    acceptTimer_.cancel();
+    pending_.forEach([](Pending& p) { p.close(); });
+    pending_.clear();
+    for (auto& [n, l] : links_) l->close();
+    links_.clear();
+  }
+
+ private:
   void onDeadline() {
     if (finished_) return;
     for (int n : options_->neighbours) {
@@ -450,13 +563,24 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   void finish(Result<std::vector<Neighbour>> result) {
     if (finished_) return;
     finished_ = true;
-    boost::system::error_code ec;
-    acceptor_.close(ec);
-    acceptTimer_.cancel();
     deadline_.cancel();
-    // Connections that never identified themselves hold nothing after the bootstrap.
-    pending_.forEach([](Pending& p) { p.close(); });
-    pending_.clear();
+    // With onRejoin the listener stays open for the whole run (neighbours that come back).
+    rejoining_ = result.isOk() && options_->onRejoin != nullptr;
+    if (rejoining_) {
+      // From now on only a neighbour that comes back dials us: a tighter bound.
+      pending_.setLimit(kMaxPendingRejoins + lowerNeighbours(*options_), [this](Pending& p) {
+        p.hello.reset();
+        p.close();
+        ++rejected_["pending_limit"];
+      });
+    } else {
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+      acceptTimer_.cancel();
+      // Connections that never identified themselves hold nothing after the bootstrap.
+      pending_.forEach([](Pending& p) { p.close(); });
+      pending_.clear();
+    }
     if (result.isOk()) {
       for (auto& [n, l] : links_) l->startHeartbeats();
     } else {
@@ -479,6 +603,9 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   std::map<int, std::shared_ptr<ControlLink>> links_;
   std::size_t ready_ = 0;
   bool finished_ = false;
+  // After a successful bootstrap with onRejoin: accepting rejoins, and the neighbours we redial.
+  bool rejoining_ = false;
+  std::set<int> redialing_;
   std::map<std::string, std::uint64_t> rejected_;  // rejected(): by reason
   std::map<int, std::string> rejectedFrom_;        // claimed rank -> the last refusal, for errors
 };

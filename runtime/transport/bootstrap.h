@@ -54,8 +54,14 @@ enum class ControlEventKind {
   kClosed,             // the control connection closed or failed: the peer is gone
 };
 
+class ControlChannel;
+struct Neighbour;
+
 struct ControlEvent {
   int peer = -1;
+  // The connection that raised it: after a neighbour rejoined (BootstrapOptions::onRejoin), events
+  // of its old connection may still arrive, and are the old one's.
+  const ControlChannel* channel = nullptr;
   ControlEventKind kind = ControlEventKind::kClosed;
   double silentSeconds = 0;  // for kMissedHeartbeats: how long nothing was heard
   std::string message;  // "peer 3 missed heartbeats for 1.5 s" / "control connection closed: ..."
@@ -82,6 +88,14 @@ struct BootstrapOptions {
   std::function<void(const ControlEvent&)> onEvent;
   std::function<void(int peer, std::uint16_t type, std::span<const std::uint8_t> payload)>
       onMessage;
+  // Rejoining. When set, the control listener stays open after the bootstrap for the whole run:
+  // a neighbour of lower rank that dials again (it restarted, or redialed after its connection
+  // failed) goes through the same handshake (and, with a key, the same authentication), gets a new
+  // data connection, and is handed over here (Loop thread). redial() is the dialing side.
+  std::function<void(Neighbour)> onRejoin;
+  // The round this peer trains at (-1: not training yet), sent in the hellos of rejoins
+  // (handshake::Hello::runningRound) so that the rejoining peer knows the run goes on. Loop thread.
+  std::function<std::int64_t()> runningRound;
 };
 
 // The live control connection to one neighbour, after the handshake.
@@ -104,6 +118,9 @@ struct Neighbour {
   // With BootstrapOptions::psk: this edge's session key, derived from the key and the handshake's
   // transcript (fresh nonces from both ends), for the engine's message seals.
   std::optional<security::Key> sessionKey;
+  // The neighbour's round when it was already training (it took us in as a rejoining peer), else
+  // -1.
+  std::int64_t runningRound = -1;
 };
 
 using BootstrapCallback = std::function<void(Result<std::vector<Neighbour>>)>;
@@ -127,6 +144,13 @@ class Bootstrap {
   // Connections dropped on the accepting side without ending the bootstrap, by reason
   // ("unauthenticated", "auth_failed", "version", "unexpected_rank", ...). Loop thread.
   virtual std::map<std::string, std::uint64_t> rejected() const = 0;
+  // After a successful bootstrap, with BootstrapOptions::onRejoin: dials neighbour `peer` (of
+  // higher rank: the lower rank dials) again, with backoff and jitter, until a handshake succeeds
+  // (then onRejoin) or stopRedial(peer). A second call while one runs does nothing. Loop thread.
+  virtual void redial(int peer) = 0;
+  virtual void stopRedial(int peer) = 0;
+  // Stops accepting and redialing (the run ends). Idempotent. Loop thread.
+  virtual void close() = 0;
 };
 
 }  // namespace grapevine::transport

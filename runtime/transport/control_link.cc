@@ -378,7 +378,12 @@ void ControlLink::shutdown() {
 
 void ControlLink::emit(ControlEventKind kind, double silent, std::string message) {
   if (!options_.onEvent) return;
-  ControlEvent e{peer_, kind, silent, std::move(message)};
+  ControlEvent e;
+  e.peer = peer_;
+  e.channel = this;
+  e.kind = kind;
+  e.silentSeconds = silent;
+  e.message = std::move(message);
   options_.onEvent(e);
 }
 

@@ -150,6 +150,10 @@ Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
     appendLe(p, static_cast<std::uint16_t>(n));
     append(p, h.buildId.data(), n);
   }
+  if (h.runningRound >= 0) {
+    appendLe(p, std::uint8_t{3});
+    appendLe(p, static_cast<std::uint64_t>(h.runningRound));
+  }
   return p;
 }
 
@@ -201,8 +205,9 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
     }
     h.parts.push_back(ConfigPart{std::move(partName), hash});
   }
-  // Optional trailer items: u8 kind, then 1: the key's nonce (32 bytes), 2: u16 length + build id.
-  // An unknown kind ends the trailer (room for additions within a version: ignored).
+  // Optional trailer items: u8 kind, then 1: the key's nonce (32 bytes), 2: u16 length + build id,
+  // 3: u64 running round. An unknown kind ends the trailer (room for additions within a version:
+  // ignored).
   while (r.need(1, "trailer").isOk()) {
     GV_ASSIGN_OR_RETURN(const std::uint8_t kind, r.le<std::uint8_t>("trailer kind"));
     if (kind == 1) {
@@ -213,6 +218,13 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
       GV_ASSIGN_OR_RETURN(const std::uint16_t n, r.le<std::uint16_t>("build id length"));
       GV_ASSIGN_OR_RETURN(const auto id, r.bytes(n, "build id"));
       h.buildId = text(id);
+    } else if (kind == 3) {
+      GV_ASSIGN_OR_RETURN(const std::uint64_t round, r.le<std::uint64_t>("running round"));
+      if (round > static_cast<std::uint64_t>(INT64_MAX / 2)) {
+        return dataLoss("malformed hello from peer " + std::to_string(h.sender) +
+                        ": running round " + std::to_string(round) + " out of range");
+      }
+      h.runningRound = static_cast<std::int64_t>(round);
     } else {
       break;
     }

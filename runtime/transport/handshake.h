@@ -8,11 +8,12 @@
 // | receiver u32 | incarnation u64; then u16 length + backend name, u32 length + address blob, u16
 // count + that many config parts (u8 name length, name, u64 hash); with a pre-shared key
 // (BootstrapOptions::psk) then u8 1 and the sender's 32-byte fresh nonce; then u8 2, u16 length and
-// the sender's build id (text, for skew messages). Older builds ignore bytes after the parts (and a
-// trailer that does not start with the nonce), so they still read the fields they know. There is no
-// separate "accept" message: the acceptor answers the dialer's hello with its own hello, and each
-// side compares the two itself (compareHellos); a side that finds a difference sends a reject whose
-// payload is the reason as UTF-8 text.
+// the sender's build id (text, for skew messages); then, from a peer that is already training (a
+// neighbour rejoins it), u8 3 and its current round (u64). Older builds ignore bytes after the
+// parts (and a trailer that does not start with the nonce), so they still read the fields they
+// know. There is no separate "accept" message: the acceptor answers the dialer's hello with its own
+// hello, and each side compares the two itself (compareHellos); a side that finds a difference
+// sends a reject whose payload is the reason as UTF-8 text.
 //
 // With a key, an auth frame (type 5, payload: a 32-byte proof) follows: the acceptor sends its
 // proof right after its hello, the dialer sends its own only after checking the acceptor's
@@ -85,6 +86,9 @@ struct Hello : HelloPrefix {
   std::vector<ConfigPart> parts;
   std::optional<security::Nonce> nonce;  // present when the sender has a pre-shared key
   std::string buildId;                   // the sender's build (buildId()); empty from older builds
+  // -1: the sender is bootstrapping; otherwise it is training, at this round (a neighbour that
+  // restarted is rejoining it: bootstrap.h, BootstrapOptions::onRejoin).
+  std::int64_t runningRound = -1;
 };
 
 // Config parts named "protocol.<name>" carry a protocol version as their value (not a hash):

@@ -276,7 +276,19 @@ TEST_CASE("handshake: protocol versions and build ids are compared first, naming
     REQUIRE(back.isOk());
     CHECK(back->buildId == "0.5.0+gaaaa");
     CHECK(back->nonce.has_value() == keyed);
+    CHECK(back->runningRound == -1);  // not sent by a peer that is bootstrapping
   }
+
+  // A training peer's hello (a neighbour rejoins it) carries its round; an out-of-range one is
+  // malformed.
+  Hello running = a;
+  running.runningRound = 1234;
+  auto back = decodeHello(encoded(running));
+  REQUIRE(back.isOk());
+  CHECK(back->runningRound == 1234);
+  CHECK(back->buildId == "0.5.0+gaaaa");
+  running.runningRound = INT64_MAX;
+  CHECK(decodeHello(encoded(running)).status().code() == ErrorCode::kDataLoss);
 }
 
 TEST_CASE("handshake: user messages and rejects round-trip") {

@@ -131,6 +131,10 @@ struct Child {
   double accuracy = NAN;     // latest test accuracy seen in any record
   bool faultKilled = false;  // SIGKILLed by the fault schedule (faults.events): not a crash
   bool faultPaused = false;  // SIGSTOPped by the fault schedule, not yet continued
+  // SIGKILLed by the fault schedule's restart: started again with --resume when the event ends
+  // (it rejoins the running training); neither a crash nor a failure.
+  bool faultRestarting = false;
+  int faultRestarts = 0;
 };
 
 // One faults.events item as `launch` executes it (by wall time from the first round record).
@@ -229,6 +233,16 @@ class Launch {
   // faults.events: executes what is due (SIGSTOP/SIGCONT, SIGKILL, emulated link down/up), once
   // the first round record of any peer appeared; says so on stdout.
   void runFaults();
+  // A restart whose peer was killed but not reaped yet: its start waits for that.
+  bool restartPending(const FaultRun& f) const {
+    if (f.event.kind != config::FaultKind::kRestart) return false;
+    for (const auto& c : children_) {
+      if (c.rank == f.event.peer) return c.faultRestarting && c.running;
+    }
+    return false;
+  }
+  // Starts peer ch (again): its log is appended to after a restart. kExitOk or kExitFailure.
+  int spawnPeer(Child& ch, const std::string& self, bool resuming);
   void faultAction(FaultRun& f, bool begin, double now);
   nlohmann::json faultsJson() const;  // before stopNetwork(): it reads the links' counters
   std::uint64_t linkPackets(int a, int b) const;
@@ -462,44 +476,53 @@ int Launch::startPeers() {
     guard_ = std::move(*guard);
     start_ = std::chrono::steady_clock::now();
   }
-  const pid_t launcher = getpid();
   for (auto& ch : children_) {
-    ch.jsonl = peerFile(ch.rank, ".jsonl");
-    ch.log = peerFile(ch.rank, ".log");
-    // A resumed peer keeps its records up to the checkpoint (it rewrites the file itself).
-    const bool resuming = args_.resume || restarts_ > 0;
-    if (!resuming) std::filesystem::remove(ch.jsonl, ec);
-    std::filesystem::remove(peerFile(ch.rank, ".final.json"), ec);
-    ch.offset = 0;  // the file is rewritten: read it from the start
-    ch.last = nlohmann::json();
-    std::vector<std::string> argv = peerArgv(ch.rank, self);
-    if (network_) {
-      auto prefix = network_->execPrefix(ch.rank);
-      argv.insert(argv.begin(), prefix.begin(), prefix.end());
-    }
-    SpawnOptions spawn;
-    spawn.argv = argv;  // `ip` (emulation) and a command are found on PATH; self is absolute
-    if (!args_.command.empty()) spawn.setEnv = commandEnvironment(ch.rank, self);
-    spawn.out = ChildStream::file(ch.log, /*append=*/restarts_ > 0);  // keep the crash's lines
-    spawn.err = ChildStream::sameAsStdout();
-    spawn.newProcessGroup = true;  // a terminal's SIGINT reaches the launcher only; it forwards it
-    // Until guard_ lists the new group, the parent-death signal covers a launcher that dies.
-    spawn.beforeExec = [launcher] {
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != launcher) _exit(1);
-    };
-    auto child = Subprocess::spawn(spawn);
-    if (!child.isOk()) {
-      std::cerr << "grapevine launch: cannot start peer " << ch.rank << ": "
-                << child.status().message() << "\n";
-      return kExitFailure;
-    }
-    ch.pid = child->release();  // reaped by watch()
-    ch.running = true;
-    if (Status st = guard_.add(ch.pid); !st.isOk()) {
-      std::cerr << "grapevine launch: " << st.message() << "\n";
-      return kExitFailure;
-    }
+    if (int rc = spawnPeer(ch, self, args_.resume || restarts_ > 0); rc != kExitOk) return rc;
+  }
+  return kExitOk;
+}
+
+int Launch::spawnPeer(Child& ch, const std::string& self, bool resuming) {
+  const pid_t launcher = getpid();
+  std::error_code ec;
+  ch.jsonl = peerFile(ch.rank, ".jsonl");
+  ch.log = peerFile(ch.rank, ".log");
+  // A resumed peer keeps its records up to the checkpoint (it rewrites the file itself).
+  if (!resuming) std::filesystem::remove(ch.jsonl, ec);
+  std::filesystem::remove(peerFile(ch.rank, ".final.json"), ec);
+  ch.offset = 0;  // the file is rewritten: read it from the start
+  ch.last = nlohmann::json();
+  std::vector<std::string> argv = peerArgv(ch.rank, self);
+  if (resuming && args_.command.empty() &&
+      std::find(argv.begin(), argv.end(), "--resume") == argv.end())
+    argv.push_back("--resume");
+  if (network_) {
+    auto prefix = network_->execPrefix(ch.rank);
+    argv.insert(argv.begin(), prefix.begin(), prefix.end());
+  }
+  SpawnOptions spawn;
+  spawn.argv = argv;  // `ip` (emulation) and a command are found on PATH; self is absolute
+  if (!args_.command.empty()) spawn.setEnv = commandEnvironment(ch.rank, self);
+  // Appended after a restart: keep the crash's lines.
+  spawn.out = ChildStream::file(ch.log, /*append=*/restarts_ > 0 || ch.faultRestarts > 0);
+  spawn.err = ChildStream::sameAsStdout();
+  spawn.newProcessGroup = true;  // a terminal's SIGINT reaches the launcher only; it forwards it
+  // Until guard_ lists the new group, the parent-death signal covers a launcher that dies.
+  spawn.beforeExec = [launcher] {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher) _exit(1);
+  };
+  auto child = Subprocess::spawn(spawn);
+  if (!child.isOk()) {
+    std::cerr << "grapevine launch: cannot start peer " << ch.rank << ": "
+              << child.status().message() << "\n";
+    return kExitFailure;
+  }
+  ch.pid = child->release();  // reaped by watch()
+  ch.running = true;
+  if (Status st = guard_.add(ch.pid); !st.isOk()) {
+    std::cerr << "grapevine launch: " << st.message() << "\n";
+    return kExitFailure;
   }
   return kExitOk;
 }
@@ -571,6 +594,8 @@ int Launch::reapExited() {
     readNewRecords(ch);
     if (WIFEXITED(status) && WEXITSTATUS(status) == kExitDiverged) {
       ++diverged_;  // said once, by the summary (every peer of the run stops the same way)
+    } else if (ch.faultRestarting) {
+      // Killed by the fault schedule's restart: started again when the event ends.
     } else if (ch.faultKilled) {
       ++failed_;  // as asked by faults.events: not a crash to restart, not an error of its own
       std::cout << (tty_ ? "\n" : "") << "grapevine launch: peer " << ch.rank
@@ -687,7 +712,7 @@ void Launch::runFaults() {
     if (!f.started && t >= f.event.start()) {
       faultAction(f, true, t);
     } else if (f.started && !f.ended && f.event.kind != config::FaultKind::kKill &&
-               t >= f.event.end()) {
+               t >= f.event.end() && !restartPending(f)) {
       faultAction(f, false, t);
     }
   }
@@ -713,13 +738,29 @@ void Launch::faultAction(FaultRun& f, bool begin, double now) {
     for (auto& c : children_) {
       if (c.rank == e.peer) ch = &c;
     }
-    if (!ch || !ch->running) {
+    if (ch && e.kind == config::FaultKind::kRestart && !begin && ch->faultRestarting &&
+        !ch->running) {
+      // Down for the event's seconds: back from its newest checkpoint, into the running training.
+      ch->faultRestarting = false;
+      ++ch->faultRestarts;
+      std::error_code ec;
+      const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+      const int rc = spawnPeer(*ch, self, /*resuming=*/true);
+      what = "peer " + std::to_string(e.peer) +
+             (rc == kExitOk ? " started again with --resume" : " could not be started again");
+    } else if (!ch || !ch->running) {
       what = "peer " + std::to_string(e.peer) + " is not running: nothing to do";
     } else if (e.kind == config::FaultKind::kKill) {
       ch->faultKilled = true;
       signalGroup(ch->pid, SIGKILL);
       what = "peer " + std::to_string(e.peer) + " SIGKILLed";
-    } else {  // pause (restart is refused by refuseFaults)
+    } else if (e.kind == config::FaultKind::kRestart && begin) {
+      ch->faultRestarting = true;
+      signalGroup(ch->pid, SIGKILL);
+      what = "peer " + std::to_string(e.peer) + " SIGKILLed (to be restarted with --resume)";
+    } else if (e.kind == config::FaultKind::kRestart) {
+      what = "peer " + std::to_string(e.peer) + " still exiting: nothing to do";
+    } else {  // pause
       ch->faultPaused = begin;
       signalGroup(ch->pid, begin ? SIGSTOP : SIGCONT);
       what = "peer " + std::to_string(e.peer) + (begin ? " SIGSTOPped" : " SIGCONTinued");

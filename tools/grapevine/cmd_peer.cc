@@ -2,6 +2,7 @@
 // Without --rank the rank comes from GRAPEVINE_RANK (`grapevine launch ... -- COMMAND`), then
 // SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK: those variables are a launcher's contract with
 // us, not configuration, so they are read here (and by the API) and nowhere else.
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -65,6 +66,14 @@ int runPeer(const PeerArgs& a) {
   engine::PeerRunOptions o;
   o.rank = rank;
   o.incarnation = a.incarnation;
+  if (a.resume && a.incarnation == 0) {
+    // A restarted peer is a new incarnation: its neighbours drop what its previous one still had
+    // in flight (the clock's microseconds: distinct for restarts, without any state to keep).
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+    o.incarnation = std::max<std::uint32_t>(1, static_cast<std::uint32_t>(us));
+  }
   o.resume = a.resume;
   o.outDir = a.out;
   o.stop = &g_stop;
@@ -93,10 +102,12 @@ Command registerPeer(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   app->add_option("--out", args->out, "Output folder (default: output.dir of the config)");
   app->add_option("--incarnation", args->incarnation,
-                  "Restart count of this peer (a rejoining peer)");
+                  "Restart count of this peer (a rejoining peer; with --resume, default: a fresh "
+                  "one from the clock)");
   app->add_flag("--resume", args->resume,
                 "Continue from the newest checkpoint every peer of the run has (start every peer "
-                "with it; checkpoint.every; docs/faults.md)");
+                "with it), or, when the neighbours are training already, rejoin them from this "
+                "peer's newest checkpoint (checkpoint.every; docs/faults.md)");
   app->add_option("--set", args->overrides,
                   "Override a key: --set transport.backend=tcp (repeatable)");
   return {app, [args] { return runPeer(*args); }};

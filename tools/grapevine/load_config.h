@@ -61,9 +61,8 @@ inline bool refuseInproc(const std::string& command, const std::string& path,
 }
 
 // faults.events: `sim` executes a schedule by round (at_round, rounds), `launch` by wall time from
-// the first round (at_seconds, seconds) and cannot restart a single peer yet (a restarted peer
-// cannot rejoin a running training: listeners close after the bootstrap). True (and says which item
-// and why) when `command` cannot execute the schedule.
+// the first round (at_seconds, seconds). True (and says which item and why) when `command` cannot
+// execute the schedule.
 inline bool refuseFaults(const std::string& command, const std::string& path,
                          const config::Config& config, std::ostream& err = std::cerr) {
   const bool sim = command == "sim";
@@ -81,13 +80,6 @@ inline bool refuseFaults(const std::string& command, const std::string& path,
       err << where << ": grapevine " << command
           << " executes faults by wall time: give at_seconds and seconds (at_round and rounds "
              "are for grapevine sim)\n";
-      return true;
-    }
-    if (!sim && e.kind == config::FaultKind::kRestart) {
-      err << where << ": grapevine " << command
-          << " cannot restart a single peer yet: a restarted peer cannot rejoin a running "
-             "training (its neighbours' listeners close after the bootstrap); use kind: restart "
-             "with grapevine sim, or --max-restarts (a whole-run restart)\n";
       return true;
     }
   }
