@@ -242,6 +242,8 @@ class PeerSession::Impl {
   std::int64_t neighboursRunning_ = -1;
   std::atomic<std::int64_t> runningRound_{-1};
   std::vector<int> rejoinedThisRound_;
+  // Neighbours the bootstrap completed without (set by onConnected, before boot() returns).
+  std::vector<int> missingAtStart_;
   std::unique_ptr<PeerCore> core_;
 
   std::mutex mu_;
@@ -463,10 +465,12 @@ Status PeerSession::Impl::joinRunning() {
   const config::Config& c = plan_.config;
   log::info("the neighbours are training already (round ", neighboursRunning_,
             "): joining the run");
+  bool restored = false;
   if (options_.resume) {
     const CheckpointIdentity id = checkpointIdentity(c, *core_);
     const std::string folder = checkpointFolder(c, outDir_, options_.rank);
     if (const auto latest = latestCheckpoint(folder, id)) {
+      restored = true;
       GV_RETURN_IF_ERROR(core_->restoreState(latest->state));
       const std::int64_t round = latest->state.round;
       {
@@ -478,7 +482,18 @@ Status PeerSession::Impl::joinRunning() {
       log::info("resumed from round ", round, " (", latest->path, "), continuing at round ",
                 round + 1, " and catching up with the neighbours");
     } else {
-      log::warn("resume: no checkpoint in ", folder, ": joining from round 0");
+      log::warn("resume: no checkpoint in ", folder);
+    }
+  }
+  if (!restored && !options_.external) {
+    // State transfer: the first neighbour's public copy that comes becomes this peer's model (not
+    // through the API: the caller owns its model).
+    if (core_->adoptFirstSnapshot()) {
+      log::info("no checkpoint: this peer takes its model from the first neighbour snapshot");
+    } else {
+      log::warn(
+          "no checkpoint, and the algorithm keeps no public copy of the model to take "
+          "over: this peer starts from its own initial model and the mixing pulls it in");
     }
   }
   // The replicas here are of another round than the neighbours' public copies (or placeholders):
@@ -733,12 +748,22 @@ Status PeerSession::Impl::boot() {
     if (cancelling) return cancelled("stopped during the bootstrap");
     return st;
   }
-  log::info("connected to ", core_->neighbours().size(), " neighbours over ", c.transport.backend,
-            " in ", since(bootStart), " s");
+  log::info("connected to ", core_->neighbours().size() - missingAtStart_.size(),
+            " neighbours over ", c.transport.backend, " in ", since(bootStart), " s");
+  // Neighbours that did not connect within peers.connect_timeout: dead until they connect (a
+  // rejoin: the lower rank of each edge keeps dialing).
+  for (int j : missingAtStart_) {
+    markDead(j, "it did not connect within peers.connect_timeout; it joins when it connects");
+  }
   return Status::ok();
 }
 
 void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours) {
+  for (int j : core_->neighbours()) {
+    const bool connected = std::any_of(neighbours.begin(), neighbours.end(),
+                                       [j](const transport::Neighbour& n) { return n.peer == j; });
+    if (!connected) missingAtStart_.push_back(j);
+  }
   for (auto& n : neighbours) {
     const int j = n.peer;
     // Set before any receive is posted: every message on the edge is sealed from the first one.
@@ -1133,6 +1158,7 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   if (core_->counters().collectiveBytes > 0)
     j["collective_bytes"] = core_->counters().collectiveBytes;
   if (resumedFrom_ >= 0) j["resumed_from_round"] = resumedFrom_;
+  if (core_->counters().stateFrom >= 0) j["state_from_neighbour"] = core_->counters().stateFrom;
   if (core_->counters().quarantined > 0) j["quarantined"] = core_->counters().quarantined;
   if (plan_.config.checkpoint.every > 0) {
     j["checkpoints_written"] = checkpointWriter_ ? checkpointWriter_->written() : 0;

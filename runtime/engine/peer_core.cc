@@ -544,6 +544,7 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
     }
     ++counters_.resyncs;
     e.awaitSnapshot = false;
+    if (adoptSnapshot_) adopt(j, copy);
   }
   e.refusedRounds = 0;
   e.lastRefusedRound = -2;
@@ -949,6 +950,39 @@ void PeerCore::resyncAllEdges(bool await) {
   if (algorithm_->publicCopyHash() == 0) return;
   for (auto& [j, e] : edges_) {
     if (!dead_.count(j)) resyncBothWays(e, await);
+  }
+}
+
+bool PeerCore::adoptFirstSnapshot() {
+  for (const auto& [name, values] : algorithm_->state()) {
+    if (name == "public_copy" && values.size() == x_.size()) {
+      adoptSnapshot_ = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+void PeerCore::adopt(int j, std::span<const float> copy) {
+  if (copy.size() != x_.size()) return;
+  auto buffers = algorithm_->state();
+  for (auto& [name, values] : buffers) {
+    if (name == "public_copy") values.assign(copy.begin(), copy.end());
+  }
+  if (!algorithm_->loadState(buffers).isOk()) return;
+  adoptSnapshot_ = false;
+  x_.assign(copy.begin(), copy.end());
+  const std::vector<float> zero(optimizer_->momentumBuffer().size(), 0.0f);
+  (void)optimizer_->setMomentumBuffer(zero);
+  gradientReady_ = false;  // a gradient computed early was of the old model
+  counters_.stateFrom = j;
+  // Its public copy changed at once: every neighbour gets it with the next message (not held back
+  // by the snapshot rate limit: until it comes, the neighbours' replicas would take its deltas on
+  // the old copy).
+  for (auto& [k, e] : edges_) {
+    if (dead_.count(k)) continue;
+    e.sendSnapshot = true;
+    e.lastSnapshotRound = INT64_MIN / 2;
   }
 }
 

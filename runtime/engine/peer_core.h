@@ -145,6 +145,7 @@ struct PeerCounters {
   std::uint64_t revivedNeighbours = 0;  // dead neighbours taken back (revive())
   std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (rejoin())
   std::uint64_t roundsSkipped = 0;       // rounds this peer skipped to catch up (skipTo())
+  std::int64_t stateFrom = -1;  // adoptFirstSnapshot(): the neighbour whose public copy it took
 };
 
 // Everything a peer needs to continue a run exactly after the round it was taken in (checkpoints:
@@ -301,6 +302,12 @@ class PeerCore {
   // False, changing nothing, for an unknown or quarantined neighbour.
   bool rejoin(int neighbour, std::uint32_t incarnation, const std::optional<security::Key>& key,
               bool encrypt);
+  // State transfer for a peer that joins a running training without a checkpoint: the first
+  // neighbour snapshot of a public copy that arrives (every edge asks for one when it resyncs)
+  // becomes this peer's model and own public copy, the momentum starts at zero, and every edge
+  // sends its public copy again. False (nothing to take) for algorithms without a public copy of
+  // the model's size (dsgd, deepsqueeze, push-sum, gt without compression).
+  bool adoptFirstSnapshot();
   // The incarnation of neighbour's messages on its current connections (from its hello): others
   // are dropped as `old_incarnation`.
   void setEdgeIncarnation(int neighbour, std::uint32_t incarnation);
@@ -390,6 +397,8 @@ class PeerCore {
     bool catchingUp = false;
   };
   bool catchingUp(const Edge& e) const { return e.catchingUp && e.newestRound < round_; }
+  bool adoptSnapshot_ = false;  // adoptFirstSnapshot()
+  void adopt(int j, std::span<const float> copy);
   // Before writeEnvelope: marks `env` sealed when the edge has a key. After: seals buf[0, bytes)
   // and grows `bytes` by the tag.
   void markSealed(const Edge& e, Envelope& env) const;

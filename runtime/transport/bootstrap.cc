@@ -430,6 +430,11 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   void onHandshake(ControlLink& link, Status status) {
     if (rejoining_) return onRejoinHandshake(link, std::move(status));
     if (finished_) return;
+    if (!status.isOk() && link.dialing() && options_->onRejoin) {
+      // Unreachable until the deadline: the bootstrap may start without it (onDeadline).
+      unreachable_[link.peer()] = std::move(status);
+      return;
+    }
     if (!status.isOk()) return finish(std::move(status));
     if (++ready_ < links_.size()) return;
     // Every neighbour agreed: connect the data backend to each.
@@ -542,25 +547,56 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   }
 
  private:
+  // Every neighbour that has not completed its handshake by now is missing. Without onRejoin, or
+  // when every neighbour is missing, the bootstrap fails naming the first; otherwise it completes
+  // with the others, and the missing ones join when they connect (a rejoin: they dial us, or we
+  // redial them).
   void onDeadline() {
     if (finished_) return;
+    std::set<int> missing;
+    Status first;
     for (int n : options_->neighbours) {
       const auto& l = links_[n];
       if (l->handshakeDone()) continue;
-      if (l->dialing()) return finish(l->unreachable());
-      const std::string what = options_->rank < n ? " did not complete the handshake within "
-                                                  : " did not connect within ";
-      std::string rejectedNote;
-      if (auto r = rejectedFrom_.find(n); r != rejectedFrom_.end()) {
-        rejectedNote = "; a connection claiming to be it was rejected (" + r->second + ")";
+      Status why;
+      if (auto u = unreachable_.find(n); u != unreachable_.end()) {
+        why = u->second;
+      } else if (l->dialing()) {
+        why = l->unreachable();
+      } else {
+        const std::string what = options_->rank < n ? " did not complete the handshake within "
+                                                    : " did not connect within ";
+        std::string rejectedNote;
+        if (auto r = rejectedFrom_.find(n); r != rejectedFrom_.end()) {
+          rejectedNote = "; a connection claiming to be it was rejected (" + r->second + ")";
+        }
+        why =
+            deadlineExceeded("neighbour " + std::to_string(n) + " (" + options_->peers[n] + ")" +
+                             what + formatSeconds(options_->connectTimeoutSeconds) + rejectedNote);
       }
-      return finish(deadlineExceeded("neighbour " + std::to_string(n) + " (" + options_->peers[n] +
-                                     ")" + what + formatSeconds(options_->connectTimeoutSeconds) +
-                                     rejectedNote));
+      if (first.isOk()) first = why;
+      missing.insert(n);
+      if (options_->onRejoin) {
+        log::warn("bootstrap: starting without neighbour ", n, " (", why.message(),
+                  "); it joins when it connects");
+      }
     }
+    if (missing.empty()) return;
+    if (!options_->onRejoin || missing.size() == options_->neighbours.size()) {
+      return finish(std::move(first));
+    }
+    std::vector<Neighbour> out;
+    for (int n : options_->neighbours) {
+      if (missing.count(n)) continue;
+      auto conn = connectData(*links_[n]);
+      if (!conn.isOk()) return finish(conn.status());
+      out.push_back(std::move(conn).value());
+    }
+    finish(std::move(out), missing);
   }
 
-  void finish(Result<std::vector<Neighbour>> result) {
+  // `missing` (with a result): neighbours the bootstrap completed without (onDeadline).
+  void finish(Result<std::vector<Neighbour>> result, const std::set<int>& missing = {}) {
     if (finished_) return;
     finished_ = true;
     deadline_.cancel();
@@ -582,11 +618,28 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       pending_.clear();
     }
     if (result.isOk()) {
-      for (auto& [n, l] : links_) l->startHeartbeats();
+      for (auto& [n, l] : links_) {
+        if (!missing.count(n)) l->startHeartbeats();
+      }
     } else {
       for (auto& [n, l] : links_) l->closeAfterFlush();
     }
-    links_.clear();
+    // A missing neighbour's link stays while it waits for the neighbour's dial or is in the middle
+    // of a handshake (it then completes as a rejoin); one still dialing is replaced by redials.
+    for (auto it = links_.begin(); it != links_.end();) {
+      const bool keep =
+          rejoining_ && missing.count(it->first) &&
+          (it->second->awaitingDialer() || it->second->state() == ControlLink::State::kHandshaking);
+      if (keep) {
+        ++it;
+        continue;
+      }
+      if (missing.count(it->first)) it->second->close();
+      it = links_.erase(it);
+    }
+    for (int n : missing) {
+      if (rejoining_ && n > options_->rank) redial(n);
+    }
     loop_.post([done = std::move(done_), r = std::move(result)]() mutable { done(std::move(r)); });
   }
 
@@ -606,6 +659,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   // After a successful bootstrap with onRejoin: accepting rejoins, and the neighbours we redial.
   bool rejoining_ = false;
   std::set<int> redialing_;
+  std::map<int, Status> unreachable_;  // before the deadline: neighbours we could not reach
   std::map<std::string, std::uint64_t> rejected_;  // rejected(): by reason
   std::map<int, std::string> rejectedFrom_;        // claimed rank -> the last refusal, for errors
 };

@@ -91,7 +91,11 @@ struct BootstrapOptions {
   // Rejoining. When set, the control listener stays open after the bootstrap for the whole run:
   // a neighbour of lower rank that dials again (it restarted, or redialed after its connection
   // failed) goes through the same handshake (and, with a key, the same authentication), gets a new
-  // data connection, and is handed over here (Loop thread). redial() is the dialing side.
+  // data connection, and is handed over here (Loop thread). redial() is the dialing side. With it,
+  // a bootstrap whose deadline passes with some neighbours connected and others not completes with
+  // the connected ones (`done` gets fewer Neighbours than options.neighbours, each missing one
+  // logged); the missing ones come later through onRejoin (we redial those of higher rank, those of
+  // lower rank dial us). When every neighbour is missing, the bootstrap fails as without it.
   std::function<void(Neighbour)> onRejoin;
   // The round this peer trains at (-1: not training yet), sent in the hellos of rejoins
   // (handshake::Hello::runningRound) so that the rejoining peer knows the run goes on. Loop thread.

@@ -378,7 +378,8 @@ TEST_CASE("a run killed mid-way continues from its checkpoints with --resume, ex
   {
     const std::string churn = dir + "/churn";
     grapevine::SpawnOptions spawn;
-    spawn.argv = {kBin, "launch", config, "--out", churn, "--quiet", "--max-restarts", "3"};
+    spawn.argv = {kBin,      "launch",         config, "--out",           churn,
+                  "--quiet", "--max-restarts", "3",    "--restart-scope", "run"};
     spawn.out = grapevine::ChildStream::file(churn + ".log");
     spawn.err = grapevine::ChildStream::sameAsStdout();
     auto launcher = grapevine::Subprocess::spawn(spawn);
@@ -519,4 +520,74 @@ TEST_CASE("peers that train on after a neighbour died keep the checkpoint a rest
     CHECK(final.value("rounds", 0) == 200);
     CHECK(final.value("resumed_from_round", std::int64_t{-1}) == newest);
   }
+}
+
+TEST_CASE("a peer started late, without a checkpoint, joins the running training",
+          "[lifecycle][rejoin]") {
+  // Peers 0, 1 and 3 of a CHOCO ring start; peer 2 does not come within peers.connect_timeout, so
+  // they start training without it (it counts as dead). Once they are well into the run, peer 2
+  // starts (no --resume, no checkpoint): it learns from the hellos that the run goes on, takes its
+  // model from the first neighbour snapshot (state transfer), skips to their round, and all four
+  // finish together. Progress-based: peer 2 starts once peer 0 recorded round 300 of 3000.
+  const std::string dir = freshDir("lifecycle_late_join");
+  const int port = freeBasePort(4);
+  const std::string config = dir + "/late.yaml";
+  std::ofstream(config)
+      << "run: { name: late, seed: 6, rounds: 3000 }\n"
+         "peers: { count: 4, host: 127.0.0.1, base_port: "
+      << port
+      << ", connect_timeout: 2 }\n"
+         "topology: { kind: ring }\n"
+         "transport: { backend: tcp }\n"
+         "algorithm: { name: choco, consensus_step: 0.3 }\n"
+         "optimizer: { lr: 0.02, momentum: 0.9, nesterov: true, batch_size: 64 }\n"
+         "compression: { method: top-k, ratio: 0.1 }\n"
+         "workload: { name: fashion-mnist-mlp, hidden: [128], eval_every: 0, "
+         "eval_samples: 1000 }\n"
+         "output: { log_every: 10 }\n";
+  const std::string out = dir + "/out";
+  auto start = [&](int rank) {
+    grapevine::SpawnOptions spawn;
+    spawn.argv = {kBin, "peer", config, "--rank", std::to_string(rank), "--out", out};
+    spawn.out = grapevine::ChildStream::file(dir + "/peer-" + std::to_string(rank) + ".out");
+    spawn.err = grapevine::ChildStream::sameAsStdout();
+    auto p = grapevine::Subprocess::spawn(spawn);
+    REQUIRE(p.isOk());
+    return std::move(*p);
+  };
+  std::vector<grapevine::Subprocess> peers;
+  for (int r : {0, 1, 3}) peers.push_back(start(r));
+  REQUIRE(waitFor(
+      [&] {
+        const auto rounds = recordRounds(out + "/peer-0.jsonl");
+        return !rounds.empty() && rounds.back() >= 300;
+      },
+      std::chrono::seconds(300)));
+  peers.push_back(start(2));
+  for (auto& p : peers) {
+    auto st = p.waitUntil(Clock::now() + std::chrono::seconds(300));
+    REQUIRE(st.isOk());
+    CHECK(WIFEXITED(*st));
+    CHECK(WEXITSTATUS(*st) == 0);
+  }
+  std::string logs;
+  for (int r = 0; r < 4; ++r) logs += readFile(dir + "/peer-" + std::to_string(r) + ".out");
+  INFO(logs);
+  for (int r : {1, 3}) {
+    INFO("peer " << r);
+    CHECK(readFile(dir + "/peer-" + std::to_string(r) + ".out")
+              .find("starting without neighbour 2") != std::string::npos);
+    const auto final =
+        nlohmann::json::parse(readFile(out + "/peer-" + std::to_string(r) + ".final.json"));
+    CHECK(final.value("finished", false));
+    CHECK(final.value("rejoined_neighbours", 0) == 1);
+    CHECK(final.value("replica_mismatches", -1) == 0);
+  }
+  const auto late = nlohmann::json::parse(readFile(out + "/peer-2.final.json"));
+  CHECK(late.value("finished", false));
+  CHECK(late.value("rounds", 0) == 3000);
+  CHECK(late.value("rounds_skipped", 0) > 0);
+  CHECK(late.value("replica_mismatches", -1) == 0);
+  const int from = late.value("state_from_neighbour", -1);
+  CHECK((from == 1 || from == 3));
 }

@@ -59,8 +59,9 @@ struct LaunchArgs {
   bool quiet = false;
   bool emulate = false;  // also on with network.emulate: netns
   int mtu = 9000;
-  bool resume = false;  // every peer gets --resume
-  int maxRestarts = 0;  // --max-restarts
+  bool resume = false;                // every peer gets --resume
+  int maxRestarts = 0;                // --max-restarts
+  std::string restartScope = "peer";  // --restart-scope: peer (rejoin) | run (whole-run restart)
   // Everything after `--` (split off by main()): the program to start once per local rank
   // instead of `grapevine peer`.
   std::vector<std::string> command;
@@ -134,7 +135,8 @@ struct Child {
   // SIGKILLed by the fault schedule's restart: started again with --resume when the event ends
   // (it rejoins the running training); neither a crash nor a failure.
   bool faultRestarting = false;
-  int faultRestarts = 0;
+  int faultRestarts = 0;      // times it was started again (a fault's restart, or a crash's)
+  bool crashRestart = false;  // crashed; --restart-scope peer starts it again in watch()
 };
 
 // One faults.events item as `launch` executes it (by wall time from the first round record).
@@ -228,6 +230,9 @@ class Launch {
   // 5 s) and, once none runs, starts every peer again with --resume. kExitOk or startPeers()'s
   // code.
   int restartIfDue(int running);
+  // --restart-scope peer: starts the crashed peers again with --resume (they rejoin the running
+  // training). kExitOk or spawnPeer()'s code.
+  int restartCrashedPeers();
   void forwardSignal(int running);
   void showProgress(int running);
   // faults.events: executes what is due (SIGSTOP/SIGCONT, SIGKILL, emulated link down/up), once
@@ -534,6 +539,9 @@ int Launch::watch() {
     int running = reapExited();
     forwardSignal(running);
     runFaults();
+    if (int rc = restartCrashedPeers(); rc != kExitOk) return rc;
+    running = 0;  // again: crashed peers may have started again
+    for (const auto& ch : children_) running += ch.running ? 1 : 0;
     const int restartsBefore = restarts_;
     if (int rc = restartIfDue(running); rc != kExitOk) return rc;
     if (restarts_ != restartsBefore) continue;                         // every peer runs again
@@ -543,6 +551,29 @@ int Launch::watch() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (tty_) std::cout << "\n";
+  return kExitOk;
+}
+
+int Launch::restartCrashedPeers() {
+  int others = 0;
+  for (const auto& ch : children_) others += ch.running ? 1 : 0;
+  for (auto& ch : children_) {
+    if (!ch.crashRestart || g_signal) continue;
+    ch.crashRestart = false;
+    if (others == 0 && static_cast<int>(children_.size()) == config_.peers.count) {
+      // Nobody left to rejoin (the others finished): it would wait out connect_timeout and fail.
+      // (With peers on other hosts, they may still run.)
+      ++failed_;
+      std::cout << "grapevine launch: not restarting peer " << ch.rank
+                << ": no other peer runs any more\n"
+                << std::flush;
+      continue;
+    }
+    ++ch.faultRestarts;  // its log is appended to
+    std::error_code ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (int rc = spawnPeer(ch, self, /*resuming=*/true); rc != kExitOk) return rc;
+  }
   return kExitOk;
 }
 
@@ -603,6 +634,15 @@ int Launch::reapExited() {
                 << std::flush;
     } else if (stopping_) {
       // Stopped (or killed after 5 s) for the restart.
+    } else if (WIFSIGNALED(status) && restarts_ < args_.maxRestarts && !forwarded_ &&
+               args_.restartScope == "peer") {
+      // A crash: only this peer starts again, and rejoins the others, which train on.
+      ++restarts_;
+      ch.crashRestart = true;
+      std::cout << (tty_ ? "\n" : "") << "grapevine launch: peer " << ch.rank << " "
+                << describeStatus(status) << "; restarting it with --resume (restart " << restarts_
+                << " of " << args_.maxRestarts << "); last lines of " << ch.log << ":\n"
+                << tail(ch.log, 4) << std::flush;
     } else if (WIFSIGNALED(status) && restarts_ < args_.maxRestarts && !forwarded_ &&
                crash_.empty()) {
       // A crash, the OOM killer, a preempted machine: what --max-restarts is for. (A peer that
@@ -917,9 +957,14 @@ Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::stri
                 "Every peer continues from the newest checkpoint all of them have "
                 "(checkpoint.every; docs/faults.md)");
   app->add_option("--max-restarts", args->maxRestarts,
-                  "When a peer is killed by a signal, stop the others and restart every peer "
-                  "with --resume, up to N times (docs/faults.md)")
+                  "When a peer is killed by a signal, start it again with --resume (it rejoins "
+                  "the running training), up to N restarts in all (docs/faults.md)")
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--restart-scope", args->restartScope,
+                  "What --max-restarts restarts: peer (the crashed peer, which rejoins; default) "
+                  "or run (stop every peer and restart all from the newest common checkpoint: "
+                  "bit-identical to an undisturbed run)")
+      ->check(CLI::IsMember({"peer", "run"}));
   return {
       app, [args, &command] {
         if (command && command->empty()) {
