@@ -156,6 +156,9 @@ class PeerSession::Impl {
   Status waitPreviousSends(const char* what);
   // Hands the core's outgoing messages (to sendTo()) to the loop.
   void sendOutgoing();
+  // Counts `sends` as pending and hands them to the loop, each with the generation of its
+  // neighbour's connections that this thread knows.
+  void postSends(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends);
   // Applies neighbour messages until the round (or collective) is complete, stopped, or past its
   // deadline.
   void awaitNeighbours(bool collective, int waitRounds = 1);
@@ -210,6 +213,9 @@ class PeerSession::Impl {
   // from its newest checkpoint with --resume, else from round 0, without the all-peer agreement of
   // resume(); every edge resyncs, and the rounds catch up to the neighbours'.
   Status joinRunning();
+  // Loads `checkpoint` into the core; the run continues at the round after it (resume() and
+  // joinRunning()).
+  Status restoreCheckpoint(const LoadedCheckpoint& checkpoint);
   // Catching up: when a live neighbour is more than catchUpLag() rounds ahead of this peer, the
   // next round is the neighbours' (PeerCore::skipTo). Not for the API's caller-driven rounds, nor
   // with overlapped push-sum (its rounds wait for shares sent rounds earlier).
@@ -461,6 +467,18 @@ void PeerSession::Impl::rejoin(const InboxItem& item) {
             "); the edge starts afresh, ", core_->liveDegree(), " live neighbours");
 }
 
+Status PeerSession::Impl::restoreCheckpoint(const LoadedCheckpoint& checkpoint) {
+  GV_RETURN_IF_ERROR(core_->restoreState(checkpoint.state));
+  const std::int64_t round = checkpoint.state.round;
+  {
+    std::lock_guard<std::mutex> lock(knowledgeMu_);
+    knowledge_.learn(options_.rank, round);
+  }
+  resumedFrom_ = round;
+  outcome_.rounds = round + 1;
+  return Status::ok();
+}
+
 Status PeerSession::Impl::joinRunning() {
   const config::Config& c = plan_.config;
   log::info("the neighbours are training already (round ", neighboursRunning_,
@@ -471,14 +489,8 @@ Status PeerSession::Impl::joinRunning() {
     const std::string folder = checkpointFolder(c, outDir_, options_.rank);
     if (const auto latest = latestCheckpoint(folder, id)) {
       restored = true;
-      GV_RETURN_IF_ERROR(core_->restoreState(latest->state));
+      GV_RETURN_IF_ERROR(restoreCheckpoint(*latest));
       const std::int64_t round = latest->state.round;
-      {
-        std::lock_guard<std::mutex> lock(knowledgeMu_);
-        knowledge_.learn(options_.rank, round);
-      }
-      resumedFrom_ = round;
-      outcome_.rounds = round + 1;
       log::info("resumed from round ", round, " (", latest->path, "), continuing at round ",
                 round + 1, " and catching up with the neighbours");
     } else {
@@ -606,16 +618,10 @@ Status PeerSession::Impl::resume() {
         " does not have a valid one of that round; raise checkpoint.keep, or start afresh "
         "without --resume");
   }
-  GV_RETURN_IF_ERROR(core_->restoreState(chosen->state));
+  GV_RETURN_IF_ERROR(restoreCheckpoint(*chosen));
   // Newer checkpoints are of the abandoned attempt (peers that trained on after a crash): the run
   // continues from `round`, and they would only stand in for its own later ones.
   removeCheckpointsAfter(folder, round);
-  {
-    std::lock_guard<std::mutex> lock(knowledgeMu_);
-    knowledge_.learn(options_.rank, round);
-  }
-  resumedFrom_ = round;
-  outcome_.rounds = round + 1;
   log::info("resumed from round ", round, " (", chosen->path, "), continuing at round ", round + 1);
   return Status::ok();
 }
@@ -832,15 +838,20 @@ Status PeerSession::Impl::waitPreviousSends(const char* what) {
   }
 }
 
-void PeerSession::Impl::sendOutgoing() {
-  std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
-  for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
+void PeerSession::Impl::postSends(
+    std::vector<std::pair<int, std::span<const std::uint8_t>>> sends) {
   countPending(sends);
   std::map<int, std::uint64_t> gens;
   for (const auto& [j, bytes] : sends) gens[j] = gen(j);
   loop_.post([this, s = std::move(sends), g = std::move(gens)]() mutable {
     sendRound(std::move(s), std::move(g));
   });
+}
+
+void PeerSession::Impl::sendOutgoing() {
+  std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
+  for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
+  postSends(std::move(sends));
 }
 
 Status PeerSession::Impl::startRound(const RoundInput& input) {
@@ -1081,12 +1092,7 @@ void PeerSession::Impl::sendDivergenceNotices() {
   }
   // The round's own sends may still be pending: their buffers are untouched (notices have their
   // own).
-  countPending(sends);
-  std::map<int, std::uint64_t> gens;
-  for (const auto& [j, bytes] : sends) gens[j] = gen(j);
-  loop_.post([this, s = std::move(sends), g = std::move(gens)]() mutable {
-    sendRound(std::move(s), std::move(g));
-  });
+  postSends(std::move(sends));
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
 
