@@ -73,6 +73,49 @@ Outcome runCli(const std::vector<std::string>& argv, const std::string& dir, dou
   return o;
 }
 
+// Runs `grapevine launch` (argv) to its end: exit 0, every peer of the 8 finished. Its output and
+// summary.
+std::pair<Outcome, nlohmann::json> launchToEnd(const std::vector<std::string>& argv,
+                                               const std::string& dir, double timeout) {
+  Outcome o = runCli(argv, dir, timeout);
+  INFO(o.out);
+  REQUIRE(o.exitCode == 0);
+  auto s = readJson(dir + "/out/summary.json");
+  INFO(s.dump(2));
+  CHECK(s["peers_finished"] == 8);
+  return {std::move(o), std::move(s)};
+}
+
+// Peer r's records from the first one that has `key` ("revived", "rejoined"): the round of the
+// last one with it (-1: none), how many non-final records came from the first on, how many of
+// them had a suspect, and the last record.
+struct RecordsSince {
+  std::int64_t at = -1;
+  std::int64_t after = 0, suspect = 0;
+  nlohmann::json last;
+};
+RecordsSince recordsSince(const std::string& dir, int r, const std::string& key) {
+  RecordsSince out;
+  std::ifstream in(dir + "/out/peer-" + std::to_string(r) + ".jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto rec = nlohmann::json::parse(line);
+    out.last = rec;
+    if (rec.contains(key)) out.at = rec["round"].get<std::int64_t>();
+    if (out.at < 0 || rec.value("final", false)) continue;
+    ++out.after;
+    if (rec.contains("suspect")) ++out.suspect;
+  }
+  return out;
+}
+
+// Every peer of the 8-peer ring ends with both neighbours live (its last record).
+void checkFullRing(const std::string& dir) {
+  for (int r = 0; r < 8; ++r) {
+    INFO("peer " << r);
+    CHECK(lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl")["live_degree"] == 2);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("each runner refuses the faults it cannot execute: exit 2, the item and why",
@@ -124,14 +167,11 @@ TEST_CASE("launch --emulate: a peer paused for less than peers.dead_after stays 
   const auto config =
       writeConfig(dir, 1500, "faults: [{kind: pause, peer: 3, at_seconds: 0.5, seconds: 1}]\n");
   // round_timeout 0.3 s: its neighbours go on without it (suspect) while it is stopped.
-  const auto o = runCli({kBin, "launch", config, "--emulate", "--quiet", "--set",
-                         "peers.dead_after=4", "--set", "algorithm.round_timeout=0.3"},
-                        dir, 300);
+  const auto [o, s] = launchToEnd({kBin, "launch", config, "--emulate", "--quiet", "--set",
+                                   "peers.dead_after=4", "--set", "algorithm.round_timeout=0.3"},
+                                  dir, 300);
   INFO(o.out);
-  REQUIRE(o.exitCode == 0);
-  const auto s = readJson(dir + "/out/summary.json");
   INFO(s.dump(2));
-  CHECK(s["peers_finished"] == 8);
   REQUIRE(s["faults"].size() == 1);
   CHECK(s["faults"][0]["kind"] == "pause");
   CHECK(s["faults"][0]["executed_at"].is_number());
@@ -159,13 +199,10 @@ TEST_CASE("launch --emulate: a link taken down carries traffic again once it is 
   const std::string dir = scratch("link");
   const auto config = writeConfig(
       dir, 1500, "faults: [{kind: link-down, link: [0, 1], at_seconds: 0.5, seconds: 1}]\n");
-  const auto o = runCli(
+  const auto [o, s] = launchToEnd(
       {kBin, "launch", config, "--emulate", "--quiet", "--set", "peers.dead_after=4"}, dir, 300);
   INFO(o.out);
-  REQUIRE(o.exitCode == 0);
-  const auto s = readJson(dir + "/out/summary.json");
   INFO(s.dump(2));
-  CHECK(s["peers_finished"] == 8);
   REQUIRE(s["faults"].size() == 1);
   const auto& f = s["faults"][0];
   CHECK(f["link"] == nlohmann::json::array({0, 1}));
@@ -213,12 +250,9 @@ TEST_CASE(
       argv.push_back(s);
     }
   }
-  const auto o = runCli(argv, dir, 300);
+  const auto [o, s] = launchToEnd(argv, dir, 300);
   INFO(o.out);
-  REQUIRE(o.exitCode == 0);
-  const auto s = readJson(dir + "/out/summary.json");
   INFO(s.dump(2));
-  CHECK(s["peers_finished"] == 8);
   CHECK(o.out.find("peer 3 SIGCONTinued") != std::string::npos);
   CHECK(s["revived_neighbours_total"].get<int>() >= 2);
   // Its neighbours dropped it (silent past dead_after) and took it back.
@@ -230,27 +264,16 @@ TEST_CASE(
     CHECK(final["replica_mismatches"] == 0);
     // After it came back, its messages are mixed again: it is no longer suspect, but in the few
     // rounds it takes to catch up and (choco) to resync.
-    std::ifstream in(dir + "/out/peer-" + std::to_string(r) + ".jsonl");
-    std::int64_t revivedAt = -1, after = 0, suspectAfter = 0;
-    for (std::string line; std::getline(in, line);) {
-      const auto rec = nlohmann::json::parse(line);
-      if (rec.contains("revived")) revivedAt = rec["round"].get<std::int64_t>();
-      if (revivedAt < 0 || rec.value("final", false)) continue;
-      ++after;
-      if (rec.contains("suspect")) ++suspectAfter;
-    }
-    CHECK(revivedAt >= 0);
-    CHECK(after >= 100);
-    CHECK(suspectAfter <= 20);
+    const auto since = recordsSince(dir, r, "revived");
+    CHECK(since.at >= 0);
+    CHECK(since.after >= 100);
+    CHECK(since.suspect <= 20);
   }
   // The paused peer joined the others' round instead of replaying the missed ones.
   const auto paused = readJson(dir + "/out/peer-3.final.json");
   CHECK(paused["rounds_skipped"].get<int>() > 0);
   CHECK(paused["replica_mismatches"] == 0);
-  for (int r = 0; r < 8; ++r) {
-    INFO("peer " << r);
-    CHECK(lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl")["live_degree"] == 2);
-  }
+  checkFullRing(dir);
   std::filesystem::remove_all(dir);
 }
 
@@ -300,27 +323,14 @@ TEST_CASE(
     // at both ends (nothing dropped as a duplicate).
     CHECK(final["replica_mismatches"] == 0);
     CHECK(final["resyncs"].get<int>() >= 1);
-    std::ifstream in(dir + "/out/peer-" + std::to_string(r) + ".jsonl");
-    std::int64_t rejoinedAt = -1, after = 0, suspectAfter = 0;
-    nlohmann::json last;
-    for (std::string line; std::getline(in, line);) {
-      const auto rec = nlohmann::json::parse(line);
-      last = rec;
-      if (rec.contains("rejoined")) rejoinedAt = rec["round"].get<std::int64_t>();
-      if (rejoinedAt < 0 || rec.value("final", false)) continue;
-      ++after;
-      if (rec.contains("suspect")) ++suspectAfter;
-    }
-    CHECK(rejoinedAt >= 0);
-    CHECK(after >= 100);
+    const auto since = recordsSince(dir, r, "rejoined");
+    CHECK(since.at >= 0);
+    CHECK(since.after >= 100);
     // Mixed again once it caught up: suspect only in the rounds it skipped past.
-    CHECK(suspectAfter < after / 2);
-    CHECK(last["dropped"].value("duplicate", 0) == 0);
+    CHECK(since.suspect < since.after / 2);
+    CHECK(since.last["dropped"].value("duplicate", 0) == 0);
   }
-  for (int r = 0; r < 8; ++r) {
-    INFO("peer " << r);
-    CHECK(lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl")["live_degree"] == 2);
-  }
+  checkFullRing(dir);
   std::filesystem::remove_all(dir);
 }
 
@@ -338,14 +348,11 @@ TEST_CASE(
                   "faults:\n"
                   "  - { kind: link-down, link: [3, 4], at_seconds: 2, seconds: 30 }\n"
                   "  - { kind: link-down, link: [7, 0], at_seconds: 2, seconds: 30 }\n");
-  const auto o = runCli({kBin, "launch", config, "--emulate", "--quiet", "--set",
-                         "algorithm.round_timeout=0.3", "--set", "peers.dead_after=2"},
-                        dir, 600);
+  const auto [o, s] = launchToEnd({kBin, "launch", config, "--emulate", "--quiet", "--set",
+                                   "algorithm.round_timeout=0.3", "--set", "peers.dead_after=2"},
+                                  dir, 600);
   INFO(o.out);
-  REQUIRE(o.exitCode == 0);
-  const auto s = readJson(dir + "/out/summary.json");
   INFO(s.dump(2));
-  CHECK(s["peers_finished"] == 8);
   REQUIRE(s["faults"].size() == 2);
   const double up = s["faults"][0]["ended_at"].get<double>();
   for (const auto& [r, j] : {std::pair{3, 4}, std::pair{4, 3}, std::pair{7, 0}, std::pair{0, 7}}) {
@@ -369,10 +376,7 @@ TEST_CASE(
     CHECK(final["rejoined_neighbours"].get<int>() >= 1);
     CHECK(final["replica_mismatches"] == 0);
   }
-  for (int r = 0; r < 8; ++r) {
-    INFO("peer " << r);
-    CHECK(lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl")["live_degree"] == 2);
-  }
+  checkFullRing(dir);
   std::filesystem::remove_all(dir);
 }
 
@@ -383,14 +387,11 @@ TEST_CASE("launch --emulate: a link down for longer than peers.dead_after is tak
   // 4 s down: TCP retransmits what was lost within a few seconds of the link coming back.
   const auto config = writeConfig(
       dir, 3000, "faults: [{kind: link-down, link: [0, 1], at_seconds: 1, seconds: 4}]\n");
-  const auto o = runCli({kBin, "launch", config, "--emulate", "--quiet", "--set",
-                         "peers.dead_after=1", "--set", "algorithm.round_timeout=0.3"},
-                        dir, 300);
+  const auto [o, s] = launchToEnd({kBin, "launch", config, "--emulate", "--quiet", "--set",
+                                   "peers.dead_after=1", "--set", "algorithm.round_timeout=0.3"},
+                                  dir, 300);
   INFO(o.out);
-  REQUIRE(o.exitCode == 0);
-  const auto s = readJson(dir + "/out/summary.json");
   INFO(s.dump(2));
-  CHECK(s["peers_finished"] == 8);
   CHECK(s["faults"][0]["packets_after"].get<std::uint64_t>() > 0);
   for (int r : {0, 1}) {
     INFO("peer " << r);
@@ -402,11 +403,14 @@ TEST_CASE("launch --emulate: a link down for longer than peers.dead_after is tak
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("launch --emulate: a 10 s pause of one peer of 8 costs under a point of accuracy",
-          "[faults][netemu][slow]") {
+TEST_CASE(
+    "launch --emulate: a 10 s pause of one peer of 8 costs under a point of accuracy, churn under "
+    "1.5",
+    "[faults][netemu][slow]") {
   requireNetemu();
-  // Fashion-MNIST over UCX (the default backend), CHOCO + top-k: the same run undisturbed and
-  // with peer 3 SIGSTOPped for 10 s, five times peers.dead_after.
+  // Fashion-MNIST over UCX (the default backend), CHOCO + top-k: the same run undisturbed, with
+  // peer 3 SIGSTOPped for 10 s (five times peers.dead_after), and with churn: four peers in turn
+  // SIGKILLed and started again with --resume 2 s later (they rejoin from their checkpoints).
   auto run = [](const std::string& name, const std::string& faults) {
     const std::string dir = scratch(name);
     const std::string path = dir + "/config.yaml";
@@ -439,10 +443,23 @@ TEST_CASE("launch --emulate: a 10 s pause of one peer of 8 costs under a point o
   const double a1 = paused["test_accuracy_mean"].get<double>();
   INFO("undisturbed " << a0 << ", paused " << a1);
   CHECK(a1 > a0 - 0.01);
-  for (int r = 0; r < 8; ++r) {
-    INFO("peer " << r);
-    CHECK(lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl")["live_degree"] == 2);
-  }
+  checkFullRing(dir);
+  const auto [churnDir, churn] =
+      run("accuracy_churn",
+          "checkpoint: { every: 50 }\n"
+          "faults:\n"
+          "  - { kind: restart, peer: 1, at_seconds: 2, seconds: 2 }\n"
+          "  - { kind: restart, peer: 4, at_seconds: 6, seconds: 2 }\n"
+          "  - { kind: restart, peer: 6, at_seconds: 10, seconds: 2 }\n"
+          "  - { kind: restart, peer: 2, at_seconds: 14, seconds: 2 }\n");
+  INFO(churn.dump(2));
+  CHECK(churn["peers_finished"] == 8);
+  CHECK(churn["rejoined_neighbours_total"].get<int>() >= 8);
+  const double a2 = churn["test_accuracy_mean"].get<double>();
+  INFO("undisturbed " << a0 << ", churn " << a2);
+  CHECK(a2 > a0 - 0.015);
+  checkFullRing(churnDir);
   std::filesystem::remove_all(baseDir);
   std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(churnDir);
 }
