@@ -29,6 +29,13 @@ const std::vector<std::string_view>& algorithmKindNames() {
   return names;
 }
 
+void Algorithm::putBuffer(std::vector<std::pair<std::string, std::vector<float>>>& out,
+                          std::size_t k, std::string_view name, std::span<const float> values) {
+  if (out.size() <= k) out.resize(k + 1);
+  out[k].first.assign(name);
+  out[k].second.assign(values.begin(), values.end());
+}
+
 Status Algorithm::loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) {
   const auto mine = state();
   if (s.size() != mine.size()) {
@@ -271,10 +278,11 @@ class Choco final : public Algorithm {
   }
   void dropNeighbour(int j) override { replicas_.erase(j); }
   void addNeighbour(int j) override { replicas_.try_emplace(j, xhat_); }
-  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
-    std::vector<std::pair<std::string, std::vector<float>>> out{{"public_copy", xhat_}};
-    for (const auto& [j, r] : replicas_) out.emplace_back("replica/" + std::to_string(j), r);
-    return out;
+  void stateInto(std::vector<std::pair<std::string, std::vector<float>>>& out) const override {
+    std::size_t k = 0;
+    putBuffer(out, k++, "public_copy", xhat_);
+    for (const auto& [j, r] : replicas_) putBuffer(out, k++, "replica/" + std::to_string(j), r);
+    out.resize(k);
   }
   Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
     GV_RETURN_IF_ERROR(Algorithm::loadState(s));
@@ -375,8 +383,9 @@ class DeepSqueeze final : public Algorithm {
   }
   void dropNeighbour(int j) override { received_.drop(j); }
   void addNeighbour(int j) override { received_.add(j, e_.size()); }
-  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
-    return {{"error", e_}};
+  void stateInto(std::vector<std::pair<std::string, std::vector<float>>>& out) const override {
+    putBuffer(out, 0, "error", e_);
+    out.resize(1);
   }
   Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
     GV_RETURN_IF_ERROR(Algorithm::loadState(s));
@@ -489,24 +498,27 @@ class PushSum final : public Algorithm {
   // "numerator", "weight", "debiased", and per in-neighbour j "inbox/<j>": the shares the next mix
   // takes (rounds <= next - delay, summed), and with overlap_rounds tau >= 2 "inflight/<j>/<k>",
   // k = 1..tau-1: the share of round next - tau + k (zeros when none arrived yet).
-  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
-    std::vector<std::pair<std::string, std::vector<float>>> out{
-        {"numerator", x_}, {"weight", {w_}}, {"debiased", z_}};
+  void stateInto(std::vector<std::pair<std::string, std::vector<float>>>& out) const override {
+    std::size_t n = 0;
+    putBuffer(out, n++, "numerator", x_);
+    putBuffer(out, n++, "weight", std::span<const float>(&w_, 1));
+    putBuffer(out, n++, "debiased", z_);
     const std::int64_t next = rebase_ ? 0 : round_ + 1;
+    const std::vector<float> zeros(x_.size() + 1, 0.0f);
     for (const auto& [j, box] : inbox_) {
-      std::vector<float> due(x_.size() + 1, 0.0f);
+      putBuffer(out, n, "inbox/" + std::to_string(j), zeros);
+      auto& due = out[n++].second;
       for (const auto& [r, share] : box) {
         if (r > next - delay_) break;
         for (std::size_t k = 0; k < due.size(); ++k) due[k] += share[k];
       }
-      out.emplace_back("inbox/" + std::to_string(j), std::move(due));
       for (int k = 1; k < delay_; ++k) {
         const auto it = box.find(next - delay_ + k);
-        out.emplace_back("inflight/" + std::to_string(j) + "/" + std::to_string(k),
-                         it != box.end() ? it->second : std::vector<float>(x_.size() + 1, 0.0f));
+        putBuffer(out, n++, "inflight/" + std::to_string(j) + "/" + std::to_string(k),
+                  it != box.end() ? std::span<const float>(it->second) : zeros);
       }
     }
-    return out;
+    out.resize(n);
   }
   Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
     GV_RETURN_IF_ERROR(Algorithm::loadState(s));  // same names and sizes as state()
@@ -667,20 +679,22 @@ class Gt final : public Algorithm {
   void addNeighbour(int j) override { replicas_.try_emplace(j, public_); }
   // "tracker" (y between rounds), "previous_direction" (d_{t-1}); compressed also
   // "public_model", "public_tracker" and "replica/<j>/model", "replica/<j>/tracker".
-  std::vector<std::pair<std::string, std::vector<float>>> state() const override {
-    std::vector<std::pair<std::string, std::vector<float>>> out{{"tracker", y_},
-                                                                {"previous_direction", dPrev_}};
-    if (!compressed_) return out;
-    auto half = [&](const std::vector<float>& v, int h) {
-      return std::vector<float>(v.begin() + h * dim_, v.begin() + (h + 1) * dim_);
-    };
-    out.emplace_back("public_model", half(public_, 0));
-    out.emplace_back("public_tracker", half(public_, 1));
-    for (const auto& [j, r] : replicas_) {
-      out.emplace_back("replica/" + std::to_string(j) + "/model", half(r, 0));
-      out.emplace_back("replica/" + std::to_string(j) + "/tracker", half(r, 1));
+  void stateInto(std::vector<std::pair<std::string, std::vector<float>>>& out) const override {
+    std::size_t k = 0;
+    putBuffer(out, k++, "tracker", y_);
+    putBuffer(out, k++, "previous_direction", dPrev_);
+    if (compressed_) {
+      auto half = [&](const std::vector<float>& v, int h) {
+        return std::span<const float>(v).subspan(static_cast<std::size_t>(h) * dim_, dim_);
+      };
+      putBuffer(out, k++, "public_model", half(public_, 0));
+      putBuffer(out, k++, "public_tracker", half(public_, 1));
+      for (const auto& [j, r] : replicas_) {
+        putBuffer(out, k++, "replica/" + std::to_string(j) + "/model", half(r, 0));
+        putBuffer(out, k++, "replica/" + std::to_string(j) + "/tracker", half(r, 1));
+      }
     }
-    return out;
+    out.resize(k);
   }
   Status loadState(const std::vector<std::pair<std::string, std::vector<float>>>& s) override {
     GV_RETURN_IF_ERROR(Algorithm::loadState(s));  // same names and sizes as state()

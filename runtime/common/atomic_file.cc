@@ -16,7 +16,7 @@ Status failed(const std::string& what, const std::string& path, int err) {
 }
 
 // Writes every part in order: 0, or the errno of the write that failed (EIO when none was set).
-int writeAll(int fd, std::initializer_list<std::span<const std::uint8_t>> parts) {
+int writeAll(int fd, std::span<const std::span<const std::uint8_t>> parts) {
   for (auto bytes : parts) {
     std::size_t done = 0;
     while (done < bytes.size()) {
@@ -33,6 +33,11 @@ int writeAll(int fd, std::initializer_list<std::span<const std::uint8_t>> parts)
 
 Status writeFileAtomically(const std::string& path,
                            std::initializer_list<std::span<const std::uint8_t>> parts) {
+  return writeFileAtomically(path, std::span(parts.begin(), parts.size()));
+}
+
+Status writeFileAtomically(const std::string& path,
+                           std::span<const std::span<const std::uint8_t>> parts) {
   const std::filesystem::path target(path);
   // Not a regular file (a device such as /dev/stdout or /dev/full, a pipe): written in place; a
   // rename would replace the device node.

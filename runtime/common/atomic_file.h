@@ -20,6 +20,8 @@
 namespace grapevine {
 
 Status writeFileAtomically(const std::string& path,
+                           std::span<const std::span<const std::uint8_t>> parts);
+Status writeFileAtomically(const std::string& path,
                            std::initializer_list<std::span<const std::uint8_t>> parts);
 Status writeFileAtomically(const std::string& path, std::string_view text);
 

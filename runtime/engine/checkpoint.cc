@@ -9,6 +9,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "kernels/ops.h"
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/common/atomic_file.h"
 #include "runtime/common/byte_order.h"
@@ -22,7 +23,11 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-constexpr char kMagic[8] = {'G', 'V', 'C', 'K', 'P', 'T', '1', '\n'};
+// Version 2 (this build writes it) ends with a CRC32C, version 1 (older builds) with FNV-1a 64:
+// both are read. The CRC runs on the CPU's CRC32 instruction, 3 ms for 26 MB where FNV-1a took 30.
+constexpr char kMagic[8] = {'G', 'V', 'C', 'K', 'P', 'T', '2', '\n'};
+constexpr std::size_t kVersionByte = 6;
+constexpr char kVersion1 = '1';
 constexpr std::size_t kMaxNameBytes = 4096;
 
 // Doubles travel as their bit patterns: exact, and NaN (an unreported loss) survives.
@@ -82,24 +87,49 @@ PeerCounters countersFromJson(const Json& j) {
   return c;
 }
 
-void appendLe64(std::vector<std::uint8_t>& out, std::uint64_t v) {
-  std::uint8_t b[8];
-  storeLe(b, v);
-  out.insert(out.end(), b, b + 8);
-}
+// A file's bytes as written: small pieces (magic, sizes, the header, section names) gathered in one
+// buffer, and the sections' values written straight from the state's own buffers, not copied
+// (a copy of tens of MB into fresh memory cost more than the write itself).
+class CheckpointParts {
+ public:
+  void addBytes(std::span<const std::uint8_t> bytes) {
+    pieces_.push_back({true, small_.size(), bytes.size(), nullptr});
+    small_.insert(small_.end(), bytes.begin(), bytes.end());
+  }
+  void addLe64(std::uint64_t v) {
+    std::uint8_t b[8];
+    storeLe(b, v);
+    addBytes(b);
+  }
+  void addSection(std::string_view name, const std::vector<float>& values) {
+    std::uint8_t b[4];
+    storeLe(b, static_cast<std::uint32_t>(name.size()));
+    addBytes(b);
+    addBytes({reinterpret_cast<const std::uint8_t*>(name.data()), name.size()});
+    addLe64(values.size());
+    pieces_.push_back({false, 0, values.size() * sizeof(float),
+                       reinterpret_cast<const std::uint8_t*>(values.data())});
+  }
+  // The parts in order (valid until the next add), then the checksum of all of them.
+  std::vector<std::span<const std::uint8_t>> spans() const {
+    std::vector<std::span<const std::uint8_t>> out;
+    for (const Piece& p : pieces_) {
+      out.emplace_back(p.inSmall ? small_.data() + p.offset : p.data, p.bytes);
+    }
+    return out;
+  }
 
-void appendSection(std::vector<std::uint8_t>& out, const std::string& name,
-                   const std::vector<float>& values) {
-  std::uint8_t b[4];
-  storeLe(b, static_cast<std::uint32_t>(name.size()));
-  out.insert(out.end(), b, b + 4);
-  out.insert(out.end(), name.begin(), name.end());
-  appendLe64(out, values.size());
-  const auto* p = reinterpret_cast<const std::uint8_t*>(values.data());
-  out.insert(out.end(), p, p + values.size() * sizeof(float));
-}
+ private:
+  struct Piece {
+    bool inSmall;
+    std::size_t offset, bytes;
+    const std::uint8_t* data;
+  };
+  std::vector<std::uint8_t> small_;
+  std::vector<Piece> pieces_;
+};
 
-// Reads what appendSection wrote; false when the bytes run out or a size is absurd.
+// Reads what CheckpointParts::addSection wrote; false when the bytes run out or a size is absurd.
 bool readSection(std::span<const std::uint8_t>& in, std::string& name, std::vector<float>& values) {
   if (in.size() < 4) return false;
   const std::uint32_t nameBytes = loadLe<std::uint32_t>(in.data());
@@ -190,17 +220,22 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
   h["algorithm_scalars"] = scalars;
   const std::string header = h.dump();
 
-  std::vector<std::uint8_t> body(kMagic, kMagic + sizeof kMagic);
-  appendLe64(body, header.size());
-  body.insert(body.end(), header.begin(), header.end());
-  appendSection(body, "model", s.model);
-  appendSection(body, "momentum", s.momentum);
-  appendSection(body, "gradient", s.gradient);
-  for (const auto& [name, values] : s.algorithm) appendSection(body, "algorithm/" + name, values);
+  CheckpointParts parts;
+  parts.addBytes({reinterpret_cast<const std::uint8_t*>(kMagic), sizeof kMagic});
+  parts.addLe64(header.size());
+  parts.addBytes({reinterpret_cast<const std::uint8_t*>(header.data()), header.size()});
+  parts.addSection("model", s.model);
+  parts.addSection("momentum", s.momentum);
+  parts.addSection("gradient", s.gradient);
+  for (const auto& [name, values] : s.algorithm) parts.addSection("algorithm/" + name, values);
+  auto spans = parts.spans();
+  std::uint32_t crc = 0;
+  for (const auto& part : spans) crc = kernels::cpuOps().crc32c(crc, part.data(), part.size());
   std::uint8_t sum[8];
-  storeLe(sum, fnv1a64(body.data(), body.size()));
+  storeLe(sum, std::uint64_t{crc});
+  spans.emplace_back(sum, sizeof sum);
   const std::string path = checkpointPath(folder, s.round);
-  GV_RETURN_IF_ERROR(writeFileAtomically(path, {body, sum}));
+  GV_RETURN_IF_ERROR(writeFileAtomically(path, spans));
 
   // Only now the old ones go: a crash before here leaves one more, never one fewer.
   for (std::int64_t r : checkpointsToDelete(checkpointRounds(folder), keep, everyoneHas)) {
@@ -241,10 +276,12 @@ CheckpointWriter::~CheckpointWriter() {
   thread_.join();
 }
 
-void CheckpointWriter::write(PeerState state) {
+void CheckpointWriter::write(const PeerCore& core) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [this] { return !pending_ && !busy_; });
-  pending_ = std::move(state);
+  // The thread is idle and leaves state_ alone until pending_ is set.
+  core.saveState(state_);
+  pending_ = true;
   lock.unlock();
   cv_.notify_all();
 }
@@ -262,18 +299,17 @@ std::uint64_t CheckpointWriter::written() const {
 void CheckpointWriter::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return pending_.has_value() || stop_; });
+    cv_.wait(lock, [this] { return pending_ || stop_; });
     if (!pending_) return;  // stopping, nothing left
-    PeerState state = std::move(*pending_);
-    pending_.reset();
+    pending_ = false;
     busy_ = true;
     lock.unlock();
-    const Status st = writeCheckpoint(folder_, id_, incarnation_, state, keep_,
+    const Status st = writeCheckpoint(folder_, id_, incarnation_, state_, keep_,
                                       everyoneHas_ ? everyoneHas_() : INT64_MAX);
     if (st.isOk()) {
-      if (onWritten_) onWritten_(state.round);
+      if (onWritten_) onWritten_(state_.round);
     } else {
-      log::warn("checkpoint of round ", state.round, " not written: ", st.message());
+      log::warn("checkpoint of round ", state_.round, " not written: ", st.message());
     }
     lock.lock();
     if (st.isOk()) ++written_;
@@ -348,11 +384,17 @@ Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const Checkpoin
     return unavailable(path + ": read failed");
   }
   const auto corrupt = [&](const std::string& why) { return dataLoss(path + ": " + why); };
-  if (bytes.size() < sizeof kMagic + 16 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+  const bool version1 = bytes.size() > kVersionByte && bytes[kVersionByte] == kVersion1;
+  auto expected = std::vector<std::uint8_t>(kMagic, kMagic + sizeof kMagic);
+  if (version1) expected[kVersionByte] = kVersion1;
+  if (bytes.size() < sizeof kMagic + 16 ||
+      !std::equal(expected.begin(), expected.end(), bytes.begin())) {
     return corrupt("not a Grapevine checkpoint (bad magic or too short)");
   }
   const std::size_t bodyBytes = bytes.size() - 8;
-  if (loadLe<std::uint64_t>(bytes.data() + bodyBytes) != fnv1a64(bytes.data(), bodyBytes)) {
+  const std::uint64_t sum = version1 ? fnv1a64(bytes.data(), bodyBytes)
+                                     : kernels::cpuOps().crc32c(0, bytes.data(), bodyBytes);
+  if (loadLe<std::uint64_t>(bytes.data() + bodyBytes) != sum) {
     return corrupt("checksum mismatch (torn or corrupt)");
   }
   std::span<const std::uint8_t> in(bytes.data() + sizeof kMagic, bodyBytes - sizeof kMagic);

@@ -97,7 +97,7 @@ class PeerSession::Impl {
     GV_RETURN_IF_ERROR(openOutput());
     GV_RETURN_IF_ERROR(startMetrics());
     GV_RETURN_IF_ERROR(boot());
-    if (neighboursRunning_ >= 0) {
+    if (neighboursRunning_ >= 0 || startedAlone()) {
       GV_RETURN_IF_ERROR(joinRunning());
     } else if (options_.resume) {
       GV_RETURN_IF_ERROR(resume());
@@ -121,6 +121,11 @@ class PeerSession::Impl {
   std::vector<SessionEvent> takeEvents() { return std::exchange(events_, {}); }
   void addMetrics(const nlohmann::json& metrics) { metrics_.update(metrics); }
   bool stopRequested() const { return options_.stop && options_.stop->load(); }
+  bool neighboursGone() const { return options_.neighboursGone && options_.neighboursGone->load(); }
+  // A resumed peer's bootstrap completed without any neighbour (BootstrapOptions::completeAlone).
+  bool startedAlone() const {
+    return !missingAtStart_.empty() && missingAtStart_.size() == core_->neighbours().size();
+  }
 
  private:
   // Lingers (when the rounds finished) until every live neighbour has our last message, then
@@ -481,8 +486,14 @@ Status PeerSession::Impl::restoreCheckpoint(const LoadedCheckpoint& checkpoint) 
 
 Status PeerSession::Impl::joinRunning() {
   const config::Config& c = plan_.config;
-  log::info("the neighbours are training already (round ", neighboursRunning_,
-            "): joining the run");
+  if (neighboursRunning_ >= 0) {
+    log::info("the neighbours are training already (round ", neighboursRunning_,
+              "): joining the run");
+  } else {
+    log::warn(
+        "resume: no neighbour connected (the others may have finished, or be away): "
+        "training on alone from this peer's own checkpoint; they join when they connect");
+  }
   bool restored = false;
   if (options_.resume) {
     const CheckpointIdentity id = checkpointIdentity(c, *core_);
@@ -492,7 +503,7 @@ Status PeerSession::Impl::joinRunning() {
       GV_RETURN_IF_ERROR(restoreCheckpoint(*latest));
       const std::int64_t round = latest->state.round;
       log::info("resumed from round ", round, " (", latest->path, "), continuing at round ",
-                round + 1, " and catching up with the neighbours");
+                round + 1, neighboursRunning_ >= 0 ? " and catching up with the neighbours" : "");
     } else {
       log::warn("resume: no checkpoint in ", folder);
     }
@@ -645,7 +656,7 @@ void PeerSession::Impl::checkpointIfDue(std::int64_t round) {
   }
   // The training thread copies the state (and waits if the previous write is still going); the
   // writer's thread writes and syncs it.
-  checkpointWriter_->write(core_->saveState());
+  checkpointWriter_->write(*core_);
   if (!c.checkpoint.background) checkpointWriter_->flush();  // on disk before the next round
   checkpointSeconds_ += since(start);
 }
@@ -715,6 +726,7 @@ Status PeerSession::Impl::boot() {
     push({kind, ev.peer, -1, 0, ev.message, loopGen_[ev.peer], 0, std::nullopt});
   };
   bo.onRejoin = [this](transport::Neighbour n) { onRejoin(std::move(n)); };
+  bo.completeAlone = options_.resume;
   bo.runningRound = [this] { return runningRound_.load(); };
 
   // `booted` is set exactly once: by a failed start, or by the bootstrap's completion.
@@ -741,12 +753,19 @@ Status PeerSession::Impl::boot() {
   // Waits in slices so that SIGINT / SIGTERM (options.stop) ends a bootstrap that waits on a
   // missing neighbour: cancelling makes the bootstrap complete with kCancelled.
   std::future<Status> bootResult = booted.get_future();
-  bool cancelling = false;
+  bool cancelling = false, expired = false;
   while (bootResult.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
     if (!cancelling && stopRequested()) {
       cancelling = true;
       loop_.post([this] {
         if (bootstrap_) bootstrap_->cancel();
+      });
+    }
+    if (!expired && neighboursGone()) {
+      expired = true;
+      log::info("bootstrap: told that no neighbour will come; not waiting for the missing ones");
+      loop_.post([this] {
+        if (bootstrap_) bootstrap_->expire();
       });
     }
   }
@@ -759,7 +778,7 @@ Status PeerSession::Impl::boot() {
   // Neighbours that did not connect within peers.connect_timeout: dead until they connect (a
   // rejoin: the lower rank of each edge keeps dialing).
   for (int j : missingAtStart_) {
-    markDead(j, "it did not connect within peers.connect_timeout; it joins when it connects");
+    markDead(j, "not connected when the bootstrap completed; it joins when it connects");
   }
   return Status::ok();
 }

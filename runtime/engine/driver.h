@@ -29,6 +29,10 @@ struct PeerRunOptions {
   // round they all have (checkpoint.h) and continues from it; with none anywhere, from round 0.
   // Every peer of the run must be started with it.
   bool resume = false;
+  // Set from a signal handler (`grapevine launch` sends SIGUSR1 to a restarted peer once every
+  // other peer of the run has exited): no neighbour will come any more, so a bootstrap waiting for
+  // missing neighbours stops waiting. A resumed peer then trains on alone from its checkpoint.
+  const std::atomic<bool>* neighboursGone = nullptr;
 };
 
 // What happened to a neighbour (or the run), for the API's event queue.

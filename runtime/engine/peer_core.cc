@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <tuple>
@@ -864,14 +865,23 @@ void PeerCore::finishCollectives() {
 
 PeerState PeerCore::saveState() const {
   PeerState s;
+  saveState(s);
+  return s;
+}
+
+void PeerCore::saveState(PeerState& s) const {
   s.round = round_;
   s.workloadStep = workload_->step();
-  s.model = x_;
+  s.model.assign(x_.begin(), x_.end());
   const auto m = optimizer_->momentumBuffer();
   s.momentum.assign(m.begin(), m.end());
   s.gradientReady = gradientReady_;
-  if (gradientReady_) s.gradient = g_;
-  s.algorithm = algorithm_->state();
+  if (gradientReady_) {
+    s.gradient.assign(g_.begin(), g_.end());
+  } else {
+    s.gradient.clear();
+  }
+  algorithm_->stateInto(s.algorithm);
   s.algorithmScalars = algorithm_->scalars();
   s.initialNorm = initialNorm_;
   s.firstLoss = firstLoss_;
@@ -881,7 +891,6 @@ PeerState PeerCore::saveState() const {
   s.lastLoss = lastLoss_;
   s.lastLr = lastLr_;
   s.counters = counters_;
-  return s;
 }
 
 Status PeerCore::restoreState(const PeerState& s) {
@@ -895,7 +904,7 @@ Status PeerCore::restoreState(const PeerState& s) {
       size("optimizer momentum", s.momentum.size(), optimizer_->momentumBuffer().size()));
   if (s.gradientReady) GV_RETURN_IF_ERROR(size("overlap gradient", s.gradient.size(), g_.size()));
   // The algorithm's buffers: the saved ones by name, the others (neighbours that were dead then)
-  // as they start; any name this peer does not have, or another size, means another config.
+  // as they start; any other name this peer does not have, or another size, means another config.
   auto buffers = algorithm_->state();
   std::vector<int> fresh;
   for (auto& [name, values] : buffers) {
@@ -911,6 +920,9 @@ Status PeerCore::restoreState(const PeerState& s) {
     values = it->second;
   }
   for (const auto& [name, values] : s.algorithm) {
+    // A neighbour that is dead here now (it has not connected since the restart): its replica is
+    // not kept; the edge resyncs when it comes back.
+    if (name.rfind("replica/", 0) == 0 && dead_.count(std::atoi(name.c_str() + 8))) continue;
     if (std::none_of(buffers.begin(), buffers.end(),
                      [&](const auto& b) { return b.first == name; }))
       return invalidArgument("algorithm state: '" + name + "' is not a buffer of this peer's " +

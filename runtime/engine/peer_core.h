@@ -271,6 +271,8 @@ class PeerCore {
   // neighbour for a snapshot at once. kInvalidArgument, changing nothing, when a size or name
   // differs from this peer's (another config).
   PeerState saveState() const;
+  // The same into `into`, reusing the memory of its buffers (CheckpointWriter keeps one state).
+  void saveState(PeerState& into) const;
   Status restoreState(const PeerState& state);
   // After restoreState() on a core whose edges kept running (the simulator's `restart` fault): the
   // restored public copy and replicas no longer match what the neighbours hold, so every live edge

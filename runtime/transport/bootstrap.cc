@@ -85,6 +85,10 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   }
 
   void cancel() override { finish(cancelled("bootstrap cancelled")); }
+  void expire() override {
+    expired_ = true;
+    onDeadline();
+  }
 
   std::map<std::string, std::uint64_t> rejected() const override { return rejected_; }
 
@@ -436,15 +440,43 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       return;
     }
     if (!status.isOk()) return finish(std::move(status));
-    if (++ready_ < links_.size()) return;
+    if (++ready_ < links_.size()) {
+      // This peer rejoins a running training (the neighbour is training already): waiting for
+      // the others gains nothing. It starts with the ones connected; the others join when they
+      // connect (a handshake under way completes as a rejoin; we redial those of higher rank).
+      if (options_->onRejoin && link.theirs().runningRound >= 0) {
+        runningNow_ = true;
+        onDeadline();
+      }
+      return;
+    }
     // Every neighbour agreed: connect the data backend to each.
+    complete({}, Status::ok());
+  }
+
+  // Connects the data backend to every neighbour not `missing` and completes. With onRejoin, a
+  // neighbour whose data connection fails (it exited right after its handshake: the run ended) is
+  // missing too, and joins when it connects. With every neighbour missing the bootstrap fails
+  // (`firstMissing`, or that connection's error), unless completeAlone.
+  void complete(std::set<int> missing, Status firstMissing) {
     std::vector<Neighbour> out;
     for (int n : options_->neighbours) {
+      if (missing.count(n)) continue;
       auto conn = connectData(*links_[n]);
-      if (!conn.isOk()) return finish(conn.status());
-      out.push_back(std::move(conn).value());
+      if (conn.isOk()) {
+        out.push_back(std::move(conn).value());
+        continue;
+      }
+      if (!options_->onRejoin) return finish(conn.status());
+      log::warn("bootstrap: starting without neighbour ", n, " (", conn.status().message(),
+                "); it joins when it connects");
+      if (firstMissing.isOk()) firstMissing = conn.status();
+      missing.insert(n);
     }
-    finish(std::move(out));
+    if (out.empty() && !missing.empty() && !options_->completeAlone) {
+      return finish(std::move(firstMissing));
+    }
+    finish(std::move(out), missing);
   }
 
   // The neighbour of a handshaken link, with a data connection to the address in its hello.
@@ -559,7 +591,13 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       const auto& l = links_[n];
       if (l->handshakeDone()) continue;
       Status why;
-      if (auto u = unreachable_.find(n); u != unreachable_.end()) {
+      if (expired_) {
+        why = deadlineExceeded("neighbour " + std::to_string(n) +
+                               " not waited for (told that it will not come)");
+      } else if (runningNow_) {
+        why = unavailable("neighbour " + std::to_string(n) +
+                          " not connected yet, and the run goes on without waiting");
+      } else if (auto u = unreachable_.find(n); u != unreachable_.end()) {
         why = u->second;
       } else if (l->dialing()) {
         why = l->unreachable();
@@ -582,17 +620,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       }
     }
     if (missing.empty()) return;
-    if (!options_->onRejoin || missing.size() == options_->neighbours.size()) {
-      return finish(std::move(first));
-    }
-    std::vector<Neighbour> out;
-    for (int n : options_->neighbours) {
-      if (missing.count(n)) continue;
-      auto conn = connectData(*links_[n]);
-      if (!conn.isOk()) return finish(conn.status());
-      out.push_back(std::move(conn).value());
-    }
-    finish(std::move(out), missing);
+    if (!options_->onRejoin) return finish(std::move(first));
+    complete(std::move(missing), std::move(first));
   }
 
   // `missing` (with a result): neighbours the bootstrap completed without (onDeadline).
@@ -656,6 +685,8 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   std::map<int, std::shared_ptr<ControlLink>> links_;
   std::size_t ready_ = 0;
   bool finished_ = false;
+  bool expired_ = false;     // expire(): the deadline was declared passed early
+  bool runningNow_ = false;  // a neighbour's hello said the run goes on (onHandshake)
   // After a successful bootstrap with onRejoin: accepting rejoins, and the neighbours we redial.
   bool rejoining_ = false;
   std::set<int> redialing_;

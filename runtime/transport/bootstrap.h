@@ -96,7 +96,14 @@ struct BootstrapOptions {
   // the connected ones (`done` gets fewer Neighbours than options.neighbours, each missing one
   // logged); the missing ones come later through onRejoin (we redial those of higher rank, those of
   // lower rank dial us). When every neighbour is missing, the bootstrap fails as without it.
+  // A bootstrap that learns from a neighbour's hello that the run goes on (Hello::runningRound:
+  // this peer rejoins it) completes at once with the neighbours connected so far.
   std::function<void(Neighbour)> onRejoin;
+  // With onRejoin: a bootstrap whose deadline passes with every neighbour missing completes with
+  // none instead of failing (a peer restarted with --resume: the others may have finished, or be
+  // away; they join when they connect). Without it, that is an error naming the first (a
+  // misconfigured address, a peer that was never started).
+  bool completeAlone = false;
   // The round this peer trains at (-1: not training yet), sent in the hellos of rejoins
   // (handshake::Hello::runningRound) so that the rejoining peer knows the run goes on. Loop thread.
   std::function<std::int64_t()> runningRound;
@@ -145,6 +152,9 @@ class Bootstrap {
   virtual std::uint16_t listenPort() const = 0;
   // Abandons a bootstrap in progress: `done` runs with kCancelled. No effect after completion.
   virtual void cancel() = 0;
+  // Takes peers.connect_timeout as passed now: the neighbours not connected yet are missing (the
+  // caller learnt that they will not come). No effect after completion. Loop thread.
+  virtual void expire() = 0;
   // Connections dropped on the accepting side without ending the bootstrap, by reason
   // ("unauthenticated", "auth_failed", "version", "unexpected_rank", ...). Loop thread.
   virtual std::map<std::string, std::uint64_t> rejected() const = 0;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -253,7 +254,7 @@ std::string resumeConfig(const std::string& dir, int port) {
                          "workload: { name: fashion-mnist-mlp, hidden: [32], eval_every: 0, "
                          "eval_samples: 500 }\n"
                          "output: { log_every: 10 }\n"
-                         "checkpoint: { every: 50, keep: 2 }\n";
+                         "checkpoint: { every: 50, keep: 3 }\n";
   return path;
 }
 
@@ -590,4 +591,81 @@ TEST_CASE("a peer started late, without a checkpoint, joins the running training
   CHECK(late.value("replica_mismatches", -1) == 0);
   const int from = late.value("state_from_neighbour", -1);
   CHECK((from == 1 || from == 3));
+}
+
+TEST_CASE("a peer resumed after its neighbours finished trains on alone from its checkpoint",
+          "[lifecycle][rejoin]") {
+  // A 3-peer CHOCO ring runs to its end, with checkpoints. Then peer 1 is started again with
+  // --resume, as `launch --max-restarts` does when it crashed just as the others finished: nobody
+  // will connect. Told so by SIGUSR1 (launch's tellAlone; sent until it exits, as launch does),
+  // it does not wait out
+  // peers.connect_timeout (120 s): it restores its own newest checkpoint and trains the remaining
+  // rounds alone, instead of failing the bootstrap. Without the signal it would do the same after
+  // connect_timeout (BootstrapOptions::completeAlone).
+  const std::string dir = freshDir("lifecycle_alone");
+  const int port = freeBasePort(3);
+  const std::string config = dir + "/alone.yaml";
+  std::ofstream(config)
+      << "run: { name: alone, seed: 2, rounds: 400 }\n"
+         "peers: { count: 3, host: 127.0.0.1, base_port: "
+      << port
+      << ", connect_timeout: 120 }\n"
+         "topology: { kind: ring }\n"
+         "transport: { backend: tcp }\n"
+         "algorithm: { name: choco, consensus_step: 0.3 }\n"
+         "optimizer: { lr: 0.05, batch_size: 16 }\n"
+         "compression: { method: top-k, ratio: 0.1 }\n"
+         "workload: { name: fashion-mnist-mlp, hidden: [16], eval_every: 0, eval_samples: 500 }\n"
+         "checkpoint: { every: 50, keep: 3 }\n"
+         "output: { log_every: 10 }\n";
+  const std::string out = dir + "/out";
+  {
+    grapevine::SpawnOptions spawn;
+    spawn.argv = {kBin, "launch", config, "--out", out, "--quiet"};
+    spawn.out = grapevine::ChildStream::file(dir + "/launch.out");
+    spawn.err = grapevine::ChildStream::sameAsStdout();
+    auto launch = grapevine::Subprocess::spawn(spawn);
+    REQUIRE(launch.isOk());
+    const auto st = launch->waitUntil(Clock::now() + std::chrono::seconds(300));
+    INFO(readFile(dir + "/launch.out"));
+    REQUIRE(st.isOk());
+    REQUIRE(WIFEXITED(*st));
+    REQUIRE(WEXITSTATUS(*st) == 0);
+  }
+  // Its checkpoint of round 299 stands for one taken just before a crash near the end.
+  const std::string folder = out + "/checkpoints/rank-1";
+  std::filesystem::remove(grapevine::engine::checkpointPath(folder, 349));
+  std::filesystem::remove(grapevine::engine::checkpointPath(folder, 399));
+  REQUIRE(std::filesystem::exists(grapevine::engine::checkpointPath(folder, 299)));
+
+  grapevine::SpawnOptions spawn;
+  spawn.argv = {kBin, "peer", config, "--rank", "1", "--resume", "--out", out};
+  spawn.out = grapevine::ChildStream::file(dir + "/peer-1.out");
+  spawn.err = grapevine::ChildStream::sameAsStdout();
+  // Ignored from the fork on (as launch does): a signal before its handler is installed is lost,
+  // not fatal.
+  ::signal(SIGUSR1, SIG_IGN);
+  auto p = grapevine::Subprocess::spawn(spawn);
+  REQUIRE(p.isOk());
+  const auto started = Clock::now();
+  std::optional<int> status;
+  REQUIRE(waitFor(
+      [&] {
+        p->signal(SIGUSR1);
+        auto st = p->waitUntil(Clock::now() + std::chrono::milliseconds(200));
+        if (st.isOk()) status = *st;
+        return status.has_value();
+      },
+      std::chrono::seconds(300)));
+  WARN("the resumed peer finished alone " << secondsSince(started) << " s after its start");
+  const std::string log = readFile(dir + "/peer-1.out");
+  INFO(log);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+  CHECK(log.find("not waited for (told that it will not come)") != std::string::npos);
+  CHECK(log.find("training on alone from this peer's own checkpoint") != std::string::npos);
+  const auto final = nlohmann::json::parse(readFile(out + "/peer-1.final.json"));
+  CHECK(final.value("finished", false));
+  CHECK(final.value("rounds", 0) == 400);
+  CHECK(final.value("resumed_from_round", -1) == 299);
 }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/common/byte_order.h"
+#include "runtime/common/hash.h"
 #include "runtime/engine/envelope.h"
 #include "runtime/engine/lockstep.h"
 #include "runtime/engine/setup.h"
@@ -274,17 +276,16 @@ TEST_CASE("checkpoint writer: writes beside the training, in order, and flushes 
       REQUIRE(engine::runLockstep(peers, t, 1).isOk());
       if ((t + 1) % 10 == 0) {
         states.push_back(peers[0]->saveState());
-        writer.write(peers[0]->saveState());
+        writer.write(*peers[0]);
       }
     }
     writer.flush();
     CHECK(writer.written() == 3);
     CHECK(written == std::vector<std::int64_t>{9, 19, 29});
     CHECK(engine::checkpointRounds(folder) == std::vector<std::int64_t>{9, 19, 29});
-    REQUIRE(engine::runLockstep(peers, 30, 1).isOk());
-    engine::PeerState last = peers[0]->saveState();
-    last.round = 39;  // (only the name and header differ from round 30's state)
-    writer.write(last);
+    REQUIRE(engine::runLockstep(peers, 30, 10).isOk());
+    states.push_back(peers[0]->saveState());
+    writer.write(*peers[0]);  // into the memory of the state written before
     // Destroyed with a write pending or in flight: it is written first.
   }
   CHECK(written == std::vector<std::int64_t>{9, 19, 29, 39});
@@ -295,5 +296,37 @@ TEST_CASE("checkpoint writer: writes beside the training, in order, and flushes 
     CHECK(loaded->incarnation == 7);
     CHECK(loaded->state.model == s.model);
     CHECK(loaded->state.momentum == s.momentum);
+    CHECK(loaded->state.algorithm == s.algorithm);
   }
+}
+
+TEST_CASE("checkpoint: a file of format 1 (older builds: FNV-1a checksum) is still read") {
+  const auto c = chocoConfig();
+  auto plan = test_util::makePlan(c);
+  auto peers = makePeers(*plan);
+  REQUIRE(engine::runLockstep(peers, 0, 12).isOk());
+  const std::string folder = tempFolder("format1");
+  const auto id = engine::checkpointIdentity(c, *peers[0]);
+  const engine::PeerState saved = peers[0]->saveState();
+  REQUIRE(engine::writeCheckpoint(folder, id, 4, saved, 2).isOk());
+  const std::string path = engine::checkpointPath(folder, saved.round);
+  auto bytes = readBytes(path);
+  REQUIRE(bytes.size() > 16);
+  CHECK(std::string(bytes.data(), 8) == "GVCKPT2\n");
+  // The same content as format 1 wrote it: version byte '1', FNV-1a 64 of the bytes before it.
+  bytes[6] = '1';
+  const std::size_t body = bytes.size() - 8;
+  storeLe(reinterpret_cast<std::uint8_t*>(bytes.data()) + body, fnv1a64(bytes.data(), body));
+  writeBytes(path, bytes);
+  auto loaded = engine::readCheckpoint(path, id);
+  REQUIRE(loaded.isOk());
+  CHECK(loaded->incarnation == 4);
+  CHECK(loaded->state.model == saved.model);
+  CHECK(loaded->state.algorithm == saved.algorithm);
+  // Its checksum is checked as FNV-1a: one flipped byte is refused.
+  bytes[body / 2] ^= 0x40;
+  writeBytes(path, bytes);
+  const auto torn = engine::readCheckpoint(path, id);
+  REQUIRE(!torn.isOk());
+  CHECK(torn.status().message().find("checksum mismatch") != std::string::npos);
 }

@@ -308,9 +308,12 @@ TEST_CASE(
   const auto s = readJson(dir + "/out/summary.json");
   INFO(s.dump(2));
   CHECK(s["peers_finished"] == 8);
-  CHECK(s["rejoined_neighbours_total"] == 2);
   // It resumed from a checkpoint of the killed process and joined the neighbours' round.
   const auto restarted = readJson(dir + "/out/peer-2.final.json");
+  // Peers 1 and 3 count its rejoin; it counts the neighbour whose handshake came after the first
+  // one (it starts training with the first, which says that the run goes on), if any.
+  CHECK(restarted["rejoined_neighbours"].get<int>() <= 1);
+  CHECK(s["rejoined_neighbours_total"] == 2 + restarted["rejoined_neighbours"].get<int>());
   CHECK(restarted["resumed_from_round"].get<int>() >= 49);
   CHECK(restarted["rounds_skipped"].get<int>() > 0);
   CHECK(restarted["replica_mismatches"] == 0);
@@ -410,7 +413,9 @@ TEST_CASE(
   requireNetemu();
   // Fashion-MNIST over UCX (the default backend), CHOCO + top-k: the same run undisturbed, with
   // peer 3 SIGSTOPped for 10 s (five times peers.dead_after), and with churn: four peers in turn
-  // SIGKILLed and started again with --resume 2 s later (they rejoin from their checkpoints).
+  // SIGKILLed and started again with --resume 1.5 s later (they rejoin from their checkpoints).
+  // The undisturbed run trains for about 13 s here: the last restart is due at 8.5 s, so that
+  // each restarted peer (about 1.5 s to connect) rejoins the others before they finish.
   auto run = [](const std::string& name, const std::string& faults) {
     const std::string dir = scratch(name);
     const std::string path = dir + "/config.yaml";
@@ -448,17 +453,26 @@ TEST_CASE(
       run("accuracy_churn",
           "checkpoint: { every: 50 }\n"
           "faults:\n"
-          "  - { kind: restart, peer: 1, at_seconds: 2, seconds: 2 }\n"
-          "  - { kind: restart, peer: 4, at_seconds: 6, seconds: 2 }\n"
-          "  - { kind: restart, peer: 6, at_seconds: 10, seconds: 2 }\n"
-          "  - { kind: restart, peer: 2, at_seconds: 14, seconds: 2 }\n");
+          "  - { kind: restart, peer: 1, at_seconds: 1, seconds: 1.5 }\n"
+          "  - { kind: restart, peer: 4, at_seconds: 3, seconds: 1.5 }\n"
+          "  - { kind: restart, peer: 6, at_seconds: 5, seconds: 1.5 }\n"
+          "  - { kind: restart, peer: 2, at_seconds: 7, seconds: 1.5 }\n");
   INFO(churn.dump(2));
   CHECK(churn["peers_finished"] == 8);
-  CHECK(churn["rejoined_neighbours_total"].get<int>() >= 8);
+  // Every restart was taken back by the neighbours that ran on: peers 3 and 5 each had two
+  // restarted neighbours, peers 0, 7 and 1 one. (Not the final live degree: under churn the peers
+  // finish some rounds apart, and one that finished closes its edges before its neighbour's last
+  // record.)
+  for (const auto& [r, want] :
+       {std::pair{0, 1}, std::pair{1, 1}, std::pair{3, 2}, std::pair{5, 2}, std::pair{7, 1}}) {
+    INFO("peer " << r);
+    const auto final = readJson(churnDir + "/out/peer-" + std::to_string(r) + ".final.json");
+    CHECK(final["rejoined_neighbours"].get<int>() >= want);
+    CHECK(final["replica_mismatches"] == 0);
+  }
   const double a2 = churn["test_accuracy_mean"].get<double>();
   INFO("undisturbed " << a0 << ", churn " << a2);
   CHECK(a2 > a0 - 0.015);
-  checkFullRing(churnDir);
   std::filesystem::remove_all(baseDir);
   std::filesystem::remove_all(dir);
   std::filesystem::remove_all(churnDir);

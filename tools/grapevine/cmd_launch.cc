@@ -137,6 +137,8 @@ struct Child {
   bool faultRestarting = false;
   int faultRestarts = 0;      // times it was started again (a fault's restart, or a crash's)
   bool crashRestart = false;  // crashed; --restart-scope peer starts it again in watch()
+  bool toldAlone = false;     // said so: every other peer has exited (tellAlone)
+  std::chrono::steady_clock::time_point signalledAlone;  // last SIGUSR1 (tellAlone)
 };
 
 // One faults.events item as `launch` executes it (by wall time from the first round record).
@@ -197,6 +199,8 @@ struct LinkTotals {
 // `pid` leads its process group once it has run setpgid (Subprocess, newProcessGroup); before
 // that, only the process itself can be reached.
 void signalGroup(pid_t pid, int sig) {
+  // Never a pid that kill() reads as "every process" or "our own group" (-1, 0) or as init.
+  if (pid <= 1) return;
   if (kill(-pid, sig) != 0) kill(pid, sig);
 }
 
@@ -248,6 +252,7 @@ class Launch {
   }
   // Starts peer ch (again): its log is appended to after a restart. kExitOk or kExitFailure.
   int spawnPeer(Child& ch, const std::string& self, bool resuming);
+  void tellAlone();
   void faultAction(FaultRun& f, bool begin, double now);
   nlohmann::json faultsJson() const;  // before stopNetwork(): it reads the links' counters
   std::uint64_t linkPackets(int a, int b) const;
@@ -473,6 +478,9 @@ int Launch::startPeers() {
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     signal(SIGPIPE, SIG_IGN);  // a write to a guardian that is gone must not kill us
+    // tellAlone's SIGUSR1 must not end a peer that has not installed its handler yet: ignored
+    // from the fork on (inherited, and kept across exec); `grapevine peer` installs its own.
+    if (args_.command.empty()) signal(SIGUSR1, SIG_IGN);
     auto guard = GroupGuard::start(static_cast<int>(children_.size()));
     if (!guard.isOk()) {
       std::cerr << "grapevine launch: " << guard.status().message() << "\n";
@@ -540,18 +548,48 @@ int Launch::watch() {
     forwardSignal(running);
     runFaults();
     if (int rc = restartCrashedPeers(); rc != kExitOk) return rc;
+    tellAlone();
     running = 0;  // again: crashed peers may have started again
     for (const auto& ch : children_) running += ch.running ? 1 : 0;
     const int restartsBefore = restarts_;
     if (int rc = restartIfDue(running); rc != kExitOk) return rc;
     if (restarts_ != restartsBefore) continue;                         // every peer runs again
     if (!crash_.empty() || stopping_) running = std::max(running, 1);  // restarting
+    // A peer the fault schedule restarts is started again even after the others finished (it
+    // then trains on alone: tellAlone).
+    for (const auto& ch : children_) {
+      if (ch.faultRestarting && !ch.running && !g_signal) running = std::max(running, 1);
+    }
     showProgress(running);
     if (running == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (tty_) std::cout << "\n";
   return kExitOk;
+}
+
+// A restarted peer whose bootstrap waits for neighbours that have all exited (they finished while
+// it restarted) would wait out peers.connect_timeout: SIGUSR1 tells it that nobody will come, and
+// it trains on alone from its checkpoint. Only our own peers (a command may not handle SIGUSR1),
+// and only when every peer of the run is ours. Sent again every second: a peer ignores SIGUSR1
+// (from spawnPeer) until its handler is installed.
+void Launch::tellAlone() {
+  if (!args_.command.empty() || static_cast<int>(children_.size()) != config_.peers.count) return;
+  int running = 0;
+  for (const auto& ch : children_) running += ch.running ? 1 : 0;
+  if (running != 1) return;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& ch : children_) {
+    if (!ch.running || ch.faultRestarts == 0 || ch.faultPaused) continue;
+    if (ch.toldAlone && now - ch.signalledAlone < std::chrono::seconds(1)) continue;
+    if (ch.pid > 1) kill(ch.pid, SIGUSR1);
+    ch.signalledAlone = now;
+    if (ch.toldAlone) continue;
+    ch.toldAlone = true;
+    std::cout << (tty_ ? "\n" : "") << "grapevine launch: every other peer has exited; peer "
+              << ch.rank << " (restarted) does not wait for its neighbours\n"
+              << std::flush;
+  }
 }
 
 int Launch::restartCrashedPeers() {

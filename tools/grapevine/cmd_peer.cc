@@ -17,6 +17,10 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void onSignal(int) { g_stop = true; }
+// SIGUSR1: no neighbour will come any more (`launch` says so to a restarted peer once every other
+// peer has exited).
+std::atomic<bool> g_neighboursGone{false};
+void onNeighboursGone(int) { g_neighboursGone = true; }
 
 struct PeerArgs {
   std::string path;
@@ -63,6 +67,7 @@ int runPeer(const PeerArgs& a) {
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGUSR1, onNeighboursGone);
   engine::PeerRunOptions o;
   o.rank = rank;
   o.incarnation = a.incarnation;
@@ -77,6 +82,7 @@ int runPeer(const PeerArgs& a) {
   o.resume = a.resume;
   o.outDir = a.out;
   o.stop = &g_stop;
+  o.neighboursGone = &g_neighboursGone;
   Status st = engine::runPeerProcess(**plan, o);
   if (st.code() == ErrorCode::kAborted) {
     std::cerr << "error: " << st.message() << "\n";
