@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -87,14 +88,14 @@ PeerCounters countersFromJson(const Json& j) {
   return c;
 }
 
-// A file's bytes as written: small pieces (magic, sizes, the header, section names) gathered in one
-// buffer, and the sections' values written straight from the state's own buffers, not copied
-// (a copy of tens of MB into fresh memory cost more than the write itself).
+// A file's bytes as written: small pieces (magic, sizes, the header, section names) each in a
+// buffer of its own (a deque keeps them in place as it grows), and the sections' values written
+// straight from the state's own buffers, not copied (a copy of tens of MB into fresh memory cost
+// more than the write itself).
 class CheckpointParts {
  public:
   void addBytes(std::span<const std::uint8_t> bytes) {
-    pieces_.push_back({true, small_.size(), bytes.size(), nullptr});
-    small_.insert(small_.end(), bytes.begin(), bytes.end());
+    spans_.emplace_back(small_.emplace_back(bytes.begin(), bytes.end()));
   }
   void addLe64(std::uint64_t v) {
     std::uint8_t b[8];
@@ -107,26 +108,15 @@ class CheckpointParts {
     addBytes(b);
     addBytes({reinterpret_cast<const std::uint8_t*>(name.data()), name.size()});
     addLe64(values.size());
-    pieces_.push_back({false, 0, values.size() * sizeof(float),
-                       reinterpret_cast<const std::uint8_t*>(values.data())});
+    spans_.emplace_back(reinterpret_cast<const std::uint8_t*>(values.data()),
+                        values.size() * sizeof(float));
   }
-  // The parts in order (valid until the next add), then the checksum of all of them.
-  std::vector<std::span<const std::uint8_t>> spans() const {
-    std::vector<std::span<const std::uint8_t>> out;
-    for (const Piece& p : pieces_) {
-      out.emplace_back(p.inSmall ? small_.data() + p.offset : p.data, p.bytes);
-    }
-    return out;
-  }
+  // The parts in order.
+  const std::vector<std::span<const std::uint8_t>>& spans() const { return spans_; }
 
  private:
-  struct Piece {
-    bool inSmall;
-    std::size_t offset, bytes;
-    const std::uint8_t* data;
-  };
-  std::vector<std::uint8_t> small_;
-  std::vector<Piece> pieces_;
+  std::deque<std::vector<std::uint8_t>> small_;
+  std::vector<std::span<const std::uint8_t>> spans_;
 };
 
 // Reads what CheckpointParts::addSection wrote; false when the bytes run out or a size is absurd.
@@ -228,7 +218,7 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
   parts.addSection("momentum", s.momentum);
   parts.addSection("gradient", s.gradient);
   for (const auto& [name, values] : s.algorithm) parts.addSection("algorithm/" + name, values);
-  auto spans = parts.spans();
+  std::vector<std::span<const std::uint8_t>> spans = parts.spans();
   std::uint32_t crc = 0;
   for (const auto& part : spans) crc = kernels::cpuOps().crc32c(crc, part.data(), part.size());
   std::uint8_t sum[8];
@@ -385,10 +375,11 @@ Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const Checkpoin
   }
   const auto corrupt = [&](const std::string& why) { return dataLoss(path + ": " + why); };
   const bool version1 = bytes.size() > kVersionByte && bytes[kVersionByte] == kVersion1;
-  auto expected = std::vector<std::uint8_t>(kMagic, kMagic + sizeof kMagic);
+  char expected[sizeof kMagic];
+  std::memcpy(expected, kMagic, sizeof kMagic);
   if (version1) expected[kVersionByte] = kVersion1;
   if (bytes.size() < sizeof kMagic + 16 ||
-      !std::equal(expected.begin(), expected.end(), bytes.begin())) {
+      std::memcmp(bytes.data(), expected, sizeof expected) != 0) {
     return corrupt("not a Grapevine checkpoint (bad magic or too short)");
   }
   const std::size_t bodyBytes = bytes.size() - 8;

@@ -137,8 +137,8 @@ struct Child {
   bool faultRestarting = false;
   int faultRestarts = 0;      // times it was started again (a fault's restart, or a crash's)
   bool crashRestart = false;  // crashed; --restart-scope peer starts it again in watch()
-  bool toldAlone = false;     // said so: every other peer has exited (tellAlone)
-  std::chrono::steady_clock::time_point signalledAlone;  // last SIGUSR1 (tellAlone)
+  // The last SIGUSR1 of tellAlone (every other peer has exited); none yet: not told.
+  std::optional<std::chrono::steady_clock::time_point> signalledAlone;
 };
 
 // One faults.events item as `launch` executes it (by wall time from the first round record).
@@ -252,7 +252,7 @@ class Launch {
   }
   // Starts peer ch (again): its log is appended to after a restart. kExitOk or kExitFailure.
   int spawnPeer(Child& ch, const std::string& self, bool resuming);
-  void tellAlone();
+  void tellAlone(int running);
   void faultAction(FaultRun& f, bool begin, double now);
   nlohmann::json faultsJson() const;  // before stopNetwork(): it reads the links' counters
   std::uint64_t linkPackets(int a, int b) const;
@@ -548,9 +548,9 @@ int Launch::watch() {
     forwardSignal(running);
     runFaults();
     if (int rc = restartCrashedPeers(); rc != kExitOk) return rc;
-    tellAlone();
     running = 0;  // again: crashed peers may have started again
     for (const auto& ch : children_) running += ch.running ? 1 : 0;
+    tellAlone(running);
     const int restartsBefore = restarts_;
     if (int rc = restartIfDue(running); rc != kExitOk) return rc;
     if (restarts_ != restartsBefore) continue;                         // every peer runs again
@@ -572,20 +572,19 @@ int Launch::watch() {
 // it restarted) would wait out peers.connect_timeout: SIGUSR1 tells it that nobody will come, and
 // it trains on alone from its checkpoint. Only our own peers (a command may not handle SIGUSR1),
 // and only when every peer of the run is ours. Sent again every second: a peer ignores SIGUSR1
-// (from spawnPeer) until its handler is installed.
-void Launch::tellAlone() {
+// (as the launcher does from startPeers on) until its handler is installed. `running`: the
+// children running now.
+void Launch::tellAlone(int running) {
   if (!args_.command.empty() || static_cast<int>(children_.size()) != config_.peers.count) return;
-  int running = 0;
-  for (const auto& ch : children_) running += ch.running ? 1 : 0;
   if (running != 1) return;
   const auto now = std::chrono::steady_clock::now();
   for (auto& ch : children_) {
     if (!ch.running || ch.faultRestarts == 0 || ch.faultPaused) continue;
-    if (ch.toldAlone && now - ch.signalledAlone < std::chrono::seconds(1)) continue;
+    if (ch.signalledAlone && now - *ch.signalledAlone < std::chrono::seconds(1)) continue;
     if (ch.pid > 1) kill(ch.pid, SIGUSR1);
+    const bool first = !ch.signalledAlone;
     ch.signalledAlone = now;
-    if (ch.toldAlone) continue;
-    ch.toldAlone = true;
+    if (!first) continue;
     std::cout << (tty_ ? "\n" : "") << "grapevine launch: every other peer has exited; peer "
               << ch.rank << " (restarted) does not wait for its neighbours\n"
               << std::flush;
