@@ -38,9 +38,6 @@ constexpr std::uint16_t kCheckpointRoundsMessage = 1;
 const std::size_t kCheckpointRoundsMessageBytes =
     transport::BootstrapOptions{}.maxControlFrameBytes - 64;
 
-// Catching up (PeerSession::Impl::behind): the fewest rounds a neighbour must be ahead.
-constexpr std::int64_t kMinCatchUpLag = 32;
-
 // What the loop thread hands the training thread, in arrival order per neighbour.
 struct InboxItem {
   // kDead: the edge failed (closed, a send failed): dropped and closed. kSilent: no heartbeat for
@@ -56,9 +53,11 @@ struct InboxItem {
   // The neighbour's connections this item is of: each rejoin begins a new generation, and items of
   // older ones are ignored.
   std::uint64_t gen = 0;
-  // kRejoin: the neighbour's incarnation and the new connection's session key.
+  // kRejoin: the neighbour's incarnation, the new connection's session key, and its round in its
+  // hello (-1: not training yet).
   std::uint32_t incarnation = 0;
   std::optional<security::Key> key;
+  std::int64_t theirRound = -1;
 };
 
 double since(Clock::time_point t) {
@@ -221,13 +220,13 @@ class PeerSession::Impl {
   // Loads `checkpoint` into the core; the run continues at the round after it (resume() and
   // joinRunning()).
   Status restoreCheckpoint(const LoadedCheckpoint& checkpoint);
-  // Catching up: when a live neighbour is more than catchUpLag() rounds ahead of this peer, the
-  // next round is the neighbours' (PeerCore::skipTo). Not for the API's caller-driven rounds, nor
-  // with overlapped push-sum (its rounds wait for shares sent rounds earlier).
-  std::int64_t catchUpLag() const;
+  // Catching up: when a live neighbour is more than PeerCoreOptions::catchUpLag rounds ahead of
+  // this peer, the next round is the neighbours' (PeerCore::skipTo). Not for the API's
+  // caller-driven rounds, nor with overlapped push-sum (its rounds wait for shares sent rounds
+  // earlier).
   bool behind() const {
     return !options_.external && core_->mixDelay() == 0 &&
-           core_->neighboursRound() > core_->round() + catchUpLag();
+           core_->neighboursRound() > core_->round() + core_->catchUpLag();
   }
   // The core quarantined j (its edge is dead there already): close it, log and record the event.
   void quarantine(int j, const std::string& why);
@@ -338,6 +337,7 @@ void PeerSession::Impl::onRejoin(transport::Neighbour n) {
   InboxItem item{InboxItem::kRejoin, j, -1, 0, "connected again", g, 0, std::nullopt};
   item.incarnation = static_cast<std::uint32_t>(n.incarnation);
   item.key = n.sessionKey;
+  item.theirRound = n.runningRound;
   neighbours_[j] = std::move(n);
   push(std::move(item));
 }
@@ -455,7 +455,8 @@ void PeerSession::Impl::rejoin(const InboxItem& item) {
   }
   silent_.erase(j);
   const bool wasDead = core_->isDead(j);
-  if (!core_->rejoin(j, item.incarnation, item.key, plan_.config.security.encrypt)) {
+  if (!core_->rejoin(j, item.incarnation, item.key, plan_.config.security.encrypt,
+                     item.theirRound)) {
     log::warn("neighbour ", j, " connected again but stays dropped (quarantined)");
     loop_.post([this, j, g = item.gen] { closeNeighbour(j, g); });
     return;
@@ -523,15 +524,6 @@ Status PeerSession::Impl::joinRunning() {
   // every edge resyncs both ways before anything of a neighbour is mixed.
   core_->resyncAllEdges(/*await=*/true);
   return Status::ok();
-}
-
-std::int64_t PeerSession::Impl::catchUpLag() const {
-  // How far a neighbour may be ahead in a run where nobody was away: on an undirected graph a round
-  // or two; on a directed one up to the directed distance back to this peer (< peers), per round of
-  // a time-varying schedule's period. A peer further behind was away (a pause, a partition).
-  const std::int64_t legitimate =
-      static_cast<std::int64_t>(plan_.config.peers.count) * plan_.schedule->period();
-  return std::max<std::int64_t>(kMinCatchUpLag, legitimate);
 }
 
 void PeerSession::Impl::quarantine(int j, const std::string& why) {

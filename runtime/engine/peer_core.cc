@@ -404,11 +404,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     return;
   }
   if (!(env->flags & (kFlagDiverged | kFlagCollective))) {
-    // How far the neighbour is (catching up: neighboursRound()); never past the run's last round.
-    std::int64_t r = static_cast<std::int64_t>(std::min<std::uint64_t>(env->round, INT64_MAX / 2));
-    if (options_.rounds > 0) r = std::min(r, options_.rounds - 1);
-    e.newestRound = std::max(e.newestRound, r);
-    if (e.newestRound >= round_) e.catchingUp = false;
+    noteRound(e, static_cast<std::int64_t>(std::min<std::uint64_t>(env->round, INT64_MAX / 2)));
   }
   if (!(env->flags & kFlagDiverged) && !withinWindow(e, *env)) {
     drop("round_window");  // nextSeqIn unchanged: nothing of this message is kept
@@ -1003,7 +999,7 @@ void PeerCore::setEdgeIncarnation(int neighbour, std::uint32_t incarnation) {
 }
 
 bool PeerCore::rejoin(int j, std::uint32_t incarnation, const std::optional<security::Key>& key,
-                      bool encrypt) {
+                      bool encrypt, std::int64_t theirRound) {
   const auto it = edges_.find(j);
   if (it == edges_.end() || it->second.quarantined) return false;
   Edge& e = it->second;
@@ -1027,9 +1023,20 @@ bool PeerCore::rejoin(int j, std::uint32_t incarnation, const std::optional<secu
   e.askedRound = INT64_MIN / 2;
   e.lastSnapshotRound = INT64_MIN / 2;
   if (!revive(j)) return false;
+  // A neighbour that is not behind is not catching up (catchingUp()): were both ends of an edge
+  // to stop waiting for each other, both could run ahead of their other neighbours in turn. Its
+  // messages of rounds before theirRound never come (they went out before the new connection).
+  noteRound(e, theirRound);
   --counters_.revivedNeighbours;  // counted as rejoined, not revived
   ++counters_.rejoinedNeighbours;
   return true;
+}
+
+void PeerCore::noteRound(Edge& e, std::int64_t round) {
+  // Never past the run's last round.
+  if (options_.rounds > 0) round = std::min(round, options_.rounds - 1);
+  e.newestRound = std::max(e.newestRound, round);
+  if (e.newestRound >= round_ - options_.catchUpLag) e.catchingUp = false;
 }
 
 void PeerCore::resyncBothWays(Edge& e, bool await) {

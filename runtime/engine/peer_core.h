@@ -79,6 +79,11 @@ struct PeerCoreOptions {
   // (takeQuarantined(), counters().quarantined) instead of resynced forever. Many refusals within
   // one round count once (a burst of corruption is not a pattern). 0: never.
   int quarantineAfter = 16;
+  // How far a neighbour may be ahead in a run where nobody was away (the driver's catch-up skips a
+  // peer further behind to the neighbours' round). A neighbour that came back (revive(), rejoin())
+  // is waited for again once it is within this many rounds of ours: were it waited for only at our
+  // round, this peer would run at its own pace while the neighbour chases it, skipping rounds.
+  std::int64_t catchUpLag = 32;
 };
 
 // What a round starts from. The engine's workloads take their local steps; the API's caller may
@@ -227,6 +232,7 @@ class PeerCore {
   bool roundComplete() const;
   // PeerCoreOptions::mixDelay (0: none).
   int mixDelay() const { return options_.mixDelay; }
+  std::int64_t catchUpLag() const { return options_.catchUpLag; }
   // With mixDelay: this round mixes the shares sent in rounds <= dueRound().
   std::int64_t dueRound() const { return dueRound_; }
   void precomputeGradient();
@@ -301,9 +307,12 @@ class PeerCore {
   // restart at 0, messages of other incarnations are dropped (`old_incarnation`), and the edge is
   // taken back as in revive() (with public copies: resync both ways, nothing applied before the
   // snapshot), live or dead before. `key`: the new connection's session key (with a key file).
+  // `theirRound`: the neighbour's round in its hello (-1: it has not started its rounds, or an
+  // older build). Only a neighbour behind this peer is catching up (no round waits for it until it
+  // caught up); one at or past this peer's round is waited for at once, as before it left.
   // False, changing nothing, for an unknown or quarantined neighbour.
   bool rejoin(int neighbour, std::uint32_t incarnation, const std::optional<security::Key>& key,
-              bool encrypt);
+              bool encrypt, std::int64_t theirRound = -1);
   // State transfer for a peer that joins a running training without a checkpoint: the first
   // neighbour snapshot of a public copy that arrives (every edge asks for one when it resyncs)
   // becomes this peer's model and own public copy, the momentum starts at zero, and every edge
@@ -394,11 +403,14 @@ class PeerCore {
     std::int64_t revivedRound = -2;  // the round of this peer in which revive() took it back
     std::int64_t newestRound = -1;   // newest round of its messages, round-window drops included
     std::optional<std::uint32_t> incarnation;  // setEdgeIncarnation(): the only one accepted
-    // revive() / rejoin(): the neighbour was away and is behind; no round waits for it until a
-    // message of this peer's round or later came from it (it caught up).
+    // revive() / rejoin(): the neighbour was away and may be behind; no round waits for it until
+    // a message of a round within PeerCoreOptions::catchUpLag of ours came from it, or its hello
+    // said it is that far (newestRound).
     bool catchingUp = false;
   };
-  bool catchingUp(const Edge& e) const { return e.catchingUp && e.newestRound < round_; }
+  bool catchingUp(const Edge& e) const {
+    return e.catchingUp && e.newestRound < round_ - options_.catchUpLag;
+  }
   bool adoptSnapshot_ = false;  // adoptFirstSnapshot()
   void adopt(int j, std::span<const float> copy);
   // Before writeEnvelope: marks `env` sealed when the edge has a key. After: seals buf[0, bytes)
@@ -428,6 +440,9 @@ class PeerCore {
   // The edge asks its neighbour for a snapshot of its public copy and sends its own with its next
   // message; with `await`, nothing of the neighbour is applied before the snapshot came.
   static void resyncBothWays(Edge& e, bool await);
+  // The neighbour of `e` is at `round` or later: newestRound, and catchingUp ends within
+  // catchUpLag of our round.
+  void noteRound(Edge& e, std::int64_t round);
 
   PeerCoreOptions options_;
   const topology::Schedule& schedule_;

@@ -124,6 +124,11 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   po.lossMayBeUnknown = c.workload.name == train::WorkloadKind::kExternal;
   // run.final_average: the collectives carry the model in double.
   po.collectives = po.lossMayBeUnknown || c.run.finalAverage;
+  // How far a neighbour may be ahead in a run where nobody was away: on an undirected graph a round
+  // or two; on a directed one up to the directed distance back to this peer (< peers), per round of
+  // a time-varying schedule's period. A peer further behind was away (a pause, a partition).
+  po.catchUpLag = std::max<std::int64_t>(
+      po.catchUpLag, static_cast<std::int64_t>(c.peers.count) * plan.schedule->period());
   return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),
                                     std::move(algorithm), std::move(x));
 }

@@ -778,6 +778,49 @@ TEST_CASE(
   CHECK(consensusDistance(models(run)) < 1e-6);
 }
 
+TEST_CASE("a neighbour that came back is waited for again once within catchUpLag rounds") {
+  const auto c = loadYaml(R"(
+peers: { count: 4 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.5 }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+compression: { method: int8, dense_below: 0 }
+workload: { name: consensus, dim: 64 }
+run: { rounds: 500 }
+)");
+  Run run = makeRun(c);
+  for (std::int64_t t = 0; t < 5; ++t) lockstepRound(run, t);
+  auto& p0 = *run.peers[0];
+  auto& p1 = *run.peers[1];
+  REQUIRE(p0.catchUpLag() == 32);
+  p0.markDead(3);  // only neighbour 1 counts here
+  p0.skipTo(100);
+  // Neighbour 1 restarts, its hello saying how far it is (-1: not training yet). Only one more
+  // than catchUpLag behind is not waited for; one ahead is waited for, but its messages of our
+  // rounds went out before the new connection: they count as lost.
+  for (const std::int64_t behind : {-1, 60, 20, -10}) {
+    const std::int64_t theirRound = behind == -1 ? -1 : p0.round() - behind;
+    INFO("their round " << theirRound << ", ours " << p0.round() + 1);
+    REQUIRE(p0.rejoin(1, 0, std::nullopt, false, theirRound));
+    REQUIRE(p0.beginRound(p0.round() + 1).isOk());
+    CHECK(p0.roundComplete() == (behind == -1 || behind == 60));
+    CHECK(p0.onlyLostMessagesMissing() == (behind != 20));
+    CHECK(p0.neighboursRound() == theirRound);
+    p0.endRound();
+  }
+  // A message within catchUpLag of our round ends the catching up as the hello does.
+  REQUIRE(p0.rejoin(1, 0, std::nullopt, false, -1));
+  REQUIRE(p1.rejoin(0, 0, std::nullopt, false, -1));
+  p1.markDead(2);
+  p1.skipTo(p0.round() - 5);
+  REQUIRE(p1.beginRound(p0.round() - 5).isOk());
+  REQUIRE(p0.beginRound(p0.round() + 1).isOk());
+  CHECK(p0.roundComplete());
+  p0.onMessage(1, p1.outgoing(0));
+  CHECK(p0.neighboursRound() == p0.round() - 6);
+  CHECK_FALSE(p0.roundComplete());
+}
+
 TEST_CASE("a peer far behind its neighbours skips to their round and resyncs its edges") {
   const auto c = loadYaml(R"(
 peers: { count: 4 }
