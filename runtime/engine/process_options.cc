@@ -7,6 +7,7 @@
 #include "compress/wire.h"
 #include "runtime/common/hash.h"
 #include "runtime/engine/envelope.h"
+#include "runtime/transport/tagged/goodbye.h"
 
 namespace grapevine::engine {
 
@@ -38,6 +39,8 @@ transport::BootstrapOptions bootstrapOptions(const RunPlan& plan, int rank,
   // a neighbour of another build fails the bootstrap naming the protocol, not a silent run.
   bo.configParts.push_back({"protocol.envelope", envelopeVersion()});
   bo.configParts.push_back({"protocol.frame", compress::kFormatVersion});
+  // The tagged backends' (ucx, libfabric) connection control messages (tagged/goodbye.h).
+  bo.configParts.push_back({"protocol.tagged_control", transport::tagged::kControlProtocolVersion});
   for (const auto& [name, hash] : configParts(plan)) bo.configParts.push_back({name, hash});
   if (c.workload.name == train::WorkloadKind::kExternal) {
     // The caller's model: its tensors' names and sizes must agree too.

@@ -86,9 +86,9 @@ class OfiConnection;
 
 struct Op {
   fi_context2 context;  // first: the provider's scratch space, and what completions hand back
-  // kControlRecv and kGoodbye are the backend's own (see kControlTag); they are never in the
-  // connection's list of user operations.
-  enum class Kind { kSend, kRecv, kControlRecv, kGoodbye };
+  // kControlRecv, kAnnounce and kGoodbye are the backend's own (see kControlTag, goodbye.h); they
+  // are never in the connection's list of user operations.
+  enum class Kind { kSend, kRecv, kControlRecv, kAnnounce, kGoodbye };
   Kind kind = Kind::kSend;
   std::shared_ptr<OfiConnection> conn;
   SendCallback sendCb;
@@ -200,14 +200,15 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
 
   fi_addr_t fiAddr() const { return addr_; }
   Status watchPeerProcess(pid_t pid);
-  // Posts the receive for the peer's goodbye. Called once by connect().
+  // Posts the receive for the peer's control messages and announces this connection's id
+  // (goodbye.h). Called once by connect().
   void start();
   // Sticky error, then: cancel posted receives and, after telling the peer (sayGoodbye) or at once,
   // tear down the provider's link to the peer and complete whatever it still holds with error_.
   // Every pending op completes exactly once.
   void fail(Status st, bool sayGoodbye = false);
-  // A control op finished: the peer's goodbye arrived, or ours left.
-  void onControl(Op::Kind kind, const Status& st);
+  // A control op finished: a control message came (`bytes` of it), or ours left.
+  void onControl(Op::Kind kind, const Status& st, std::size_t bytes);
   bool goodbyePending() const { return goodbye_ != nullptr; }
   // Right before the endpoint is closed: completes (with error_) every op the provider still holds.
   void abandonPending();
@@ -219,13 +220,21 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
  private:
   void stopWatchingPeer() { peerWatch_.stop(); }
   void finishTeardown();
+  void postControlRecv();
+  // Submits `kind` with this connection's id on kControlTag: the op, or nullptr (not submitted).
+  Op* sendControl(tagged::ControlKind kind);
 
   std::shared_ptr<OfiEndpoint> endpoint_;
   int peer_;
   fi_addr_t addr_;
   Op* controlRecv_ = nullptr;
+  Op* announce_ = nullptr;
   Op* goodbye_ = nullptr;
   std::uint8_t controlIn_[tagged::kControlBytes] = {};
+  std::uint8_t announceOut_[tagged::kControlBytes] = {};
+  std::uint8_t goodbyeOut_[tagged::kControlBytes] = {};
+  const std::uint64_t id_ = tagged::newConnectionId();
+  tagged::GoodbyeFilter goodbyes_;
   bool tornDown_ = false;
   std::shared_ptr<Loop::TimerHandle> goodbyeTimer_;
   Status error_;
@@ -329,7 +338,8 @@ Status OfiEndpoint::startProgress() {
 void OfiEndpoint::schedule() { driver_.schedule(shared_from_this()); }
 
 ssize_t OfiEndpoint::post(Op* op) {
-  if (op->kind == Op::Kind::kSend || op->kind == Op::Kind::kGoodbye) {
+  if (op->kind == Op::Kind::kSend || op->kind == Op::Kind::kGoodbye ||
+      op->kind == Op::Kind::kAnnounce) {
     return fi_tsend(ep_, op->buffer, op->length, nullptr, op->conn->fiAddr(), op->wireTag,
                     &op->context);
   }
@@ -367,11 +377,12 @@ void OfiEndpoint::retryBacklog() {
 }
 
 void OfiEndpoint::complete(Op* op, Status st, std::size_t bytes) {
-  if (op->kind == Op::Kind::kControlRecv || op->kind == Op::Kind::kGoodbye) {
+  if (op->kind == Op::Kind::kControlRecv || op->kind == Op::Kind::kGoodbye ||
+      op->kind == Op::Kind::kAnnounce) {
     auto conn = op->conn;
     const Op::Kind kind = op->kind;
     releaseOp(op);
-    conn->onControl(kind, st);
+    conn->onControl(kind, st, bytes);
     return;
   }
   if (op->kind == Op::Kind::kSend) {
@@ -521,6 +532,12 @@ Status OfiConnection::statusFor(int err, const std::string& detail) {
 }
 
 void OfiConnection::start() {
+  postControlRecv();
+  announce_ = sendControl(tagged::ControlKind::kAnnounce);
+}
+
+void OfiConnection::postControlRecv() {
+  if (controlRecv_ != nullptr || !error_.isOk() || tornDown_ || !endpoint_->open()) return;
   Op* op = endpoint_->allocOp();
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
@@ -534,10 +551,43 @@ void OfiConnection::start() {
   }
 }
 
-void OfiConnection::onControl(Op::Kind kind, const Status& st) {
+Op* OfiConnection::sendControl(tagged::ControlKind kind) {
+  std::uint8_t* out = kind == tagged::ControlKind::kAnnounce ? announceOut_ : goodbyeOut_;
+  tagged::encodeControl({kind, id_},
+                        std::span<std::uint8_t, tagged::kControlBytes>(out, tagged::kControlBytes));
+  Op* op = endpoint_->allocOp();
+  op->kind = kind == tagged::ControlKind::kAnnounce ? Op::Kind::kAnnounce : Op::Kind::kGoodbye;
+  op->conn = shared_from_this();
+  op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), kControlTag);
+  op->buffer = out;
+  op->length = tagged::kControlBytes;
+  if (!endpoint_->submit(op).isOk()) {
+    endpoint_->releaseOp(op);
+    return nullptr;
+  }
+  endpoint_->schedule();
+  return op;
+}
+
+void OfiConnection::onControl(Op::Kind kind, const Status& st, std::size_t bytes) {
   if (kind == Op::Kind::kControlRecv) {
     controlRecv_ = nullptr;
-    if (st.isOk()) fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
+    if (!st.isOk()) return;
+    const auto m = tagged::decodeControl(std::span<const std::uint8_t>(controlIn_, bytes));
+    if (m && m->kind == tagged::ControlKind::kGoodbye && goodbyes_.ends(m->id)) {
+      fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
+      return;
+    }
+    if (m && m->kind == tagged::ControlKind::kAnnounce) {
+      goodbyes_.announced(m->id);
+    } else {
+      log::debug("libfabric: peer ", peer_, ": ignored a stale or unknown control message");
+    }
+    endpoint_->defer([keep = shared_from_this()] { keep->postControlRecv(); });
+    return;
+  }
+  if (kind == Op::Kind::kAnnounce) {
+    announce_ = nullptr;
     return;
   }
   goodbye_ = nullptr;
@@ -559,22 +609,13 @@ void OfiConnection::fail(Status st, bool sayGoodbye) {
   stopWatchingPeer();
   if (!endpoint_->open()) return;
   if (sayGoodbye && goodbye_ == nullptr && !tornDown_) {
-    Op* op = endpoint_->allocOp();
-    op->kind = Op::Kind::kGoodbye;
-    op->conn = shared_from_this();
-    op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), kControlTag);
-    op->buffer = const_cast<std::uint8_t*>(tagged::kGoodbyeMessage);  // fi_tsend only reads it
-    op->length = sizeof tagged::kGoodbyeMessage;
-    if (endpoint_->submit(op).isOk()) {
-      goodbye_ = op;
+    goodbye_ = sendControl(tagged::ControlKind::kGoodbye);
+    if (goodbye_ != nullptr) {
       // A peer that is gone may never take the goodbye; do not wait for it forever.
       std::weak_ptr<OfiConnection> weak = weak_from_this();
       goodbyeTimer_ = endpoint_->loop().after(kGoodbyeGrace, [weak] {
         if (auto self = weak.lock()) self->finishTeardown();
       });
-      endpoint_->schedule();
-    } else {
-      endpoint_->releaseOp(op);
     }
   }
   for (Op* op : pending_.snapshot([](Op*) { return true; })) {
@@ -599,11 +640,11 @@ void OfiConnection::finishTeardown() {
   tornDown_ = true;
   if (goodbyeTimer_) endpoint_->loop().cancel(goodbyeTimer_);
   goodbyeTimer_.reset();
-  if (goodbye_ != nullptr) {
+  for (Op** control : {&announce_, &goodbye_}) {
     // Still in the provider: its completion, if any, only recycles it.
-    endpoint_->dropFromBacklog(goodbye_);
-    endpoint_->adoptOrphan(goodbye_);
-    goodbye_ = nullptr;
+    if (*control == nullptr) continue;
+    endpoint_->dropFromBacklog(*control);
+    endpoint_->adoptOrphan(std::exchange(*control, nullptr));
   }
   // Sends cannot be cancelled on an RDM endpoint. Removing the peer from the address vector makes
   // the provider drop its connection to the peer, after which it no longer reads our send buffers;
@@ -622,7 +663,7 @@ void OfiConnection::finishTeardown() {
 void OfiConnection::abandonPending() {
   if (goodbyeTimer_) endpoint_->loop().cancel(goodbyeTimer_);
   goodbyeTimer_.reset();
-  for (Op** internal : {&controlRecv_, &goodbye_}) {
+  for (Op** internal : {&controlRecv_, &announce_, &goodbye_}) {
     if (*internal != nullptr) {
       endpoint_->dropFromBacklog(*internal);
       endpoint_->releaseOp(*internal);

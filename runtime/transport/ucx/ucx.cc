@@ -75,8 +75,9 @@ struct Op;
 UcxWorker* workerOf(Op* op);
 
 struct Op {
-  // kControlRecv / kGoodbye are the backend's own (kControlTag), never in the user-op list.
-  enum class Kind { kSend, kRecv, kControlRecv, kGoodbye };
+  // kControlRecv / kAnnounce / kGoodbye are the backend's own (kControlTag, goodbye.h), never in
+  // the user-op list.
+  enum class Kind { kSend, kRecv, kControlRecv, kAnnounce, kGoodbye };
   Kind kind = Kind::kSend;
   std::shared_ptr<UcxConnection> conn;
   UcxWorker* worker = nullptr;  // owner of the op pool (outlives every op it hands out)
@@ -190,7 +191,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     return error_;
   }
 
-  // Posts the receive for the peer's goodbye. Called once by connect().
+  // Posts the receive for the peer's control messages and announces this connection's id
+  // (goodbye.h). Called once by connect().
   void start();
   bool goodbyePending() const { return goodbye_ != nullptr; }
   // Called by the UcxWorker: the context is shutting down.
@@ -213,7 +215,12 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // Pending callbacks complete with error_, each exactly once.
   void fail(Status st, bool sayGoodbye = false);
   void finishTeardown();
-  void onControl(Op::Kind kind, ucs_status_t st);
+  // A control op finished: a control message came (`bytes` of it), or ours left.
+  void onControl(Op::Kind kind, ucs_status_t st, std::size_t bytes = 0);
+  void postControlRecv();
+  // Sends `kind` with this connection's id on kControlTag: the op (completion pending), or nullptr
+  // (done at once, or failed).
+  Op* sendControl(tagged::ControlKind kind);
   void noteFailure(Status st);
   // Completes `op` (already unlinked): queues its callback with the mapped status, recycles it.
   void finishSend(Op* op, ucs_status_t st);
@@ -231,8 +238,13 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   ucp_ep_h ep_ = nullptr;
   tagged::PeerProcessWatch peerWatch_;  // the peer's process (same host), watched for exit
   Op* controlRecv_ = nullptr;
+  Op* announce_ = nullptr;
   Op* goodbye_ = nullptr;
   std::uint8_t controlIn_[tagged::kControlBytes] = {};
+  std::uint8_t announceOut_[tagged::kControlBytes] = {};
+  std::uint8_t goodbyeOut_[tagged::kControlBytes] = {};
+  const std::uint64_t id_ = tagged::newConnectionId();
+  tagged::GoodbyeFilter goodbyes_;
   bool tornDown_ = false;
   std::shared_ptr<Loop::TimerHandle> goodbyeTimer_;
   Status error_;
@@ -492,9 +504,10 @@ void UcxConnection::onRecvDone(void* request, ucs_status_t st, const ucp_tag_rec
 }
 
 void UcxConnection::finishSend(Op* op, ucs_status_t st) {
-  if (op->kind == Op::Kind::kGoodbye) {
+  if (op->kind == Op::Kind::kGoodbye || op->kind == Op::Kind::kAnnounce) {
+    const Op::Kind kind = op->kind;
     worker_->releaseOp(op);
-    return onControl(Op::Kind::kGoodbye, st);
+    return onControl(kind, st);
   }
   Status status = statusFor(st);
   worker_->defer([cb = std::move(op->sendCb), status = std::move(status)] { cb(status); });
@@ -504,7 +517,7 @@ void UcxConnection::finishSend(Op* op, ucs_status_t st) {
 void UcxConnection::finishRecv(Op* op, ucs_status_t st, std::size_t bytes) {
   if (op->kind == Op::Kind::kControlRecv) {
     worker_->releaseOp(op);
-    return onControl(Op::Kind::kControlRecv, st);
+    return onControl(Op::Kind::kControlRecv, st, bytes);
   }
   Status status = statusFor(st);
   worker_->defer(
@@ -526,6 +539,12 @@ void UcxConnection::noteFailure(Status st) {
 }
 
 void UcxConnection::start() {
+  postControlRecv();
+  announce_ = sendControl(tagged::ControlKind::kAnnounce);
+}
+
+void UcxConnection::postControlRecv() {
+  if (controlRecv_ != nullptr || !error_.isOk() || tornDown_ || !worker_->open()) return;
   Op* op = worker_->allocOp();
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
@@ -539,18 +558,69 @@ void UcxConnection::start() {
       ucp_tag_recv_nbx(worker_->handle(), controlIn_, sizeof controlIn_,
                        wireTag(static_cast<std::uint64_t>(peer_), kControlTag), kFullMask, &param);
   op->submitting = false;
-  if (UCS_PTR_IS_ERR(req) || op->finishedInline) {
+  if (UCS_PTR_IS_ERR(req)) {
     worker_->releaseOp(op);  // cannot happen for a fresh worker receive; then no goodbye detection
+    return;
+  }
+  if (op->finishedInline) {
+    // It was waiting already (the peer's announcement often is: it connected first).
+    const ucs_status_t st = op->inlineStatus;
+    const std::size_t bytes = op->inlineLength;
+    worker_->releaseOp(op);
+    onControl(Op::Kind::kControlRecv, st, bytes);
     return;
   }
   op->request = req;
   controlRecv_ = op;
 }
 
-void UcxConnection::onControl(Op::Kind kind, ucs_status_t st) {
+Op* UcxConnection::sendControl(tagged::ControlKind kind) {
+  if (ep_ == nullptr || !worker_->open()) return nullptr;
+  std::uint8_t* out = kind == tagged::ControlKind::kAnnounce ? announceOut_ : goodbyeOut_;
+  tagged::encodeControl({kind, id_},
+                        std::span<std::uint8_t, tagged::kControlBytes>(out, tagged::kControlBytes));
+  Op* op = worker_->allocOp();
+  op->kind = kind == tagged::ControlKind::kAnnounce ? Op::Kind::kAnnounce : Op::Kind::kGoodbye;
+  op->conn = shared_from_this();
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.send = &UcxConnection::onSendDone;
+  param.user_data = op;
+  op->submitting = true;
+  void* req =
+      ucp_tag_send_nbx(ep_, out, tagged::kControlBytes,
+                       wireTag(static_cast<std::uint64_t>(worker_->rank()), kControlTag), &param);
+  op->submitting = false;
+  if (UCS_PTR_IS_PTR(req) && !op->finishedInline) {
+    op->request = req;
+    worker_->schedule();
+    return op;
+  }
+  worker_->releaseOp(op);
+  return nullptr;
+}
+
+void UcxConnection::onControl(Op::Kind kind, ucs_status_t st, std::size_t bytes) {
   if (kind == Op::Kind::kControlRecv) {
     controlRecv_ = nullptr;
-    if (st == UCS_OK) fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
+    if (st != UCS_OK) return;
+    const auto m = tagged::decodeControl(std::span<const std::uint8_t>(controlIn_, bytes));
+    if (m && m->kind == tagged::ControlKind::kGoodbye && goodbyes_.ends(m->id)) {
+      fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
+      return;
+    }
+    if (m && m->kind == tagged::ControlKind::kAnnounce) {
+      goodbyes_.announced(m->id);
+    } else {
+      log::debug("ucx: peer ", peer_, ": ignored a stale or unknown control message");
+    }
+    // Not inside the progress call that completed the receive.
+    worker_->defer([keep = shared_from_this()] { keep->postControlRecv(); });
+    return;
+  }
+  if (kind == Op::Kind::kAnnounce) {
+    announce_ = nullptr;
     return;
   }
   goodbye_ = nullptr;
@@ -569,32 +639,16 @@ void UcxConnection::fail(Status st, bool sayGoodbye) {
   for (Op* op : recvs) {
     if (op->request != nullptr) ucp_request_cancel(worker_->handle(), op->request);
   }
-  if (sayGoodbye && ep_ != nullptr && goodbye_ == nullptr && !tornDown_) {
-    Op* op = worker_->allocOp();
-    op->kind = Op::Kind::kGoodbye;
-    op->conn = shared_from_this();
-    ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.cb.send = &UcxConnection::onSendDone;
-    param.user_data = op;
-    op->submitting = true;
-    void* req =
-        ucp_tag_send_nbx(ep_, tagged::kGoodbyeMessage, sizeof tagged::kGoodbyeMessage,
-                         wireTag(static_cast<std::uint64_t>(worker_->rank()), kControlTag), &param);
-    op->submitting = false;
-    if (UCS_PTR_IS_PTR(req) && !op->finishedInline) {
-      op->request = req;
-      goodbye_ = op;
+  if (sayGoodbye && goodbye_ == nullptr && !tornDown_) {
+    goodbye_ = sendControl(tagged::ControlKind::kGoodbye);
+    if (goodbye_ != nullptr) {
       // A peer that is gone may never take the goodbye; do not wait for it forever.
       std::weak_ptr<UcxConnection> weak = weak_from_this();
       goodbyeTimer_ = worker_->loop().after(kGoodbyeGrace, [weak] {
         if (auto self = weak.lock()) self->finishTeardown();
       });
-      worker_->schedule();
       return;
     }
-    worker_->releaseOp(op);
   }
   finishTeardown();
 }
@@ -607,9 +661,9 @@ void UcxConnection::finishTeardown() {
   // Force-closing the endpoint completes every send still queued on it, the goodbye included, with
   // UCS_ERR_CANCELED.
   closeEndpoint();
-  if (goodbye_ != nullptr) {  // not cancelled by the close: UCX keeps the request, we drop the op
-    worker_->adoptOrphan(goodbye_);
-    goodbye_ = nullptr;
+  for (Op** control : {&announce_, &goodbye_}) {
+    // Not cancelled by the close: UCX keeps the request, we drop the op.
+    if (*control != nullptr) worker_->adoptOrphan(std::exchange(*control, nullptr));
   }
   // Without UCX error handling (the same-host shared-memory case) a forced close leaves a
   // rendezvous send that the peer never matched in flight. Complete it now and leave the request to
@@ -638,7 +692,7 @@ void UcxConnection::closeEndpoint() {
 void UcxConnection::abandonPending() {
   if (goodbyeTimer_) worker_->loop().cancel(goodbyeTimer_);
   goodbyeTimer_.reset();
-  for (Op** internal : {&controlRecv_, &goodbye_}) {
+  for (Op** internal : {&controlRecv_, &announce_, &goodbye_}) {
     if (*internal != nullptr) {
       worker_->releaseOp(*internal);
       *internal = nullptr;
