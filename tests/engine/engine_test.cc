@@ -778,8 +778,8 @@ TEST_CASE(
   CHECK(consensusDistance(models(run)) < 1e-6);
 }
 
-TEST_CASE("a neighbour that came back is waited for again once within catchUpLag rounds") {
-  const auto c = loadYaml(R"(
+// 4 peers on a ring, CHOCO + int8 on pure consensus (no gradient), 500 rounds.
+constexpr const char* kConsensusInt8Ring4 = R"(
 peers: { count: 4 }
 topology: { kind: ring }
 algorithm: { name: choco, consensus_step: 0.5 }
@@ -787,7 +787,10 @@ optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
 compression: { method: int8, dense_below: 0 }
 workload: { name: consensus, dim: 64 }
 run: { rounds: 500 }
-)");
+)";
+
+TEST_CASE("a neighbour that came back is waited for again once within catchUpLag rounds") {
+  const auto c = loadYaml(kConsensusInt8Ring4);
   Run run = makeRun(c);
   for (std::int64_t t = 0; t < 5; ++t) lockstepRound(run, t);
   auto& p0 = *run.peers[0];
@@ -822,15 +825,7 @@ run: { rounds: 500 }
 }
 
 TEST_CASE("a peer far behind its neighbours skips to their round and resyncs its edges") {
-  const auto c = loadYaml(R"(
-peers: { count: 4 }
-topology: { kind: ring }
-algorithm: { name: choco, consensus_step: 0.5 }
-optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
-compression: { method: int8, dense_below: 0 }
-workload: { name: consensus, dim: 64 }
-run: { rounds: 500 }
-)");
+  const auto c = loadYaml(kConsensusInt8Ring4);
   Run run = makeRun(c);
   for (std::int64_t t = 0; t < 5; ++t) lockstepRound(run, t);
   auto& p1 = *run.peers[1];

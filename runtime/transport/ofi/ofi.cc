@@ -573,15 +573,9 @@ void OfiConnection::onControl(Op::Kind kind, const Status& st, std::size_t bytes
   if (kind == Op::Kind::kControlRecv) {
     controlRecv_ = nullptr;
     if (!st.isOk()) return;
-    const auto m = tagged::decodeControl(std::span<const std::uint8_t>(controlIn_, bytes));
-    if (m && m->kind == tagged::ControlKind::kGoodbye && goodbyes_.ends(m->id)) {
+    if (goodbyes_.take(peer_, std::span<const std::uint8_t>(controlIn_, bytes))) {
       fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
       return;
-    }
-    if (m && m->kind == tagged::ControlKind::kAnnounce) {
-      goodbyes_.announced(m->id);
-    } else {
-      log::debug("libfabric: peer ", peer_, ": ignored a stale or unknown control message");
     }
     endpoint_->defer([keep = shared_from_this()] { keep->postControlRecv(); });
     return;

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "runtime/common/log.h"
+
 namespace grapevine::transport::tagged {
 namespace {
 
@@ -30,6 +32,18 @@ std::optional<ControlMessage> decodeControl(std::span<const std::uint8_t> in) {
   }
   for (int i = 0; i < 8; ++i) m.id |= static_cast<std::uint64_t>(in[8 + i]) << (8 * i);
   return m;
+}
+
+bool GoodbyeFilter::take(int peer, std::span<const std::uint8_t> message) {
+  const auto m = decodeControl(message);
+  if (m && m->kind == ControlKind::kAnnounce) {
+    if (!newest_ || m->id > *newest_) newest_ = m->id;
+    return false;
+  }
+  if (m && newest_ && m->id >= *newest_) return true;
+  log::debug("peer ", peer, ": ignored a ", m ? "stale goodbye" : "control message of unknown kind",
+             " on its connection");
+  return false;
 }
 
 std::uint64_t newConnectionId() {

@@ -38,12 +38,11 @@ std::uint64_t newConnectionId();
 // The receiving end's view of one connection: which goodbyes end it.
 class GoodbyeFilter {
  public:
-  void announced(std::uint64_t id) {
-    if (!newest_ || id > *newest_) newest_ = id;
-  }
-  // A goodbye of an id older than the newest announced, or one before any announcement (of an
-  // endpoint that announced before this connection existed), is stale.
-  bool ends(std::uint64_t goodbyeId) const { return newest_ && goodbyeId >= *newest_; }
+  // A control message from `peer` came: true when it is a goodbye that ends the connection. An
+  // announcement is noted. A goodbye of an id older than the newest announced, or one before any
+  // announcement (of an endpoint that announced before this connection existed), is stale and
+  // ignored (logged), as is anything undecodable.
+  bool take(int peer, std::span<const std::uint8_t> message);
 
  private:
   std::optional<std::uint64_t> newest_;

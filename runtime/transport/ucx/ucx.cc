@@ -218,6 +218,11 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // A control op finished: a control message came (`bytes` of it), or ours left.
   void onControl(Op::Kind kind, ucs_status_t st, std::size_t bytes = 0);
   void postControlRecv();
+  // ucp_tag_send_nbx / ucp_tag_recv_nbx of op (user tag `tag`, this peer's wire tag), never
+  // completed immediately: the callback runs, inline too (then op->finishedInline is set). The
+  // request, or an error pointer.
+  void* postSend(Op* op, const void* data, std::size_t n, std::uint64_t tag);
+  void* postRecv(Op* op, void* data, std::size_t n, std::uint64_t tag);
   // Sends `kind` with this connection's id on kControlTag: the op (completion pending), or nullptr
   // (done at once, or failed).
   Op* sendControl(tagged::ControlKind kind);
@@ -538,6 +543,32 @@ void UcxConnection::noteFailure(Status st) {
   worker_->defer([keep = shared_from_this()] { keep->fail(keep->error_); });
 }
 
+void* UcxConnection::postSend(Op* op, const void* data, std::size_t n, std::uint64_t tag) {
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.send = &UcxConnection::onSendDone;
+  param.user_data = op;
+  op->submitting = true;
+  void* req = ucp_tag_send_nbx(ep_, data, n,
+                               wireTag(static_cast<std::uint64_t>(worker_->rank()), tag), &param);
+  op->submitting = false;
+  return req;
+}
+
+void* UcxConnection::postRecv(Op* op, void* data, std::size_t n, std::uint64_t tag) {
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = &UcxConnection::onRecvDone;
+  param.user_data = op;
+  op->submitting = true;
+  void* req = ucp_tag_recv_nbx(worker_->handle(), data, n,
+                               wireTag(static_cast<std::uint64_t>(peer_), tag), kFullMask, &param);
+  op->submitting = false;
+  return req;
+}
+
 void UcxConnection::start() {
   postControlRecv();
   announce_ = sendControl(tagged::ControlKind::kAnnounce);
@@ -548,28 +579,13 @@ void UcxConnection::postControlRecv() {
   Op* op = worker_->allocOp();
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = &UcxConnection::onRecvDone;
-  param.user_data = op;
-  op->submitting = true;
-  void* req =
-      ucp_tag_recv_nbx(worker_->handle(), controlIn_, sizeof controlIn_,
-                       wireTag(static_cast<std::uint64_t>(peer_), kControlTag), kFullMask, &param);
-  op->submitting = false;
+  void* req = postRecv(op, controlIn_, sizeof controlIn_, kControlTag);
   if (UCS_PTR_IS_ERR(req)) {
     worker_->releaseOp(op);  // cannot happen for a fresh worker receive; then no goodbye detection
     return;
   }
-  if (op->finishedInline) {
-    // It was waiting already (the peer's announcement often is: it connected first).
-    const ucs_status_t st = op->inlineStatus;
-    const std::size_t bytes = op->inlineLength;
-    worker_->releaseOp(op);
-    onControl(Op::Kind::kControlRecv, st, bytes);
-    return;
-  }
+  // It may have been waiting already (the peer's announcement often is: it connected first).
+  if (op->finishedInline) return finishRecv(op, op->inlineStatus, op->inlineLength);
   op->request = req;
   controlRecv_ = op;
 }
@@ -582,16 +598,7 @@ Op* UcxConnection::sendControl(tagged::ControlKind kind) {
   Op* op = worker_->allocOp();
   op->kind = kind == tagged::ControlKind::kAnnounce ? Op::Kind::kAnnounce : Op::Kind::kGoodbye;
   op->conn = shared_from_this();
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.send = &UcxConnection::onSendDone;
-  param.user_data = op;
-  op->submitting = true;
-  void* req =
-      ucp_tag_send_nbx(ep_, out, tagged::kControlBytes,
-                       wireTag(static_cast<std::uint64_t>(worker_->rank()), kControlTag), &param);
-  op->submitting = false;
+  void* req = postSend(op, out, tagged::kControlBytes, kControlTag);
   if (UCS_PTR_IS_PTR(req) && !op->finishedInline) {
     op->request = req;
     worker_->schedule();
@@ -605,15 +612,9 @@ void UcxConnection::onControl(Op::Kind kind, ucs_status_t st, std::size_t bytes)
   if (kind == Op::Kind::kControlRecv) {
     controlRecv_ = nullptr;
     if (st != UCS_OK) return;
-    const auto m = tagged::decodeControl(std::span<const std::uint8_t>(controlIn_, bytes));
-    if (m && m->kind == tagged::ControlKind::kGoodbye && goodbyes_.ends(m->id)) {
+    if (goodbyes_.take(peer_, std::span<const std::uint8_t>(controlIn_, bytes))) {
       fail(unavailable("peer " + std::to_string(peer_) + " closed the connection"));
       return;
-    }
-    if (m && m->kind == tagged::ControlKind::kAnnounce) {
-      goodbyes_.announced(m->id);
-    } else {
-      log::debug("ucx: peer ", peer_, ": ignored a stale or unknown control message");
     }
     // Not inside the progress call that completed the receive.
     worker_->defer([keep = shared_from_this()] { keep->postControlRecv(); });
@@ -736,15 +737,7 @@ void UcxConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
   op->kind = Op::Kind::kSend;
   op->conn = shared_from_this();
   op->sendCb = std::move(cb);
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.send = &UcxConnection::onSendDone;
-  param.user_data = op;
-  op->submitting = true;
-  void* req = ucp_tag_send_nbx(ep_, bytes.data(), bytes.size(),
-                               wireTag(static_cast<std::uint64_t>(worker_->rank()), tag), &param);
-  op->submitting = false;
+  void* req = postSend(op, bytes.data(), bytes.size(), tag);
   if (UCS_PTR_IS_ERR(req)) return finishSend(op, UCS_PTR_STATUS(req));
   if (op->finishedInline) return finishSend(op, op->inlineStatus);  // callback freed the request
   op->request = req;
@@ -767,15 +760,7 @@ void UcxConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
   op->kind = Op::Kind::kRecv;
   op->conn = shared_from_this();
   op->recvCb = std::move(cb);
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = &UcxConnection::onRecvDone;
-  param.user_data = op;
-  op->submitting = true;
-  void* req = ucp_tag_recv_nbx(worker_->handle(), buffer.data(), buffer.size(),
-                               wireTag(static_cast<std::uint64_t>(peer_), tag), kFullMask, &param);
-  op->submitting = false;
+  void* req = postRecv(op, buffer.data(), buffer.size(), tag);
   if (UCS_PTR_IS_ERR(req)) return finishRecv(op, UCS_PTR_STATUS(req), 0);
   if (op->finishedInline) return finishRecv(op, op->inlineStatus, op->inlineLength);
   op->request = req;
