@@ -218,14 +218,13 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
   parts.addSection("momentum", s.momentum);
   parts.addSection("gradient", s.gradient);
   for (const auto& [name, values] : s.algorithm) parts.addSection("algorithm/" + name, values);
-  std::vector<std::span<const std::uint8_t>> spans = parts.spans();
   std::uint32_t crc = 0;
-  for (const auto& part : spans) crc = kernels::cpuOps().crc32c(crc, part.data(), part.size());
-  std::uint8_t sum[8];
-  storeLe(sum, std::uint64_t{crc});
-  spans.emplace_back(sum, sizeof sum);
+  for (const auto& part : parts.spans()) {
+    crc = kernels::cpuOps().crc32c(crc, part.data(), part.size());
+  }
+  parts.addLe64(crc);
   const std::string path = checkpointPath(folder, s.round);
-  GV_RETURN_IF_ERROR(writeFileAtomically(path, spans));
+  GV_RETURN_IF_ERROR(writeFileAtomically(path, parts.spans()));
 
   // Only now the old ones go: a crash before here leaves one more, never one fewer.
   for (std::int64_t r : checkpointsToDelete(checkpointRounds(folder), keep, everyoneHas)) {

@@ -918,7 +918,10 @@ Status PeerCore::restoreState(const PeerState& s) {
   for (const auto& [name, values] : s.algorithm) {
     // A neighbour that is dead here now (it has not connected since the restart): its replica is
     // not kept; the edge resyncs when it comes back.
-    if (name.rfind("replica/", 0) == 0 && dead_.count(std::atoi(name.c_str() + 8))) continue;
+    constexpr std::string_view kReplica = "replica/";
+    if (name.starts_with(kReplica) && dead_.count(std::atoi(name.c_str() + kReplica.size()))) {
+      continue;
+    }
     if (std::none_of(buffers.begin(), buffers.end(),
                      [&](const auto& b) { return b.first == name; }))
       return invalidArgument("algorithm state: '" + name + "' is not a buffer of this peer's " +
@@ -1023,9 +1026,10 @@ bool PeerCore::rejoin(int j, std::uint32_t incarnation, const std::optional<secu
   e.askedRound = INT64_MIN / 2;
   e.lastSnapshotRound = INT64_MIN / 2;
   if (!revive(j)) return false;
-  // A neighbour that is not behind is not catching up (catchingUp()): were both ends of an edge
-  // to stop waiting for each other, both could run ahead of their other neighbours in turn. Its
-  // messages of rounds before theirRound never come (they went out before the new connection).
+  // A neighbour that is not far behind is not catching up (catchingUp()): were both ends of an
+  // edge to stop waiting for each other, both could run ahead of their other neighbours in turn.
+  // Its messages of rounds before theirRound never come (they went out before the new
+  // connection).
   noteRound(e, theirRound);
   --counters_.revivedNeighbours;  // counted as rejoined, not revived
   ++counters_.rejoinedNeighbours;

@@ -308,8 +308,9 @@ class PeerCore {
   // taken back as in revive() (with public copies: resync both ways, nothing applied before the
   // snapshot), live or dead before. `key`: the new connection's session key (with a key file).
   // `theirRound`: the neighbour's round in its hello (-1: it has not started its rounds, or an
-  // older build). Only a neighbour behind this peer is catching up (no round waits for it until it
-  // caught up); one at or past this peer's round is waited for at once, as before it left.
+  // older build). Only a neighbour more than PeerCoreOptions::catchUpLag rounds behind this peer
+  // is catching up (no round waits for it until it is within that lag); a nearer one, or one
+  // ahead, is waited for at once, as before it left.
   // False, changing nothing, for an unknown or quarantined neighbour.
   bool rejoin(int neighbour, std::uint32_t incarnation, const std::optional<security::Key>& key,
               bool encrypt, std::int64_t theirRound = -1);

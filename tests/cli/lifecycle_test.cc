@@ -598,10 +598,9 @@ TEST_CASE("a peer resumed after its neighbours finished trains on alone from its
   // A 3-peer CHOCO ring runs to its end, with checkpoints. Then peer 1 is started again with
   // --resume, as `launch --max-restarts` does when it crashed just as the others finished: nobody
   // will connect. Told so by SIGUSR1 (launch's tellAlone; sent until it exits, as launch does),
-  // it does not wait out
-  // peers.connect_timeout (120 s): it restores its own newest checkpoint and trains the remaining
-  // rounds alone, instead of failing the bootstrap. Without the signal it would do the same after
-  // connect_timeout (BootstrapOptions::completeAlone).
+  // it does not wait out peers.connect_timeout (120 s): it restores its own newest checkpoint and
+  // trains the remaining rounds alone, instead of failing the bootstrap. Without the signal it
+  // would do the same after connect_timeout (BootstrapOptions::completeAlone).
   const std::string dir = freshDir("lifecycle_alone");
   const int port = freeBasePort(3);
   const std::string config = dir + "/alone.yaml";
