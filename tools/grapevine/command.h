@@ -36,6 +36,7 @@ Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::stri
 Command registerInfo(CLI::App& root);
 Command registerBenchTransport(CLI::App& root);
 Command registerBench(CLI::App& root);  // `bench compress`
+Command registerBenchRound(CLI::App& root);
 Command registerSim(CLI::App& root);
 Command registerSweep(CLI::App& root);
 Command registerPlot(CLI::App& root);

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
       registerInfo(root),
       registerBenchTransport(root),
       registerBench(root),
+      registerBenchRound(root),
       registerSim(root),
       registerSweep(root),
       registerPlot(root),
