@@ -25,6 +25,7 @@
 // Thread contract: one Algorithm per peer, used from that peer's training thread only.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -47,9 +48,19 @@ class MessageCodec {
   virtual ~MessageCodec() = default;
   // Upper bound of encode()'s output size.
   virtual std::size_t maxMessageBytes() const = 0;
-  // Encodes v into out and writes C(v), exactly as every receiver will decode it, into decodedSelf.
-  virtual Result<std::size_t> encode(std::span<const float> v, std::uint64_t round,
-                                     std::span<std::uint8_t> out, std::span<float> decodedSelf) = 0;
+  // Encodes v into out and adds C(v) into acc exactly as a receiver's decodeAccumulate with weight
+  // 1 adds it (a sparse message touches only the elements it carries): a public copy updated this
+  // way stays bit-identical to the neighbours' replicas of it. An error after encoding (never
+  // expected: the frames are our own) may leave part of C(v) added.
+  virtual Result<std::size_t> encodeAccumulate(std::span<const float> v, std::uint64_t round,
+                                               std::span<std::uint8_t> out,
+                                               std::span<float> acc) = 0;
+  // The same into a zeroed decodedSelf: C(v), exactly as every receiver will decode it.
+  Result<std::size_t> encode(std::span<const float> v, std::uint64_t round,
+                             std::span<std::uint8_t> out, std::span<float> decodedSelf) {
+    std::fill(decodedSelf.begin(), decodedSelf.end(), 0.0f);
+    return encodeAccumulate(v, round, out, decodedSelf);
+  }
   // acc += weight * decode(message). Checks every frame; on error acc is unchanged.
   virtual Status decodeAccumulate(std::span<const std::uint8_t> message, std::uint64_t round,
                                   int sender, float weight, std::span<float> acc) = 0;

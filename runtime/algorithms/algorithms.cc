@@ -5,6 +5,7 @@
 
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/algorithms/consensus_step.h"
+#include "runtime/algorithms/dense_passes.h"
 #include "runtime/common/byte_order.h"
 #include "runtime/common/enum_names.h"
 #include "runtime/common/hash.h"
@@ -157,12 +158,7 @@ class Choco final : public Algorithm {
  public:
   Choco(std::size_t dim, double gamma, bool autoStep, const std::vector<int>& neighbours,
         const std::vector<float>& initial, std::unique_ptr<MessageCodec> codec)
-      : Algorithm(std::move(codec)),
-        gamma_(gamma),
-        auto_(autoStep),
-        xhat_(dim, 0.0f),
-        diff_(dim),
-        q_(dim) {
+      : Algorithm(std::move(codec)), gamma_(gamma), auto_(autoStep), xhat_(dim, 0.0f), diff_(dim) {
     if (!initial.empty()) xhat_ = initial;
     for (int j : neighbours) replicas_.emplace(j, xhat_);
     report_.step = report_.proposed = autoStep ? AutoStep::kMinStep : gamma;
@@ -171,20 +167,15 @@ class Choco final : public Algorithm {
 
   Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                               std::span<std::uint8_t> out) override {
-    for (std::size_t k = 0; k < x.size(); ++k) diff_[k] = x[k] - xhat_[k];
-    auto n = codec_->encode(diff_, round, out, q_);
+    // v = x_half - xhat_i; xhat_i += C(v), decoded straight into the public copy as the
+    // neighbours decode it into their replicas. Then |v|^2, the residual |x_half - xhat_i|^2 =
+    // |v - C(v)|^2 (up to rounding) and |xhat_i|^2 for the compressor's measured quality and the
+    // lag of the public copy (dense_passes.h: deterministic sums). Three sweeps over the model.
+    const double v2 = passes::subtract(x, xhat_, diff_);
+    auto n = codec_->encodeAccumulate(diff_, round, out, xhat_);
     if (!n.isOk()) return n;
-    // |v|^2 and |C(v) - v|^2 of this round's v = x_half - xhat_i, for the compressor's measured
-    // quality and the lag of the public copy (double sums in index order: deterministic).
-    double v2 = 0, err2 = 0, xhat2 = 0;
-    for (std::size_t k = 0; k < x.size(); ++k) {
-      const double v = diff_[k];
-      const double e = static_cast<double>(q_[k]) - v;
-      v2 += v * v;
-      err2 += e * e;
-      xhat_[k] += q_[k];
-      xhat2 += static_cast<double>(xhat_[k]) * xhat_[k];
-    }
+    const passes::DistanceAndNorm r = passes::distanceAndNorm(x, xhat_);
+    const double err2 = r.distance2, xhat2 = r.norm2;
     xhatNorm2_ = xhat2;
     report_.publicLag = xhat2 > 0 ? v2 / xhat2 : v2;
     // A fixed step keeps the controller too, for the compressor quality it reports.
@@ -204,12 +195,7 @@ class Choco final : public Algorithm {
     // x <- x_half + sum_j g_ij w_ij (xhat_j - xhat_i). The consensus term is summed in double
     // and added once, so x is rounded once per round (the mean of the models drifts only by that
     // rounding).
-    struct Term {
-      const float* replica;
-      double gw;  // g_ij * w_ij
-      double w;
-    };
-    std::vector<Term> terms;
+    std::vector<passes::MixTerm> terms;
     double sumW = 0, sumStep = 0;
     // Fixed order (by neighbour rank), whatever order the messages arrived in.
     std::vector<std::size_t> byRank(arrived.neighbours.size());
@@ -236,30 +222,9 @@ class Choco final : public Algorithm {
     report_.step = terms.empty() ? report_.proposed : sumStep / static_cast<double>(terms.size());
     report_.localConsensus = 0.0;
     if (terms.empty()) return;
-    // Tiles of the model, each replica streamed through in turn (one sequential read per replica,
-    // the partial sums in L1): with many neighbours this beats reading every replica at every
-    // element. Per element the terms are still summed in the same order, so results are
-    // bit-identical.
-    constexpr std::size_t kTile = 1024;
-    double t[kTile];
-    double spread = 0;  // sum_j w_ij |xhat_j - xhat_i|^2
-    const float* xh = xhat_.data();
-    for (std::size_t k0 = 0; k0 < x.size(); k0 += kTile) {
-      const std::size_t m = std::min(kTile, x.size() - k0);
-      std::fill(t, t + m, 0.0);
-      for (const auto& term : terms) {
-        const float* rr = term.replica + k0;
-        const float* xk = xh + k0;
-        double s = 0;
-        for (std::size_t k = 0; k < m; ++k) {
-          const double d = static_cast<double>(rr[k]) - xk[k];
-          t[k] += term.gw * d;
-          s += d * d;
-        }
-        spread += term.w * s;
-      }
-      for (std::size_t k = 0; k < m; ++k) x[k0 + k] = static_cast<float>(x[k0 + k] + t[k]);
-    }
+    // One sweep: tiles of the model, each replica streamed through in turn (dense_passes.h), with
+    // spread = sum_j w_ij |xhat_j - xhat_i|^2 alongside.
+    const double spread = passes::mixDifferences(x, xhat_, terms);
     report_.localConsensus = xhatNorm2_ > 0 ? spread / xhatNorm2_ : spread;
   }
   std::uint64_t publicCopyHash() const override { return hashFloats(xhat_); }
@@ -328,9 +293,8 @@ class Choco final : public Algorithm {
   float proposal_ = static_cast<float>(AutoStep::kMinStep);
   double xhatNorm2_ = 0.0;
   StepReport report_;
-  std::vector<float> xhat_;  // this peer's public copy
-  std::vector<float> diff_;
-  std::vector<float> q_;
+  std::vector<float> xhat_;                     // this peer's public copy
+  std::vector<float> diff_;                     // v = x_half - xhat_i of this round
   std::map<int, std::vector<float>> replicas_;  // neighbours' public copies
 };
 
@@ -582,7 +546,6 @@ class Gt final : public Algorithm {
         dPrev_(dim, 0.0f),
         xt_(dim, 0.0f),
         diff_(dim),
-        q_(dim),
         public_(2 * dim, 0.0f) {
     if (!initial.empty()) std::copy(initial.begin(), initial.end(), public_.begin());
     for (int j : neighbours) replicas_.emplace(j, public_);
@@ -615,12 +578,11 @@ class Gt final : public Algorithm {
       GV_ASSIGN_OR_RETURN(n1, codec_->encode(xt, round, out.subspan(4), xhat));
       GV_ASSIGN_OR_RETURN(n2, codec_->encode(y_, round, out.subspan(4 + n1), yhat));
     } else {
-      for (std::size_t k = 0; k < dim_; ++k) diff_[k] = xt[k] - xhat[k];
-      GV_ASSIGN_OR_RETURN(n1, codec_->encode(diff_, round, out.subspan(4), q_));
-      for (std::size_t k = 0; k < dim_; ++k) xhat[k] += q_[k];
-      for (std::size_t k = 0; k < dim_; ++k) diff_[k] = y_[k] - yhat[k];
-      GV_ASSIGN_OR_RETURN(n2, codec_->encode(diff_, round, out.subspan(4 + n1), q_));
-      for (std::size_t k = 0; k < dim_; ++k) yhat[k] += q_[k];
+      // Each copy takes C(diff) decoded straight into it, as the neighbours' replicas do.
+      passes::subtract(xt, xhat, diff_);
+      GV_ASSIGN_OR_RETURN(n1, codec_->encodeAccumulate(diff_, round, out.subspan(4), xhat));
+      passes::subtract(y_, yhat, diff_);
+      GV_ASSIGN_OR_RETURN(n2, codec_->encodeAccumulate(diff_, round, out.subspan(4 + n1), yhat));
     }
     storeLe32(out.data(), static_cast<std::uint32_t>(n1));
     return 4 + n1 + n2;
@@ -735,7 +697,7 @@ class Gt final : public Algorithm {
   std::vector<float> dPrev_;  // d_{t-1}
   std::vector<float> xt_;     // x_t of this round (direction())
   bool haveXt_ = false;
-  std::vector<float> diff_, q_;
+  std::vector<float> diff_;
   std::vector<float> public_;                   // [xhat_i | yhat_i]
   std::map<int, std::vector<float>> replicas_;  // [xhat_j | yhat_j] per neighbour
 };

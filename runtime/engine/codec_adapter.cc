@@ -29,8 +29,8 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::size_t maxMessageBytes() const override { return maxBytes_; }
   std::size_t denseBytes() const override { return denseBytes_; }
 
-  Result<std::size_t> encode(std::span<const float> v, std::uint64_t round,
-                             std::span<std::uint8_t> out, std::span<float> decodedSelf) override {
+  Result<std::size_t> encodeAccumulate(std::span<const float> v, std::uint64_t round,
+                                       std::span<std::uint8_t> out, std::span<float> acc) override {
     compress::EncodeContext ctx;
     ctx.round = round;
     ctx.seed = seed_;
@@ -45,9 +45,8 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     });
     if (!r.isOk()) return r.status();
     sequence_ = r->next_sequence;
-    // Our own C(v), decoded exactly as every receiver decodes it.
-    std::fill(decodedSelf.begin(), decodedSelf.end(), 0.0f);
-    GV_RETURN_IF_ERROR(applyFrames(out.first(pos), 1.0f, decodedSelf));
+    // Our own C(v), added exactly as every receiver adds it.
+    GV_RETURN_IF_ERROR(applyFrames(out.first(pos), 1.0f, acc));
     return pos;
   }
 

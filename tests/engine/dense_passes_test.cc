@@ -1,0 +1,150 @@
+// The gossip algorithms' dense passes (runtime/algorithms/dense_passes.h): the path in use (AVX2
+// where the CPU has it) against the portable one bit for bit, both against the plain definitions,
+// and CHOCO's public copy, now decoded straight into, against a neighbour's replica of it for
+// every compression method.
+#include "runtime/algorithms/dense_passes.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/engine/setup.h"
+#include "tests/test_util/config.h"
+
+using namespace grapevine;
+namespace passes = algorithms::passes;
+
+namespace {
+
+std::vector<float> randomVector(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+bool sameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+TEST_CASE(
+    "dense passes: the path in use equals the portable one bit for bit, and the definitions") {
+  INFO("vectorized: " << passes::vectorized());
+  // Sizes around the 8-lane and 1024-element tile boundaries.
+  for (std::size_t n : {0, 1, 7, 8, 9, 1023, 1024, 1025, 4096 + 13, 20000}) {
+    INFO("n = " << n);
+    const auto x = randomVector(n, 1), y = randomVector(n, 2, 0.5f);
+
+    std::vector<float> d1(n), d2(n);
+    const double s1 = passes::subtract(x, y, d1);
+    const double s2 = passes::portable::subtract(x, y, d2);
+    CHECK(sameBits(d1, d2));
+    CHECK(sameBits(s1, s2));
+    double naive = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      REQUIRE(d1[k] == x[k] - y[k]);
+      naive += static_cast<double>(d1[k]) * d1[k];
+    }
+    CHECK(s1 == Approx(naive).epsilon(1e-12).margin(1e-300));
+
+    const auto r1 = passes::distanceAndNorm(x, y);
+    const auto r2 = passes::portable::distanceAndNorm(x, y);
+    CHECK(sameBits(r1.distance2, r2.distance2));
+    CHECK(sameBits(r1.norm2, r2.norm2));
+    double nd = 0, nn = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const double e = static_cast<double>(x[k]) - y[k];
+      nd += e * e;
+      nn += static_cast<double>(y[k]) * y[k];
+    }
+    CHECK(r1.distance2 == Approx(nd).epsilon(1e-12).margin(1e-300));
+    CHECK(r1.norm2 == Approx(nn).epsilon(1e-12).margin(1e-300));
+
+    for (std::size_t terms = 0; terms <= 3; ++terms) {
+      INFO("terms = " << terms);
+      std::vector<std::vector<float>> replicas;
+      std::vector<passes::MixTerm> t;
+      for (std::size_t i = 0; i < terms; ++i) {
+        replicas.push_back(randomVector(n, 10 + static_cast<std::uint32_t>(i), 0.7f));
+        t.push_back({replicas.back().data(), 0.1 * static_cast<double>(i + 1), 1.0 / 3.0});
+      }
+      auto m1 = x, m2 = x;
+      const double p1 = passes::mixDifferences(m1, y, t);
+      const double p2 = passes::portable::mixDifferences(m2, y, t);
+      CHECK(sameBits(m1, m2));
+      CHECK(sameBits(p1, p2));
+      // x + sum_t c_t (r_t - y), summed in double in term order and rounded once.
+      double spread = 0;
+      bool exact = true;
+      for (std::size_t k = 0; k < n; ++k) {
+        double s = 0;
+        for (std::size_t i = 0; i < terms; ++i) {
+          const double e = static_cast<double>(replicas[i][k]) - y[k];
+          s += t[i].coefficient * e;
+          spread += t[i].weight * e * e;
+        }
+        const float want = terms == 0 ? x[k] : static_cast<float>(x[k] + s);
+        exact = exact && m1[k] == want;
+      }
+      CHECK(exact);
+      CHECK(p1 == Approx(spread).epsilon(1e-12).margin(1e-300));
+    }
+  }
+}
+
+TEST_CASE("CHOCO's public copy, decoded straight into, equals the neighbour's replica of it") {
+  // Two peers; peer 0's messages go to peer 1, whose replica of peer 0 must stay bit-identical to
+  // peer 0's public copy (the drift check compares their hashes), for every compression method.
+  // The layout has a matrix (low-rank's path), a vector and a small tensor (dense_below).
+  std::vector<train::TensorInfo> layout = {
+      {"w", {96, 64}, 0, 96 * 64}, {"b", {300}, 96 * 64, 300}, {"s", {5}, 96 * 64 + 300, 5}};
+  const std::size_t dim = 96 * 64 + 300 + 5;
+  for (const std::string method :
+       {"none", "fp16", "bf16", "top-k", "rand-k", "qsgd", "int8", "int4", "sign", "low-rank"}) {
+    INFO("compression.method: " << method);
+    const auto c = test_util::loadYaml(
+        "peers: { count: 2 }\ntopology: { kind: ring }\n"
+        "algorithm: { name: choco, consensus_step: 0.3 }\n"
+        "compression: { method: " +
+            method +
+            ", ratio: 0.1, rank: 2, dense_below: 16 }\n"
+            "workload: { name: consensus, dim: " +
+            std::to_string(dim) + " }\n",
+        "dense_passes_" + method + ".yaml");
+    auto plan = test_util::makePlan(c);
+    const auto x0 = randomVector(dim, 5);
+    auto a = engine::makePeerAlgorithm(*plan, 0, layout, x0);
+    auto b = engine::makePeerAlgorithm(*plan, 1, layout, x0);
+    REQUIRE(a.isOk());
+    REQUIRE(b.isOk());
+    std::vector<std::uint8_t> out((*a)->maxMessageBytes());
+    auto x = x0;
+    for (std::uint64_t round = 0; round < 5; ++round) {
+      const auto step = randomVector(dim, 100 + static_cast<std::uint32_t>(round), 0.05f);
+      for (std::size_t k = 0; k < dim; ++k) x[k] += step[k];
+      const auto before = (*a)->publicCopy();
+      const std::vector<float> old(before.begin(), before.end());
+      auto n = (*a)->prepare(x, round, out);
+      REQUIRE(n.isOk());
+      REQUIRE((*b)->receive(0, 0.5, std::span(out).first(*n), round).isOk());
+      INFO("round " << round);
+      CHECK((*a)->publicCopyHash() == (*b)->replicaHash(0));
+      // The copy moved towards x (a contractive compressor leaves a smaller residual).
+      double was = 0, now = 0;
+      const auto copy = (*a)->publicCopy();
+      for (std::size_t k = 0; k < dim; ++k) {
+        was += std::pow(static_cast<double>(x[k]) - old[k], 2);
+        now += std::pow(static_cast<double>(x[k]) - copy[k], 2);
+      }
+      CHECK(now < was);
+    }
+  }
+}
