@@ -408,6 +408,22 @@ def test_config_run(tmp):
     check(final.get("time_to_target") == hit[0]["wall_s"] if hit else False, "config run: time_to_target recorded")
 
 
+def test_orchestrator_grid():
+    """time-to-accuracy's system variants: DDP's (batch, lr) grid, DiLoCo's H, CHOCO's step."""
+    from importlib.machinery import SourceFileLoader
+    tta = SourceFileLoader("tta", os.path.join(SOURCE, "tools", "bench", "time-to-accuracy")).load_module()
+    v = tta.expand_systems(["choco-sign", "ddp", "ddp-powersgd", "diloco"], [25], [], [32, 128], [0.05])
+    check(v == [("choco-sign", "choco-sign", None), ("ddp-b32", "ddp", (32, 0.05)), ("ddp-b128", "ddp", (128, 0.05)),
+                ("ddp-powersgd-b32", "ddp-powersgd", (32, 0.05)),
+                ("ddp-powersgd-b128", "ddp-powersgd", (128, 0.05)), ("diloco", "diloco", 25)],
+          "orchestrator: one ddp / ddp-powersgd system per batch of --ddp-batch, the others as before")
+    v = tta.expand_systems(["ddp"], [25], [], [64], [0.05, 0.2])
+    check(v == [("ddp-lr0.05", "ddp", (64, 0.05)), ("ddp-lr0.2", "ddp", (64, 0.2))],
+          "orchestrator: one ddp system per lr of --ddp-lr; a single batch keeps the name")
+    check(tta.expand_systems(["ddp"], [25]) == [("ddp", "ddp", (32, 0.05))],
+          "orchestrator: ddp defaults to batch 32 per rank and lr 0.05, as the Grapevine systems")
+
+
 def main():
     grapevine = None
     if len(sys.argv) == 3 and sys.argv[1] == "--grapevine":
@@ -417,6 +433,7 @@ def main():
         return 77
     data = ddp.load_fashion_mnist(ddp.DEFAULT_DATA_DIR)
     test_schedule()
+    test_orchestrator_grid()
     test_data_and_partition(data[0], data[1])
     test_model()
     test_optimizer()
