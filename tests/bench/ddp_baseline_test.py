@@ -413,7 +413,7 @@ def test_orchestrator_grid():
     from importlib.machinery import SourceFileLoader
     tta = SourceFileLoader("tta", os.path.join(SOURCE, "tools", "bench", "time-to-accuracy")).load_module()
     v = tta.expand_systems(["choco-sign", "ddp", "ddp-powersgd", "diloco"], [25], [], [32, 128], [0.05])
-    check(v == [("choco-sign", "choco-sign", None), ("ddp-b32", "ddp", (32, 0.05)), ("ddp-b128", "ddp", (128, 0.05)),
+    check(v == [("choco-sign", "choco-sign", (None, 32)), ("ddp-b32", "ddp", (32, 0.05)), ("ddp-b128", "ddp", (128, 0.05)),
                 ("ddp-powersgd-b32", "ddp-powersgd", (32, 0.05)),
                 ("ddp-powersgd-b128", "ddp-powersgd", (128, 0.05)), ("diloco", "diloco", 25)],
           "orchestrator: one ddp / ddp-powersgd system per batch of --ddp-batch, the others as before")
@@ -422,6 +422,13 @@ def test_orchestrator_grid():
           "orchestrator: one ddp system per lr of --ddp-lr; a single batch keeps the name")
     check(tta.expand_systems(["ddp"], [25]) == [("ddp", "ddp", (32, 0.05))],
           "orchestrator: ddp defaults to batch 32 per rank and lr 0.05, as the Grapevine systems")
+    v = tta.expand_systems(["choco-sign", "dpsgd"], [25], [0.1, 0.4], batches=[32, 64])
+    check(v == [("choco-sign-g0.1-b32", "choco-sign", (0.1, 32)), ("choco-sign-g0.1-b64", "choco-sign", (0.1, 64)),
+                ("choco-sign-g0.4-b32", "choco-sign", (0.4, 32)), ("choco-sign-g0.4-b64", "choco-sign", (0.4, 64)),
+                ("dpsgd-b32", "dpsgd", (None, 32)), ("dpsgd-b64", "dpsgd", (None, 64))],
+          "orchestrator: a Grapevine system per (consensus step, batch); D-PSGD has no step")
+    check(tta.expand_systems(["choco-top1"], [25], [0.2]) == [("choco-top1", "choco-top1", (0.2, 32))],
+          "orchestrator: a single --gamma value keeps the system's name")
 
 
 def main():
