@@ -111,7 +111,7 @@ int runBenchRound(const RoundFlags& f) {
     }
     double prep = 0;
     for (Member& m : members) {
-      m.algorithm->setRecipients({});
+      m.algorithm->setRecipients((*plan)->schedule->plan(m.rank, t).sendTo);
       const auto a = Clock::now();
       auto n = m.algorithm->prepare(m.x, round, m.out);
       const auto b = Clock::now();
