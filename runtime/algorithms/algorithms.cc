@@ -170,7 +170,8 @@ class Choco final : public Algorithm {
     // v = x_half - xhat_i; xhat_i += C(v), decoded straight into the public copy as the
     // neighbours decode it into their replicas. Then |v|^2, the residual |x_half - xhat_i|^2 =
     // |v - C(v)|^2 (up to rounding) and |xhat_i|^2 for the compressor's measured quality and the
-    // lag of the public copy (dense_passes.h: deterministic sums). Three sweeps over the model.
+    // lag of the public copy (dense_passes.h: deterministic sums). Four sweeps over the model:
+    // the difference, the encoder's read of it, the decode, the norms.
     const double v2 = passes::subtract(x, xhat_, diff_);
     auto n = codec_->encodeAccumulate(diff_, round, out, xhat_);
     if (!n.isOk()) return n;
@@ -603,20 +604,15 @@ class Gt final : public Algorithm {
   void mix(std::span<float> x, const MixWeights& arrived) override {
     std::vector<std::pair<int, double>> byRank = arrived.neighbours;
     std::sort(byRank.begin(), byRank.end());
-    std::vector<std::pair<const float*, double>> terms;
-    for (const auto& [j, w] : byRank) {
-      const auto it = replicas_.find(j);
-      if (it != replicas_.end()) terms.emplace_back(it->second.data(), gamma_ * w);
-    }
     // target[k] <- target[k] + sum_j gamma w_ij (r_j[off + k] - public_i[off + k]), in double in
-    // rank order, rounded once.
+    // rank order, rounded once (passes::mixDifferences; gt reports no spread: weight 0).
     auto consensus = [&](std::span<float> target, std::size_t off) {
-      const float* self = public_.data() + off;
-      for (std::size_t k = 0; k < dim_; ++k) {
-        double t = 0.0;
-        for (const auto& [r, gw] : terms) t += gw * (static_cast<double>(r[off + k]) - self[k]);
-        target[k] = static_cast<float>(target[k] + t);
+      std::vector<passes::MixTerm> terms;
+      for (const auto& [j, w] : byRank) {
+        const auto it = replicas_.find(j);
+        if (it != replicas_.end()) terms.push_back({it->second.data() + off, gamma_ * w, 0.0});
       }
+      passes::mixDifferences(target, std::span<const float>(public_).subspan(off, dim_), terms);
     };
     consensus(x, 0);
     consensus(y_, dim_);
