@@ -1,11 +1,27 @@
 # Target-scoped defaults shared by every Grapevine target: language level, warnings, sanitizers.
 # No global flags: each target opts in through grapevine_target_defaults().
 
+# GRAPEVINE_DEBUG_INFO (top CMakeLists): the last -g option on a command line is the one that counts,
+# and target options come after the build type's flags.
+function(grapevine_debug_info target)
+  set(level "")
+  if(GRAPEVINE_DEBUG_INFO STREQUAL "lines")
+    set(level -g1)
+  elseif(GRAPEVINE_DEBUG_INFO STREQUAL "none")
+    set(level -g0)
+  endif()
+  if(level)
+    target_compile_options(${target} PRIVATE
+      $<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<CONFIG:RelWithDebInfo,Debug>>:${level}>)
+  endif()
+endfunction()
+
 function(grapevine_target_defaults target)
   target_compile_features(${target} PUBLIC cxx_std_20)
   set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF POSITION_INDEPENDENT_CODE ON)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+  grapevine_debug_info(${target})
   if(GRAPEVINE_SANITIZE)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${GRAPEVINE_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
