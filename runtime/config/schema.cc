@@ -610,8 +610,10 @@ std::vector<KeyDef> buildSchema() {
   t.push_back(boolKey(
       "run.final_average", [](Config & c) -> auto& { return c.run.finalAverage; },
       "After the last round, average the peers' models exactly (a sum up a spanning tree of the "
-      "graph to rank 0 and the average back down) so every peer ends with the same, deployable "
-      "model; its time is the final record's average_seconds (docs/algorithms.md)"));
+      "graph to rank 0 and the average back down; around the ring, reduce-scatter then "
+      "all-gather, when the graph has the ring 0-1-...-n-1 and the model is over 1 MiB of f64) "
+      "so every peer ends with the same, deployable model; its time is the final record's "
+      "average_seconds (docs/api.md)"));
 
   // peers
   t.push_back(required(intKey(

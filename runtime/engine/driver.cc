@@ -1126,9 +1126,21 @@ Status PeerSession::Impl::finish(bool average) {
                 plan_.config.run.rounds, " rounds (every peer averages after all run.rounds)");
     } else if (average && !stopRequested()) {
       const auto averageStart = Clock::now();
-      const Status st = runCollectives(averagingCollectives(plan_, core_->model().size()));
+      const std::size_t values = core_->model().size();
+      // Around the ring only when no peer has lost a ring neighbour (every peer learns it from
+      // the minimum of the flags); otherwise over the tree, which averages whoever is left.
+      bool ring = ringAveraging(plan_, values);
+      Status st = Status::ok();
+      if (ring) {
+        const CollectiveTree t = collectiveTree(plan_, options_.rank, values);
+        const double intact = core_->isDead(t.ringPrev) || core_->isDead(t.ringNext) ? 0.0 : 1.0;
+        st = runCollectives(ringAgreementCollectives(plan_), std::span<const double>(&intact, 1));
+        ring = st.isOk() && core_->collectiveState().at(0) >= 1.0;
+      }
+      if (st.isOk()) st = runCollectives(averagingCollectives(plan_, values, ring));
       if (!st.isOk()) log::warn("finalize averaging: ", st.toString());
-      if (st.isOk()) lingerForChildren();
+      // The ring's last step (kRingAck) already waited for the next peer to hold everything.
+      if (st.isOk() && !ring) lingerForChildren();
       averaged_ = st.isOk() && core_->treeAveraged();
       if (st.isOk() && !core_->treeAveraged()) {
         log::warn("finalize averaging: a tree neighbour was lost; this peer keeps its own model");
@@ -1252,7 +1264,23 @@ int treeChunks(std::size_t modelValues) {
 }
 
 bool usesTree(const std::vector<CollectiveKind>& kinds) {
-  return std::any_of(kinds.begin(), kinds.end(), isTreeKind);
+  return std::any_of(kinds.begin(), kinds.end(),
+                     [](CollectiveKind k) { return isTreeKind(k) || isRingKind(k); });
+}
+
+bool ringAveraging(const RunPlan& plan, std::size_t modelValues) {
+  const topology::Graph g = unionGraph(*plan.schedule);
+  if (g.n < 3 || treeChunks(modelValues) < 2) return false;
+  for (int r = 0; r < g.n; ++r) {
+    const auto& adj = g.adj[static_cast<std::size_t>(r)];
+    if (std::find(adj.begin(), adj.end(), (r + 1) % g.n) == adj.end()) return false;
+  }
+  return true;
+}
+
+std::vector<CollectiveKind> ringAgreementCollectives(const RunPlan& plan) {
+  return std::vector<CollectiveKind>(static_cast<std::size_t>(plan.schedule->peers() - 1),
+                                     CollectiveKind::kMinimum);
 }
 
 CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues) {
@@ -1279,12 +1307,25 @@ CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelVa
   t.parent = parent[rank];
   t.depth = depth[rank];
   t.chunks = treeChunks(modelValues);
+  if (ringAveraging(plan, modelValues)) {
+    t.ringSize = g.n;
+    t.ringPrev = (rank + g.n - 1) % g.n;
+    t.ringNext = (rank + 1) % g.n;
+  }
   return t;
 }
 
-std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_t modelValues) {
+std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_t modelValues,
+                                                 bool ring) {
   const topology::Graph g = unionGraph(*plan.schedule);
   if (g.n <= 1) return {};
+  if (ring && ringAveraging(plan, modelValues)) {
+    const auto steps = static_cast<std::size_t>(g.n - 1);
+    std::vector<CollectiveKind> kinds(steps, CollectiveKind::kRingSum);
+    kinds.insert(kinds.end(), steps, CollectiveKind::kRingGather);
+    kinds.push_back(CollectiveKind::kRingAck);
+    return kinds;
+  }
   // A connected graph whose tree is shallow enough for the collectives' window: an exact reduce
   // to rank 0 and a broadcast back, each peer sending its model once or to each child once.
   // (A leaf runs through the sum steps without waiting: the whole sequence stays within the

@@ -99,7 +99,19 @@ class PeerSession {
 // enough kAverage rounds to bring the spread of the models below 1e-7 of its start (from the
 // second-largest eigenvalue modulus of its Metropolis matrix), then n - 1 kAdoptLowest rounds so
 // every connected live peer holds the same values.
-std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_t modelValues);
+// With `ring` (and ringAveraging()): the ring kinds instead, (n - 1) kRingSum, (n - 1) kRingGather
+// and a kRingAck.
+std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_t modelValues,
+                                                 bool ring = false);
+// Whether finalize averaging can go around the ring 0 -> 1 -> ... -> n-1 -> 0: n >= 3, the union
+// graph has every edge (r, r + 1 mod n), and the model is over one tree chunk (treeChunks() >= 2).
+// Then each peer sends 2 (n - 1) / n of the model in 2 n - 1 steps, where the tree has its root
+// take the whole model from each child and send it back to each; for a smaller model the tree's
+// fewer steps win. The peers run it only when none has lost a ring neighbour: each runs
+// ringAgreementCollectives() (n - 1 kMinimum rounds, enough for any connected part) over the
+// flag "both my ring neighbours are alive" first, and the tree when the minimum is 0.
+bool ringAveraging(const RunPlan& plan, std::size_t modelValues);
+std::vector<CollectiveKind> ringAgreementCollectives(const RunPlan& plan);
 // `rank`'s place in the breadth-first spanning tree of the union graph from rank 0 (neighbours
 // taken in increasing rank): the same tree at every peer, with treeChunks(modelValues) chunks.
 // height -1 when the graph is disconnected.
@@ -109,7 +121,8 @@ CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelVa
 inline constexpr std::size_t kTreeChunkBytes = std::size_t{1} << 20;
 inline constexpr int kMaxTreeChunks = 16;
 int treeChunks(std::size_t modelValues);
-// Whether a sequence of collectives has tree steps (then every peer needs its collectiveTree set).
+// Whether a sequence of collectives has tree or ring steps (then every peer needs its
+// collectiveTree set).
 bool usesTree(const std::vector<CollectiveKind>& kinds);
 // The start-up sync: diameter-many kAdoptLowest rounds (every peer gets the lowest rank's model).
 std::vector<CollectiveKind> adoptLowestCollectives(const RunPlan& plan);

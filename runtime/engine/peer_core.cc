@@ -654,6 +654,9 @@ std::vector<int> PeerCore::endRound() {
 void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> initial) {
   const bool first = !collectiveActive_;
   const bool tree = isTreeKind(kind);
+  const bool ring = isRingKind(kind);
+  // The kinds whose messages carry one chunk of the state (a ring's ack carries one value).
+  const bool chunked = tree || (ring && kind != CollectiveKind::kRingAck);
   if (first) {
     treeUsed_ = treeReceived_ = false;
     treeCount_ = 1;
@@ -664,9 +667,11 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
       assert(initial.size() <= kMaxSmallCollective);
       state_.assign(initial.begin(), initial.end());
     }
-    treeChunks_ = static_cast<int>(
-        std::clamp<std::size_t>(static_cast<std::size_t>(std::max(1, tree_.chunks)), 1,
-                                std::max<std::size_t>(1, state_.size())));
+    const int wanted = ring ? tree_.ringSize : tree_.chunks;
+    treeChunks_ = static_cast<int>(std::clamp<std::size_t>(
+        static_cast<std::size_t>(std::max(1, wanted)), 1, std::max<std::size_t>(1, state_.size())));
+    // engine::averagingCollectives() runs the ring kinds on models of more values than peers.
+    assert(!ring || treeChunks_ == tree_.ringSize);
     chunkCount_.assign(static_cast<std::size_t>(treeChunks_), 1);
     chunkHave_.assign(static_cast<std::size_t>(treeChunks_), 0);
     origin_ = options_.rank;
@@ -707,6 +712,27 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
         recvChunk_ = s - d;
       }
     }
+  } else if (ring) {
+    treeUsed_ = true;
+    sendTo_.clear();
+    expected_.clear();
+    sendChunk_ = recvChunk_ = -1;
+    const auto live = [this](int j) {
+      return j >= 0 && edges_.count(j) > 0 && dead_.count(j) == 0;
+    };
+    const int prev = tree_.ringPrev, next = tree_.ringNext;
+    if (kind == CollectiveKind::kRingAck) {
+      if (live(prev)) sendTo_.push_back(prev);
+      if (live(next)) expected_.push_back(next);
+    } else {
+      // See CollectiveKind::kRingSum: step s of the reduce-scatter sends chunk p - s + 1 and takes
+      // chunk p - s; step s of the all-gather sends chunk p - s + 2 and takes chunk p - s + 1.
+      const int sum = kind == CollectiveKind::kRingSum ? 1 : 0;
+      sendChunk_ = ringChunk(options_.rank - treeStep_ + 2 - sum);
+      recvChunk_ = ringChunk(options_.rank - treeStep_ + 1 - sum);
+      if (live(next)) sendTo_.push_back(next);
+      if (live(prev)) expected_.push_back(prev);
+    }
   } else {
     sendTo_ = liveOf(neighbours_);
     expected_ = sendTo_;
@@ -722,11 +748,20 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
   }
   // What goes out: the whole state, or (tree kinds) one chunk of it.
   std::size_t lo = 0, hi = state_.size();
-  if (tree && sendChunk_ >= 0) std::tie(lo, hi) = chunkRange(sendChunk_);
+  if (chunked && sendChunk_ >= 0) std::tie(lo, hi) = chunkRange(sendChunk_);
+  if (kind == CollectiveKind::kRingAck) hi = std::min<std::size_t>(hi, 1);
   const std::size_t elem = collectiveElementBytes(kind);
   const std::size_t payload = kCollectiveHeaderBytes + (hi - lo) * elem;
-  const std::uint32_t header =
-      tree ? (sendChunk_ >= 0 ? chunkCount_[sendChunk_] : 0) : static_cast<std::uint32_t>(origin_);
+  // Tree and ring kinds: the peers summed into the chunk (a ring gather: 0 for a chunk this peer
+  // does not hold, after a loss).
+  std::uint32_t header = static_cast<std::uint32_t>(origin_);
+  if (chunked) {
+    const bool held = kind != CollectiveKind::kRingGather ||
+                      (sendChunk_ >= 0 && chunkHave_[static_cast<std::size_t>(sendChunk_)]);
+    header = sendChunk_ >= 0 && held ? chunkCount_[static_cast<std::size_t>(sendChunk_)] : 0;
+  } else if (ring) {
+    header = 0;
+  }
   for (int j : sendTo_) {
     Edge& e = edges_[j];
     Envelope env;
@@ -785,13 +820,39 @@ void PeerCore::endCollective() {
     const std::uint8_t* p = buf.data() + kEnvelopeBytes;
     const int origin = static_cast<int>(loadLe<std::uint32_t>(p));
     const std::uint8_t* values = p + kCollectiveHeaderBytes;
-    const bool tree = isTreeKind(collectiveKind_);
+    const bool ack = collectiveKind_ == CollectiveKind::kRingAck;
+    const bool chunked = isTreeKind(collectiveKind_) || (isRingKind(collectiveKind_) && !ack);
     std::size_t lo = 0, hi = n;
-    if (tree && recvChunk_ >= 0) std::tie(lo, hi) = chunkRange(recvChunk_);
+    if (chunked && recvChunk_ >= 0) std::tie(lo, hi) = chunkRange(recvChunk_);
+    if (ack) hi = std::min<std::size_t>(hi, 1);
     const std::size_t elem = collectiveElementBytes(collectiveKind_);
     if (env.isOk() && (env->messageBytes != kCollectiveHeaderBytes + (hi - lo) * elem ||
-                       (tree && recvChunk_ < 0))) {
+                       (chunked && recvChunk_ < 0))) {
       drop("bad_collective");  // another collective's size: a peer out of step
+    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kRingSum) {
+      for (std::size_t k = lo; k < hi; ++k) {
+        double v;
+        std::memcpy(&v, values + (k - lo) * sizeof(double), sizeof v);
+        state_[k] += v;
+      }
+      chunkCount_[static_cast<std::size_t>(recvChunk_)] += static_cast<std::uint32_t>(origin);
+    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kRingGather) {
+      const auto count = static_cast<std::uint32_t>(origin);
+      if (count > 0) {  // 0: the sender lacks this chunk too (a loss upstream)
+        for (std::size_t k = lo; k < hi; ++k) {
+          if (elem == sizeof(double)) {
+            std::memcpy(&state_[k], values + (k - lo) * sizeof(double), sizeof(double));
+          } else {
+            float v;
+            std::memcpy(&v, values + (k - lo) * sizeof(float), sizeof v);
+            state_[k] = v;
+          }
+        }
+        chunkCount_[static_cast<std::size_t>(recvChunk_)] = count;
+        chunkHave_[static_cast<std::size_t>(recvChunk_)] = 1;
+      }
+    } else if (env.isOk() && ack) {
+      // Nothing to combine: the next peer holds all this peer sent it.
     } else if (env.isOk() && collectiveKind_ == CollectiveKind::kTreeSum) {
       const auto count = static_cast<std::uint32_t>(origin);  // the header holds the peer count
       for (std::size_t k = lo; k < hi; ++k) {
@@ -835,6 +896,18 @@ void PeerCore::endCollective() {
     e.spare.push_back(std::move(buf));
   }
   if (collectiveKind_ == CollectiveKind::kAverage) state_ = std::move(next);
+  if (collectiveKind_ == CollectiveKind::kRingSum && treeStep_ == treeChunks_ - 1) {
+    // The reduce-scatter's last step completed chunk p + 1 here: sum -> average.
+    const int c = ringChunk(options_.rank + 1);
+    const auto [lo, hi] = chunkRange(c);
+    const double count = chunkCount_[static_cast<std::size_t>(c)];
+    for (std::size_t k = lo; k < hi; ++k) state_[k] /= count;
+    chunkHave_[static_cast<std::size_t>(c)] = 1;
+  }
+  if (collectiveKind_ == CollectiveKind::kRingGather && !treeReceived_ &&
+      std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; })) {
+    holdAverage();
+  }
   if (collectiveKind_ == CollectiveKind::kTreeSum && tree_.parent < 0 &&
       treeStep_ == tree_.height + treeChunks_ - 1) {
     // The root: sum -> average, each chunk over the peers whose values it holds.

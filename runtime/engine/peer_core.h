@@ -110,10 +110,25 @@ enum class CollectiveKind {
   // tree neighbour keeps its own model.
   kTreeSum,
   kTreeBroadcast,
+  // Exact averaging around the ring 0 -> 1 -> ... -> n-1 -> 0 (CollectiveTree::ringSize n), the
+  // state in n chunks: n - 1 kRingSum steps (reduce-scatter: in step s a peer sends its partial sum
+  // of chunk p - s + 1 to the next peer and adds the previous peer's of chunk p - s, with the peer
+  // counts; after the last it divides chunk p + 1, complete at it), n - 1 kRingGather steps
+  // (all-gather: it passes the finished chunk p - s + 2 on and adopts chunk p - s + 1) and one
+  // kRingAck (a one-value message to the previous peer, so that a peer closes only once the next
+  // one holds all it sent). Each peer sends 2 (n - 1) / n of the model: no peer carries more.
+  // Chunk counts as in the tree kinds; a peer lacking a chunk at the end keeps its own model.
+  kRingSum,
+  kRingGather,
+  kRingAck,
 };
 
 inline bool isTreeKind(CollectiveKind k) {
   return k == CollectiveKind::kTreeSum || k == CollectiveKind::kTreeBroadcast;
+}
+inline bool isRingKind(CollectiveKind k) {
+  return k == CollectiveKind::kRingSum || k == CollectiveKind::kRingGather ||
+         k == CollectiveKind::kRingAck;
 }
 
 // A peer's place in the spanning tree of the tree collectives (the same tree at every peer:
@@ -127,6 +142,10 @@ struct CollectiveTree {
   // is on its way to it, so each phase takes height + chunks - 1 steps (instead of height steps
   // of the whole state) and a slow link carries the model about once, not height times in a row.
   int chunks = 1;
+  // The ring kinds: the graph has every edge (r, r + 1 mod n) and n >= 3 (else ringSize 0); this
+  // peer sends to ringNext and hears from ringPrev.
+  int ringSize = 0;
+  int ringPrev = -1, ringNext = -1;
 };
 
 struct PeerCounters {
@@ -264,7 +283,8 @@ class PeerCore {
   void endCollective();
   void finishCollectives();
   std::int64_t collectiveIndex() const { return collective_; }
-  // This peer's place in the tree of kTreeSum / kTreeBroadcast (set before the first of them).
+  // This peer's place in the tree of kTreeSum / kTreeBroadcast and the ring of kRingSum /
+  // kRingGather / kRingAck (set before the first of them).
   void setCollectiveTree(const CollectiveTree& tree) { tree_ = tree; }
   // After tree collectives: whether this peer got the average (false when a tree neighbour was
   // lost on its path to the root; true after other kinds), and over how many peers the root
@@ -481,8 +501,8 @@ class PeerCore {
   int origin_ = 0;
   std::size_t collectiveBytes_ = 0;
   CollectiveTree tree_;
-  int treeStep_ = 0;    // the step of the current kTreeSum / kTreeBroadcast phase (1-based)
-  int treeChunks_ = 1;  // tree_.chunks, at most the state's size
+  int treeStep_ = 0;    // the step of the current tree or ring phase (1-based)
+  int treeChunks_ = 1;  // tree_.chunks (ring kinds: tree_.ringSize), at most the state's size
   int sendChunk_ = -1, recvChunk_ = -1;    // this step's chunks (-1: none)
   std::vector<std::uint32_t> chunkCount_;  // peers summed into each chunk (after: averaged over)
   std::vector<char> chunkHave_;            // the chunks of the average this peer holds
@@ -491,18 +511,21 @@ class PeerCore {
     treeReceived_ = true;
     treeCount_ = *std::min_element(chunkCount_.begin(), chunkCount_.end());
   }
+  // Ring kinds: chunk c mod the ring's size.
+  int ringChunk(int c) const { return ((c % treeChunks_) + treeChunks_) % treeChunks_; }
   // The values of chunk c of the state: [lo, hi).
   std::pair<std::size_t, std::size_t> chunkRange(int c) const {
     const std::size_t n = state_.size(), k = static_cast<std::size_t>(treeChunks_);
     return {n * static_cast<std::size_t>(c) / k, n * static_cast<std::size_t>(c + 1) / k};
   }
-  // A tree broadcast of the model carries f32 (the model's precision: every peer ends with the
-  // root's float bits either way); everything else f64.
+  // A tree broadcast or ring gather of the model carries f32 (the model's precision: every peer
+  // ends with the same float bits either way); everything else f64.
   std::size_t collectiveElementBytes(CollectiveKind kind) const {
-    return kind == CollectiveKind::kTreeBroadcast && collectiveOnModel_ ? sizeof(float)
-                                                                        : sizeof(double);
+    const bool spread =
+        kind == CollectiveKind::kTreeBroadcast || kind == CollectiveKind::kRingGather;
+    return spread && collectiveOnModel_ ? sizeof(float) : sizeof(double);
   }
-  bool treeUsed_ = false;        // this sequence ran tree collectives
+  bool treeUsed_ = false;        // this sequence ran tree (or ring) collectives
   bool treeReceived_ = false;    // ... and this peer holds their average
   std::uint32_t treeCount_ = 0;  // peers summed into the state (kTreeSum), or averaged (after)
 };

@@ -243,15 +243,42 @@ class Simulation {
   void finalAverage() {
     if (result_.divergence) return;
     const std::size_t values = peers_.empty() ? 0 : peers_[0]->model().size();
-    const auto kinds = engine::averagingCollectives(plan_, values);
+    // Around the ring when no live peer lost a ring neighbour (the same agreement as the peers').
+    bool ring = engine::ringAveraging(plan_, values);
+    if (ring) {
+      std::vector<double> intact(count_, 1.0);
+      for (std::size_t i = 0; i < count_; ++i) {
+        const auto t = engine::collectiveTree(plan_, static_cast<int>(i), values);
+        if (peers_[i]->isDead(t.ringPrev) || peers_[i]->isDead(t.ringNext)) intact[i] = 0.0;
+      }
+      runCollectives(engine::ringAgreementCollectives(plan_), &intact);
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (!killed_[i] && peers_[i]->collectiveState().at(0) < 1.0) ring = false;
+      }
+    }
+    const auto kinds = engine::averagingCollectives(plan_, values, ring);
     if (engine::usesTree(kinds)) {
       for (std::size_t i = 0; i < count_; ++i)
         peers_[i]->setCollectiveTree(engine::collectiveTree(plan_, static_cast<int>(i), values));
     }
+    runCollectives(kinds, nullptr);
+  }
+
+  // A sequence of collectives in lockstep (`initial`: each peer's small starting state; null: on
+  // the models).
+  void runCollectives(const std::vector<engine::CollectiveKind>& kinds,
+                      const std::vector<double>* initial) {
+    bool first = true;
     for (engine::CollectiveKind kind : kinds) {
       for (std::size_t i = 0; i < count_; ++i) {
-        if (!killed_[i]) peers_[i]->beginCollective(kind);
+        if (killed_[i]) continue;
+        if (first && initial) {
+          peers_[i]->beginCollective(kind, std::span<const double>(&(*initial)[i], 1));
+        } else {
+          peers_[i]->beginCollective(kind);
+        }
       }
+      first = false;
       for (std::size_t i = 0; i < count_; ++i) {
         if (killed_[i]) continue;
         for (int j : peers_[i]->sendTo()) {

@@ -161,30 +161,52 @@ TEST_CASE("sim and launch are bit-identical: gt uncompressed (quadratic) and gt 
 
 TEST_CASE("sim and launch are bit-identical with run.final_average: every model the same average",
           "[slow]") {
-  // CHOCO + top-k leaves the peers apart; the tree reduce and broadcast (height 3 on a 2 x 3
-  // torus, the model's 152650 values in 2 pipelined chunks) end every peer, in both, on the same
-  // bits.
-  const std::string yaml =
-      "run: { seed: 5, rounds: 60, final_average: true }\n"
-      "peers: { count: 6 }\n"
-      "topology: { kind: torus, dims: [2, 3] }\n"
-      "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, batch_size: 32 }\n"
-      "workload: { name: fashion-mnist-mlp, hidden: [192], eval_every: 30, eval_samples: 2000 }\n"
-      "algorithm: { name: choco, consensus_step: 0.2, round_timeout: 120 }\n"
-      "compression: { method: top-k, ratio: 0.05 }\n";
-  checkIdentical("final-average", yaml, 6);
-  const std::string out = std::string(GRAPEVINE_BINARY_DIR) + "/identity_test_final-average/";
-  for (const std::string run : {"sim", "launch-tcp"}) {
-    INFO(run);
-    const std::string first = readFile(out + run + "/model-0.bin");
-    for (int r = 1; r < 6; ++r)
-      CHECK(readFile(out + run + "/model-" + std::to_string(r) + ".bin") == first);
-    const auto s = readSummary(out + run);
-    CHECK(s["consensus_distance_final"].get<double>() == 0.0);
+  // CHOCO + top-k leaves the peers apart; the averaging ends every peer, in both, on the same bits:
+  // on a 2 x 3 torus the tree reduce and broadcast (height 3, the model's 152650 values in 2
+  // pipelined chunks), on a ring of 6 the ring's reduce-scatter and all-gather (6 chunks).
+  for (const std::string topology : {"{ kind: torus, dims: [2, 3] }", "{ kind: ring }"}) {
+    INFO(topology);
+    const bool ring = topology.find("ring") != std::string::npos;
+    const std::string yaml =
+        "run: { seed: 5, rounds: 60, final_average: true }\n"
+        "peers: { count: 6 }\n"
+        "topology: " +
+        topology +
+        "\n"
+        "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, batch_size: 32 }\n"
+        "workload: { name: fashion-mnist-mlp, hidden: [192], eval_every: 30, eval_samples: 2000 "
+        "}\n"
+        "algorithm: { name: choco, consensus_step: 0.2, round_timeout: 120 }\n"
+        "compression: { method: top-k, ratio: 0.05 }\n";
+    const std::string name = ring ? "final-average-ring" : "final-average";
+    checkIdentical(name, yaml, 6);
+    const std::string out = std::string(GRAPEVINE_BINARY_DIR) + "/identity_test_" + name + "/";
+    for (const std::string run : {"sim", "launch-tcp"}) {
+      INFO(run);
+      const std::string first = readFile(out + run + "/model-0.bin");
+      for (int r = 1; r < 6; ++r)
+        CHECK(readFile(out + run + "/model-" + std::to_string(r) + ".bin") == first);
+      const auto s = readSummary(out + run);
+      CHECK(s["consensus_distance_final"].get<double>() == 0.0);
+    }
+    // The final record has the averaging's wall time.
+    std::ifstream records(out + "launch-tcp/peer-0.jsonl");
+    std::string line, last;
+    while (std::getline(records, line)) last = line;
+    CHECK(nlohmann::json::parse(last).contains("average_seconds"));
+    if (ring) {
+      // Around the ring every peer sends and receives 5/6 of the model in f64 and 5/6 in f32
+      // (a tree's root: the whole model from and to each of its 2 children, its leaves half that).
+      const double expected = 2.0 * 5.0 / 6.0 * 152650 * (8 + 4);
+      for (int r = 0; r < 6; ++r) {
+        INFO("rank " << r);
+        std::ifstream in(out + "launch-tcp/peer-" + std::to_string(r) + ".final.json");
+        const auto f = nlohmann::json::parse(in);
+        CHECK(f.value("averaged", false));
+        const double bytes = f.at("collective_bytes").get<double>();
+        CHECK(bytes > expected);
+        CHECK(bytes < 1.02 * expected);
+      }
+    }
   }
-  // The final record has the averaging's wall time.
-  std::ifstream records(out + "launch-tcp/peer-0.jsonl");
-  std::string line, last;
-  while (std::getline(records, line)) last = line;
-  CHECK(nlohmann::json::parse(last).contains("average_seconds"));
 }

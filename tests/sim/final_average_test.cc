@@ -1,7 +1,8 @@
-// run.final_average in the simulator, which runs the peers' own tree collectives in lockstep
-// (engine::averagingCollectives): every live peer ends with the same bits, the exact average of the
-// models the same run has without it; a lost leaf is left out of the average; a lost interior peer
-// cuts its subtree off, which keeps its own models. Real processes: tests/cli/identity_test.cc.
+// run.final_average in the simulator, which runs the peers' own tree and ring collectives in
+// lockstep (engine::averagingCollectives): every live peer ends with the same bits, the exact
+// average of the models the same run has without it; a lost leaf is left out of the average; a lost
+// interior peer cuts its subtree off, which keeps its own models; a lost ring peer sends the others
+// down the tree. Real processes: tests/cli/identity_test.cc.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -102,20 +103,55 @@ TEST_CASE("collectiveTree: breadth-first from rank 0, neighbours in increasing r
   CHECK(chunked[6] == engine::CollectiveKind::kTreeBroadcast);
 }
 
-TEST_CASE("run.final_average in pipelined chunks: the same bits at every peer, the exact average") {
-  // 300000 values: 3 chunks of 100000 (the tree collectives' chunks, engine::treeChunks).
-  const std::string big = "{ kind: ring }";
-  auto yaml = [&](bool average) {
-    std::string y = yamlFor(big, 8, "", average);
-    const auto at = y.find("dim: 40");
-    return y.replace(at, 7, "dim: 300000");
+TEST_CASE("ringAveraging: a graph with the ring 0 -> 1 -> ... -> n-1 and a model over one chunk") {
+  auto planOf = [](const std::string& topology, int peers) {
+    return test_util::makePlan(test_util::loadYaml(yamlFor(topology, peers, ""), "ring.yaml"));
   };
-  const auto plain = simulate(yaml(false));
-  const auto averaged = simulate(yaml(true));
-  REQUIRE(averaged.peers[0].model.size() == 300000);
-  CHECK_FALSE(sameBits(plain.peers[0].model, plain.peers[1].model));
-  for (int i = 1; i < 8; ++i) CHECK(sameBits(averaged.peers[i].model, averaged.peers[0].model));
-  checkAverage(averaged.peers[0].model, meanOf(plain, {0, 1, 2, 3, 4, 5, 6, 7}));
+  const auto ring8 = planOf("{ kind: ring }", 8);
+  CHECK(engine::ringAveraging(*ring8, 300000));
+  CHECK_FALSE(engine::ringAveraging(*ring8, 131072));  // one chunk: the tree's fewer steps
+  CHECK(engine::ringAveraging(*planOf("{ kind: exponential }", 16), 300000));
+  // A 4 x 4 torus has no edge 3 - 4; two peers are no ring.
+  CHECK_FALSE(engine::ringAveraging(*planOf("{ kind: torus, dims: [4, 4] }", 16), 300000));
+  CHECK_FALSE(engine::ringAveraging(*planOf("{ kind: ring }", 2), 300000));
+  const auto kinds = engine::averagingCollectives(*ring8, 300000, true);
+  REQUIRE(kinds.size() == 15);  // 7 reduce-scatter steps, 7 all-gather steps, the ack
+  CHECK(kinds[6] == engine::CollectiveKind::kRingSum);
+  CHECK(kinds[7] == engine::CollectiveKind::kRingGather);
+  CHECK(kinds[13] == engine::CollectiveKind::kRingGather);
+  CHECK(kinds[14] == engine::CollectiveKind::kRingAck);
+  // Without `ring` (or when the peers found a ring neighbour lost): the tree.
+  CHECK(engine::averagingCollectives(*ring8, 300000)[0] == engine::CollectiveKind::kTreeSum);
+  CHECK(engine::averagingCollectives(*ring8, 40, true)[0] == engine::CollectiveKind::kTreeSum);
+  const auto t = engine::collectiveTree(*ring8, 0, 300000);
+  CHECK(t.ringSize == 8);
+  CHECK(t.ringPrev == 7);
+  CHECK(t.ringNext == 1);
+  CHECK(engine::ringAgreementCollectives(*ring8).size() == 7);
+}
+
+TEST_CASE(
+    "run.final_average over a model of several chunks: the same bits at every peer, the exact "
+    "average, around the ring and down the pipelined tree") {
+  // 300000 values: more than one tree chunk (engine::treeChunks: 3 of 100000). A ring averages
+  // around the ring (8 chunks of 37500), a torus down the tree in 3 pipelined chunks.
+  for (const auto& [topology, n] :
+       {std::pair<std::string, int>{"{ kind: ring }", 8}, {"{ kind: torus, dims: [3, 3] }", 9}}) {
+    INFO(topology);
+    auto yaml = [&](bool average) {
+      std::string y = yamlFor(topology, n, "", average);
+      const auto at = y.find("dim: 40");
+      return y.replace(at, 7, "dim: 300000");
+    };
+    const auto plain = simulate(yaml(false));
+    const auto averaged = simulate(yaml(true));
+    REQUIRE(averaged.peers[0].model.size() == 300000);
+    CHECK_FALSE(sameBits(plain.peers[0].model, plain.peers[1].model));
+    for (int i = 1; i < n; ++i) CHECK(sameBits(averaged.peers[i].model, averaged.peers[0].model));
+    std::vector<int> all(n);
+    for (int i = 0; i < n; ++i) all[i] = i;
+    checkAverage(averaged.peers[0].model, meanOf(plain, all));
+  }
 }
 
 TEST_CASE("run.final_average: every peer ends with the same bits, the exact average") {
@@ -144,6 +180,23 @@ TEST_CASE(
     const std::string kill = "faults:\n  - { kind: kill, peer: 5, at_round: 10 }\n";
     const auto plain = simulate(yamlFor(ring, 8, kill));
     const auto averaged = simulate(yamlFor(ring, 8, kill, true));
+    const std::vector<int> live = {0, 1, 2, 3, 4, 6, 7};
+    for (int i : live) {
+      INFO("rank " << i);
+      CHECK(sameBits(averaged.peers[i].model, averaged.peers[0].model));
+    }
+    checkAverage(averaged.peers[0].model, meanOf(plain, live));
+  }
+  SECTION(
+      "a model of several chunks, peer 5 killed: its ring neighbours say so, the tree averages") {
+    // Without the agreement the ring would run with a gap and every chunk would miss peers.
+    const std::string kill = "faults:\n  - { kind: kill, peer: 5, at_round: 10 }\n";
+    auto big = [&](bool average) {
+      std::string y = yamlFor(ring, 8, kill, average);
+      return y.replace(y.find("dim: 40"), 7, "dim: 300000");
+    };
+    const auto plain = simulate(big(false));
+    const auto averaged = simulate(big(true));
     const std::vector<int> live = {0, 1, 2, 3, 4, 6, 7};
     for (int i : live) {
       INFO("rank " << i);
