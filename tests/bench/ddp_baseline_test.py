@@ -429,6 +429,68 @@ def test_orchestrator_grid():
           "orchestrator: a Grapevine system per (consensus step, batch); D-PSGD has no step")
     check(tta.expand_systems(["choco-top1"], [25], [0.2]) == [("choco-top1", "choco-top1", (0.2, 32))],
           "orchestrator: a single --gamma value keeps the system's name")
+    check(tta.expand_systems(["torch-choco-sign"], [25], [0.1, 0.2], batches=[64]) ==
+          [("torch-choco-sign-g0.1", "torch-choco-sign", (0.1, 64)),
+           ("torch-choco-sign-g0.2", "torch-choco-sign", (0.2, 64))],
+          "orchestrator: the PyTorch-API system takes the CHOCO steps and batches as choco-sign")
+    check(tta.TORCH_SYSTEMS["torch-choco-sign"] in tta.GRAPEVINE_SYSTEMS,
+          "orchestrator: the PyTorch-API system runs a built-in system's algorithm")
+
+
+def test_torch_peer(tmp, grapevine):
+    """tools/bench/torch_peer.py (the benchmark's torch-choco-sign system): the built-in MLP's
+    layout; 2 peers through `grapevine launch -- ...` and the PyTorch API; records and snapshots at
+    every evaluation round; --evaluate-snapshots evaluates the exact average of the snapshots."""
+    script = os.path.join(SOURCE, "tools", "bench", "torch_peer.py")
+    sys.path.insert(0, os.path.dirname(script))
+    import torch_peer  # noqa: E402
+    check(sum(p.numel() for p in torch_peer.MLP([1024, 256]).parameters()) == 1068810,
+          "torch_peer: the benchmark MLP has the built-in model's 1068810 parameters")
+    names = [n for n, _ in torch_peer.MLP([16]).named_parameters()]
+    check(names == ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"],
+          "torch_peer: weight then bias per layer, the built-in layout")
+    if not grapevine:
+        print("note  torch_peer run skipped: no --grapevine binary given")
+        return
+    out = os.path.join(tmp, "torch-peer")
+    cfg = os.path.join(tmp, "torch-peer.yaml")
+    with open(cfg, "w") as f:
+        f.write("run: { seed: 2, rounds: 120 }\n"
+                f"peers: {{ count: 2, host: 127.0.0.1, base_port: {free_port()} }}\n"
+                "topology: { kind: ring }\ntransport: { backend: tcp }\n"
+                "algorithm: { name: choco, consensus_step: 0.2, overlap: true }\n"
+                "compression: { method: sign }\n"
+                "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, schedule: constant }\n"
+                "workload: { name: external }\n")
+    r = subprocess.run([grapevine, "launch", cfg, "--out", out, "--quiet", "--", PYTHON, script, "--hidden", "16",
+                        "--batch", "32", "--eval-every", "40", "--seed", "2"], capture_output=True, text=True,
+                       timeout=300)
+    check(r.returncode == 0, f"torch_peer: launch exits 0 ({r.returncode}: {r.stdout[-300:]} {r.stderr[-300:]})")
+    recs = {}
+    for rank in range(2):
+        path = os.path.join(out, f"torch-peer-{rank}.jsonl")
+        recs[rank] = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+    check(all([j["round"] for j in recs[k]] == [40, 80, 120] for k in recs),
+          "torch_peer: each peer records rounds 40, 80 and 120")
+    check(all(recs[k] and 0 < recs[k][0]["train_seconds"] < recs[k][-1]["train_seconds"] for k in recs),
+          "torch_peer: training time grows from record to record")
+    acc = [recs[k][-1]["test_accuracy"] for k in recs if recs[k]]
+    check(len(acc) == 2 and min(acc) > 0.6, f"torch_peer: both peers above 60% after 120 rounds ({acc})")
+    snaps = os.path.join(out, "snapshots")
+    r = subprocess.run([PYTHON, script, "--evaluate-snapshots", snaps, "--peers", "2", "--hidden", "16"],
+                       capture_output=True, text=True, timeout=120)
+    evals = [json.loads(line) for line in r.stdout.splitlines()]
+    check([e["round"] for e in evals] == [40, 80, 120], f"torch_peer: the average evaluated at 40, 80, 120 ({r.stderr[-200:]})")
+    a = np.load(os.path.join(snaps, "peer-0-round-80.npy"))
+    b = np.load(os.path.join(snaps, "peer-1-round-80.npy"))
+    check(a.dtype == np.float32 and a.size == 784 * 16 + 16 + 16 * 10 + 10 and not np.array_equal(a, b),
+          "torch_peer: the snapshots are the peers' own float32 parameters (apart before the end)")
+    model = torch_peer.MLP([16])
+    torch_peer.load_flat(model, ((a.astype(np.float64) + b) / 2).astype(np.float32))
+    _, _, test_x, test_y = torch_peer.load(torch_peer.DEFAULT_DATA)
+    want = torch_peer.accuracy(model, test_x, test_y)
+    got = [e["accuracy"] for e in evals if e["round"] == 80]
+    check(got == [want], f"torch_peer: the round-80 evaluation is the average's accuracy ({got} against {want})")
 
 
 def main():
@@ -450,6 +512,7 @@ def main():
         test_runs(tmp)
         test_diloco_runs(tmp, data)
         test_config_run(tmp)
+        test_torch_peer(tmp, grapevine)
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)
         return 1
