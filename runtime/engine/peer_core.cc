@@ -829,16 +829,22 @@ void PeerCore::endCollective() {
     if (env.isOk() && (env->messageBytes != kCollectiveHeaderBytes + (hi - lo) * elem ||
                        (chunked && recvChunk_ < 0))) {
       drop("bad_collective");  // another collective's size: a peer out of step
-    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kRingSum) {
+    } else if (env.isOk() && ack) {
+      // Nothing to combine: the next peer holds all this peer sent it.
+    } else if (env.isOk() && (collectiveKind_ == CollectiveKind::kTreeSum ||
+                              collectiveKind_ == CollectiveKind::kRingSum)) {
+      const auto count = static_cast<std::uint32_t>(origin);  // the header holds the peer count
       for (std::size_t k = lo; k < hi; ++k) {
         double v;
         std::memcpy(&v, values + (k - lo) * sizeof(double), sizeof v);
         state_[k] += v;
       }
-      chunkCount_[static_cast<std::size_t>(recvChunk_)] += static_cast<std::uint32_t>(origin);
-    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kRingGather) {
+      chunkCount_[static_cast<std::size_t>(recvChunk_)] += count;
+    } else if (env.isOk() && (collectiveKind_ == CollectiveKind::kTreeBroadcast ||
+                              collectiveKind_ == CollectiveKind::kRingGather)) {
+      // The average's chunk and its peer count (0 from a ring peer that lacks it, after a loss).
       const auto count = static_cast<std::uint32_t>(origin);
-      if (count > 0) {  // 0: the sender lacks this chunk too (a loss upstream)
+      if (count > 0) {
         for (std::size_t k = lo; k < hi; ++k) {
           if (elem == sizeof(double)) {
             std::memcpy(&state_[k], values + (k - lo) * sizeof(double), sizeof(double));
@@ -850,31 +856,9 @@ void PeerCore::endCollective() {
         }
         chunkCount_[static_cast<std::size_t>(recvChunk_)] = count;
         chunkHave_[static_cast<std::size_t>(recvChunk_)] = 1;
+        if (std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; }))
+          holdAverage();
       }
-    } else if (env.isOk() && ack) {
-      // Nothing to combine: the next peer holds all this peer sent it.
-    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kTreeSum) {
-      const auto count = static_cast<std::uint32_t>(origin);  // the header holds the peer count
-      for (std::size_t k = lo; k < hi; ++k) {
-        double v;
-        std::memcpy(&v, values + (k - lo) * sizeof(double), sizeof v);
-        state_[k] += v;
-      }
-      chunkCount_[static_cast<std::size_t>(recvChunk_)] += count;
-    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kTreeBroadcast) {
-      for (std::size_t k = lo; k < hi; ++k) {
-        if (elem == sizeof(double)) {
-          std::memcpy(&state_[k], values + (k - lo) * sizeof(double), sizeof(double));
-        } else {
-          float v;
-          std::memcpy(&v, values + (k - lo) * sizeof(float), sizeof v);
-          state_[k] = v;
-        }
-      }
-      chunkCount_[static_cast<std::size_t>(recvChunk_)] = static_cast<std::uint32_t>(origin);
-      chunkHave_[static_cast<std::size_t>(recvChunk_)] = 1;
-      if (std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; }))
-        holdAverage();
     } else if (env.isOk() && collectiveKind_ == CollectiveKind::kMinimum) {
       for (std::size_t k = 0; k < n; ++k) {
         double v;
@@ -903,10 +887,6 @@ void PeerCore::endCollective() {
     const double count = chunkCount_[static_cast<std::size_t>(c)];
     for (std::size_t k = lo; k < hi; ++k) state_[k] /= count;
     chunkHave_[static_cast<std::size_t>(c)] = 1;
-  }
-  if (collectiveKind_ == CollectiveKind::kRingGather && !treeReceived_ &&
-      std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; })) {
-    holdAverage();
   }
   if (collectiveKind_ == CollectiveKind::kTreeSum && tree_.parent < 0 &&
       treeStep_ == tree_.height + treeChunks_ - 1) {
