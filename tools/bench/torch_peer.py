@@ -24,17 +24,20 @@ and minibatches; default 1), --peers N (with --evaluate-snapshots).
 """
 
 import argparse
-import gzip
 import json
 import math
 import os
+import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ddp_baseline as ddp  # noqa: E402  (the data: the same loader, table and shards as DDP's)
+
+DEFAULT_DATA = ddp.DEFAULT_DATA_DIR
 
 
 class MLP(torch.nn.Module):
@@ -58,28 +61,16 @@ class MLP(torch.nn.Module):
         return self.layers[-1](x)
 
 
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    dims = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * k:8 + 4 * k], "big") for k in range(dims))
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
 def load(data_dir):
-    """Training and test sets, standardised with the training set's pixel mean and deviation (as the
-    built-in workload)."""
-    train_x = read_idx(os.path.join(data_dir, "train-images-idx3-ubyte.gz"))
-    train_y = read_idx(os.path.join(data_dir, "train-labels-idx1-ubyte.gz"))
-    test_x = read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz"))
-    test_y = read_idx(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz"))
-    mean, std = train_x.mean() / 255.0, train_x.std() / 255.0
+    """Training and test sets ([n, 784] float32, labels), standardised with the training set's pixel
+    mean and deviation: ddp_baseline.py's loader, the built-in workload's table."""
+    train_x, train_y, test_x, test_y = ddp.load_fashion_mnist(data_dir)
+    table = torch.from_numpy(ddp.pixel_table(train_x))
 
     def images(x):
-        return torch.from_numpy((x.astype(np.float32) / 255.0 - mean) / std)
+        return table[torch.from_numpy(x.astype(np.int64))]
 
-    return (images(train_x), torch.from_numpy(train_y.astype(np.int64)),
-            images(test_x), torch.from_numpy(test_y.astype(np.int64)))
+    return images(train_x), torch.from_numpy(train_y), images(test_x), torch.from_numpy(test_y)
 
 
 def accuracy(model, test_x, test_y):
@@ -114,9 +105,8 @@ def train(args, hidden):
     opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters())
     rank, world = opt.rank, opt.world_size
     train_x, train_y, test_x, test_y = load(args.data)
-    # partition: iid, as the built-in systems: every peer draws the same permutation, keeps every
-    # world-th image.
-    mine = torch.from_numpy(np.random.default_rng(args.seed).permutation(len(train_y))[rank::world])
+    # partition: iid, DDP's shards (the built-in workload's sizes).
+    mine = torch.from_numpy(ddp.iid_partition(len(train_y), world, args.seed)[rank])
     train_x, train_y = train_x[mine], train_y[mine]
     batches = torch.Generator().manual_seed(1000 * args.seed + rank)
     snapshots = os.path.join(opt.out_dir, "snapshots")
