@@ -353,6 +353,9 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     }
     Hello ours = link->ours();
     ours.nonce = security::randomNonce();
+    // The round we train at now (as ControlLink::refreshRunningRound for the other paths).
+    if (options_->runningRound && options_->runningRound() >= 0)
+      ours.runningRound = options_->runningRound();
     auto oursBytes = handshake::encodeHello(ours);
     if (!oursBytes.isOk()) return rejectPending(p, oursBytes.status().message(), "malformed");
     p->transcript = handshake::transcriptOf(*theirs, p->body, ours, *oursBytes);

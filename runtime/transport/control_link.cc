@@ -57,6 +57,18 @@ void ControlLink::moveTo(State next) {
   state_ = next;
 }
 
+void ControlLink::refreshRunningRound() {
+  if (!options_.runningRound) return;
+  const std::int64_t round = options_.runningRound();
+  if (round < 0 || round == ours_->runningRound) return;
+  auto fresh = std::make_shared<Hello>(*ours_);
+  fresh->runningRound = round;
+  auto bytes = handshake::encodeHello(*fresh);
+  if (!bytes.isOk()) return;
+  ours_ = std::move(fresh);
+  oursEncoded_ = std::move(bytes).value();
+}
+
 void ControlLink::dial(tcp::endpoint endpoint, Clock::time_point deadline) {
   GV_CHECK_LOOP_THREAD(loop_);
   moveTo(State::kDialing);
@@ -72,7 +84,10 @@ void ControlLink::adopt(tcp::socket socket, std::vector<std::uint8_t> hello,
   socket_ = std::move(socket);
   configureSocket(socket_, options_.connectTimeoutSeconds);
   sessionKey_ = std::move(sessionKey);
-  if (!sessionKey_) queue(kHello, oursEncoded_);
+  if (!sessionKey_) {
+    refreshRunningRound();
+    queue(kHello, oursEncoded_);
+  }
   onFrame(kHello, hello);
   if (state_ != State::kClosed) readFrame();
 }
@@ -122,6 +137,7 @@ void ControlLink::attemptConnect() {
     if (!ec) {
       configureSocket(self->socket_, self->options_.connectTimeoutSeconds);
       self->moveTo(State::kHandshaking);
+      self->refreshRunningRound();
       self->queue(kHello, self->oursEncoded_);
       self->readFrame();
       return;

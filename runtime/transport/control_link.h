@@ -136,7 +136,11 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   std::shared_ptr<const BootstrapOptions> optionsHolder_;  // shared with the bootstrap and links
   const BootstrapOptions& options_;
   std::shared_ptr<const handshake::Hello> ours_;
-  const std::vector<std::uint8_t> oursEncoded_;
+  std::vector<std::uint8_t> oursEncoded_;
+  // Right before our hello goes out: the round we train at now (BootstrapOptions::runningRound),
+  // not the one of when the link was made (a link made before the first round, or long before the
+  // neighbour came, would tell it that the run has not started).
+  void refreshRunningRound();
   HandshakeDone onHandshake_;
   State state_ = State::kIdle;
   boost::asio::ip::tcp::socket socket_;
