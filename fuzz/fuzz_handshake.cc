@@ -2,7 +2,8 @@
 // arbitrary bytes, as a control link runs it on a stranger's hello: the frame header, the hello
 // prefix and the whole hello, the comparison with our own hello, and with a key (a fixed test key:
 // the fuzzer cannot guess a real one, and the keyed path must be reached) the transcript, the
-// proof check and the session key. Also the reject and user-message decoders.
+// proof check, the session key and the sealed private fields (address, build id, round). Also the
+// reject and user-message decoders.
 //
 // Input: u8 mode | hello payload. Mode bit 0: we hold the key (our hello carries a nonce); bit 1:
 // we are the acceptor (the higher rank) rather than the dialer. With a key, the input's last
@@ -109,5 +110,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();  // a proof reflected back to its sender
   }
   if (security::sessionKey(psk, t) != security::sessionKey(psk, t)) std::abort();
+
+  // The sealed private fields, as a key holder opens them after the proofs: an error with a
+  // message, or fields that survive sealing again (a fresh box) and opening.
+  hs::Hello opened = *theirs;
+  const Status st = hs::openSealedFields(opened, body, psk);
+  if (!st.isOk()) {
+    if (st.message().empty()) std::abort();
+    return 0;
+  }
+  auto resealed = hs::encodeHello(opened, &psk);
+  if (!resealed.isOk()) std::abort();
+  auto back = hs::decodeHello(*resealed);
+  if (!back.isOk() || !hs::openSealedFields(*back, *resealed, psk).isOk() ||
+      !sameHello(opened, *back) ||
+      back->buildId != opened.buildId.substr(0, hs::kMaxBuildIdBytes) ||
+      back->runningRound != opened.runningRound) {
+    std::abort();
+  }
   return 0;
 }

@@ -122,7 +122,11 @@ int main(int argc, char** argv) {
       h.nonce.emplace();
       for (std::size_t i = 0; i < h.nonce->size(); ++i) (*h.nonce)[i] = static_cast<uint8_t>(i * 3);
     }
-    auto bytes = hs::encodeHello(h);
+    // Mode 3 as a key holder sends it: sealed under fuzz_handshake's fixed test key.
+    security::Key key{};
+    for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(0xA5 ^ i);
+    h.buildId = "0.0.0+gfuzz";
+    auto bytes = hs::encodeHello(h, mode == 3 ? &key : nullptr);
     if (!bytes.isOk()) return 1;
     std::vector<uint8_t> input = {static_cast<uint8_t>(mode)};
     input.insert(input.end(), bytes->begin(), bytes->end());

@@ -16,6 +16,7 @@ constexpr std::string_view kProofLabel = "grapevine/v1/handshake-proof";
 constexpr std::string_view kSessionLabel = "grapevine/v1/session-key";
 constexpr std::string_view kControlLabel = "grapevine/v1/control-key";
 constexpr std::string_view kConfigPartLabel = "grapevine/v1/config-part";
+constexpr std::string_view kHelloLabel = "grapevine/v1/hello-fields";
 
 std::vector<std::uint8_t> encode(std::string_view label, const Transcript& t,
                                  std::uint32_t prover) {
@@ -150,6 +151,43 @@ bool open(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequ
   std::uint8_t empty[1] = {0};
   return crypto_aead_chacha20poly1305_ietf_decrypt_detached(
              empty, nullptr, empty, 0, tag, message.data(), body, nonce, key.data()) == 0;
+}
+
+Key helloKey(const Key& psk) {
+  return keyedHash<kKeyBytes>(psk,
+                              std::vector<std::uint8_t>(kHelloLabel.begin(), kHelloLabel.end()));
+}
+
+std::vector<std::uint8_t> sealBox(const Key& key, std::span<const std::uint8_t> associated,
+                                  std::span<const std::uint8_t> plaintext) {
+  static_assert(crypto_aead_xchacha20poly1305_IETF_NPUBBYTES == kBoxNonceBytes);
+  static_assert(crypto_aead_xchacha20poly1305_IETF_ABYTES == kSealTagBytes);
+  static_assert(crypto_aead_xchacha20poly1305_IETF_KEYBYTES == kKeyBytes);
+  if (!initialize().isOk()) std::abort();
+  std::vector<std::uint8_t> box(kBoxOverheadBytes + plaintext.size());
+  randomBytes(std::span(box).first(kBoxNonceBytes));
+  unsigned long long written = 0;
+  crypto_aead_xchacha20poly1305_ietf_encrypt(box.data() + kBoxNonceBytes, &written,
+                                             plaintext.data(), plaintext.size(), associated.data(),
+                                             associated.size(), nullptr, box.data(), key.data());
+  box.resize(kBoxNonceBytes + written);
+  return box;
+}
+
+std::optional<std::vector<std::uint8_t>> openBox(const Key& key,
+                                                 std::span<const std::uint8_t> associated,
+                                                 std::span<const std::uint8_t> box) {
+  if (box.size() < kBoxOverheadBytes) return std::nullopt;
+  if (!initialize().isOk()) std::abort();
+  std::vector<std::uint8_t> plain(box.size() - kBoxOverheadBytes);
+  unsigned long long written = 0;
+  if (crypto_aead_xchacha20poly1305_ietf_decrypt(
+          plain.data(), &written, nullptr, box.data() + kBoxNonceBytes, box.size() - kBoxNonceBytes,
+          associated.data(), associated.size(), box.data(), key.data()) != 0) {
+    return std::nullopt;
+  }
+  plain.resize(written);
+  return plain;
 }
 
 }  // namespace grapevine::security

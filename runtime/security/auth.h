@@ -10,14 +10,20 @@
 //   never reused: sequence numbers only grow within a session). MAC-only mode authenticates the
 //   whole message as associated data; encrypt mode encrypts the payload and authenticates the
 //   header.
+// - a hello's private fields (the data address and the build id, docs/security.md): sealed in a
+// box,
+//   XChaCha20-Poly1305 under a key derived from the pre-shared key, with a fresh random 192-bit
+//   nonce per box, so only a key holder reads where our data port is.
 // Pure functions, thread-safe.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "runtime/security/key.h"
 
@@ -80,5 +86,21 @@ bool verify(const Key& key, std::uint32_t sender, std::uint64_t sequence,
 // payload may have been cleared with encrypt (libsodium zeroes the output): decrypt a copy.
 bool open(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
           std::size_t headerBytes, std::span<std::uint8_t> message);
+
+// The key that seals a hello's private fields (handshake::encodeHello), derived from the
+// pre-shared key with its own label.
+Key helloKey(const Key& psk);
+// A box: a fresh random nonce (kBoxNonceBytes), the ciphertext of `plaintext`, a Poly1305 tag;
+// `associated` is authenticated, not included. Every call draws a new nonce, so two boxes never
+// share one under a key.
+inline constexpr std::size_t kBoxNonceBytes = 24;
+inline constexpr std::size_t kBoxOverheadBytes = kBoxNonceBytes + kSealTagBytes;
+std::vector<std::uint8_t> sealBox(const Key& key, std::span<const std::uint8_t> associated,
+                                  std::span<const std::uint8_t> plaintext);
+// The plaintext, or nullopt when the box is too short or does not verify (another key, another
+// `associated`, a changed byte).
+std::optional<std::vector<std::uint8_t>> openBox(const Key& key,
+                                                 std::span<const std::uint8_t> associated,
+                                                 std::span<const std::uint8_t> box);
 
 }  // namespace grapevine::security

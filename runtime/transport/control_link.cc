@@ -63,7 +63,7 @@ void ControlLink::refreshRunningRound() {
   if (round < 0 || round == ours_->runningRound) return;
   auto fresh = std::make_shared<Hello>(*ours_);
   fresh->runningRound = round;
-  auto bytes = handshake::encodeHello(*fresh);
+  auto bytes = handshake::encodeHello(*fresh, options_.psk ? &*options_.psk : nullptr);
   if (!bytes.isOk()) return;
   ours_ = std::move(fresh);
   oursEncoded_ = std::move(bytes).value();
@@ -304,6 +304,8 @@ void ControlLink::onHandshakeFrame(std::uint16_t type, std::span<const std::uint
     unverifiedBytes_.assign(body.begin(), body.end());
     return;  // wait for their proof
   }
+  // The acceptor with a key: the bootstrap checked the dialer's proof before adopt().
+  if (st.isOk() && options_.psk) st = openSealedFields(*theirs, body, *options_.psk);
   if (!st.isOk()) return protocolError(std::move(st), /*tellPeer=*/true);
   // The reject names what differs without our values (hashes, build id).
   if (st = compareHellos(*ours_, *theirs); !st.isOk()) {
@@ -325,6 +327,9 @@ void ControlLink::onProof(std::span<const std::uint8_t> proof) {
                            ": it did not prove knowledge of the key in security.key_file (a "
                            "different key on one side, or not a peer of this run)"),
         /*tellPeer=*/false);
+  }
+  if (Status st = openSealedFields(*unverified_, unverifiedBytes_, psk); !st.isOk()) {
+    return protocolError(std::move(st), /*tellPeer=*/true);
   }
   if (Status st = compareHellos(*ours_, *unverified_); !st.isOk()) {
     return protocolError(std::move(st), /*tellPeer=*/true,

@@ -58,6 +58,7 @@ class Reader {
     at_ += n;
     return s;
   }
+  std::size_t at() const { return at_; }
 
  private:
   std::span<const std::uint8_t> p_;
@@ -107,7 +108,34 @@ std::optional<std::span<const std::uint8_t>> openSealedFrame(const security::Key
   return body.first(body.size() - security::kSealTagBytes);
 }
 
-Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
+namespace {
+
+// The private fields as a key holder seals them: u32 length + address, u16 length + build id,
+// u8 1 + u64 running round (or u8 0).
+std::vector<std::uint8_t> privateFields(const Hello& h) {
+  std::vector<std::uint8_t> p;
+  appendLe(p, static_cast<std::uint32_t>(h.address.size()));
+  append(p, h.address.data(), h.address.size());
+  const std::size_t n = std::min<std::size_t>(h.buildId.size(), kMaxBuildIdBytes);
+  appendLe(p, static_cast<std::uint16_t>(n));
+  append(p, h.buildId.data(), n);
+  appendLe(p, static_cast<std::uint8_t>(h.runningRound >= 0 ? 1 : 0));
+  if (h.runningRound >= 0) appendLe(p, static_cast<std::uint64_t>(h.runningRound));
+  return p;
+}
+
+Status checkRunningRound(std::uint64_t round, int sender) {
+  if (round <= static_cast<std::uint64_t>(INT64_MAX / 2)) return Status::ok();
+  return dataLoss("malformed hello from peer " + std::to_string(sender) + ": running round " +
+                  std::to_string(round) + " out of range");
+}
+
+}  // namespace
+
+Result<std::vector<std::uint8_t>> encodeHello(const Hello& h, const security::Key* sealWith) {
+  if (sealWith && !h.nonce) {
+    return invalidArgument("hello: sealing its private fields needs the key's nonce");
+  }
   if (h.backend.size() > kMaxBackendNameBytes) {
     return tooLong("backend name", h.backend.size(), kMaxBackendNameBytes);
   }
@@ -132,8 +160,10 @@ Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
   storeLe64(p.data() + 16, h.incarnation);
   appendLe(p, static_cast<std::uint16_t>(h.backend.size()));
   append(p, h.backend.data(), h.backend.size());
-  appendLe(p, static_cast<std::uint32_t>(h.address.size()));
-  append(p, h.address.data(), h.address.size());
+  // With a key the address goes in the box below: the field is empty.
+  const std::size_t clearAddress = sealWith ? 0 : h.address.size();
+  appendLe(p, static_cast<std::uint32_t>(clearAddress));
+  append(p, h.address.data(), clearAddress);
   appendLe(p, static_cast<std::uint16_t>(h.parts.size()));
   for (const ConfigPart& part : h.parts) {
     appendLe(p, static_cast<std::uint8_t>(part.name.size()));
@@ -143,6 +173,16 @@ Result<std::vector<std::uint8_t>> encodeHello(const Hello& h) {
   if (h.nonce) {
     appendLe(p, std::uint8_t{1});
     append(p, h.nonce->data(), h.nonce->size());
+  }
+  if (sealWith) {
+    const std::vector<std::uint8_t> box =
+        security::sealBox(security::helloKey(*sealWith), p, privateFields(h));
+    if (box.size() > kMaxAddressBytes)
+      return tooLong("sealed fields", box.size(), kMaxAddressBytes);
+    appendLe(p, std::uint8_t{4});
+    appendLe(p, static_cast<std::uint32_t>(box.size()));
+    append(p, box.data(), box.size());
+    return p;
   }
   if (!h.buildId.empty()) {
     const std::size_t n = std::min<std::size_t>(h.buildId.size(), kMaxBuildIdBytes);
@@ -206,8 +246,8 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
     h.parts.push_back(ConfigPart{std::move(partName), hash});
   }
   // Optional trailer items: u8 kind, then 1: the key's nonce (32 bytes), 2: u16 length + build id,
-  // 3: u64 running round. An unknown kind ends the trailer (room for additions within a version:
-  // ignored).
+  // 3: u64 running round, 4: u32 length + the sealed private fields (with a key). An unknown kind
+  // ends the trailer (room for additions within a version: ignored).
   while (r.need(1, "trailer").isOk()) {
     GV_ASSIGN_OR_RETURN(const std::uint8_t kind, r.le<std::uint8_t>("trailer kind"));
     if (kind == 1) {
@@ -220,16 +260,60 @@ Result<Hello> decodeHello(std::span<const std::uint8_t> p) {
       h.buildId = text(id);
     } else if (kind == 3) {
       GV_ASSIGN_OR_RETURN(const std::uint64_t round, r.le<std::uint64_t>("running round"));
-      if (round > static_cast<std::uint64_t>(INT64_MAX / 2)) {
-        return dataLoss("malformed hello from peer " + std::to_string(h.sender) +
-                        ": running round " + std::to_string(round) + " out of range");
-      }
+      GV_RETURN_IF_ERROR(checkRunningRound(round, h.sender));
       h.runningRound = static_cast<std::int64_t>(round);
+    } else if (kind == 4) {
+      const std::size_t at = r.at() - 1;
+      GV_ASSIGN_OR_RETURN(const std::uint32_t n, r.le<std::uint32_t>("sealed fields length"));
+      GV_ASSIGN_OR_RETURN(const auto box, r.bytes(n, "sealed fields"));
+      if (!h.sealed.empty()) {
+        return dataLoss("malformed hello from peer " + std::to_string(h.sender) +
+                        ": sealed fields appear twice");
+      }
+      h.sealed.assign(box.begin(), box.end());
+      h.sealedAt = at;
     } else {
       break;
     }
   }
   return h;
+}
+
+Status openSealedFields(Hello& h, std::span<const std::uint8_t> helloBytes,
+                        const security::Key& psk) {
+  const std::string who = "peer " + std::to_string(h.sender);
+  if (h.sealed.empty()) {
+    return failedPrecondition(
+        "authentication failed with " + who +
+        ": its hello carries its data address in clear (a key holder seals it; an older build?)");
+  }
+  const auto plain =
+      h.sealedAt <= helloBytes.size()
+          ? security::openBox(security::helloKey(psk), helloBytes.first(h.sealedAt), h.sealed)
+          : std::nullopt;
+  if (!plain) {
+    return failedPrecondition("authentication failed with " + who +
+                              ": its hello's sealed fields do not open under the key in "
+                              "security.key_file");
+  }
+  Reader r(*plain, 0, h.sender);
+  GV_ASSIGN_OR_RETURN(const std::uint32_t addressBytes, r.le<std::uint32_t>("address length"));
+  GV_ASSIGN_OR_RETURN(const auto address, r.bytes(addressBytes, "address"));
+  GV_ASSIGN_OR_RETURN(const std::uint16_t idBytes, r.le<std::uint16_t>("build id length"));
+  GV_ASSIGN_OR_RETURN(const auto id, r.bytes(idBytes, "build id"));
+  GV_ASSIGN_OR_RETURN(const std::uint8_t training, r.le<std::uint8_t>("running round flag"));
+  std::int64_t runningRound = -1;
+  if (training != 0) {
+    GV_ASSIGN_OR_RETURN(const std::uint64_t round, r.le<std::uint64_t>("running round"));
+    GV_RETURN_IF_ERROR(checkRunningRound(round, h.sender));
+    runningRound = static_cast<std::int64_t>(round);
+  }
+  h.address.assign(address.begin(), address.end());
+  h.buildId = text(id);
+  h.runningRound = runningRound;
+  h.sealed.clear();
+  h.sealedAt = 0;
+  return Status::ok();
 }
 
 Status compareHellos(const Hello& ours, const Hello& theirs, bool showValues) {

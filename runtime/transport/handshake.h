@@ -11,9 +11,13 @@
 // the sender's build id (text, for skew messages); then, from a peer that is already training (a
 // neighbour rejoins it), u8 3 and its current round (u64). Older builds ignore bytes after the
 // parts (and a trailer that does not start with the nonce), so they still read the fields they
-// know. There is no separate "accept" message: the acceptor answers the dialer's hello with its own
-// hello, and each side compares the two itself (compareHellos); a side that finds a difference
-// sends a reject whose payload is the reason as UTF-8 text.
+// know. With a key the private fields are not in clear: the address field is empty, and the
+// address blob, the build id and the running round travel in u8 4, u32 length and a box
+// (security::sealBox under security::helloKey, the hello's bytes before the u8 4 as associated
+// data) that only a key holder opens (openSealedFields), after the proofs. There is no separate
+// "accept" message: the acceptor answers the dialer's hello with its own hello, and each side
+// compares the two itself (compareHellos); a side that finds a difference sends a reject whose
+// payload is the reason as UTF-8 text.
 //
 // With a key, an auth frame (type 5, payload: a 32-byte proof) follows: the acceptor sends its
 // proof right after its hello, the dialer sends its own only after checking the acceptor's
@@ -89,6 +93,10 @@ struct Hello : HelloPrefix {
   // -1: the sender is bootstrapping; otherwise it is training, at this round (a neighbour that
   // restarted is rejoining it: bootstrap.h, BootstrapOptions::onRejoin).
   std::int64_t runningRound = -1;
+  // As decoded, with a key: the box of the private fields (address, buildId, runningRound) and
+  // the offset of its trailer item in the hello's bytes; empty until openSealedFields opens it.
+  std::vector<std::uint8_t> sealed;
+  std::size_t sealedAt = 0;
 };
 
 // Config parts named "protocol.<name>" carry a protocol version as their value (not a hash):
@@ -101,15 +109,24 @@ security::Transcript transcriptOf(const Hello& dialer, std::span<const std::uint
                                   const Hello& acceptor,
                                   std::span<const std::uint8_t> acceptorBytes);
 
-// Errors: kInvalidArgument when a field does not fit its length prefix (the k*Max* limits above).
-Result<std::vector<std::uint8_t>> encodeHello(const Hello& hello);
+// Errors: kInvalidArgument when a field does not fit its length prefix (the k*Max* limits above),
+// or when `sealWith` (the pre-shared key) is given for a hello without a nonce. With `sealWith`
+// the address, build id and running round go into a fresh box (a new nonce every call).
+Result<std::vector<std::uint8_t>> encodeHello(const Hello& hello,
+                                              const security::Key* sealWith = nullptr);
 // Checks the length and magic of the fixed prefix only (any version). Errors: kDataLoss (shorter
 // than kHelloFixedBytes, bad magic).
 Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> payload);
 // A whole hello. Errors: those of decodeHelloPrefix; kFailedPrecondition for a protocol version
 // other than ours (naming both); kDataLoss when a field runs past the end (naming the field).
 // Bytes after the last config part are ignored (room for additions in the same version).
+// A sealed box is kept as it is (Hello::sealed): decoding needs no key.
 Result<Hello> decodeHello(std::span<const std::uint8_t> payload);
+// With a key, after the other end proved it: opens `hello`'s box (`helloBytes` are the bytes it
+// was decoded from) into its address, build id and running round. Errors: kFailedPrecondition
+// when the hello carries no box (a key holder always seals) or the box does not open under `psk`.
+Status openSealedFields(Hello& hello, std::span<const std::uint8_t> helloBytes,
+                        const security::Key& psk);
 
 // Every difference between our hello and theirs, or ok: the receiver they meant to reach, the
 // backend, whether both have a key, protocol versions (parts "protocol.*", first, with both build

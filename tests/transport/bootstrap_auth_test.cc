@@ -3,12 +3,14 @@
 // "authentication failed" while the one it dialed logs, counts and keeps waiting; a forged hello
 // that claims rank 0 with the right config hashes but no key, and a stranger's hello of another
 // protocol version, are refused without ending the bootstrap, and the real rank 0 still gets in;
-// the hello the forger gets back carries keyed config hashes.
+// the hello the forger gets back carries keyed config hashes and neither the data address nor the
+// build id in clear.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
@@ -161,6 +163,7 @@ TEST_CASE("bootstrap with a key: a forged hello as rank 0 is refused; the real r
   std::atomic<bool> clientDone{false};
   std::vector<std::uint16_t> replies;
   Result<handshake::Hello> rank1Hello = internalError("no hello");
+  std::vector<std::uint8_t> rank1HelloBytes;
   std::thread forger([&] {
     const int fd = dialRaw(port);
     REQUIRE(fd >= 0);
@@ -179,6 +182,7 @@ TEST_CASE("bootstrap with a key: a forged hello as rank 0 is refused; the real r
     auto proof = readFrame(fd);
     replies = {hello.first, proof.first};
     rank1Hello = handshake::decodeHello(hello.second);
+    rank1HelloBytes = hello.second;
     // Replaying rank 1's own proof, or any guess, fails.
     REQUIRE(sendFrame(fd, handshake::kAuth, proof.second));
     auto last = readFrame(fd);
@@ -211,6 +215,20 @@ TEST_CASE("bootstrap with a key: a forged hello as rank 0 is refused; the real r
           security::configPartHash(security::randomKey(), plain[k].name, plain[k].hash));
   }
   CHECK(keyedParts > 0);
+  // Nor does it tell where rank 1's data port is, or its build: both are sealed under the key.
+  const std::vector<std::uint8_t> dataAddress = c.data[1]->localAddress();
+  REQUIRE(!dataAddress.empty());
+  CHECK(std::search(rank1HelloBytes.begin(), rank1HelloBytes.end(), dataAddress.begin(),
+                    dataAddress.end()) == rank1HelloBytes.end());
+  const std::string build(buildId());
+  CHECK(std::search(rank1HelloBytes.begin(), rank1HelloBytes.end(), build.begin(), build.end()) ==
+        rank1HelloBytes.end());
+  CHECK(rank1Hello->address.empty());
+  CHECK(rank1Hello->buildId.empty());
+  CHECK(!handshake::openSealedFields(*rank1Hello, rank1HelloBytes, security::randomKey()).isOk());
+  REQUIRE(handshake::openSealedFields(*rank1Hello, rank1HelloBytes, key).isOk());
+  CHECK(rank1Hello->address == dataAddress);
+  CHECK(rank1Hello->buildId == build);
   CHECK(replies[1] == handshake::kAuth);
   CHECK(replies[2] == handshake::kReject);
   REQUIRE(c.loop.runUntil([&] { return c.boots[1]->rejected().count("auth_failed") == 1; },
@@ -283,7 +301,7 @@ TEST_CASE(
     h.parts = standardParts();  // as a peer with the key sends them: keyed
     for (auto& part : h.parts) part.hash = security::configPartHash(key, part.name, part.hash);
     h.nonce = security::randomNonce();
-    const auto ours = *handshake::encodeHello(h);
+    const auto ours = *handshake::encodeHello(h, &key);  // as a key holder: sealed
     REQUIRE(sendFrame(fd, handshake::kHello, ours));
     const auto hello = readFrame(fd);
     const auto proof = readFrame(fd);

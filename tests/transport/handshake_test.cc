@@ -291,6 +291,89 @@ TEST_CASE("handshake: protocol versions and build ids are compared first, naming
   CHECK(decodeHello(encoded(running)).status().code() == ErrorCode::kDataLoss);
 }
 
+TEST_CASE(
+    "handshake: with a key the address, build id and round are sealed, only a key opens them") {
+  const security::Key key = security::randomKey();
+  Hello h = sampleHello();
+  h.buildId = "0.5.0+gaaaa";
+  h.runningRound = 1234;
+  h.nonce = security::randomNonce();
+  // Without the nonce a hello cannot be sealed.
+  Hello noNonce = sampleHello();
+  CHECK(encodeHello(noNonce, &key).status().code() == ErrorCode::kInvalidArgument);
+
+  const auto bytes = encodeHello(h, &key);
+  REQUIRE(bytes.isOk());
+  const std::string raw(bytes->begin(), bytes->end());
+  const std::string address(h.address.begin(), h.address.end());
+  CHECK(raw.find(address) == std::string::npos);  // no address, no build id in clear
+  CHECK(raw.find("0.5.0+g") == std::string::npos);
+  // Every encoding draws a fresh box nonce: two encodings of one hello differ.
+  CHECK(*encodeHello(h, &key) != *bytes);
+
+  // Decoding needs no key: a stranger sees the routing fields, the keyed parts and the nonce.
+  auto seen = decodeHello(*bytes);
+  REQUIRE(seen.isOk());
+  CHECK(seen->sender == 3);
+  CHECK(seen->nonce == h.nonce);
+  CHECK(seen->address.empty());
+  CHECK(seen->buildId.empty());
+  CHECK(seen->runningRound == -1);
+  CHECK(!seen->sealed.empty());
+  CHECK(seen->parts.size() == h.parts.size());
+
+  SECTION("the key opens them") {
+    REQUIRE(openSealedFields(*seen, *bytes, key).isOk());
+    CHECK(seen->address == h.address);
+    CHECK(seen->buildId == "0.5.0+gaaaa");
+    CHECK(seen->runningRound == 1234);
+    CHECK(seen->sealed.empty());
+    // A bootstrapping peer's hello (no round) round-trips as -1.
+    Hello boot = h;
+    boot.runningRound = -1;
+    const auto b = *encodeHello(boot, &key);
+    auto back = decodeHello(b);
+    REQUIRE(back.isOk());
+    REQUIRE(openSealedFields(*back, b, key).isOk());
+    CHECK(back->runningRound == -1);
+    CHECK(back->address == h.address);
+  }
+  SECTION("another key does not") {
+    const Status st = openSealedFields(*seen, *bytes, security::randomKey());
+    CHECK(st.code() == ErrorCode::kFailedPrecondition);
+    CHECK(contains(st, "authentication failed with peer 3"));
+    CHECK(contains(st, "security.key_file"));
+    CHECK(seen->address.empty());
+  }
+  SECTION("a changed byte before the box, or in it, does not") {
+    for (std::size_t at : {std::size_t{8}, seen->sealedAt - 3, bytes->size() - 20}) {
+      INFO(at);
+      std::vector<std::uint8_t> altered = *bytes;
+      altered[at] ^= 0x01;
+      auto d = decodeHello(altered);
+      REQUIRE(d.isOk());
+      CHECK(!openSealedFields(*d, altered, key).isOk());
+    }
+  }
+  SECTION("a hello with the address in clear is refused under a key") {
+    const auto clear = encoded(h);
+    auto d = decodeHello(clear);
+    REQUIRE(d.isOk());
+    CHECK(d->address == h.address);
+    const Status st = openSealedFields(*d, clear, key);
+    CHECK(st.code() == ErrorCode::kFailedPrecondition);
+    CHECK(contains(st, "data address in clear"));
+  }
+  SECTION("two boxes are malformed") {
+    std::vector<std::uint8_t> twice = *bytes;
+    twice.insert(twice.end(), bytes->begin() + static_cast<std::ptrdiff_t>(seen->sealedAt),
+                 bytes->end());
+    const auto d = decodeHello(twice);
+    CHECK(d.status().code() == ErrorCode::kDataLoss);
+    CHECK(contains(d.status(), "sealed fields appear twice"));
+  }
+}
+
 TEST_CASE("handshake: user messages and rejects round-trip") {
   const std::vector<std::uint8_t> bytes = {1, 2, 3};
   const auto body = encodeUserMessage(0x1234, bytes);
