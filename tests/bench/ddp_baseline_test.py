@@ -433,6 +433,13 @@ def test_orchestrator_grid():
           [("torch-choco-sign-g0.1", "torch-choco-sign", (0.1, 64)),
            ("torch-choco-sign-g0.2", "torch-choco-sign", (0.2, 64))],
           "orchestrator: the PyTorch-API system takes the CHOCO steps and batches as choco-sign")
+    v = tta.expand_systems(["choco-sign", "torch-choco-sign"], [25], [], batches=[64], local_steps=[1, 4])
+    check(v == [("choco-sign-h1", "choco-sign", (None, 64)), ("choco-sign-h4", "choco-sign", (None, 64, 4)),
+                ("torch-choco-sign", "torch-choco-sign", (None, 64))],
+          "orchestrator: a Grapevine system per --local-steps value; the PyTorch-API system takes 1")
+    check(tta.expand_systems(["choco-sign"], [25], [], batches=[64], local_steps=[2]) ==
+          [("choco-sign", "choco-sign", (None, 64, 2))],
+          "orchestrator: a single --local-steps value keeps the system's name")
     check(tta.TORCH_SYSTEMS["torch-choco-sign"] in tta.GRAPEVINE_SYSTEMS,
           "orchestrator: the PyTorch-API system runs a built-in system's algorithm")
 
