@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,7 +36,9 @@ using RecvCallback = std::function<void(Status, std::size_t bytes)>;
 
 // One link to one peer. Messages with the same tag are delivered in the order they were sent;
 // receives with the same tag are matched in the order they were posted. Posting a receive before or
-// after the matching send both work.
+// after the matching send both work; what waits for its receive is bounded by each backend (ucx:
+// at most 4096 messages per sender, 16384 and 256 MiB in all, 30 s for a sender without a
+// connection, the oldest dropped first; docs/security.md, "Bounds").
 class Connection {
  public:
   virtual ~Connection() = default;
@@ -98,6 +101,11 @@ class Context {
 
   // Closes every connection (see Connection::close) and releases backend resources. Idempotent.
   virtual void close() = 0;
+
+  // The backend's own counts, by name (empty when it keeps none). ucx: unexpected_held and
+  // unexpected_held_bytes (messages waiting for their receive, and the bytes held for them),
+  // unexpected_dropped (messages no receive took and the bounds dropped; docs/security.md).
+  virtual std::map<std::string, std::uint64_t> counters() const { return {}; }
 };
 
 // Context factory. Backends register by name; one that is not built or cannot run here says why.

@@ -300,6 +300,84 @@ TEST_CASE("native backend: too small a receive buffer is resource exhausted, lin
   CHECK(waitChild(child.pid) == 0);
 }
 
+TEST_CASE(
+    "native backend: messages no receive takes are bounded, the oldest dropped; the link "
+    "still works") {
+  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  // More junk than the ucx backend holds for one sender (tagged/early_queue.h: 4096), on tags the
+  // parent never receives, then three real messages on tag 1.
+  constexpr int kJunk = 5000;
+  constexpr std::uint64_t kPerSender = 4096;
+  auto child = forkChild([](Side& s, int fd) {
+    std::vector<std::uint8_t> junk(64, 0xEE);
+    std::uint32_t real[3] = {1, 2, 3};
+    int done = 0, bad = 0;
+    for (int i = 0; i < kJunk; ++i) {
+      s.conn->send(100 + static_cast<gt::Tag>(i % 50), junk, [&](Status x) {
+        bad += !x.isOk();
+        ++done;
+      });
+    }
+    for (auto& v : real) {
+      s.conn->send(1, std::span(reinterpret_cast<const std::uint8_t*>(&v), 4), [&](Status x) {
+        bad += !x.isOk();
+        ++done;
+      });
+    }
+    if (!s.loop.runUntil([&] { return done == kJunk + 3; }, 30s)) return 40;
+    signalOther(fd);
+    if (!awaitSignal(s, fd, 30s)) return 41;
+    return bad == 0 ? 0 : 42;
+  });
+  Side side;
+  REQUIRE(setUp(side, 0, child.fd) == "");
+  REQUIRE(awaitSignal(side, child.fd, 30s));
+  const bool ucx = testOptions(0).backend == "ucx";
+  if (ucx) {
+    // Every message has come (the sends completed); the ones beyond the bound go as the
+    // progress passes see them.
+    const auto counters = [&] { return side.context->counters(); };
+    const bool bounded = side.loop.runUntil(
+        [&] {
+          auto c = counters();
+          return c["unexpected_held"] + c["unexpected_dropped"] == kJunk + 3;
+        },
+        30s);
+    auto c = counters();
+    INFO("held " << c["unexpected_held"] << " dropped " << c["unexpected_dropped"] << " bytes "
+                 << c["unexpected_held_bytes"]);
+    REQUIRE(bounded);
+    CHECK(c["unexpected_held"] == kPerSender);
+    CHECK(c["unexpected_dropped"] == kJunk + 3 - kPerSender);
+    CHECK(c["unexpected_held_bytes"] == (kPerSender - 3) * 64 + 3 * 4);
+  } else {
+    // libfabric: its provider holds them (not bounded yet: docs/security.md); only the link's
+    // survival is checked.
+    WARN("libfabric: unexpected messages are not bounded by Grapevine yet");
+  }
+  // The newest messages survived: the three real ones, in their order.
+  std::uint32_t got[3] = {0, 0, 0};
+  int calls = 0, bad = 0;
+  for (auto& g : got) {
+    side.conn->recv(1, std::span(reinterpret_cast<std::uint8_t*>(&g), 4),
+                    [&](Status x, std::size_t n) {
+                      bad += !x.isOk() || n != 4;
+                      ++calls;
+                    });
+  }
+  REQUIRE(side.loop.runUntil([&] { return calls == 3; }, 10s));
+  CHECK(bad == 0);
+  CHECK(got[0] == 1);
+  CHECK(got[1] == 2);
+  CHECK(got[2] == 3);
+  if (ucx) CHECK(side.context->counters()["unexpected_held"] == kPerSender - 3);
+  CHECK(side.conn->error().isOk());
+  signalOther(child.fd);
+  side.loop.runUntil([] { return false; }, 20ms);
+  side.context->close();
+  CHECK(waitChild(child.pid) == 0);
+}
+
 TEST_CASE("native backend: close with pending operations cancels each exactly once") {
   if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
   auto child = forkChild([](Side& s, int fd) {

@@ -24,8 +24,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +38,7 @@
 #include "runtime/transport/registry.h"
 #include "runtime/transport/tagged/address_blob.h"
 #include "runtime/transport/tagged/checks.h"
+#include "runtime/transport/tagged/early_queue.h"
 #include "runtime/transport/tagged/goodbye.h"
 #include "runtime/transport/tagged/loop_driver.h"
 #include "runtime/transport/tagged/op_pool.h"
@@ -66,6 +70,13 @@ constexpr auto kTickInterval = std::chrono::milliseconds(200);
 constexpr int kMaxRoundsPerWake = 32;
 // How long close() waits for its goodbye to leave before it force-closes the endpoint anyway.
 using tagged::kGoodbyeGrace;
+
+// Messages that came before their receive (tagged/early_queue.h). UCX holds an eager message's
+// bytes (up to its rendezvous threshold) and only the header of a rendezvous one; held bytes are
+// counted as the message's length up to this much, or the configured threshold if larger.
+using EarlyQueue = tagged::EarlyQueue<ucp_tag_message_h>;
+constexpr std::size_t kEagerBytesEstimate = std::size_t{1} << 20;
+constexpr auto kEarlyExpireInterval = std::chrono::seconds(1);
 
 std::string ucsError(ucs_status_t st) { return ucs_status_string(st); }
 
@@ -150,6 +161,15 @@ class UcxWorker : public std::enable_shared_from_this<UcxWorker> {
   // One busy-poll step; true if it did any work.
   bool pollOnce();
 
+  // The oldest message with wire tag `wire` that came before its receive, taken out of UCX's
+  // unexpected queue (drainUnexpected); the caller receives it with ucp_tag_msg_recv_nbx.
+  std::optional<EarlyQueue::Entry> takeEarly(std::uint64_t wire) { return early_.take(wire); }
+  std::map<std::string, std::uint64_t> counters() const {
+    return {{"unexpected_held", early_.held()},
+            {"unexpected_held_bytes", early_.heldBytes()},
+            {"unexpected_dropped", early_.dropped()}};
+  }
+
  private:
   // The steps of init(): the UCP context and worker, this worker's address blob, and the progress
   // driver (busy polling or the worker's event fd, plus the tick).
@@ -158,6 +178,13 @@ class UcxWorker : public std::enable_shared_from_this<UcxWorker> {
   Status startProgress();
   void destroyUcx();
   void sweepClosing();
+  // After a progress pass: every message UCX now holds as unexpected goes into early_ (its handle
+  // only), and what early_ evicts is discarded; once a second, a stranger's old messages too.
+  bool drainUnexpected();
+  // Receives each message into nothing (UCX completes it as truncated and frees what it held).
+  void discard(const std::vector<ucp_tag_message_h>& messages);
+  // Whether this worker has a connection to `rank` that has not failed.
+  bool liveSender(std::uint64_t rank) const;
 
   Loop& loop_;
   Options options_;
@@ -170,6 +197,9 @@ class UcxWorker : public std::enable_shared_from_this<UcxWorker> {
   tagged::OpPool<Op> ops_;
   std::vector<void*> closing_;
   std::vector<std::weak_ptr<UcxConnection>> connections_;
+  EarlyQueue early_;
+  std::chrono::steady_clock::time_point lastExpire_{};
+  std::uint64_t warnedDrops_ = 0;
 };
 
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
@@ -190,6 +220,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     GV_CHECK_LOOP_THREAD(worker_->loop());
     return error_;
   }
+  bool alive() const { return error_.isOk() && !closed_; }
 
   // Posts the receive for the peer's control messages and announces this connection's id
   // (goodbye.h). Called once by connect().
@@ -220,7 +251,9 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   void postControlRecv();
   // ucp_tag_send_nbx / ucp_tag_recv_nbx of op (user tag `tag`, this peer's wire tag), never
   // completed immediately: the callback runs, inline too (then op->finishedInline is set). The
-  // request, or an error pointer.
+  // request, or an error pointer. postRecv first takes the tag's oldest message that came before
+  // (UcxWorker::takeEarly) and receives it (ucp_tag_msg_recv_nbx), so a tag's messages still come
+  // in their send order.
   void* postSend(Op* op, const void* data, std::size_t n, std::uint64_t tag);
   void* postRecv(Op* op, void* data, std::size_t n, std::uint64_t tag);
   // Sends `kind` with this connection's id on kControlTag: the op (completion pending), or nullptr
@@ -367,6 +400,7 @@ void UcxWorker::progressAll() {
       while (ucp_worker_progress(ucpWorker_) != 0) {
       }
       if (!closing_.empty()) sweepClosing();
+      drainUnexpected();
     }
     if (ready_.runBatch()) continue;  // callbacks may have posted new operations
     if (ucpWorker_ == nullptr || options_.busyPoll) return;
@@ -382,9 +416,65 @@ bool UcxWorker::pollOnce() {
   if (ucpWorker_ != nullptr) {
     while (ucp_worker_progress(ucpWorker_) != 0) worked = true;
     if (!closing_.empty()) sweepClosing();
+    if (drainUnexpected()) worked = true;
   }
   if (ready_.runBatch()) worked = true;
   return worked;
+}
+
+bool UcxWorker::drainUnexpected() {
+  const auto now = std::chrono::steady_clock::now();
+  const EarlyQueue::LiveFn live = [this](std::uint64_t rank) { return liveSender(rank); };
+  const std::size_t eagerBytes = std::max(kEagerBytesEstimate, options_.ucxRndvThresh);
+  bool took = false;
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(ucpWorker_, 0, 0, /*remove=*/1, &info);
+    if (msg == nullptr) break;
+    took = true;
+    discard(early_.add(info.sender_tag, msg, info.length, std::min(info.length, eagerBytes), now,
+                       live));
+  }
+  if (now - lastExpire_ >= kEarlyExpireInterval) {
+    lastExpire_ = now;
+    discard(early_.expire(now, live));
+  }
+  if (early_.dropped() > warnedDrops_) {
+    // The first, then one line per thousand: a flood must not flood the log too.
+    if (warnedDrops_ == 0 || early_.dropped() / 1000 > warnedDrops_ / 1000) {
+      log::warn(
+          "ucx: dropped ", early_.dropped(),
+          " message(s) that no receive took (over the bound on what waits for a receive, "
+          "or from a sender without a connection for ",
+          std::chrono::duration_cast<std::chrono::seconds>(early_.limits().strangerAge).count(),
+          " s; docs/security.md)");
+    }
+    warnedDrops_ = early_.dropped();
+  }
+  return took;
+}
+
+void UcxWorker::discard(const std::vector<ucp_tag_message_h>& messages) {
+  static std::uint8_t scratch[1];
+  for (ucp_tag_message_h msg : messages) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    param.cb.recv = [](void* request, ucs_status_t, const ucp_tag_recv_info_t*, void*) {
+      ucp_request_free(request);
+    };
+    // Into 0 bytes: UCX completes it as truncated (a rendezvous sender is released) and frees
+    // what it held. Done at once (nullptr), or the callback frees the request.
+    void* req = ucp_tag_msg_recv_nbx(ucpWorker_, scratch, 0, msg, &param);
+    (void)req;
+  }
+}
+
+bool UcxWorker::liveSender(std::uint64_t rank) const {
+  for (const auto& weak : connections_) {
+    if (auto c = weak.lock(); c && static_cast<std::uint64_t>(c->peer()) == rank && c->alive())
+      return true;
+  }
+  return false;
 }
 
 void UcxWorker::shutdown() {
@@ -404,6 +494,8 @@ void UcxWorker::shutdown() {
     ucp_worker_progress(ucpWorker_);
   }
   for (auto& c : live) c->teardownNow();
+  // Messages taken out of UCX's unexpected queue are ours to receive: into nothing.
+  discard(early_.clear());
   // Let the forced endpoint closes and the cancellations finish; they are local operations.
   for (int i = 0; i < 1000 && !closing_.empty(); ++i) {
     ucp_worker_progress(ucpWorker_);
@@ -562,9 +654,14 @@ void* UcxConnection::postRecv(Op* op, void* data, std::size_t n, std::uint64_t t
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxConnection::onRecvDone;
   param.user_data = op;
+  const std::uint64_t wire = wireTag(static_cast<std::uint64_t>(peer_), tag);
   op->submitting = true;
-  void* req = ucp_tag_recv_nbx(worker_->handle(), data, n,
-                               wireTag(static_cast<std::uint64_t>(peer_), tag), kFullMask, &param);
+  void* req;
+  if (auto early = worker_->takeEarly(wire)) {
+    req = ucp_tag_msg_recv_nbx(worker_->handle(), data, n, early->handle, &param);
+  } else {
+    req = ucp_tag_recv_nbx(worker_->handle(), data, n, wire, kFullMask, &param);
+  }
   op->submitting = false;
   return req;
 }
@@ -819,6 +916,11 @@ class UcxContext : public Context {
   }
 
   void close() override { worker_->shutdown(); }  // checks the thread
+
+  std::map<std::string, std::uint64_t> counters() const override {
+    GV_CHECK_LOOP_THREAD(worker_->loop());
+    return worker_->counters();
+  }
 
  private:
   std::shared_ptr<UcxWorker> worker_;
