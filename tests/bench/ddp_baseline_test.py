@@ -440,6 +440,17 @@ def test_orchestrator_grid():
     check(tta.expand_systems(["choco-sign"], [25], [], batches=[64], local_steps=[2]) ==
           [("choco-sign", "choco-sign", (None, 64, 2))],
           "orchestrator: a single --local-steps value keeps the system's name")
+    all_default = {"batch": True, "local_steps": True, "ddp_batch": True}
+    check(tta.profile_params("20mbit", "choco-sign", (None, 64), all_default) == (None, 128, 4)
+          and tta.profile_params("20mbit", "torch-choco-sign", (0.1, 64), all_default) == (0.1, 128)
+          and tta.profile_params("20mbit", "ddp", (256, 0.05), all_default) == (1024, 0.05)
+          and tta.profile_params("20mbit", "diloco", 25, all_default) == 25
+          and tta.profile_params("100mbit", "choco-sign", (None, 64), all_default) == (None, 64),
+          "orchestrator: at 20 Mbit/s the defaults are that profile's tuned batch, local steps and DDP batch")
+    check(tta.profile_params("20mbit", "choco-sign", (None, 32, 2), {"batch": False, "local_steps": False,
+                                                                     "ddp_batch": True}) == (None, 32, 2)
+          and tta.profile_params("20mbit", "ddp", (64, 0.05), {"ddp_batch": False}) == (64, 0.05),
+          "orchestrator: a value given on the command line wins over a profile's tuned default")
     check(tta.TORCH_SYSTEMS["torch-choco-sign"] in tta.GRAPEVINE_SYSTEMS,
           "orchestrator: the PyTorch-API system runs a built-in system's algorithm")
 
