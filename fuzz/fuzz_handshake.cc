@@ -119,7 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (st.message().empty()) std::abort();
     return 0;
   }
-  auto resealed = hs::encodeHello(opened, &psk);
+  auto resealed = hs::encodeHello(opened, psk);
   if (!resealed.isOk()) std::abort();
   auto back = hs::decodeHello(*resealed);
   if (!back.isOk() || !hs::openSealedFields(*back, *resealed, psk).isOk() ||

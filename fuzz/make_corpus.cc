@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
     security::Key key{};
     for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(0xA5 ^ i);
     h.buildId = "0.0.0+gfuzz";
-    auto bytes = hs::encodeHello(h, mode == 3 ? &key : nullptr);
+    auto bytes = hs::encodeHello(h, mode == 3 ? std::optional(key) : std::nullopt);
     if (!bytes.isOk()) return 1;
     std::vector<uint8_t> input = {static_cast<uint8_t>(mode)};
     input.insert(input.end(), bytes->begin(), bytes->end());

@@ -153,8 +153,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     if (rejoining_ && o.runningRound) hello->runningRound = o.runningRound();
     // With a key the address, build id and round are sealed: nobody learns where our data port
     // is before proving the key.
-    GV_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes,
-                        handshake::encodeHello(*hello, o.psk ? &*o.psk : nullptr));
+    GV_ASSIGN_OR_RETURN(std::vector<std::uint8_t> bytes, handshake::encodeHello(*hello, o.psk));
     return std::make_shared<ControlLink>(loop_, n, options_, std::move(hello), std::move(bytes),
                                          [weak = weak_from_this()](ControlLink& l, Status st) {
                                            if (auto self = weak.lock())
@@ -359,7 +358,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     // The round we train at now (as ControlLink::refreshRunningRound for the other paths).
     if (options_->runningRound && options_->runningRound() >= 0)
       ours.runningRound = options_->runningRound();
-    auto oursBytes = handshake::encodeHello(ours, &*options_->psk);
+    auto oursBytes = handshake::encodeHello(ours, options_->psk);
     if (!oursBytes.isOk()) return rejectPending(p, oursBytes.status().message(), "malformed");
     p->transcript = handshake::transcriptOf(*theirs, p->body, ours, *oursBytes);
     p->hello = std::move(theirs).value();

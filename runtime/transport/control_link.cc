@@ -63,7 +63,7 @@ void ControlLink::refreshRunningRound() {
   if (round < 0 || round == ours_->runningRound) return;
   auto fresh = std::make_shared<Hello>(*ours_);
   fresh->runningRound = round;
-  auto bytes = handshake::encodeHello(*fresh, options_.psk ? &*options_.psk : nullptr);
+  auto bytes = handshake::encodeHello(*fresh, options_.psk);
   if (!bytes.isOk()) return;
   ours_ = std::move(fresh);
   oursEncoded_ = std::move(bytes).value();

@@ -132,7 +132,8 @@ Status checkRunningRound(std::uint64_t round, int sender) {
 
 }  // namespace
 
-Result<std::vector<std::uint8_t>> encodeHello(const Hello& h, const security::Key* sealWith) {
+Result<std::vector<std::uint8_t>> encodeHello(const Hello& h,
+                                              const std::optional<security::Key>& sealWith) {
   if (sealWith && !h.nonce) {
     return invalidArgument("hello: sealing its private fields needs the key's nonce");
   }

@@ -110,10 +110,11 @@ security::Transcript transcriptOf(const Hello& dialer, std::span<const std::uint
                                   std::span<const std::uint8_t> acceptorBytes);
 
 // Errors: kInvalidArgument when a field does not fit its length prefix (the k*Max* limits above),
-// or when `sealWith` (the pre-shared key) is given for a hello without a nonce. With `sealWith`
-// the address, build id and running round go into a fresh box (a new nonce every call).
-Result<std::vector<std::uint8_t>> encodeHello(const Hello& hello,
-                                              const security::Key* sealWith = nullptr);
+// or when `sealWith` (the pre-shared key, as BootstrapOptions::psk holds it) is set for a hello
+// without a nonce. With `sealWith` the address, build id and running round go into a fresh box (a
+// new nonce every call).
+Result<std::vector<std::uint8_t>> encodeHello(
+    const Hello& hello, const std::optional<security::Key>& sealWith = std::nullopt);
 // Checks the length and magic of the fixed prefix only (any version). Errors: kDataLoss (shorter
 // than kHelloFixedBytes, bad magic).
 Result<HelloPrefix> decodeHelloPrefix(std::span<const std::uint8_t> payload);

@@ -301,7 +301,7 @@ TEST_CASE(
     h.parts = standardParts();  // as a peer with the key sends them: keyed
     for (auto& part : h.parts) part.hash = security::configPartHash(key, part.name, part.hash);
     h.nonce = security::randomNonce();
-    const auto ours = *handshake::encodeHello(h, &key);  // as a key holder: sealed
+    const auto ours = *handshake::encodeHello(h, key);  // as a key holder: sealed
     REQUIRE(sendFrame(fd, handshake::kHello, ours));
     const auto hello = readFrame(fd);
     const auto proof = readFrame(fd);

@@ -300,16 +300,16 @@ TEST_CASE(
   h.nonce = security::randomNonce();
   // Without the nonce a hello cannot be sealed.
   Hello noNonce = sampleHello();
-  CHECK(encodeHello(noNonce, &key).status().code() == ErrorCode::kInvalidArgument);
+  CHECK(encodeHello(noNonce, key).status().code() == ErrorCode::kInvalidArgument);
 
-  const auto bytes = encodeHello(h, &key);
+  const auto bytes = encodeHello(h, key);
   REQUIRE(bytes.isOk());
   const std::string raw(bytes->begin(), bytes->end());
   const std::string address(h.address.begin(), h.address.end());
   CHECK(raw.find(address) == std::string::npos);  // no address, no build id in clear
   CHECK(raw.find("0.5.0+g") == std::string::npos);
   // Every encoding draws a fresh box nonce: two encodings of one hello differ.
-  CHECK(*encodeHello(h, &key) != *bytes);
+  CHECK(*encodeHello(h, key) != *bytes);
 
   // Decoding needs no key: a stranger sees the routing fields, the keyed parts and the nonce.
   auto seen = decodeHello(*bytes);
@@ -331,7 +331,7 @@ TEST_CASE(
     // A bootstrapping peer's hello (no round) round-trips as -1.
     Hello boot = h;
     boot.runningRound = -1;
-    const auto b = *encodeHello(boot, &key);
+    const auto b = *encodeHello(boot, key);
     auto back = decodeHello(b);
     REQUIRE(back.isOk());
     REQUIRE(openSealedFields(*back, b, key).isOk());
