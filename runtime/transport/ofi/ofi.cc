@@ -30,6 +30,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +41,7 @@
 #include "runtime/transport/registry.h"
 #include "runtime/transport/tagged/address_blob.h"
 #include "runtime/transport/tagged/checks.h"
+#include "runtime/transport/tagged/early_queue.h"
 #include "runtime/transport/tagged/goodbye.h"
 #include "runtime/transport/tagged/loop_driver.h"
 #include "runtime/transport/tagged/op_pool.h"
@@ -71,13 +74,32 @@ constexpr std::size_t kCqBatch = 16;
 // instead of failing one receive. Turn it off (rxm then truncates in its own bounce-buffer copy,
 // and the link survives) unless the user set it. Must run before the first fi_getinfo() in the
 // process, which reads provider parameters once.
+//
+// ofi_rxm sends a message between its eager size (16 KiB) and its "SAR" limit as segments that its
+// unexpected queue holds one by one, each like a message of its own: the backend could then claim
+// a segment as if it were a message (drainUnexpected). With the limit at 0 such messages go by
+// rendezvous, one entry each, as those above the limit already did. A user who sets the limit
+// keeps it, and the unexpected queue is then not drained (a warning says so).
+constexpr const char* kSarLimitVar = "FI_OFI_RXM_SAR_LIMIT";
 void configureProviderDefaults() {
   static const bool once = [] {
     ::setenv("FI_OFI_RXM_ENABLE_DYN_RBUF", "0", /*overwrite=*/0);
+    ::setenv(kSarLimitVar, "0", /*overwrite=*/0);
     return true;
   }();
   (void)once;
 }
+
+// What rxm keeps for an unexpected message until it is received: one receive buffer of its eager
+// size (FI_OFI_RXM_BUFFER_SIZE, 16 KiB) plus its header, whatever the message's length (a
+// rendezvous message's data stays with its sender). The byte bound counts this for each message.
+constexpr std::size_t kRxmHeldBytes = 16384 + 64;
+constexpr auto kEarlyExpireInterval = std::chrono::seconds(1);
+constexpr int kMaxPeeksPerPass = 256;
+// After a peek that found nothing, the next waits this long (a peek costs rxm a progress pass and
+// a signal on the CQ's wait fd: about 2 us, on every message of a ping-pong otherwise). What can
+// arrive meanwhile is bounded by the link's rate times this; the 200 ms tick comes back for it.
+constexpr auto kEmptyPeekPause = std::chrono::milliseconds(1);
 
 std::string fiError(ssize_t rc) { return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)); }
 
@@ -87,8 +109,11 @@ class OfiConnection;
 struct Op {
   fi_context2 context;  // first: the provider's scratch space, and what completions hand back
   // kControlRecv, kAnnounce and kGoodbye are the backend's own (see kControlTag, goodbye.h); they
-  // are never in the connection's list of user operations.
-  enum class Kind { kSend, kRecv, kControlRecv, kAnnounce, kGoodbye };
+  // are never in the connection's list of user operations. kPeek, kEarly and kDiscard are the
+  // endpoint's (drainUnexpected): a peek that claims the provider's oldest unexpected message, that
+  // message while it waits for a receive (its context is what the provider claimed it with), and
+  // its discard; they have no connection.
+  enum class Kind { kSend, kRecv, kControlRecv, kAnnounce, kGoodbye, kPeek, kEarly, kDiscard };
   Kind kind = Kind::kSend;
   std::shared_ptr<OfiConnection> conn;
   SendCallback sendCb;
@@ -97,6 +122,7 @@ struct Op {
   void* buffer = nullptr;
   std::size_t length = 0;
   bool posted = false;    // handed to the provider (false while waiting in the EAGAIN backlog)
+  bool claim = false;     // a receive of a message this op's context claimed (fi_trecvmsg FI_CLAIM)
   bool orphaned = false;  // callback already delivered; the provider may still return the context
   Op* prev = nullptr;     // intrusive list of the connection's pending ops
   Op* next = nullptr;
@@ -106,7 +132,7 @@ struct Op {
     conn.reset();
     sendCb = nullptr;
     recvCb = nullptr;
-    posted = orphaned = false;
+    posted = orphaned = claim = false;
     prev = next = nullptr;
   }
 };
@@ -146,12 +172,43 @@ class OfiEndpoint : public std::enable_shared_from_this<OfiEndpoint> {
 
   void addConnection(const std::shared_ptr<OfiConnection>& c) { connections_.push_back(c); }
 
+  // The op for a receive of `wireTag`: when a message with that tag came before its receive and is
+  // held (drainUnexpected), the op that claimed the oldest of them, set to receive it (claim);
+  // otherwise a new op. So a tag's messages are still received in the order they were sent.
+  Op* claimedOrNew(std::uint64_t wireTag) {
+    Op* op = nullptr;
+    if (auto early = early_.take(wireTag)) {
+      op = early->handle;
+      op->claim = true;
+    } else {
+      op = allocOp();
+    }
+    op->wireTag = wireTag;
+    return op;
+  }
+  std::map<std::string, std::uint64_t> counters() const {
+    return {{"unexpected_held", early_.held()},
+            {"unexpected_held_bytes", early_.heldBytes()},
+            {"unexpected_dropped", early_.dropped()}};
+  }
+
   void progressAll();
   bool pollOnce();
 
  private:
+  using EarlyQueue = tagged::EarlyQueue<Op*>;
+
   ssize_t post(Op* op);
   bool drainCq();  // true if it saw any completion
+  // After a progress pass: every message the provider now holds as unexpected is claimed (a peek
+  // with FI_PEEK | FI_CLAIM, oldest first) into early_, and what early_ evicts is discarded; once
+  // a second, a stranger's old messages too. Only for ofi_rxm, whose peek completes at once and
+  // whose unexpected entries are whole messages (see kSarLimitVar); the backend's bounds on what a
+  // remote can make it hold (docs/security.md, "Bounds"). True if it claimed any.
+  bool drainUnexpected();
+  void onPeek(Op* op, bool found, std::uint64_t tag, std::size_t length);
+  void discard(const std::vector<Op*>& claimed);
+  bool liveSender(std::uint64_t rank) const;
   void retryBacklog();
   void complete(Op* op, Status st, std::size_t bytes);
   // The steps of init(): choose the provider (fi_getinfo), open fabric, domain, address vector,
@@ -179,6 +236,12 @@ class OfiEndpoint : public std::enable_shared_from_this<OfiEndpoint> {
   std::deque<Op*> backlog_;
   tagged::OpPool<Op> ops_;
   std::vector<std::weak_ptr<OfiConnection>> connections_;
+  bool drainsUnexpected_ = false;
+  EarlyQueue early_;
+  Op* peek_ = nullptr;      // the peek the provider has not answered yet
+  bool peekFound_ = false;  // what the last answered peek found
+  std::chrono::steady_clock::time_point lastExpire_{};
+  std::chrono::steady_clock::time_point lastEmptyPeek_{};
 
   friend class OfiConnection;
 };
@@ -199,6 +262,7 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   }
 
   fi_addr_t fiAddr() const { return addr_; }
+  bool alive() const { return error_.isOk() && !closed_; }
   Status watchPeerProcess(pid_t pid);
   // Posts the receive for the peer's control messages and announces this connection's id
   // (goodbye.h). Called once by connect().
@@ -276,6 +340,17 @@ Status OfiEndpoint::findProvider() {
     return unavailable("libfabric: no RDM tagged endpoint from provider '" +
                        options_.libfabricProvider + "': " + fiError(rc));
   }
+  const std::string provider =
+      info_->fabric_attr->prov_name != nullptr ? info_->fabric_attr->prov_name : "";
+  if (provider.find("ofi_rxm") != std::string::npos) {
+    const char* sar = std::getenv(kSarLimitVar);
+    drainsUnexpected_ = sar == nullptr || std::string_view(sar) == "0";
+    if (!drainsUnexpected_) {
+      log::warn("libfabric: ", kSarLimitVar, "=", sar,
+                " is set, so messages that come before their receive are held by the provider "
+                "without the backend's bounds (docs/security.md)");
+    }
+  }
   return Status::ok();
 }
 
@@ -343,6 +418,17 @@ ssize_t OfiEndpoint::post(Op* op) {
     return fi_tsend(ep_, op->buffer, op->length, nullptr, op->conn->fiAddr(), op->wireTag,
                     &op->context);
   }
+  if (op->kind == Op::Kind::kDiscard || op->claim) {
+    iovec iov{op->buffer, op->length};
+    fi_msg_tagged msg{};
+    msg.msg_iov = op->kind == Op::Kind::kDiscard ? nullptr : &iov;
+    msg.iov_count = op->kind == Op::Kind::kDiscard ? 0 : 1;
+    msg.addr = FI_ADDR_UNSPEC;
+    msg.tag = op->wireTag;
+    msg.context = &op->context;
+    return fi_trecvmsg(ep_, &msg,
+                       op->kind == Op::Kind::kDiscard ? FI_CLAIM | FI_DISCARD : FI_CLAIM);
+  }
   return fi_trecv(ep_, op->buffer, op->length, nullptr, FI_ADDR_UNSPEC, op->wireTag, 0,
                   &op->context);
 }
@@ -368,6 +454,8 @@ void OfiEndpoint::retryBacklog() {
     backlog_.pop_front();
     if (rc == 0) {
       op->posted = true;
+    } else if (op->kind == Op::Kind::kDiscard) {
+      releaseOp(op);  // no connection to tell; the provider keeps the message until it closes
     } else {
       auto conn = op->conn;
       conn->unlink(op);
@@ -406,6 +494,14 @@ bool OfiEndpoint::drainCq() {
           ops_.releaseOrphan(op);
           continue;
         }
+        if (op->kind == Op::Kind::kPeek) {
+          onPeek(op, true, entries[i].tag, entries[i].len);
+          continue;
+        }
+        if (op->kind == Op::Kind::kDiscard) {
+          releaseOp(op);
+          continue;
+        }
         auto conn = op->conn;
         conn->unlink(op);
         complete(op, conn->statusFor(0, ""), entries[i].len);
@@ -422,6 +518,14 @@ bool OfiEndpoint::drainCq() {
         ops_.releaseOrphan(op);
         continue;
       }
+      if (op->kind == Op::Kind::kPeek) {  // FI_ENOMSG: nothing unexpected (or the peek failed)
+        onPeek(op, false, 0, 0);
+        continue;
+      }
+      if (op->kind == Op::Kind::kDiscard) {
+        releaseOp(op);
+        continue;
+      }
       auto conn = op->conn;
       conn->unlink(op);
       const char* detail = fi_cq_strerror(cq_, err.prov_errno, err.err_data, nullptr, 0);
@@ -433,12 +537,90 @@ bool OfiEndpoint::drainCq() {
   return any;
 }
 
+bool OfiEndpoint::drainUnexpected() {
+  if (!drainsUnexpected_ || ep_ == nullptr) return false;
+  const auto now = std::chrono::steady_clock::now();
+  bool took = false;
+  // One peek at a time, and none while receives wait in the backlog (they must match first).
+  const bool rested = peekFound_ || now - lastEmptyPeek_ >= kEmptyPeekPause;
+  for (int i = 0; rested && i < kMaxPeeksPerPass && peek_ == nullptr && backlog_.empty(); ++i) {
+    Op* op = allocOp();
+    op->kind = Op::Kind::kPeek;
+    fi_msg_tagged msg{};
+    msg.addr = FI_ADDR_UNSPEC;
+    msg.tag = 0;
+    msg.ignore = ~std::uint64_t{0};  // any tag: the oldest unexpected message
+    msg.context = &op->context;
+    const ssize_t rc = fi_trecvmsg(ep_, &msg, FI_PEEK | FI_CLAIM);
+    if (rc != 0) {
+      releaseOp(op);
+      if (rc != -FI_EAGAIN) {
+        drainsUnexpected_ = false;
+        log::warn("libfabric: the provider refused a peek (", fiError(rc),
+                  "): messages that come before their receive are held without the backend's "
+                  "bounds from now on");
+      }
+      break;
+    }
+    peek_ = op;
+    op->posted = true;
+    drainCq();  // rxm answers a peek at once; an answer still to come ends this pass
+    if (peek_ != nullptr || !peekFound_) break;
+    took = true;
+  }
+  if (now - lastExpire_ >= kEarlyExpireInterval) {
+    lastExpire_ = now;
+    discard(early_.expire(now, [this](std::uint64_t rank) { return liveSender(rank); }));
+  }
+  if (auto warning = early_.dropWarning("libfabric")) log::warn(*warning);
+  return took;
+}
+
+void OfiEndpoint::onPeek(Op* op, bool found, std::uint64_t tag, std::size_t length) {
+  peek_ = nullptr;
+  peekFound_ = found;
+  if (!found) {
+    lastEmptyPeek_ = std::chrono::steady_clock::now();
+    releaseOp(op);
+    return;
+  }
+  // The op's context now holds the provider's claim on the message: it waits in early_ as is.
+  op->kind = Op::Kind::kEarly;
+  op->posted = false;
+  op->wireTag = tag;
+  op->length = length;
+  discard(early_.add(tag, op, length, kRxmHeldBytes, std::chrono::steady_clock::now(),
+                     [this](std::uint64_t rank) { return liveSender(rank); }));
+}
+
+void OfiEndpoint::discard(const std::vector<Op*>& claimed) {
+  for (Op* op : claimed) {
+    op->kind = Op::Kind::kDiscard;
+    op->buffer = nullptr;
+    op->length = 0;
+    // A discard is a claim like a receive: behind the backlog's receives when there are any. It
+    // completes through the CQ, which releases the op.
+    if (!submit(op).isOk()) {
+      releaseOp(op);  // the provider keeps the message until the endpoint closes
+    }
+  }
+}
+
+bool OfiEndpoint::liveSender(std::uint64_t rank) const {
+  for (const auto& weak : connections_) {
+    if (auto c = weak.lock(); c && static_cast<std::uint64_t>(c->peer()) == rank && c->alive())
+      return true;
+  }
+  return false;
+}
+
 void OfiEndpoint::progressAll() {
   GV_CHECK_LOOP_THREAD(loop_);
   auto keepAlive = shared_from_this();
   for (int round = 0; round < kMaxRoundsPerWake; ++round) {
     drainCq();
     retryBacklog();
+    drainUnexpected();
     if (ready_.runBatch()) continue;
     if (cq_ == nullptr || options_.busyPoll) return;
     fid* fids[] = {&cq_->fid};
@@ -450,6 +632,7 @@ void OfiEndpoint::progressAll() {
 bool OfiEndpoint::pollOnce() {
   bool worked = drainCq();
   retryBacklog();
+  if (drainUnexpected()) worked = true;
   if (ready_.runBatch()) worked = true;
   return worked;
 }
@@ -472,6 +655,14 @@ void OfiEndpoint::shutdown() {
     retryBacklog();
   }
   drainCq();
+  // Claimed messages no receive took, and a peek not answered yet, go with the endpoint below.
+  for (Op* op : early_.clear()) releaseOp(op);
+  std::erase_if(backlog_, [this](Op* op) {
+    if (op->kind != Op::Kind::kDiscard) return false;
+    releaseOp(op);
+    return true;
+  });
+  if (peek_ != nullptr) adoptOrphan(std::exchange(peek_, nullptr));
   // Whatever the provider still holds goes away with the endpoint below: complete it here, once.
   for (auto& c : live) c->abandonPending();
   if (!ready_.empty()) schedule();
@@ -538,10 +729,9 @@ void OfiConnection::start() {
 
 void OfiConnection::postControlRecv() {
   if (controlRecv_ != nullptr || !error_.isOk() || tornDown_ || !endpoint_->open()) return;
-  Op* op = endpoint_->allocOp();
+  Op* op = endpoint_->claimedOrNew(wireTag(static_cast<std::uint64_t>(peer_), kControlTag));
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
-  op->wireTag = wireTag(static_cast<std::uint64_t>(peer_), kControlTag);
   op->buffer = controlIn_;
   op->length = sizeof controlIn_;
   controlRecv_ = op;
@@ -722,11 +912,10 @@ void OfiConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
     endpoint_->defer([cb = std::move(cb), st] { cb(st, 0); });
     return;
   }
-  Op* op = endpoint_->allocOp();
+  Op* op = endpoint_->claimedOrNew(wireTag(static_cast<std::uint64_t>(peer_), tag));
   op->kind = Op::Kind::kRecv;
   op->conn = shared_from_this();
   op->recvCb = std::move(cb);
-  op->wireTag = wireTag(static_cast<std::uint64_t>(peer_), tag);
   op->buffer = buffer.data();
   op->length = buffer.size();
   link(op);
@@ -777,6 +966,11 @@ class OfiContext : public Context {
   }
 
   void close() override { endpoint_->shutdown(); }  // checks the thread
+
+  std::map<std::string, std::uint64_t> counters() const override {
+    GV_CHECK_LOOP_THREAD(endpoint_->loop());
+    return endpoint_->counters();
+  }
 
  private:
   std::shared_ptr<OfiEndpoint> endpoint_;

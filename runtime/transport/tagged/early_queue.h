@@ -24,6 +24,8 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -125,6 +127,21 @@ class EarlyQueue {
     return out;
   }
 
+  // A warning about the messages dropped since the last call, or nullopt: the first drop, then one
+  // line per thousand (a flood must not flood the log too).
+  std::optional<std::string> dropWarning(std::string_view backend) {
+    if (dropped_ <= warnedDrops_) return std::nullopt;
+    const bool say = warnedDrops_ == 0 || dropped_ / 1000 > warnedDrops_ / 1000;
+    warnedDrops_ = dropped_;
+    if (!say) return std::nullopt;
+    return std::string(backend) + ": dropped " + std::to_string(dropped_) +
+           " message(s) that no receive took (over the bound on what waits for a receive, or "
+           "from a sender without a connection for " +
+           std::to_string(
+               std::chrono::duration_cast<std::chrono::seconds>(limits_.strangerAge).count()) +
+           " s; docs/security.md)";
+  }
+
   std::size_t held() const { return held_; }
   std::size_t heldBytes() const { return heldBytes_; }
   std::uint64_t dropped() const { return dropped_; }
@@ -214,6 +231,7 @@ class EarlyQueue {
   std::size_t held_ = 0;
   std::size_t heldBytes_ = 0;
   std::uint64_t dropped_ = 0;
+  std::uint64_t warnedDrops_ = 0;
   std::uint64_t nextId_ = 0;
 };
 

@@ -199,7 +199,6 @@ class UcxWorker : public std::enable_shared_from_this<UcxWorker> {
   std::vector<std::weak_ptr<UcxConnection>> connections_;
   EarlyQueue early_;
   std::chrono::steady_clock::time_point lastExpire_{};
-  std::uint64_t warnedDrops_ = 0;
 };
 
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
@@ -439,18 +438,7 @@ bool UcxWorker::drainUnexpected() {
     lastExpire_ = now;
     discard(early_.expire(now, live));
   }
-  if (early_.dropped() > warnedDrops_) {
-    // The first, then one line per thousand: a flood must not flood the log too.
-    if (warnedDrops_ == 0 || early_.dropped() / 1000 > warnedDrops_ / 1000) {
-      log::warn(
-          "ucx: dropped ", early_.dropped(),
-          " message(s) that no receive took (over the bound on what waits for a receive, "
-          "or from a sender without a connection for ",
-          std::chrono::duration_cast<std::chrono::seconds>(early_.limits().strangerAge).count(),
-          " s; docs/security.md)");
-    }
-    warnedDrops_ = early_.dropped();
-  }
+  if (auto warning = early_.dropWarning("ucx")) log::warn(*warning);
   return took;
 }
 
