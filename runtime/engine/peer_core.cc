@@ -1097,9 +1097,17 @@ void PeerCore::noteRound(Edge& e, std::int64_t round) {
 }
 
 void PeerCore::resyncBothWays(Edge& e, bool await) {
-  e.resyncRequested = true;
   e.sendSnapshot = true;
-  if (await) e.awaitSnapshot = true;
+  if (!await) {
+    e.resyncRequested = true;
+    return;
+  }
+  // No request now: where both ends resync (a rejoin, a restart) the neighbour sends its snapshot
+  // with its first message anyway, and a request on top had it send a second, dense one behind the
+  // first (a rejoin cost each edge four snapshots, not two, and each held the link for several
+  // rounds). Where only this end knows (a revived neighbour that was paused), the neighbour's first
+  // message without a snapshot makes the edge ask at once (apply(): awaiting_snapshot).
+  e.awaitSnapshot = true;
 }
 
 void PeerCore::resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm) {

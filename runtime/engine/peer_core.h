@@ -458,8 +458,9 @@ class PeerCore {
     return options_.lazyMixing ? 0.5 * w : w;
   }
   std::vector<int> liveOf(const std::vector<int>& peers) const;
-  // The edge asks its neighbour for a snapshot of its public copy and sends its own with its next
-  // message; with `await`, nothing of the neighbour is applied before the snapshot came.
+  // The edge sends its public copy with its next message and asks its neighbour for its copy; with
+  // `await`, nothing of the neighbour is applied before the snapshot came, and the edge asks only
+  // when a message of the neighbour comes without one (both ends of a rejoin send theirs unasked).
   static void resyncBothWays(Edge& e, bool await);
   // The neighbour of `e` is at `round` or later: newestRound, and catchingUp ends within
   // catchUpLag of our round.

@@ -778,6 +778,37 @@ TEST_CASE(
   CHECK(consensusDistance(models(run)) < 1e-6);
 }
 
+TEST_CASE("a rejoined CHOCO edge costs one snapshot each way") {
+  const auto c = loadYaml(kChocoInt8Ring4);
+  Run run = makeRun(c);
+  auto& p0 = *run.peers[0];
+  auto& p1 = *run.peers[1];
+  for (std::int64_t t = 0; t < 10; ++t) lockstepRound(run, t);
+  p0.markDead(1);
+  p1.markDead(0);
+  for (std::int64_t t = 10; t < 15; ++t) lockstepRound(run, t, {{0, 1}});
+  const auto before0 = p0.counters().resyncs, before1 = p1.counters().resyncs;
+  // New connections at both ends (a restart, or a partition that healed): each sends its copy
+  // with its first message. Once each also asked for the other's, and that request, served after
+  // the snapshot rate limit, sent a second dense copy behind the first.
+  REQUIRE(p0.rejoin(1, 0, std::nullopt, false, 14));
+  REQUIRE(p1.rejoin(0, 0, std::nullopt, false, 14));
+  for (std::int64_t t = 15; t < 15 + 4 * PeerCore::kSnapshotMinRounds; ++t) {
+    INFO("round " << t);
+    lockstepRound(run, t);
+    CHECK(p0.algorithm().replicaHash(1) == p1.algorithm().publicCopyHash());
+    CHECK(p1.algorithm().replicaHash(0) == p0.algorithm().publicCopyHash());
+  }
+  CHECK(p0.counters().resyncs == before0 + 1);
+  CHECK(p1.counters().resyncs == before1 + 1);
+  for (auto* p : {&p0, &p1}) {
+    CHECK(p->counters().dropped.count("resync_rate") == 0);
+    CHECK(p->counters().dropped.count("awaiting_snapshot") == 0);
+    CHECK(p->counters().replicaMismatches == 0);
+    CHECK(p->liveDegree() == 2);
+  }
+}
+
 // 4 peers on a ring, CHOCO + int8 on pure consensus (no gradient), 500 rounds.
 constexpr const char* kConsensusInt8Ring4 = R"(
 peers: { count: 4 }
