@@ -437,8 +437,15 @@ void PeerSession::Impl::revive(int j) {
 
 void PeerSession::Impl::redialIfLost(int j) {
   if (options_.rank < j) {
-    loop_.post([this, j] {
-      if (bootstrap_) bootstrap_->redial(j);
+    // Not when the neighbour connected again meanwhile (a newer generation on the loop thread,
+    // its rejoin still on the way to this thread): a second dial would make a second connection,
+    // and the two ends could each keep a different one of the two. A restarted peer whose
+    // bootstrap completed without a neighbour whose handshake then finished did this; on the
+    // tagged backends, which match messages by rank and tag, the edge's two epochs then mixed
+    // (sequence numbers restarted on one connection were dropped as duplicates, its snapshot
+    // with them, and the replica stayed off).
+    loop_.post([this, j, g = gen(j)] {
+      if (bootstrap_ && loopGen_[j] == g) bootstrap_->redial(j);
     });
   }
 }
