@@ -725,6 +725,15 @@ RoundOutcome lockstepRound(Run& run, std::int64_t t,
   return out;
 }
 
+// Rounds 0..9 of the whole ring, then a partition of edge 0-1 from round 10 until `healAt`: both
+// ends drop each other (silence).
+void cutEdge01(Run& run, std::int64_t healAt) {
+  for (std::int64_t t = 0; t < 10; ++t) lockstepRound(run, t);
+  run.peers[0]->markDead(1);
+  run.peers[1]->markDead(0);
+  for (std::int64_t t = 10; t < healAt; ++t) lockstepRound(run, t, {{0, 1}});
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -733,21 +742,18 @@ TEST_CASE(
   Run run = makeRun(c);
   auto& p0 = *run.peers[0];
   auto& p1 = *run.peers[1];
-  for (std::int64_t t = 0; t < 10; ++t) lockstepRound(run, t);
-  // A partition of edge 0-1 for rounds 10..19: both ends drop each other (silence).
-  p0.markDead(1);
-  p1.markDead(0);
-  for (std::int64_t t = 10; t < 20; ++t) lockstepRound(run, t, {{0, 1}});
+  cutEdge01(run, 20);
   CHECK_FALSE(p0.revive(2));  // live: nothing to take back
-  // Peer 1 hears peer 0 first: it asks for peer 0's copy and sends its own in round 20, which
-  // peer 0, still counting it dead, drops.
+  // Peer 1 hears peer 0 first: it sends its own copy in round 20, which peer 0, still counting it
+  // dead, drops.
   REQUIRE(p1.revive(0));
   CHECK_FALSE(p1.revive(0));
   lockstepRound(run, 20);
   CHECK(p0.counters().dropped.at("unknown_sender") == 1);
-  // Peer 0 takes it back in round 21. Peer 1 sent its snapshot in round 20 and may send the next
-  // one only 8 rounds later: until then peer 0 mixes nothing of peer 1 (its replica missed ten
-  // rounds of deltas), but does not wait for it either.
+  // Peer 0 takes it back in round 21 and asks for peer 1's copy when peer 1's message comes
+  // without one. Peer 1 sent its snapshot in round 20 and may send the next one only 8 rounds
+  // later: until then peer 0 mixes nothing of peer 1 (its replica missed ten rounds of deltas),
+  // but does not wait for it either.
   REQUIRE(p0.revive(1));
   for (std::int64_t t = 21; t < 20 + PeerCore::kSnapshotMinRounds; ++t) {
     INFO("round " << t);
@@ -783,10 +789,7 @@ TEST_CASE("a rejoined CHOCO edge costs one snapshot each way") {
   Run run = makeRun(c);
   auto& p0 = *run.peers[0];
   auto& p1 = *run.peers[1];
-  for (std::int64_t t = 0; t < 10; ++t) lockstepRound(run, t);
-  p0.markDead(1);
-  p1.markDead(0);
-  for (std::int64_t t = 10; t < 15; ++t) lockstepRound(run, t, {{0, 1}});
+  cutEdge01(run, 15);
   const auto before0 = p0.counters().resyncs, before1 = p1.counters().resyncs;
   // New connections at both ends (a restart, or a partition that healed): each sends its copy
   // with its first message. Once each also asked for the other's, and that request, served after
