@@ -1017,9 +1017,17 @@ void PeerCore::resyncAllEdges(bool await) {
   }
 }
 
+namespace {
+// The algorithm's public copy of the model, in its state(): CHOCO's one copy, or the first of
+// compressed gt's two (its snapshots carry [model copy | tracker copy]).
+bool isPublicModel(std::string_view name) {
+  return name == "public_copy" || name == "public_model";
+}
+}  // namespace
+
 bool PeerCore::adoptFirstSnapshot() {
   for (const auto& [name, values] : algorithm_->state()) {
-    if (name == "public_copy" && values.size() == x_.size()) {
+    if (isPublicModel(name) && values.size() == x_.size()) {
       adoptSnapshot_ = true;
       return true;
     }
@@ -1028,14 +1036,17 @@ bool PeerCore::adoptFirstSnapshot() {
 }
 
 void PeerCore::adopt(int j, std::span<const float> copy) {
-  if (copy.size() != x_.size()) return;
+  // The model's part of the neighbour's public copy; gt's tracker copy stays this peer's own (its
+  // tracker starts from its own gradient, as at round 0, and the neighbours get the copy below).
+  if (copy.size() < x_.size()) return;
+  const auto model = copy.first(x_.size());
   auto buffers = algorithm_->state();
   for (auto& [name, values] : buffers) {
-    if (name == "public_copy") values.assign(copy.begin(), copy.end());
+    if (isPublicModel(name)) values.assign(model.begin(), model.end());
   }
   if (!algorithm_->loadState(buffers).isOk()) return;
   adoptSnapshot_ = false;
-  x_.assign(copy.begin(), copy.end());
+  x_.assign(model.begin(), model.end());
   const std::vector<float> zero(optimizer_->momentumBuffer().size(), 0.0f);
   (void)optimizer_->setMomentumBuffer(zero);
   gradientReady_ = false;  // a gradient computed early was of the old model

@@ -153,6 +153,63 @@ TEST_CASE("a lost gt message desynchronises both replicas; the hash check and a 
   CHECK(peers[0]->algorithm().replicaHash(1) == peers[1]->algorithm().publicCopyHash());
 }
 
+TEST_CASE(
+    "a compressed-gt peer that joins late without a checkpoint takes its model from a "
+    "neighbour's snapshot; the run still reaches the exact optimum") {
+  const std::string data = quadraticData();
+  const Eigen::VectorXd xs = optimum(data);
+  std::shared_ptr<engine::RunPlan> plan;
+  auto peers =
+      makePeers(test_util::loadYaml(yamlFor("gt", "top-k", 0.0, data), "gt_test.yaml"), &plan);
+  constexpr int kLate = 5;
+  constexpr std::int64_t kJoin = 300;
+  // Peer 5 is not there for the first 300 rounds: its neighbours count it dead from the start.
+  for (int j : {kLate - 1, kLate + 1}) peers[j]->markDead(kLate);
+  for (std::int64_t t = 0; t < kJoin; ++t) {
+    for (auto& p : peers) {
+      if (p->rank() != kLate) REQUIRE(p->beginRound(t).isOk());
+    }
+    for (auto& p : peers) {
+      if (p->rank() == kLate) continue;
+      for (int j : p->sendTo()) {
+        if (j != kLate) peers[j]->onMessage(p->rank(), p->outgoing(j));
+      }
+    }
+    for (auto& p : peers) {
+      if (p->rank() != kLate) p->endRound();
+    }
+  }
+  // Then it starts (a new process, no checkpoint), as the driver starts it: it takes the first
+  // neighbour snapshot as its model and public copy of the model (gt's second copy, the
+  // tracker's, stays its own), and every edge of it starts afresh.
+  auto fresh = engine::makePeer(*plan, kLate, 1);
+  REQUIRE(fresh.isOk());
+  peers[kLate] = std::move(*fresh);
+  PeerCore& late = *peers[kLate];
+  REQUIRE(late.adoptFirstSnapshot());
+  late.resyncAllEdges(/*await=*/true);
+  for (int j : {kLate - 1, kLate + 1}) {
+    REQUIRE(peers[j]->rejoin(kLate, 1, std::nullopt, false, -1));
+  }
+  late.skipTo(kJoin);
+  REQUIRE(engine::runLockstep(peers, kJoin, 1).isOk());
+  const int from = static_cast<int>(late.counters().stateFrom);
+  REQUIRE((from == kLate - 1 || from == kLate + 1));
+  REQUIRE(engine::runLockstep(peers, kJoin + 1, 3000).isOk());
+  const Errors e = errors(peers, xs);
+  INFO("|xbar - x*|^2 / |x*|^2 = " << e.optimum
+                                   << ", consensus distance / |x*|^2 = " << e.consensus);
+  CHECK(e.optimum < 1e-8);
+  CHECK(e.consensus < 1e-8);
+  for (int j : {kLate - 1, kLate + 1}) {
+    INFO("neighbour " << j);
+    CHECK(peers[j]->algorithm().replicaHash(kLate) == late.algorithm().publicCopyHash());
+    CHECK(late.algorithm().replicaHash(j) == peers[j]->algorithm().publicCopyHash());
+    CHECK(peers[j]->counters().replicaMismatches == 0);
+  }
+  CHECK(late.counters().replicaMismatches == 0);
+}
+
 TEST_CASE("gt's state() names every buffer and loadState() continues a run bit for bit") {
   const std::string data = quadraticData();
   for (const std::string compression : {"none", "top-k"}) {
