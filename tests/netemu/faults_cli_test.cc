@@ -110,6 +110,17 @@ RecordsSince recordsSince(const std::string& dir, int r, const std::string& key)
   return out;
 }
 
+// The time of peer r's first record that has `key` ("revived", "rejoined") and a time after
+// `after` (the records' clock and the launcher's both count from the first round); -1: none.
+double firstTimeWith(const std::string& dir, int r, const std::string& key, double after) {
+  std::ifstream in(dir + "/out/peer-" + std::to_string(r) + ".jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto rec = nlohmann::json::parse(line);
+    if (rec.contains(key) && rec["time"].get<double>() > after) return rec["time"].get<double>();
+  }
+  return -1;
+}
+
 // Every peer of the 8-peer ring ends with both neighbours live (its last record).
 void checkFullRing(const std::string& dir) {
   for (int r = 0; r < 8; ++r) {
@@ -419,6 +430,16 @@ TEST_CASE("launch --emulate: a 10 s pause of one peer of 8 costs under a point o
   CHECK(paused["peers_finished"] == 8);
   CHECK(paused["revived_neighbours_total"].get<int>() >= 2);
   CHECK(paused["rounds_skipped_total"].get<int>() > 0);
+  // Within 5 s of its SIGCONT both neighbours mix its messages again.
+  REQUIRE(paused["faults"].size() == 1);
+  const double cont = paused["faults"][0]["ended_at"].get<double>();
+  for (int r : {2, 4}) {
+    INFO("peer " << r);
+    const double backAt = firstTimeWith(dir, r, "revived", cont - 1);
+    CHECK(backAt >= 0);
+    CHECK(backAt - cont < 5.0);
+    WARN("peer " << r << " took peer 3 back " << backAt - cont << " s after its SIGCONT");
+  }
   const double a0 = base["test_accuracy_mean"].get<double>();
   const double a1 = paused["test_accuracy_mean"].get<double>();
   WARN("undisturbed " << a0 << ", paused " << a1);
@@ -497,17 +518,8 @@ TEST_CASE(
   const double up = s["faults"][0]["ended_at"].get<double>();
   for (const auto& [r, j] : {std::pair{3, 4}, std::pair{4, 3}, std::pair{7, 0}, std::pair{0, 7}}) {
     INFO("peer " << r << ", neighbour " << j);
-    // The first round in which the cut neighbour was back, and when (the records' clock and the
-    // launcher's both count from the first round).
-    std::ifstream in(dir + "/out/peer-" + std::to_string(r) + ".jsonl");
-    double backAt = -1;
-    for (std::string line; std::getline(in, line);) {
-      const auto rec = nlohmann::json::parse(line);
-      if (rec.contains("rejoined") && rec["time"].get<double>() > up - 1) {
-        backAt = rec["time"].get<double>();
-        break;
-      }
-    }
+    // When the cut neighbour was back.
+    const double backAt = firstTimeWith(dir, r, "rejoined", up - 1);
     CHECK(backAt >= 0);
     CHECK(backAt - up < 10.0);
     WARN("peer " << r << " took neighbour " << j << " back " << backAt - up
