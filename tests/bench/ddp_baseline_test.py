@@ -366,12 +366,14 @@ def test_diloco_runs(tmp, data):
     wrap = (["unshare", "--net", "--mount", "sh", "-c"], "mount -t sysfs none /sys; ip link set lo up") \
         if measured else None
     extra = ["--algo", "diloco", "--diloco-h", "10", "--hidden", "64", "--batch-size", "32", "--lr", "0.05",
-             "--momentum", "0.9", "--seed", "3", "--steps", "60", "--eval-every", "20"]
+             "--momentum", "0.9", "--seed", "3", "--steps", "60", "--eval-every", "5"]
     records = run_ranks(tmp, "diloco", extra + (["--ifname", "lo"] if measured else []), wrap=wrap, tag="[diloco")
-    evals, final = check_records("diloco", records, "diloco", 60, 20)
+    # --eval-every 5 < H: theta_outer changes once per outer step, and is evaluated only there.
+    evals, final = check_records("diloco", records, "diloco", 60, 10)
     check(final["test_accuracy"] > 0.5,
           f"diloco: test accuracy of theta_outer after 60 inner steps {final['test_accuracy']:.3f} > 0.5 (chance 0.1)")
-    check([r["outer_steps"] for r in evals] == [2, 4, 6], "diloco: one outer step per 10 inner steps")
+    check([r["outer_steps"] for r in evals] == [1, 2, 3, 4, 5, 6],
+          "diloco: one outer step per 10 inner steps, one evaluation per outer step")
     st = final["settings"]
     check(st["diloco_h"] == 10 and st["outer_lr"] == 0.7 and st["outer_momentum"] == 0.9 and st["outer_nesterov"],
           "diloco: H and the outer optimizer recorded in the settings")
@@ -440,16 +442,21 @@ def test_orchestrator_grid():
     check(tta.expand_systems(["choco-sign"], [25], [], batches=[64], local_steps=[2]) ==
           [("choco-sign", "choco-sign", (None, 64, 2))],
           "orchestrator: a single --local-steps value keeps the system's name")
-    all_default = {"batch": True, "local_steps": True, "ddp_batch": True}
+    all_default = {"batch": True, "local_steps": True, "ddp_batch": True, "diloco_h": True}
     check(tta.profile_params("20mbit", "choco-sign", (None, 64), all_default) == (None, 128, 4)
           and tta.profile_params("20mbit", "torch-choco-sign", (0.1, 64), all_default) == (0.1, 128)
           and tta.profile_params("20mbit", "ddp", (256, 0.05), all_default) == (1024, 0.05)
-          and tta.profile_params("20mbit", "diloco", 25, all_default) == 25
-          and tta.profile_params("100mbit", "choco-sign", (None, 64), all_default) == (None, 64),
-          "orchestrator: at 20 Mbit/s the defaults are that profile's tuned batch, local steps and DDP batch")
+          and tta.profile_params("20mbit", "diloco", 25, all_default) == 50
+          and tta.profile_params("100mbit", "diloco", 25, all_default) == 25
+          and tta.profile_params("100mbit", "choco-sign", (None, 64), all_default) == (None, 128, 4)
+          and tta.profile_params("100mbit", "torch-choco-sign", (None, 64), all_default) == (None, 64)
+          and tta.profile_params("100mbit", "ddp", (256, 0.05), all_default) == (256, 0.05)
+          and tta.profile_params("1gbit", "choco-sign", (None, 64), all_default) == (None, 64),
+          "orchestrator: each profile's tuned batch, local steps and DDP batch are its defaults")
     check(tta.profile_params("20mbit", "choco-sign", (None, 32, 2), {"batch": False, "local_steps": False,
                                                                      "ddp_batch": True}) == (None, 32, 2)
-          and tta.profile_params("20mbit", "ddp", (64, 0.05), {"ddp_batch": False}) == (64, 0.05),
+          and tta.profile_params("20mbit", "ddp", (64, 0.05), {"ddp_batch": False}) == (64, 0.05)
+          and tta.profile_params("20mbit", "diloco", 10, {"diloco_h": False}) == 10,
           "orchestrator: a value given on the command line wins over a profile's tuned default")
     check(tta.TORCH_SYSTEMS["torch-choco-sign"] in tta.GRAPEVINE_SYSTEMS,
           "orchestrator: the PyTorch-API system runs a built-in system's algorithm")

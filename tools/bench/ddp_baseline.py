@@ -388,7 +388,8 @@ def build_parser():
     p.add_argument("--schedule", choices=["constant", "cosine", "step"])
     p.add_argument("--warmup-rounds", type=int)
     p.add_argument("--steps", type=int, help="training steps (default run.rounds * algorithm.local_steps)")
-    p.add_argument("--eval-every", type=int, help="steps between evaluations (default workload.eval_every)")
+    p.add_argument("--eval-every", type=int, help="steps between evaluations (default workload.eval_every); "
+                   "diloco: at the first outer step at or after each N steps (its model changes only there)")
     p.add_argument("--target-accuracy", type=float)
     p.add_argument("--stop-at-target", action="store_true", help="stop once --target-accuracy is reached")
     p.add_argument("--max-seconds", type=float, help="stop after this much training time (checked at evaluations)")
@@ -620,6 +621,7 @@ def main(argv=None):
     if args.target_accuracy is not None:
         reached.setdefault(args.target_accuracy, None)
     last = None
+    last_eval_step = 0
     dist.barrier()
     clock = Clock()
     step = 0
@@ -642,9 +644,16 @@ def main(argv=None):
             estimated += compressed_step if step - 1 >= args.powersgd_start else dense_step
         loss_sum += float(loss.item())
         loss_count += 1
-        eval_now = (s["eval_every"] > 0 and step % s["eval_every"] == 0) or step == s["steps"]
+        if diloco:
+            # The evaluated model (theta_outer) changes only at an outer step: evaluate at the first
+            # outer step at or after each point of the grid, never the same model twice.
+            eval_now = step == s["steps"] or (
+                step % args.diloco_h == 0 and s["eval_every"] > 0 and step - last_eval_step >= s["eval_every"])
+        else:
+            eval_now = (s["eval_every"] > 0 and step % s["eval_every"] == 0) or step == s["steps"]
         if not eval_now:
             continue
+        last_eval_step = step
         clock.pause()
         wall = clock.elapsed()
         sent = (read_tx_bytes(args.ifname) - tx_start) if args.ifname else estimated
