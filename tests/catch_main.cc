@@ -31,8 +31,8 @@ int main(int argc, char* argv[]) {
   const auto skipped = static_cast<int>(grapevine::test_util::skippedTestCases().size());
   if (skipped > 0) {
     std::cout << skipped << " of " << RanCounter::ran() << " test cases skipped:";
-    for (const auto& name : grapevine::test_util::skippedTestCases())
-      std::cout << " \"" << name << "\"";
+    for (const auto& [name, why] : grapevine::test_util::skippedTestCases())
+      std::cout << " \"" << name << "\" (" << why << ")";
     std::cout << std::endl;
   }
 #ifdef GRAPEVINE_SKIP_RETURN_CODE

@@ -22,12 +22,14 @@ SOURCE = os.path.dirname(os.path.dirname(HERE))
 SCRIPT = os.path.join(SOURCE, "tools", "bench", "ddp_baseline.py")
 PYTHON = "/usr/bin/python3"
 
+sys.path.insert(0, os.path.join(SOURCE, "tests", "test_util"))
+from gv_skip import exit_missing  # noqa: E402
+
 try:
     import numpy as np
     import torch
 except ImportError:
-    print("skipped: python3-torch not installed (tools/install-deps --bench)")
-    sys.exit(77)
+    exit_missing("ddp_baseline_test.py", "torch", "python3-torch not installed (tools/install-deps --bench)")
 
 sys.path.insert(0, os.path.dirname(SCRIPT))
 import ddp_baseline as ddp  # noqa: E402
@@ -523,8 +525,8 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--grapevine":
         grapevine = sys.argv[2]
     if not os.path.isdir(ddp.DEFAULT_DATA_DIR):
-        print(f"skipped: {ddp.DEFAULT_DATA_DIR} missing (Debian package dataset-fashion-mnist, tools/install-deps)")
-        return 77
+        exit_missing("ddp_baseline_test.py", "dataset",
+                     f"{ddp.DEFAULT_DATA_DIR} missing (Debian package dataset-fashion-mnist, tools/install-deps)")
     data = ddp.load_fashion_mnist(ddp.DEFAULT_DATA_DIR)
     test_schedule()
     test_orchestrator_grid()

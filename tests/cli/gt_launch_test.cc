@@ -13,6 +13,7 @@
 #include "tests/test_util/cli.h"
 #include "tests/test_util/ports.h"
 #include "tests/test_util/quadratic.h"
+#include "tests/test_util/skip.h"
 
 namespace {
 
@@ -39,8 +40,12 @@ TEST_CASE("gt over real processes reaches the exact optimum of the heterogeneous
           "[slow]") {
   std::vector<std::string> backends = {"tcp"};
   std::string info;
-  if (grapevine::test_util::transportUsable("ucx", &info)) backends.push_back("ucx");
-  if (grapevine::test_util::transportUsable("libfabric", &info)) backends.push_back("libfabric");
+  for (const std::string backend : {"ucx", "libfabric"}) {
+    if (grapevine::test_util::transportUsable(backend, &info))
+      backends.push_back(backend);
+    else
+      GV_PART_MISSING(backend, "the " << backend << " transport is not usable here:\n" << info);
+  }
   for (const std::string& backend : backends) {
     for (const std::string compression : {"none", "top-k"}) {
       DYNAMIC_SECTION(backend << ", compression " << compression) {

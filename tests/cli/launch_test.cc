@@ -39,7 +39,7 @@ TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points 
   // UCX is optional (GRAPEVINE_UCX=OFF, or not usable here): then this case is reported as skipped.
   std::string text;
   if (!grapevine::test_util::transportUsable("ucx", &text)) {
-    GV_SKIP("the ucx transport is not usable in this build:\n" << text);
+    GV_SKIP_MISSING("ucx", "the ucx transport is not usable in this build:\n" << text);
   }
   const std::string common = " --set run.rounds=1000 --set peers.base_port=31100 --quiet";
   const std::string choco = scratch("choco");
@@ -58,11 +58,16 @@ TEST_CASE("ring8 over UCX: CHOCO top-1% reaches 84% and stays within 1.5 points 
   CHECK(accC >= 0.84);
   CHECK(accD - accC <= 0.015);
   CHECK(c["averaged_model_accuracy"].get<double>() >= 0.84);
+  // The accuracy bars alone pass without gossip (each peer trained alone on its shard reaches
+  // 85%); what mixing does is keep the models together. `grapevine sim` of this config, seeds 1-3:
+  // consensus distance 2.51e-5-2.53e-5 with gossip (D-PSGD 5.3e-13); with consensus_step 0 (no
+  // mixing) 4.5e-2-4.7e-2. The bound sits 40x above the first and 45x below the second.
+  CHECK(c["consensus_distance_final"].get<double>() < 1e-3);
+  CHECK(d["consensus_distance_final"].get<double>() < 1e-3);
   // top-1% sends a small fraction of what dense fp32 would: index + value per kept element.
   CHECK(c["bytes_sent_total"].get<double>() < 0.03 * c["bytes_dense_equivalent"].get<double>());
   CHECK(d["bytes_sent_total"].get<double>() >= d["bytes_dense_equivalent"].get<double>());
-  for (const char* key :
-       {"wall_seconds", "test_accuracy_min", "test_accuracy_max", "consensus_distance_final"}) {
+  for (const char* key : {"wall_seconds", "test_accuracy_min", "test_accuracy_max"}) {
     CHECK(c.contains(key));
   }
 }

@@ -18,6 +18,7 @@
 
 #include "tests/test_util/cli.h"
 #include "tests/test_util/ports.h"
+#include "tests/test_util/skip.h"
 
 namespace {
 
@@ -268,7 +269,7 @@ TEST_CASE(
   for (const std::string backend : {"ucx", "libfabric"}) {
     std::string info;
     if (!grapevine::test_util::transportUsable(backend, &info)) {
-      WARN(backend << " not usable here, skipped:\n" << info);
+      GV_PART_MISSING(backend, backend << " not usable here:\n" << info);
       continue;
     }
     runs.emplace_back(backend, false);

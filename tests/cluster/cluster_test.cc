@@ -317,9 +317,11 @@ class SlurmCluster {
 
 TEST_CASE("Slurm: srun -n 8 and sbatch of examples/slurm/ring8.sbatch run every peer", "[slurm]") {
   for (const char* tool : {"munged", "slurmctld", "slurmd", "srun", "sbatch"}) {
-    if (!onPath(tool)) GV_SKIP(tool << " is not installed (tools/install-deps installs Slurm)");
+    if (!onPath(tool))
+      GV_SKIP_MISSING("slurm", tool << " is not installed (tools/install-deps installs Slurm)");
   }
-  if (geteuid() != 0) GV_SKIP("the test cluster runs its daemons as root (SlurmUser=root)");
+  if (geteuid() != 0)
+    GV_SKIP_MISSING("root", "the test cluster runs its daemons as root (SlurmUser=root)");
   const std::string dir = freshDir("cluster_test_slurm");
   // slurmctld, slurmd, then the 8 peers' control ports.
   const int base = freeBasePort(10);
@@ -382,7 +384,7 @@ TEST_CASE("Slurm: srun -n 8 and sbatch of examples/slurm/ring8.sbatch run every 
 
 TEST_CASE("Open MPI: mpirun -np 4 runs every peer, ranks from OMPI_COMM_WORLD_RANK", "[mpi]") {
   if (!onPath("mpirun"))
-    GV_SKIP("mpirun is not installed (tools/install-deps installs openmpi-bin)");
+    GV_SKIP_MISSING("mpi", "mpirun is not installed (tools/install-deps installs openmpi-bin)");
   const std::string dir = freshDir("cluster_test_mpi");
   const std::string out = dir + "/mpirun";
   const std::string log = dir + "/mpirun.log";

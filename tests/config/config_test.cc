@@ -9,6 +9,7 @@
 
 #include "runtime/config/loader.h"
 #include "runtime/config/schema.h"
+#include "tests/test_util/skip.h"
 
 using namespace grapevine::config;
 namespace fs = std::filesystem;
@@ -343,8 +344,7 @@ TEST_CASE("control ports inside this machine's ephemeral port range get a warnin
   std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
   int low = 0, high = 0;
   if (!(in >> low >> high) || low <= 1100) {
-    WARN("no ephemeral port range readable here; case not run");
-    return;
+    GV_SKIP("no ephemeral port range readable in /proc/sys/net/ipv4/ip_local_port_range");
   }
   const auto inside = loadString(
       "peers: { count: 4, base_port: " + std::to_string(low + 10) + " }\n", "inside.yaml", noEnv());

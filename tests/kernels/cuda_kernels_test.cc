@@ -21,6 +21,7 @@
 #include "kernels/element_math.h"
 #include "kernels/ops.h"
 #include "tests/kernels/kernel_test_inputs.h"
+#include "tests/test_util/skip.h"
 
 using namespace grapevine::kernels;
 
@@ -31,9 +32,7 @@ const std::vector<size_t> kSizes = {0, 1, 63, 64, 65, 1000, 4097, (size_t{1} << 
 void requireDevice() {
   const grapevine::Status device = cudaDeviceAvailable();
   if (!device.isOk()) {
-    std::printf("skipped: no CUDA device (%s)\n", device.message().c_str());
-    std::fflush(stdout);
-    std::exit(GRAPEVINE_SKIP_RETURN_CODE);
+    grapevine::test_util::exitMissing("cuda", "no CUDA device (" + device.message() + ")");
   }
 }
 

@@ -131,7 +131,7 @@ std::pair<double, double> iperf(Network& net, int seconds) {
 
 TEST_CASE("rate: iperf3 through a 50 Mbit/s link gets 50 Mbit/s", "[netemu][iperf3]") {
   requireNetemu();
-  if (!haveProgram("iperf3")) GV_SKIP("no iperf3 (tools/install-deps)");
+  if (!haveProgram("iperf3")) GV_SKIP_MISSING("tools", "no iperf3 (tools/install-deps)");
   for (double mbit : {50.0, 200.0}) {
     auto net = makeNetwork(2, {mbit, 1, 0, 0});
     const auto [got, cpu] = iperf(*net, 3);

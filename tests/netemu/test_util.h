@@ -18,6 +18,7 @@
 
 #include "runtime/common/subprocess.h"
 #include "runtime/netemu/network.h"
+#include "tests/test_util/skip.h"
 
 namespace netemu_test {
 
@@ -25,10 +26,7 @@ namespace netemu_test {
 // netemu_test and netemu_cli_test needs one (a case that needs more, like iperf3, uses GV_SKIP).
 inline void requireNetemu() {
   const grapevine::Status s = grapevine::netemu::checkPrerequisites();
-  if (!s.isOk()) {
-    std::cout << "skipped: " << s.message() << std::endl;
-    std::exit(GRAPEVINE_SKIP_RETURN_CODE);
-  }
+  if (!s.isOk()) grapevine::test_util::exitMissing("netemu", s.message());
 }
 
 inline bool haveProgram(const std::string& name) {

@@ -7,12 +7,15 @@
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
 
+#include "tests/test_util/ports.h"
 #include "tests/test_util/skip.h"
 
 using namespace grapevine;
@@ -231,7 +234,7 @@ TEST_CASE("grapevine plot draws a sweep's results as PNG files", "[plot]") {
     // Without gnuplot the command fails and says what to install.
     CHECK(run(plot) == 1);
     CHECK(contains(readAll(dir / "plot.txt"), "gnuplot"));
-    GV_SKIP("gnuplot not installed (tools/install-deps): no PNG files to check");
+    GV_SKIP_MISSING("tools", "gnuplot not installed (tools/install-deps): no PNG files to check");
   }
   REQUIRE(run(plot) == 0);
   for (const char* png :
@@ -239,5 +242,118 @@ TEST_CASE("grapevine plot draws a sweep's results as PNG files", "[plot]") {
     const std::string bytes = readAll(fs::path(out) / "plots" / png);
     REQUIRE(bytes.size() > 1000);
     CHECK(bytes.substr(1, 3) == "PNG");
+  }
+}
+
+namespace {
+
+// Width and height from a PNG's IHDR chunk (0 x 0 when the bytes are not a PNG).
+std::pair<std::uint32_t, std::uint32_t> pngSize(const std::string& bytes) {
+  if (bytes.size() < 24 || bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 ||
+      bytes.compare(12, 4, "IHDR") != 0)
+    return {0, 0};
+  auto be32 = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 4; ++k) v = (v << 8) | static_cast<unsigned char>(bytes[at + k]);
+    return v;
+  };
+  return {be32(16), be32(20)};
+}
+
+std::vector<std::string> fields(const std::string& row, char sep) {
+  std::vector<std::string> f;
+  std::stringstream ss(row);
+  std::string x;
+  while (std::getline(ss, x, sep)) f.push_back(x);
+  if (!row.empty() && row.back() == sep) f.push_back("");
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("grapevine sweep --mode launch runs real peers; plot draws their accuracy", "[launch]") {
+  // Two cells of 3 real peers over tcp (Fashion-MNIST softmax, 40 rounds, evaluated at 20 and 40),
+  // then `grapevine plot`: the accuracy plots (the simulated sweeps above have no accuracy) must
+  // draw exactly the evaluations results.csv holds.
+  const fs::path dir = fs::path(GRAPEVINE_BINARY_DIR) / "sweep_launch_scratch";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "l.yaml";
+  std::ofstream(file) << "name: l\n"
+                         "config:\n"
+                         "  run: { rounds: 40, seed: 1 }\n"
+                         "  peers: { count: 3, host: 127.0.0.1, base_port: "
+                      << grapevine::test_util::freeBasePort(3)
+                      << " }\n"
+                         "  topology: { kind: ring }\n"
+                         "  transport: { backend: tcp }\n"
+                         "  algorithm: { name: choco, consensus_step: 0.4, round_timeout: 120 }\n"
+                         "  compression: { method: top-k }\n"
+                         "  optimizer: { lr: 0.05, batch_size: 32 }\n"
+                         "  workload: { name: fashion-mnist-softmax, eval_every: 20, "
+                         "eval_samples: 500 }\n"
+                         "sweep:\n"
+                         "  compression.ratio: [0.1, 0.3]\n";
+  const std::string bin = GRAPEVINE_BIN;
+  const std::string out = (dir / "out").string();
+  REQUIRE(run(bin + " sweep " + file.string() + " --mode launch --out " + out + " --quiet > " +
+              (dir / "stdout.txt").string() + " 2>&1") == 0);
+  INFO(readAll(dir / "stdout.txt"));
+  CHECK(contains(readAll(dir / "stdout.txt"), "mode launch"));
+  CHECK(contains(readAll(dir / "stdout.txt"), "2 cells ran, 0 kept, 0 failed"));
+
+  // Real peers ran each cell: their logs and a launch summary over tcp, not the simulator's.
+  const auto cells = lines(readAll(fs::path(out) / "cells.csv"));
+  REQUIRE(cells.size() == 3);
+  for (std::size_t i = 1; i < cells.size(); ++i) {
+    const auto f = fields(cells[i], ',');
+    INFO(cells[i]);
+    REQUIRE(f.size() > 4);
+    CHECK(f[2] == "done");
+    CHECK(f[3] == "40");
+    CHECK(f[4].empty());  // no simulated time under launch
+    const fs::path cell = fs::path(out) / "cells" / f[0];
+    for (int r = 0; r < 3; ++r) CHECK(fs::exists(cell / ("peer-" + std::to_string(r) + ".log")));
+    CHECK(contains(readAll(cell / "summary.json"), "\"transport\": \"tcp\""));
+  }
+  // results.csv: the two evaluations of each cell, accuracy measured, simulator-only fields empty.
+  const auto results = lines(readAll(fs::path(out) / "results.csv"));
+  REQUIRE(results.size() == 1 + 2 * 2);
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t i = 1; i < results.size(); ++i) {
+    rows.push_back(fields(results[i], ','));
+    INFO(results[i]);
+    REQUIRE(rows.back().size() == 11);
+    CHECK(rows.back()[3].empty());           // sim_time_s
+    CHECK(std::stod(rows.back()[7]) > 0.5);  // test_accuracy, chance is 0.1
+  }
+
+  const std::string plot = bin + " plot " + out + " > " + (dir / "plot.txt").string() + " 2>&1";
+  if (run("command -v gnuplot > /dev/null") != 0)
+    GV_SKIP_MISSING("tools", "gnuplot not installed (tools/install-deps): no plots to check");
+  REQUIRE(run(plot) == 0);
+  INFO(readAll(dir / "plot.txt"));
+  for (const char* png :
+       {"accuracy_vs_rounds.png", "accuracy_vs_bytes.png", "accuracy_vs_time.png"}) {
+    INFO(png);
+    const auto [w, h] = pngSize(readAll(fs::path(out) / "plots" / png));
+    CHECK(w >= 320);
+    CHECK(h >= 200);
+  }
+  // Each line's data is its cell's evaluations: round, bytes and mean accuracy as results.csv has
+  // them (one line per cell; no seeds to average over).
+  for (int line = 0; line < 2; ++line) {
+    const auto data =
+        lines(readAll(fs::path(out) / "plots" / "data" / ("line" + std::to_string(line) + ".dat")));
+    REQUIRE(data.size() == 3);  // header + 2 evaluations
+    for (int k = 0; k < 2; ++k) {
+      const auto d = fields(data[1 + k], ' ');
+      const auto& row = rows[2 * line + k];
+      INFO(data[1 + k] << " against " << results[1 + 2 * line + k]);
+      REQUIRE(d.size() >= 4);
+      CHECK(std::stod(d[0]) == std::stod(row[2]));                                  // round
+      CHECK(std::stod(d[1]) == Approx(std::stod(row[5]) / 1048576).epsilon(1e-4));  // MiB sent
+      CHECK(std::stod(d[3]) == Approx(std::stod(row[7])).epsilon(1e-5));            // accuracy
+    }
   }
 }

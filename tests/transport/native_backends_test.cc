@@ -161,7 +161,8 @@ const std::vector<std::size_t> kSizes = {0, 1, 13, 64 << 10, 4 << 20, 64 << 20};
 }  // namespace
 
 TEST_CASE("native backend: echo of every size, content intact") {
-  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
   auto child = forkChild([](Side& s, int) {
     // Echo: receive each size into one reused buffer, send it back with the same tag.
     std::vector<std::uint8_t> buf(64 << 20);
@@ -213,7 +214,8 @@ TEST_CASE("native backend: echo of every size, content intact") {
 }
 
 TEST_CASE("native backend: order per tag, many in flight, receive posted after send") {
-  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
   constexpr int kCount = 256;
   auto child = forkChild([](Side& s, int fd) {
     // Wait until the parent has sent everything (unexpected messages queue up), then receive.
@@ -268,7 +270,8 @@ TEST_CASE("native backend: order per tag, many in flight, receive posted after s
 }
 
 TEST_CASE("native backend: too small a receive buffer is resource exhausted, link survives") {
-  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
   auto child = forkChild([](Side& s, int fd) {
     std::vector<std::uint8_t> big(100, 7);
     int done = 0;
@@ -303,7 +306,8 @@ TEST_CASE("native backend: too small a receive buffer is resource exhausted, lin
 TEST_CASE(
     "native backend: messages no receive takes are bounded, the oldest dropped; the link "
     "still works") {
-  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
   // More junk than the ucx backend holds for one sender (tagged/early_queue.h: 4096), on tags the
   // parent never receives, then three real messages on tag 1.
   constexpr int kJunk = 5000;
@@ -375,7 +379,8 @@ TEST_CASE(
 }
 
 TEST_CASE("native backend: close with pending operations cancels each exactly once") {
-  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
   auto child = forkChild([](Side& s, int fd) {
     // Never receives: the parent's large send stays pending until the parent closes.
     return awaitSignal(s, fd, 15s) ? 0 : 40;
@@ -422,7 +427,8 @@ bool exchangeOne(Side& s, std::uint8_t mine, std::uint8_t theirs) {
 }  // namespace
 
 TEST_CASE("native backend: a goodbye of an older connection does not end the newer one") {
-  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
   // Receives match by (rank, tag), not by endpoint: a goodbye that an old connection sent while no
   // receive of the peer's was posted waits in the library and would be matched by the next
   // connection's goodbye receive (seen over UCX after a network cut: a goodbye queued during the
@@ -469,7 +475,8 @@ TEST_CASE("native backend: a goodbye of an older connection does not end the new
 }
 
 TEST_CASE("native backend: SIGKILLed peer fails pending operations with unavailable within 2 s") {
-  if (const std::string why = unavailableReason(); !why.empty()) GV_SKIP(why);
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
   auto child = forkChild([](Side& s, int fd) {
     // Receive one small message so the link is known to work, then hang until killed.
     std::vector<std::uint8_t> b(8);

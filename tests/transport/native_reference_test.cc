@@ -66,7 +66,8 @@ TEST_CASE("fi_pingpong output: MB/sec and usec/xfer of the result row") {
 
 TEST_CASE("live: ucx_perftest and fi_pingpong on loopback give positive numbers", "[live]") {
   if (!haveTool("ucx_perftest") || !haveTool("fi_pingpong")) {
-    GV_SKIP("ucx_perftest or fi_pingpong not installed (ucx-utils, libfabric-bin)");
+    GV_SKIP_MISSING("tools",
+                    "ucx_perftest or fi_pingpong not installed (ucx-utils, libfabric-bin)");
   }
   auto lat = ucx::runPerftest(ucx::PerftestKind::kTagLatency, 8, "tcp", 500, 30);
   INFO(lat.status().toString());

@@ -13,6 +13,7 @@
 
 #include "runtime/transport/loop.h"
 #include "runtime/transport/transport.h"
+#include "tests/test_util/skip.h"
 
 namespace grapevine::transport::testing {
 
@@ -58,8 +59,7 @@ inline const Options& testOptions() {
     for (const BackendInfo& info : backends()) {
       if (info.name != o.backend) continue;
       if (!info.usable) {
-        std::cout << "skipped: backend " << o.backend << " " << info.reason << std::endl;
-        std::exit(77);
+        grapevine::test_util::exitMissing(o.backend, "backend " + o.backend + " " + info.reason);
       }
       return o;
     }
