@@ -122,7 +122,7 @@ TEST_CASE("spawn: our pipe ends are not inherited by a later child") {
   }());
   // A second child that outlives the first: if it held a copy of first's stdin, `cat` never sees
   // EOF.
-  auto second = sh("sleep 5", o);
+  auto second = sh("exec sleep 5", o);  // exec: kill() ends the sleep itself, not only a shell
   first.closeStdin();
   CHECK(readAllOf(first.stdoutFd()) == "done\n");
   CHECK(exitCode(first.wait()) == 0);
@@ -145,7 +145,7 @@ TEST_CASE("spawn: the pre-exec hook runs in the child; a new process group") {
 }
 
 TEST_CASE("waitUntil: a deadline leaves the child running; kill ends it; the destructor too") {
-  auto p = sh("sleep 30");
+  auto p = sh("exec sleep 30");  // exec: the pid is the sleep, so nothing outlives the test
   const auto t0 = Clock::now();
   auto r = p.waitUntil(Clock::now() + std::chrono::milliseconds(200));
   CHECK(r.status().code() == ErrorCode::kDeadlineExceeded);
@@ -167,7 +167,7 @@ TEST_CASE("waitUntil: a deadline leaves the child running; kill ends it; the des
 
   pid_t pid = -1;
   {
-    auto doomed = sh("sleep 30");
+    auto doomed = sh("exec sleep 30");
     pid = doomed.pid();
     CHECK(::kill(pid, 0) == 0);
   }

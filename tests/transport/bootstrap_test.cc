@@ -64,9 +64,10 @@ TEST_CASE("bootstrap: a protocol version mismatch fails both sides at once, nami
   // Rank 0 has no neighbours in this setup (done at once); the raw client below plays rank 0.
   const std::uint16_t port = c.boots[1]->listenPort();
   std::pair<std::uint16_t, std::string> reply;
+  bool wrote = false;  // checked on the test's thread: Catch2's assertions are not thread-safe
   std::thread client([&] {
     const int fd = dialRaw(port);
-    REQUIRE(fd >= 0);
+    if (fd < 0) return;
     std::uint8_t frame[6 + 24] = {};
     storeLe32(frame, 24);
     storeLe16(frame + 4, 1);  // hello
@@ -74,7 +75,7 @@ TEST_CASE("bootstrap: a protocol version mismatch fails both sides at once, nami
     storeLe16(frame + 10, 2);  // version 2
     storeLe32(frame + 14, 0);  // sender 0
     storeLe32(frame + 18, 1);  // receiver 1
-    REQUIRE(test_util::writeAll(fd, frame, sizeof frame));
+    wrote = test_util::writeAll(fd, frame, sizeof frame);
     // The bootstrap answers with its own hello, then a reject saying why.
     for (int i = 0; i < 3 && reply.first != 2; ++i) reply = readFrame(fd);
     ::close(fd);
@@ -82,6 +83,7 @@ TEST_CASE("bootstrap: a protocol version mismatch fails both sides at once, nami
   const auto t0 = Clock::now();
   REQUIRE(c.run(3.0));
   client.join();
+  REQUIRE(wrote);
   CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 1.0);
   REQUIRE(!c.results[1]->isOk());
   const std::string m = c.results[1]->status().message();
@@ -98,20 +100,23 @@ TEST_CASE("bootstrap: an oversized control frame is refused before allocation") 
   const std::uint16_t port = c.boots[1]->listenPort();
   std::pair<std::uint16_t, std::string> reply;
   std::atomic<bool> clientDone{false};
+  bool wrote = false;  // checked on the test's thread: Catch2's assertions are not thread-safe
   std::thread client([&] {
     const int fd = dialRaw(port);
-    REQUIRE(fd >= 0);
-    std::uint8_t h[6];
-    storeLe32(h, 0xF0000000u);  // 3.75 GiB claimed
-    storeLe16(h + 4, 1);
-    REQUIRE(test_util::writeAll(fd, h, 6));
-    reply = readFrame(fd);
-    ::close(fd);
+    if (fd >= 0) {
+      std::uint8_t h[6];
+      storeLe32(h, 0xF0000000u);  // 3.75 GiB claimed
+      storeLe16(h + 4, 1);
+      wrote = test_util::writeAll(fd, h, 6);
+      if (wrote) reply = readFrame(fd);
+      ::close(fd);
+    }
     clientDone = true;
     c.loop.post([] {});  // wake the loop so it sees clientDone
   });
   c.loop.runUntil([&] { return clientDone.load(); }, std::chrono::seconds(3));
   client.join();
+  REQUIRE(wrote);
   CHECK(reply.first == 2);
   CHECK(reply.second.find("exceeds maxControlFrameBytes 4096") != std::string::npos);
   CHECK(!c.results[1].has_value());  // a stranger's bad frame does not end the bootstrap

@@ -4,7 +4,8 @@ trained through DecentralizedOptimizer with Grapevine's optimizer (the config's 
     mlp_peer.py DATA.npz
 DATA.npz holds train_x, train_y, test_x, test_y (standardised float32, int64; the test writes it
 once). Writes $GRAPEVINE_OUT/result-<rank>.json: the local model's test accuracy before
-finalize, the averaged model's after, and the final parameters to params-<rank>.npy.
+finalize, the averaged model's after, the local parameters before finalize to
+local-params-<rank>.npy and the final ones to params-<rank>.npy.
 """
 
 import json
@@ -51,6 +52,9 @@ train_seconds = time.monotonic() - trained
 local = accuracy()
 opt.report(test_accuracy=local)
 events = [str(e) for e in opt.poll_events()]
+# The local models before the exact average: the test measures how far gossip brought them together.
+local_flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+np.save(os.path.join(opt.out_dir, f"local-params-{rank}.npy"), local_flat)
 opt.finalize(average=True)
 averaged = accuracy()
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
