@@ -341,6 +341,56 @@ def local_sgd_reference(data, hidden, batch, lr, seed, steps, world=2):
     return [p.detach().numpy() for p in nets[0].parameters()], [p.detach().numpy() for p in alone.parameters()]
 
 
+def ddp_reference(data, hidden, batch, lr, seed, steps, world=2):
+    """Synchronous data parallelism computed in this process: one model; every step each rank's
+    gradient on its own batch stream, their average applied by Grapevine's optimizer (what DDP's
+    all-reduce does). Returns (its parameters, rank 0's had it never averaged)."""
+    train_x, train_y = data[0], data[1]
+    table = ddp.pixel_table(train_x)
+    shards = ddp.iid_partition(len(train_y), world, seed)
+    torch.set_num_threads(1)
+    net = ddp.make_mlp(784, hidden, 10, seed)
+    alone = ddp.make_mlp(784, hidden, 10, seed)
+    opt = ddp.GrapevineSgd(net.parameters(), 0.9, True, 0.0)
+    alone_opt = ddp.GrapevineSgd(alone.parameters(), 0.9, True, 0.0)
+    streams = [ddp.BatchStream(shards[r], batch, seed, r) for r in range(world)]
+
+    def grads(model, r, step):
+        idx = streams[r].indices(step)
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(torch.from_numpy(table[train_x[idx]])),
+                                          torch.from_numpy(train_y[idx])).backward()
+        return [p.grad.detach().clone() for p in model.parameters()]
+
+    for step in range(steps):
+        per_rank = [grads(net, r, step) for r in range(world)]
+        for p, gs in zip(net.parameters(), zip(*per_rank)):
+            p.grad = sum(gs) / world
+        opt.step(lr)
+        grads(alone, 0, step)
+        alone_opt.step(lr)
+    return [p.detach().numpy() for p in net.parameters()], [p.detach().numpy() for p in alone.parameters()]
+
+
+def test_ddp_exact(tmp, data):
+    # The accuracy bars of test_runs pass with a broken all-reduce (each rank alone learns too):
+    # DDP's model must be the average-gradient model, to rounding.
+    steps, hidden, seed = 6, [32], 5
+    saved = os.path.join(tmp, "ddp-exact.npz")
+    records = run_ranks(tmp, "ddp-exact", ["--hidden", "32", "--batch-size", "32", "--lr", "0.05",
+                                           "--momentum", "0.9", "--seed", str(seed), "--steps", str(steps),
+                                           "--eval-every", "3", "--save-params", saved])
+    check_records("ddp-exact", records, "ddp", steps, 3)
+    with np.load(saved) as f:
+        got = [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+    expected, alone = ddp_reference(data, hidden, 32, 0.05, seed, steps)
+    worst = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
+    apart = max(float(np.abs(a - e).max()) for a, e in zip(alone, expected))
+    check(len(got) == len(expected) and worst < 1e-5,
+          f"ddp over 2 gloo ranks = the average-gradient model (max |difference| {worst:.2e} after {steps} steps)")
+    check(apart > 100 * max(worst, 1e-7), f"ddp: the comparison can fail (one rank alone differs by {apart:.2e})")
+
+
 def test_diloco_runs(tmp, data):
     # H = 1, outer lr 1, outer momentum 0: theta_outer <- theta_outer - mean(theta_outer - theta_r)
     # = mean(theta_r) after every step, i.e. synchronous local SGD with parameter averaging.
@@ -537,6 +587,7 @@ def main():
     test_outer_step()
     with tempfile.TemporaryDirectory() as tmp:
         test_runs(tmp)
+        test_ddp_exact(tmp, data)
         test_diloco_runs(tmp, data)
         test_config_run(tmp)
         test_torch_peer(tmp, grapevine)
