@@ -9,8 +9,9 @@
 // and the tag are reached (the fuzzer cannot forge CRC32C or Poly1305 by mutation). Bit 3 with
 // bit 2: flip one payload byte after sealing (chosen by the mode's high bits).
 // Properties beyond "no crash, no sanitizer report": an accepted header re-encodes to the same 64
-// bytes; every error has a stable reason; a message sealed by the harness opens, and with a byte
-// flipped it does not.
+// bytes; every error has a stable reason; a message sealed by the harness opens, with a byte
+// flipped it does not, and nothing else opens; PeerCore's sealed-flag check passes every message
+// that authenticated or that the harness fixed up.
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
@@ -63,7 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::size_t tag = keyed ? security::kSealTagBytes : 0;
 
   bool sealedByUs = false;
-  if (fixup && msg.size() >= kEnvelopeBytes + tag) {
+  const bool fixedUp = fixup && msg.size() >= kEnvelopeBytes + tag;
+  if (fixedUp) {
     engine::Envelope e = rawFields(msg.data());
     const std::size_t payload = msg.size() - kEnvelopeBytes - tag;
     e.snapshotBytes = static_cast<std::uint32_t>(std::min<std::size_t>(e.snapshotBytes, payload));
@@ -98,7 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (ok && std::memcmp(copy.data(), bytes.data(), copy.size()) != 0) std::abort();
     }
     if (sealedByUs && ok == flip) std::abort();  // ours opens; a flipped byte never does
-    if (!ok) return 0;                           // drop("auth")
+    if (ok && !sealedByUs) std::abort();  // only the key holder (the harness) makes one that opens
+    if (!ok) return 0;                    // drop("auth")
     bytes = bytes.first(bytes.size() - security::kSealTagBytes);
   }
 
@@ -120,7 +123,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (kEnvelopeBytes + std::uint64_t{env->messageBytes} + env->snapshotBytes != bytes.size())
     std::abort();
   if (!(env->proposedStep >= 0.0f && env->proposedStep <= 1.0f)) std::abort();
-  // PeerCore's next check: the sealed flag must match the edge's key (else drop("auth")).
-  (void)(((env->flags & engine::kFlagSealed) != 0) != keyed);
+  // PeerCore's next check: the sealed flag must match the edge's key (else refuse("auth")). Every
+  // message that authenticated under a key was sealed by the harness (checked above), which set
+  // the flag, and so was every fixed-up message, keyed or not: none of them may be refused here.
+  // Only a keyless edge's unfixed message can carry the flag, and PeerCore refuses it.
+  const bool authRefused = ((env->flags & engine::kFlagSealed) != 0) != keyed;
+  if (authRefused && (keyed || fixedUp)) std::abort();
   return 0;
 }
