@@ -12,10 +12,13 @@
 #include "compress/compressor.h"
 #include "compress/lossless.h"
 #include "fuzz/fuzz_common.h"
+#include "fuzz/fuzz_engine.h"
 #include "runtime/common/byte_order.h"
 #include "runtime/engine/envelope.h"
 #include "runtime/security/auth.h"
 #include "runtime/transport/handshake.h"
+#include "runtime/transport/tagged/address_blob.h"
+#include "runtime/transport/tagged/goodbye.h"
 #include "runtime/transport/tcp/framing.h"
 
 using namespace grapevine;
@@ -36,6 +39,57 @@ std::vector<float> gaussian(size_t n, uint32_t seed) {
   std::vector<float> x(n);
   for (auto& v : x) v = d(rng);
   return x;
+}
+
+std::vector<uint8_t> withMode(uint8_t mode, std::span<const uint8_t> bytes) {
+  std::vector<uint8_t> input = {mode};
+  input.insert(input.end(), bytes.begin(), bytes.end());
+  return input;
+}
+
+// The sender's algorithm (rank fuzz::kSender) of a fuzz_gt / fuzz_push_sum peer's neighbour, with
+// the codec variant of `mode`.
+std::unique_ptr<algorithms::Algorithm> senderAlgorithm(algorithms::AlgorithmKind kind,
+                                                       unsigned variant, int overlap) {
+  algorithms::AlgorithmOptions o;
+  o.kind = kind;
+  o.consensusStep = 0.4;
+  o.compressed = variant != 0;
+  o.overlapRounds = overlap;
+  auto a = algorithms::makeAlgorithm(
+      o, fuzz::kEngineModel, {fuzz::kReceiver, 2},
+      fuzz::messageCodec(fuzz::codecConfig(kind, variant), fuzz::kSender));
+  if (!a.isOk()) std::abort();
+  return std::move(a).value();
+}
+
+// One round's message of a gt or push-sum sender.
+std::vector<uint8_t> algorithmMessage(algorithms::AlgorithmKind kind, unsigned variant, int overlap,
+                                      uint64_t round) {
+  auto a = senderAlgorithm(kind, variant, overlap);
+  const int to[] = {fuzz::kReceiver};
+  a->setRecipients(to);
+  auto x = gaussian(fuzz::kEngineModel, 11 + variant);
+  if (a->tracksDirection()) {
+    auto u = gaussian(fuzz::kEngineModel, 21 + variant);
+    a->direction(x, u, round);
+  }
+  std::vector<uint8_t> out(a->maxMessageBytes());
+  auto n = a->prepare(x, round, out);
+  if (!n.isOk()) std::abort();
+  out.resize(*n);
+  return out;
+}
+
+// fuzz_control_link's test control key (the same bytes as its testKey()).
+security::Key controlLinkKey() {
+  security::Key k{};
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<std::uint8_t>(0x5A ^ (i * 11));
+  return k;
+}
+
+void append(std::vector<uint8_t>& to, std::span<const uint8_t> bytes) {
+  to.insert(to.end(), bytes.begin(), bytes.end());
 }
 
 }  // namespace
@@ -171,6 +225,168 @@ int main(int argc, char** argv) {
       input.insert(input.end(), s == 2 && f == 2 ? n / 2 : n, static_cast<uint8_t>(f));
     }
     write(root / "tcp_framing", "t" + std::to_string(s), input);
+  }
+  // Codec adapter messages (fuzz_message_codec: u8 mode | message): each variant unbounded, and
+  // bounded with one message within the 0.5 limit and one far above it; one with a frame left out.
+  for (unsigned variant = 0; variant < 4; ++variant) {
+    auto codec = fuzz::messageCodec(fuzz::codecConfig(algorithms::AlgorithmKind::kChoco, variant),
+                                    fuzz::kSender);
+    for (float scale : {0.1f, 10.0f}) {
+      auto v = gaussian(fuzz::kEngineModel, 31 + variant);
+      for (auto& f : v) f *= scale;
+      std::vector<uint8_t> out(codec->maxMessageBytes());
+      std::vector<float> self(fuzz::kEngineModel);
+      auto n = codec->encode(v, fuzz::kRound, out, self);
+      if (!n.isOk()) return 1;
+      out.resize(*n);
+      const std::string name = "m" + std::to_string(variant);
+      if (scale < 1) {
+        write(root / "message_codec", name + "p", withMode(static_cast<uint8_t>(variant), out));
+        write(root / "message_codec", name + "w", withMode(static_cast<uint8_t>(variant | 4), out));
+      } else {
+        write(root / "message_codec", name + "b", withMode(static_cast<uint8_t>(variant | 4), out));
+      }
+      if (variant == 1 && scale < 1) {
+        // Without its first frame: the count check (and a fix-up mode seed).
+        const uint32_t first = loadLe<uint32_t>(out.data());
+        write(root / "message_codec", "m1short",
+              withMode(8 | 1, std::span<const uint8_t>(out).subspan(4 + first)));
+      }
+    }
+  }
+  // Gradient tracking (fuzz_gt: u8 mode | message): uncompressed and each compressed variant.
+  for (unsigned variant = 0; variant < 4; ++variant) {
+    const auto m = algorithmMessage(algorithms::AlgorithmKind::kGt, variant, 0, fuzz::kRound);
+    write(root / "gt", "g" + std::to_string(variant), withMode(static_cast<uint8_t>(variant), m));
+  }
+  // Push-sum (fuzz_push_sum: u8 mode | message): each variant, on time; overlapped and late.
+  for (unsigned variant = 0; variant < 4; ++variant) {
+    const auto m = algorithmMessage(algorithms::AlgorithmKind::kPushSum, variant, 0, fuzz::kRound);
+    write(root / "push_sum", "s" + std::to_string(variant),
+          withMode(static_cast<uint8_t>(variant), m));
+  }
+  write(root / "push_sum", "s4",
+        withMode(4 | 8,
+                 algorithmMessage(algorithms::AlgorithmKind::kPushSum, 0, 2, fuzz::kRound - 1)));
+  // Checkpoint rounds (fuzz_checkpoint_knowledge: u8 peers | u8 maxBytes | messages of u8
+  // length + bytes): entries of (u32 rank, i64 round) as CheckpointKnowledge::takeUpdates writes
+  // them; a round older than one known; a malformed length; a rank out of range, alone and after
+  // a good entry.
+  {
+    auto entry = [](uint32_t rank, int64_t round) {
+      std::vector<uint8_t> e(12);
+      storeLe(e.data(), rank);
+      storeLe(e.data() + 4, static_cast<uint64_t>(round));
+      return e;
+    };
+    auto message = [](std::vector<uint8_t>& in, const std::vector<uint8_t>& m) {
+      in.push_back(static_cast<uint8_t>(m.size()));
+      append(in, m);
+    };
+    std::vector<uint8_t> a = {3, 4};  // 4 peers, updates of at most 24 bytes
+    std::vector<uint8_t> m1 = entry(0, 50), m2 = entry(2, 100);
+    append(m1, entry(1, 50));
+    append(m2, entry(3, 50));
+    message(a, m1);
+    message(a, m2);
+    message(a, entry(2, 40));
+    write(root / "checkpoint_knowledge", "k0", a);
+    std::vector<uint8_t> b = {7, 7};  // 8 peers, one message per update
+    message(b, entry(5, -1));
+    std::vector<uint8_t> bad = entry(1, 7);
+    bad.push_back(0);
+    message(b, bad);
+    message(b, entry(9, 7));
+    std::vector<uint8_t> partly = entry(2, 30);  // good, then out of range: nothing is applied
+    append(partly, entry(8, 30));
+    message(b, partly);
+    write(root / "checkpoint_knowledge", "k1", b);
+  }
+  // Control link streams (fuzz_control_link: u8 mode | stream): a heartbeat, a checkpoint-rounds
+  // user message and a reject; plain, and sealed with the counts 0, 1, 2 under its test key.
+  {
+    namespace hs = transport::handshake;
+    std::vector<uint8_t> rounds(12);
+    storeLe(rounds.data(), uint32_t{1});
+    storeLe(rounds.data() + 4, uint64_t{50});
+    const auto user = hs::encodeUserMessage(1, rounds);
+    const std::string why = "config part 'model' differs";
+    const std::span<const uint8_t> reject(reinterpret_cast<const uint8_t*>(why.data()), why.size());
+    std::vector<uint8_t> plain = {7};
+    append(plain, hs::encodeFrame(hs::kHeartbeat, {}));
+    append(plain, hs::encodeFrame(hs::kUser, user));
+    append(plain, hs::encodeFrame(hs::kReject, reject));
+    write(root / "control_link", "c0", plain);
+    const auto key = controlLinkKey();
+    std::vector<uint8_t> sealed = {7 | 8};
+    append(sealed, hs::encodeSealedFrame(key, 3, 0, hs::kHeartbeat, {}));
+    append(sealed, hs::encodeSealedFrame(key, 3, 1, hs::kUser, user));
+    append(sealed, hs::encodeSealedFrame(key, 3, 2, hs::kReject, reject));
+    write(root / "control_link", "c1", sealed);
+    sealed[0] = 7 | 8 | 16;  // the same, resealed by the harness
+    write(root / "control_link", "c2", sealed);
+    std::vector<uint8_t> small = {1};  // a 2-byte limit: the user message is refused
+    append(small, hs::encodeFrame(hs::kHeartbeat, {}));
+    append(small, hs::encodeFrame(hs::kUser, user));
+    write(root / "control_link", "c3", small);
+  }
+  // Tagged control messages (fuzz_goodbye: messages of u8 length + bytes): a goodbye before any
+  // announcement, announcements, a stale goodbye, the one that ends the connection.
+  {
+    namespace tg = transport::tagged;
+    std::vector<uint8_t> in;
+    auto add = [&](tg::ControlKind kind, uint64_t id) {
+      uint8_t m[tg::kControlBytes];
+      tg::encodeControl({kind, id}, m);
+      in.push_back(tg::kControlBytes);
+      in.insert(in.end(), m, m + tg::kControlBytes);
+    };
+    add(tg::ControlKind::kGoodbye, 5);
+    add(tg::ControlKind::kAnnounce, 5);
+    add(tg::ControlKind::kAnnounce, 9);
+    add(tg::ControlKind::kGoodbye, 5);
+    add(tg::ControlKind::kGoodbye, 9);
+    write(root / "goodbye", "b0", in);
+  }
+  // Address blobs (fuzz_address_blob: u8 format | rank << 1, then the blob), as the ucx and
+  // libfabric backends encode them (their magic and version, as fuzz_address_blob has them).
+  {
+    namespace tg = transport::tagged;
+    const tg::AddressFormat ucx{0x58555647, 2, "ucx", "UCX"};
+    const tg::AddressFormat ofi{0x464f5647, 1, "libfabric", "libfabric"};
+    const std::vector<uint8_t> worker(40, 0xAB);
+    write(root / "address_blob", "a0", withMode(3 << 1, tg::encodeAddress(ucx, 3, worker)));
+    write(root / "address_blob", "a1", withMode(1 | (5 << 1), tg::encodeAddress(ofi, 5, worker)));
+    write(root / "address_blob", "a2", withMode(4 << 1, tg::encodeAddress(ucx, 3, worker)));
+  }
+  // The C API (fuzz_c_api: u8 rank | config text [NUL overrides] [NUL tensors]): the API's
+  // two-peer example with overrides and tensors (one name twice, one count 0), a compressed
+  // choco one, and configs the API refuses (a built-in workload; a rank out of range).
+  {
+    const std::string ring2 =
+        "run:         { name: fuzz, seed: 1, rounds: 40 }\n"
+        "peers:       { count: 2, host: 127.0.0.1, base_port: 29600 }\n"
+        "topology:    { kind: edges, edges: [[0, 1, 0.25]], weights: explicit }\n"
+        "transport:   { backend: tcp }\n"
+        "algorithm:   { name: dsgd }\n"
+        "compression: { method: none }\n"
+        "optimizer:   { lr: 0.1, momentum: 0.0, schedule: constant }\n"
+        "workload:    { name: external }\n"
+        "output:      { dir: runs/fuzz, log_every: 10 }\n";
+    auto text = [](uint8_t rank, const std::string& t) {
+      std::vector<uint8_t> in = {rank};
+      in.insert(in.end(), t.begin(), t.end());
+      return in;
+    };
+    write(root / "c_api", "api0",
+          text(1, ring2 + std::string(1, '\0') + "optimizer.lr=0.05\nrun.rounds=3" +
+                      std::string(1, '\0') + "w 48\nb 6\nw 3\nempty 0"));
+    write(root / "c_api", "api1",
+          text(2,
+               "peers: { count: 4 }\ntopology: { kind: ring }\nalgorithm: { name: choco }\n"
+               "compression: { method: top-k, ratio: 0.1 }\nworkload: { name: external }\n"));
+    write(root / "c_api", "api2", text(0, "peers: { count: 2 }\n"));
+    write(root / "c_api", "api3", text(5, ring2));
   }
   std::cout << "corpus written to " << root << "\n";
   return 0;
