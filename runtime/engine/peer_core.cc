@@ -957,8 +957,10 @@ Status PeerCore::restoreState(const PeerState& s) {
   auto buffers = algorithm_->state();
   std::vector<int> fresh;
   for (auto& [name, values] : buffers) {
+    // The binding is captured through a reference of its own: clang before 16 cannot capture a
+    // structured binding (a C++20 addition), and the fuzz build uses clang.
     const auto it = std::find_if(s.algorithm.begin(), s.algorithm.end(),
-                                 [&](const auto& b) { return b.first == name; });
+                                 [&n = name](const auto& b) { return b.first == n; });
     if (it == s.algorithm.end()) {
       if (name.rfind("replica/", 0) != 0)
         return invalidArgument("algorithm state: no '" + name + "'");
@@ -976,7 +978,7 @@ Status PeerCore::restoreState(const PeerState& s) {
       continue;
     }
     if (std::none_of(buffers.begin(), buffers.end(),
-                     [&](const auto& b) { return b.first == name; }))
+                     [&n = name](const auto& b) { return b.first == n; }))
       return invalidArgument("algorithm state: '" + name + "' is not a buffer of this peer's " +
                              std::string(algorithm_->name()));
   }
