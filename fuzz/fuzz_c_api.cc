@@ -2,15 +2,15 @@
 // options a program hands in (the config text, "key=value" overrides, a rank), the peer built from
 // them (grapevine_peer_create: the YAML loader, the API's own checks, the run plan), the resolved
 // config it prints back and the tensors registered. The Python module (python/src/module.cc) passes
-// the same options to the same grapevine::Peer. c_api.cc and peer.cc are compiled in (the shared
-// library hides what the harness needs to link beside them). Nothing connects: start() is not
-// called.
+// the same options to the same grapevine::Peer. c_api.cc and peer.cc are compiled into the harness
+// (instrumented, linked statically with the engine) rather than loaded from libgrapevine.so.
+// Nothing connects: start() is not called.
 //
 // Input: u8 rank | config text, then optionally a NUL and overrides, one per line, then
 // optionally a NUL and tensor registrations, one per line ("name count": the digits after the last
-// space, mod 4096). The out
-// dir is set to a folder that does not exist (nothing is written before start), so no environment
-// variable is read.
+// space, mod 4096). The rank and the out dir (a folder that does not exist: nothing is written
+// before start) are always set, so their environment variables are not read; an empty text makes
+// the peer read GRAPEVINE_CONFIG, which the fuzz runs leave unset.
 // Properties beyond "no crash, no sanitizer report, no exception through the C boundary": every
 // status is one of grapevine_status's values, every failed call leaves a message in
 // grapevine_last_error(); a peer that is created prints its resolved config as YAML from which a
