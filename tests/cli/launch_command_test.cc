@@ -218,9 +218,14 @@ TEST_CASE("launch -- COMMAND: every rank gets its variables and a config that lo
       " echo \"$PYTHONPATH\" > \"$GRAPEVINE_OUT/pythonpath-$GRAPEVINE_RANK\"'";
   std::string output;
   // --set right before `--`: the command's own flags (`-c`) stay the command's.
-  const int rc = runCapture("PYTHONPATH=/earlier/path " + installed + "/bin/grapevine launch " +
-                                config + " --out " + out + " --set peers.count=3" + command,
-                            &output);
+  // Without the test harness's own GRAPEVINE_TEST_REQUIRE and GRAPEVINE_SKIP_LOG (tools/test
+  // sets them; a launched command inherits the environment): only what launch sets is counted.
+  const int rc = runCapture(
+      "env -u GRAPEVINE_TEST_REQUIRE -u GRAPEVINE_SKIP_LOG "
+      "PYTHONPATH=/earlier/path " +
+          installed + "/bin/grapevine launch " + config + " --out " + out + " --set peers.count=3" +
+          command,
+      &output);
   INFO(output);
   REQUIRE(rc == 0);  // every command exited 0
   const std::string outAbs = fs::absolute(out).string();
