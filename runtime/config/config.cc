@@ -16,7 +16,7 @@ namespace {
 // Indexed by Emulation.
 constexpr std::string_view kEmulationNames[] = {"none", "netns"};
 // Indexed by FaultKind.
-constexpr std::string_view kFaultKindNames[] = {"pause", "kill", "restart", "link-down"};
+constexpr std::string_view kFaultKindNames[] = {"pause", "kill", "restart", "link-down", "corrupt"};
 
 std::string numberText(double v) {
   char buf[32];

@@ -230,19 +230,22 @@ struct SecuritySection {
 
 // `faults:`: a schedule of faults that `grapevine sim` (by round) and `grapevine launch --emulate`
 // (by wall time from the first round) execute, for tests and fault studies (docs/faults.md).
-enum class FaultKind { kPause, kKill, kRestart, kLinkDown };
+enum class FaultKind { kPause, kKill, kRestart, kLinkDown, kCorrupt };
 
-// Names as configs spell them: "pause", "kill", "restart", "link-down", in enum order.
+// Names as configs spell them: "pause", "kill", "restart", "link-down", "corrupt", in enum order.
 std::string_view faultKindName(FaultKind kind);
 std::optional<FaultKind> parseFaultKind(std::string_view name);
 const std::vector<std::string_view>& faultKindNames();
 
 // One `faults:` item. Exactly one of atRound / atSeconds is set (which one a runner accepts is
 // checked by the runner: sim counts rounds, launch wall time); the length (`rounds` / `seconds`, in
-// the same unit as the start) is set for pause, restart (time down) and link-down, never for kill.
+// the same unit as the start) is set for pause, restart (time down), link-down and corrupt, never
+// for kill. corrupt is executed by the peer itself (every runner: sim by round, `grapevine peer` by
+// round or by its own clock from its first round): its outgoing messages are damaged after their
+// checksum was computed, so its neighbours refuse them and, in time, quarantine it.
 struct FaultEvent {
   FaultKind kind = FaultKind::kPause;
-  int peer = -1;               // pause, kill, restart
+  int peer = -1;               // pause, kill, restart, corrupt
   int linkA = -1, linkB = -1;  // link-down: the link between a and b, both directions
   std::optional<std::int64_t> atRound, rounds;
   std::optional<double> atSeconds, seconds;

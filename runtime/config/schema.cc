@@ -955,9 +955,9 @@ std::vector<KeyDef> buildSchema() {
   // faults (docs/faults.md). Each section's keys stay together: toYaml writes a section per run.
   t.push_back(customKey(
       "faults.events", ValueType::kFaultList,
-      "Fault schedule (also `faults:` as a list; docs/faults.md): [{kind: pause, kill, restart or "
-      "link-down; peer: R or link: [a, b]; at_round: N (sim) or at_seconds: S (launch); rounds: N "
-      "or seconds: S (pause, link-down; restart: time down)}, ...]",
+      "Fault schedule (also `faults:` as a list; docs/faults.md): [{kind: pause, kill, restart, "
+      "link-down or corrupt; peer: R or link: [a, b]; at_round: N (sim) or at_seconds: S "
+      "(launch); rounds: N or seconds: S (pause, link-down, corrupt; restart: time down)}, ...]",
       applyFaults, showFaults));
   return t;
 }
@@ -1048,7 +1048,8 @@ std::string KeyDef::expected() const {
              "latency_ms [0, 1e5], jitter_ms [0, 1e5], loss_percent [0, 100] (node_bandwidth_mbit "
              "is a peer's: network.peers)";
     case ValueType::kFaultList:
-      return "a list of {kind: pause, kill, restart or link-down; peer: R or link: [a, b]; "
+      return "a list of {kind: pause, kill, restart, link-down or corrupt; peer: R or link: [a, "
+             "b]; "
              "at_round: N or at_seconds: S; rounds: N or seconds: S (not for kill)}";
   }
   return "?";

@@ -303,6 +303,7 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
     e.outBytes = kEnvelopeBytes + messageBytes_ + env.snapshotBytes;
     env.payloadCrc = payloadChecksum(
         std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, e.outBytes - kEnvelopeBytes));
+    if (corruptOutgoing_ && e.outBytes > kEnvelopeBytes) e.out[kEnvelopeBytes] ^= 0x01;
     markSealed(e, env);
     writeEnvelope(env, e.out);
     seal(e, env, e.out, e.outBytes);

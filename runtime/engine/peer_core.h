@@ -230,6 +230,12 @@ class PeerCore {
   // payload; with `encrypt` the payload is encrypted), and an incoming one whose tag does not
   // verify is dropped as `auth` before anything in it is read. Call before the first round.
   void setEdgeKey(int neighbour, const security::Key& key, bool encrypt);
+  // Fault injection (`faults:` kind corrupt, docs/faults.md): while on, every training message this
+  // peer sends from the next beginRound on has one payload byte flipped after its checksum was
+  // computed and before it is sealed, as a peer with bad memory or a bad NIC would send it: its
+  // neighbours refuse each one (`crc`) and quarantine it after quarantineAfter rounds.
+  void setCorruptOutgoing(bool on) { corruptOutgoing_ = on; }
+  bool corruptOutgoing() const { return corruptOutgoing_; }
   static constexpr std::uint64_t kSequenceWindow = std::uint64_t{1} << 20;
   // Bounds on what a neighbour can make this peer hold (docs/security.md, "Bounds"). A training
   // message more than kRoundWindow rounds ahead of this peer's round (round 0 before the first),
@@ -490,7 +496,8 @@ class PeerCore {
   std::size_t wireCapacity_ = 0;
   std::uint32_t degreeAtRound_ = 0;
   bool checkRound_ = false;
-  std::int64_t dueRound_ = -1;  // mixDelay: this round mixes the shares of rounds <= dueRound_
+  bool corruptOutgoing_ = false;  // setCorruptOutgoing
+  std::int64_t dueRound_ = -1;    // mixDelay: this round mixes the shares of rounds <= dueRound_
   PeerCounters counters_;
   bool stepped_ = true;  // this round took local steps (else the caller stepped: no afterMixing)
   // Collectives.

@@ -338,6 +338,10 @@ class Simulation {
       const bool active = t >= start && (e.kind == config::FaultKind::kKill || t < end);
       if (e.kind == config::FaultKind::kLinkDown) {
         if (active) linksDown_.insert({std::min(e.linkA, e.linkB), std::max(e.linkA, e.linkB)});
+      } else if (e.kind == config::FaultKind::kCorrupt) {
+        // Up and running; its messages are damaged (PeerCore, as `grapevine peer` does it).
+        if (t == start || t == end)
+          peers_[static_cast<std::size_t>(e.peer)]->setCorruptOutgoing(t == start);
       } else if (active) {
         down_[static_cast<std::size_t>(e.peer)] = 1;
       }
@@ -625,6 +629,7 @@ class Simulation {
     auto j = engine::peerResultToJson(r);
     j["wall_seconds"] = wallSeconds();
     j["sim_time"] = s.clock;
+    if (p.counters().quarantined > 0) j["quarantined"] = p.counters().quarantined;  // as a peer
     s.status = engine::writeJsonFile(path("peer-", rank, ".final.json"), j);
   }
 

@@ -821,3 +821,68 @@ TEST_CASE("a fault schedule's kill under launch: the peer is gone for good, the 
           std::vector<int>{2});
   }
 }
+
+TEST_CASE("a fault schedule's corrupt under launch: the neighbours quarantine the peer",
+          "[supervision]") {
+  // faults: kind corrupt at 1 s: peer 2 damages every message it sends after its checksum (the
+  // peer executes it by its own clock). Peers 1 and 3 refuse them (crc) and after 16 rounds in a
+  // row quarantine it through the driver: the edge closed for good, a log line, `quarantined` in
+  // final.json, a death in the records; the run goes on. A bypassed quarantine, or a driver that
+  // does not close the edge, fails it. round_timeout 0.1 s: a round without a usable message from
+  // peer 2 does not wait 5 s.
+  const std::string dir = freshDir("lifecycle_fault_corrupt");
+  const int port = freeBasePort(4);
+  std::string config = supervisedConfig(
+      dir, port, "faults: [{ kind: corrupt, peer: 2, at_seconds: 1, seconds: 60 }]\n");
+  {
+    std::string text = readFile(config);
+    const std::string from = "consensus_step: 0.3 }";
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), "consensus_step: 0.3, round_timeout: 0.1 }");
+    std::ofstream(config) << text;
+  }
+  const std::string out = dir + "/out";
+  grapevine::SpawnOptions spawn;
+  spawn.argv = {kBin, "launch", config, "--out", out};
+  spawn.out = grapevine::ChildStream::file(dir + "/launch.log");
+  spawn.err = grapevine::ChildStream::sameAsStdout();
+  auto launcher = grapevine::Subprocess::spawn(spawn);
+  REQUIRE(launcher.isOk());
+  const int code = finishLaunch(*launcher);
+  const std::string log = readFile(dir + "/launch.log");
+  INFO(log);
+  CHECK(code == 0);
+  CHECK(log.find("fault (corrupt peer 2 at 1 s for 60 s): peer 2 corrupts its outgoing messages") !=
+        std::string::npos);
+  CHECK(readFile(out + "/peer-2.log").find("this peer's outgoing messages are corrupted") !=
+        std::string::npos);
+  const auto s = readSummary(out);
+  INFO(s.dump());
+  REQUIRE(s["faults"].size() == 1);
+  CHECK(s["faults"][0]["kind"] == "corrupt");
+  CHECK(s.value("peers_finished", 0) == 4);
+  for (int r : {1, 3}) {
+    INFO("neighbour " << r);
+    const std::string rank = std::to_string(r);
+    const auto final = nlohmann::json::parse(readFile(out + "/peer-" + rank + ".final.json"));
+    CHECK(final.value("quarantined", 0) == 1);
+    CHECK(readFile(out + "/peer-" + rank + ".log")
+              .find("neighbour 2 quarantined: its messages were refused in 16 rounds in a row "
+                    "(the last: crc)") != std::string::npos);
+    CHECK(recordedRanks(out + "/peer-" + rank + ".jsonl", "dead") == std::vector<int>{2});
+  }
+  for (int r : {0, 2}) {
+    INFO("peer " << r);
+    const auto final =
+        nlohmann::json::parse(readFile(out + "/peer-" + std::to_string(r) + ".final.json"));
+    CHECK_FALSE(final.contains("quarantined"));
+  }
+  // Peer 2 was cut off by both neighbours (they closed the edges): it trained on alone.
+  const auto last = recordRounds(out + "/peer-2.jsonl");
+  CHECK((!last.empty() && last.back() == 2999));
+  // It loses both neighbours. (It is not told why: it redials, each neighbour refuses it again,
+  // and it records each loss; 328 in one run. Reported, not asserted.)
+  const auto lost = recordedRanks(out + "/peer-2.jsonl", "dead");
+  CHECK(std::set<int>(lost.begin(), lost.end()) == std::set<int>{1, 3});
+  WARN("peer 2 recorded " << lost.size() << " losses of its neighbours after the quarantine");
+}

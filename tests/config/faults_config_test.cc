@@ -108,6 +108,10 @@ TEST_CASE("the form of each fault item is checked, naming the item and why", "[f
   CHECK(has(refused("faults: [{kind: pause, peer: 1, at_seconds: -1, seconds: 1}]"),
             "at_seconds is not a number >= 0"));
   CHECK(has(refused("faults: [{kind: kill, peer: 1, at_round: 3}, 7]"), "item 1: not a mapping"));
+  // corrupt: a peer and how long, like a pause.
+  CHECK(has(refused("faults: [{kind: corrupt, peer: 1, at_round: 3}]"), "corrupt needs rounds"));
+  CHECK(has(refused("faults: [{kind: corrupt, link: [0, 1], at_round: 3, rounds: 2}]"),
+            "corrupt needs peer"));
 }
 
 TEST_CASE("fault schedules that cannot work are refused, naming the items and why", "[faults]") {

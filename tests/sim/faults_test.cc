@@ -182,3 +182,48 @@ TEST_CASE("grapevine sim writes the executed faults to summary.json", "[faults]"
   CHECK(std::filesystem::exists(dir + "/model-6.bin"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a corrupting peer is quarantined by its neighbours in the simulator", "[faults]") {
+  // faults: kind corrupt: peer 3's messages are damaged after their checksum from round 20 on;
+  // peers 2 and 4 refuse them (crc) and quarantine it after 16 rounds in a row, as PeerCore does
+  // under `grapevine peer` (the same code: the peer damages its own messages in both).
+  const auto dir = (std::filesystem::temp_directory_path() /
+                    ("grapevine-corrupt-test-" + std::to_string(::getpid())))
+                       .string();
+  std::filesystem::remove_all(dir);
+  const auto r =
+      simulate(ring8("faults: [{ kind: corrupt, peer: 3, at_round: 20, rounds: 60 }]\n"), 2, dir);
+  for (int i : {2, 4}) {
+    INFO("neighbour " << i);
+    CHECK(r.peers[i].deadNeighbours == 1);  // the quarantine drops the edge
+    CHECK(r.peers[i].droppedFrames >= 16);
+    const auto final =
+        nlohmann::json::parse(std::ifstream(dir + "/peer-" + std::to_string(i) + ".final.json"));
+    CHECK(final.value("quarantined", 0) == 1);
+  }
+  for (int i : {0, 3, 6}) {
+    INFO("peer " << i);
+    CHECK(r.peers[i].deadNeighbours == 0);
+    const auto final =
+        nlohmann::json::parse(std::ifstream(dir + "/peer-" + std::to_string(i) + ".final.json"));
+    CHECK_FALSE(final.contains("quarantined"));
+  }
+  // Before round 20 nothing was refused: the last record before it shows no drops at peer 2.
+  std::ifstream records(dir + "/peer-2.jsonl");
+  int before = 0, quarantinedAt = -1;
+  for (std::string line; std::getline(records, line);) {
+    const auto j = nlohmann::json::parse(line);
+    const auto round = j.value("round", -1);
+    if (round < 20 && j.contains("dropped")) CHECK(j["dropped"].empty());
+    if (round < 20) ++before;
+    if (quarantinedAt < 0 && j.value("live_degree", 2) == 1)
+      quarantinedAt = static_cast<int>(round);
+  }
+  CHECK(before > 0);
+  CHECK(quarantinedAt >= 20 + 15);
+  std::ifstream in(dir + "/summary.json");
+  const auto s = nlohmann::json::parse(in);
+  REQUIRE(s["faults"].size() == 1);
+  CHECK(s["faults"][0]["kind"] == "corrupt");
+  std::filesystem::remove_all(dir);
+}

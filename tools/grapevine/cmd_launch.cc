@@ -810,6 +810,11 @@ void Launch::faultAction(FaultRun& f, bool begin, double now) {
     if (begin) f.packetsAtDown = linkPackets(e.linkA, e.linkB);
     what = std::string("link [") + std::to_string(e.linkA) + ", " + std::to_string(e.linkB) +
            (begin ? "] down" : "] up") + (st.isOk() ? "" : " failed: " + st.message());
+  } else if (e.kind == config::FaultKind::kCorrupt) {
+    // The peer damages its own messages (it reads the same schedule): nothing to send it.
+    what = "peer " + std::to_string(e.peer) +
+           (begin ? " corrupts its outgoing messages" : " sends intact messages again") +
+           " (by its own clock)";
   } else {
     Child* ch = nullptr;
     for (auto& c : children_) {
