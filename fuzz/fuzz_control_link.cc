@@ -82,7 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         // Same type and length: only the tag differs.
         if (sealed.size() != hs::kFrameHeaderBytes + body.size() ||
             std::memcmp(sealed.data(), header, hs::kFrameHeaderBytes) != 0 ||
-            std::memcmp(sealed.data() + hs::kFrameHeaderBytes, plain.data(), plain.size()) != 0) {
+            (!plain.empty() &&  // an empty vector's data() may be null: UB for memcmp
+             std::memcmp(sealed.data() + hs::kFrameHeaderBytes, plain.data(), plain.size()) != 0)) {
           std::abort();
         }
         if (fixup) std::memcpy(header, sealed.data(), sealed.size());
