@@ -71,6 +71,18 @@ std::vector<pid_t> childrenOf(pid_t parent) {
   return out;
 }
 
+// The `grapevine peer --rank R` child of a launcher (-1 when there is none now).
+pid_t peerOf(pid_t launcher, int rank) {
+  for (pid_t p : childrenOf(launcher)) {
+    const std::string cmdline = readFile("/proc/" + std::to_string(p) + "/cmdline");
+    if (cmdline.find(std::string("\0peer\0", 6)) != std::string::npos &&
+        cmdline.find("--rank" + std::string(1, '\0') + std::to_string(rank) +
+                     std::string(1, '\0')) != std::string::npos)
+      return p;
+  }
+  return -1;
+}
+
 // A process that runs (exists and is not a zombie).
 bool alive(pid_t pid) {
   const std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat");
@@ -389,16 +401,7 @@ TEST_CASE("a run killed mid-way continues from its checkpoints with --resume, ex
     spawn.err = grapevine::ChildStream::sameAsStdout();
     auto launcher = grapevine::Subprocess::spawn(spawn);
     REQUIRE(launcher.isOk());
-    const auto peerPid = [&](int rank) -> pid_t {
-      for (pid_t p : childrenOf(launcher->pid())) {
-        const std::string cmdline = readFile("/proc/" + std::to_string(p) + "/cmdline");
-        if (cmdline.find(std::string("\0peer\0", 6)) != std::string::npos &&
-            cmdline.find("--rank" + std::string(1, '\0') + std::to_string(rank) +
-                         std::string(1, '\0')) != std::string::npos)
-          return p;
-      }
-      return -1;
-    };
+    const auto peerPid = [&](int rank) { return peerOf(launcher->pid(), rank); };
     int restartsSeen = 0;
     for (const auto& [rank, atRound] : {std::pair{2, 120}, std::pair{1, 260}}) {
       REQUIRE(waitFor(
@@ -702,6 +705,16 @@ std::vector<int> recordedRanks(const std::string& path, const std::string& key) 
   return out;
 }
 
+// `argv` started with its stdout and stderr into `log`.
+grapevine::Result<grapevine::Subprocess> spawnLogged(std::vector<std::string> argv,
+                                                     const std::string& log) {
+  grapevine::SpawnOptions spawn;
+  spawn.argv = std::move(argv);
+  spawn.out = grapevine::ChildStream::file(log);
+  spawn.err = grapevine::ChildStream::sameAsStdout();
+  return grapevine::Subprocess::spawn(spawn);
+}
+
 }  // namespace
 
 TEST_CASE("launch --max-restarts, default scope: only the killed peer restarts, and rejoins",
@@ -714,22 +727,11 @@ TEST_CASE("launch --max-restarts, default scope: only the killed peer restarts, 
   const int port = freeBasePort(4);
   const std::string config = supervisedConfig(dir, port, "checkpoint: { every: 50, keep: 3 }\n");
   const std::string out = dir + "/out";
-  grapevine::SpawnOptions spawn;
-  spawn.argv = {kBin, "launch", config, "--out", out, "--quiet", "--max-restarts", "2"};
-  spawn.out = grapevine::ChildStream::file(dir + "/launch.log");
-  spawn.err = grapevine::ChildStream::sameAsStdout();
-  auto launcher = grapevine::Subprocess::spawn(spawn);
+  auto launcher =
+      spawnLogged({kBin, "launch", config, "--out", out, "--quiet", "--max-restarts", "2"},
+                  dir + "/launch.log");
   REQUIRE(launcher.isOk());
-  const auto peerPid = [&](int rank) -> pid_t {
-    for (pid_t p : childrenOf(launcher->pid())) {
-      const std::string cmdline = readFile("/proc/" + std::to_string(p) + "/cmdline");
-      if (cmdline.find(std::string("\0peer\0", 6)) != std::string::npos &&
-          cmdline.find("--rank" + std::string(1, '\0') + std::to_string(rank) +
-                       std::string(1, '\0')) != std::string::npos)
-        return p;
-    }
-    return -1;
-  };
+  const auto peerPid = [&](int rank) { return peerOf(launcher->pid(), rank); };
   // Past round 300 with every peer's checkpoint of round 249 on disk.
   REQUIRE(waitFor(
       [&] {
@@ -788,11 +790,8 @@ TEST_CASE("a fault schedule's kill under launch: the peer is gone for good, the 
   const std::string config =
       supervisedConfig(dir, port, "faults: [{ kind: kill, peer: 2, at_seconds: 1 }]\n");
   const std::string out = dir + "/out";
-  grapevine::SpawnOptions spawn;
-  spawn.argv = {kBin, "launch", config, "--out", out, "--max-restarts", "2"};
-  spawn.out = grapevine::ChildStream::file(dir + "/launch.log");
-  spawn.err = grapevine::ChildStream::sameAsStdout();
-  auto launcher = grapevine::Subprocess::spawn(spawn);
+  auto launcher = spawnLogged({kBin, "launch", config, "--out", out, "--max-restarts", "2"},
+                              dir + "/launch.log");
   REQUIRE(launcher.isOk());
   const int code = finishLaunch(*launcher);
   const std::string log = readFile(dir + "/launch.log");
@@ -842,11 +841,7 @@ TEST_CASE("a fault schedule's corrupt under launch: the neighbours quarantine th
     std::ofstream(config) << text;
   }
   const std::string out = dir + "/out";
-  grapevine::SpawnOptions spawn;
-  spawn.argv = {kBin, "launch", config, "--out", out};
-  spawn.out = grapevine::ChildStream::file(dir + "/launch.log");
-  spawn.err = grapevine::ChildStream::sameAsStdout();
-  auto launcher = grapevine::Subprocess::spawn(spawn);
+  auto launcher = spawnLogged({kBin, "launch", config, "--out", out}, dir + "/launch.log");
   REQUIRE(launcher.isOk());
   const int code = finishLaunch(*launcher);
   const std::string log = readFile(dir + "/launch.log");
