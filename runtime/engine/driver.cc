@@ -151,7 +151,8 @@ class PeerSession::Impl {
   void shutdown();
 
   // ---- training thread: one round ----
-  double seconds() const;  // since the rounds started
+  double seconds() const;     // since the rounds started
+  void applyCorruptFaults();  // faults: kind corrupt on this peer (training thread)
   // Waits until no send to a live neighbour is pending: the next round (or collective) rewrites the
   // per-edge buffers those sends read. A neighbour whose send has been pending for longer than
   // transport.io_timeout is marked dead (which closes the edge and cancels the send; a dead edge's
@@ -806,6 +807,24 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
 
 double PeerSession::Impl::seconds() const { return since(roundsStart_); }
 
+// faults: kind corrupt on this peer, which only the peer itself can execute (the launcher
+// executes the other kinds with signals and the emulator): by round, or by this peer's clock from
+// its first round (about the launcher's, which counts from the first round record).
+void PeerSession::Impl::applyCorruptFaults() {
+  bool on = false;
+  for (const auto& e : plan_.config.faults.events) {
+    if (e.kind != config::FaultKind::kCorrupt || e.peer != core_->rank()) continue;
+    const double now = e.byRound() ? static_cast<double>(outcome_.rounds) : seconds();
+    if (now >= e.start() && now < e.end()) on = true;
+  }
+  if (on != core_->corruptOutgoing()) {
+    log::warn(on ? "fault schedule: this peer's outgoing messages are corrupted from round "
+                 : "fault schedule: this peer's outgoing messages are intact again from round ",
+              outcome_.rounds);
+    core_->setCorruptOutgoing(on);
+  }
+}
+
 void PeerSession::Impl::countPending(
     const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -895,6 +914,7 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
     outcome_.rounds = to;
   }
   runningRound_ = outcome_.rounds;
+  applyCorruptFaults();
   const auto stepStart = Clock::now();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
   stepSeconds_ += since(stepStart);
