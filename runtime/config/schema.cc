@@ -1048,9 +1048,8 @@ std::string KeyDef::expected() const {
              "latency_ms [0, 1e5], jitter_ms [0, 1e5], loss_percent [0, 100] (node_bandwidth_mbit "
              "is a peer's: network.peers)";
     case ValueType::kFaultList:
-      return "a list of {kind: pause, kill, restart, link-down or corrupt; peer: R or link: [a, "
-             "b]; "
-             "at_round: N or at_seconds: S; rounds: N or seconds: S (not for kill)}";
+      return "a list of {kind: pause, kill, restart, link-down or corrupt; peer: R or "
+             "link: [a, b]; at_round: N or at_seconds: S; rounds: N or seconds: S (not for kill)}";
   }
   return "?";
 }
