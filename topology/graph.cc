@@ -439,4 +439,52 @@ int diameter(const Graph& g) {
   return best;
 }
 
+Graph unionGraph(const Schedule& schedule) {
+  Graph g;
+  g.n = schedule.peers();
+  g.adj.resize(static_cast<size_t>(g.n));
+  for (int i = 0; i < g.n; ++i) g.adj[static_cast<size_t>(i)] = schedule.allNeighbours(i);
+  return g;
+}
+
+SpanningTree breadthFirstTree(const Graph& g, int root) {
+  SpanningTree t;
+  const auto n = static_cast<size_t>(g.n);
+  t.parent.assign(n, -2);
+  t.depth.assign(n, 0);
+  if (root < 0 || root >= g.n) return t;
+  std::vector<int> queue = {root};
+  t.parent[static_cast<size_t>(root)] = -1;
+  for (size_t q = 0; q < queue.size(); ++q) {
+    const int u = queue[q];
+    std::vector<int> next = g.adj[static_cast<size_t>(u)];
+    std::sort(next.begin(), next.end());
+    for (int v : next) {
+      if (t.parent[static_cast<size_t>(v)] != -2) continue;
+      t.parent[static_cast<size_t>(v)] = u;
+      t.depth[static_cast<size_t>(v)] = t.depth[static_cast<size_t>(u)] + 1;
+      t.height = std::max(t.height, t.depth[static_cast<size_t>(v)]);
+      queue.push_back(v);
+    }
+  }
+  t.spans = queue.size() == n;
+  return t;
+}
+
+std::vector<int> SpanningTree::children(int v) const {
+  std::vector<int> out;
+  for (size_t w = 0; w < parent.size(); ++w) {
+    if (parent[w] == v) out.push_back(static_cast<int>(w));
+  }
+  return out;
+}
+
+bool hasRingEdges(const Graph& g) {
+  for (int r = 0; r < g.n; ++r) {
+    const auto& adj = g.adj[static_cast<size_t>(r)];
+    if (std::find(adj.begin(), adj.end(), (r + 1) % g.n) == adj.end()) return false;
+  }
+  return true;
+}
+
 }  // namespace grapevine::topology

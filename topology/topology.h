@@ -145,6 +145,21 @@ SpectralEstimate secondLargestModulus(int n, const std::vector<const Weights*>& 
                                       SpectralMethod method = SpectralMethod::kAuto,
                                       int maxIterations = 20000);
 int diameter(const Graph& g);  // BFS; -1 when disconnected
+// The union of a schedule's graphs over one period: whom each peer ever talks to.
+Graph unionGraph(const Schedule& schedule);
+// The breadth-first spanning tree of `g` from `root`, each vertex's neighbours taken in increasing
+// rank (so every peer that computes it gets the same tree). Unreachable vertices have parent -2.
+struct SpanningTree {
+  std::vector<int> parent;  // -1 at the root
+  std::vector<int> depth;   // 0 at the root
+  int height = 0;           // the largest depth
+  bool spans = false;       // every vertex is reachable from the root
+  // v's children in increasing rank.
+  std::vector<int> children(int v) const;
+};
+SpanningTree breadthFirstTree(const Graph& g, int root = 0);
+// Whether g has every edge (r, r + 1 mod n): the ring 0 -> 1 -> ... -> n-1 -> 0 runs over it.
+bool hasRingEdges(const Graph& g);
 // The directed graph of who sends to whom over one period: out[i] = the union of
 // plan(i, t).sendTo for t in 0..period-1, sorted.
 std::vector<std::vector<int>> sendGraph(const Schedule& schedule);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/engine/collectives.h"
 #include "runtime/engine/setup.h"
 
 namespace grapevine::engine {
@@ -90,42 +91,6 @@ class PeerSession {
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// The collectives of finalize averaging over the plan's graph (the union of a time-varying one),
-// for a model of `modelValues` values. Connected, with a spanning tree (collectiveTree) at most
-// kRoundWindow / 4 high: height + chunks - 1 kTreeSum steps then as many kTreeBroadcast steps, the
-// exact average (summed in double along the tree, sent back in f32) at every peer, each peer
-// sending its model to its parent once and to each child once, in pipelined chunks. Otherwise
-// enough kAverage rounds to bring the spread of the models below 1e-7 of its start (from the
-// second-largest eigenvalue modulus of its Metropolis matrix), then n - 1 kAdoptLowest rounds so
-// every connected live peer holds the same values.
-// With `ring` (and ringAveraging()): the ring kinds instead, (n - 1) kRingSum, (n - 1) kRingGather
-// and a kRingAck.
-std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_t modelValues,
-                                                 bool ring = false);
-// Whether finalize averaging can go around the ring 0 -> 1 -> ... -> n-1 -> 0: n >= 3, the union
-// graph has every edge (r, r + 1 mod n), and the model is over one tree chunk (treeChunks() >= 2).
-// Then each peer sends 2 (n - 1) / n of the model in 2 n - 1 steps, where the tree has its root
-// take the whole model from each child and send it back to each; for a smaller model the tree's
-// fewer steps win. The peers run it only when none has lost a ring neighbour: each runs
-// ringAgreementCollectives() (n - 1 kMinimum rounds, enough for any connected part) over the
-// flag "both my ring neighbours are alive" first, and the tree when the minimum is 0.
-bool ringAveraging(const RunPlan& plan, std::size_t modelValues);
-std::vector<CollectiveKind> ringAgreementCollectives(const RunPlan& plan);
-// `rank`'s place in the breadth-first spanning tree of the union graph from rank 0 (neighbours
-// taken in increasing rank): the same tree at every peer, with treeChunks(modelValues) chunks.
-// height -1 when the graph is disconnected.
-CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues = 0);
-// Chunks of a tree collective over `modelValues` values: one per kTreeChunkBytes of f64 state
-// (at least 1, at most kMaxTreeChunks). 0 values: 1.
-inline constexpr std::size_t kTreeChunkBytes = std::size_t{1} << 20;
-inline constexpr int kMaxTreeChunks = 16;
-int treeChunks(std::size_t modelValues);
-// Whether a sequence of collectives has tree or ring steps (then every peer needs its
-// collectiveTree set).
-bool usesTree(const std::vector<CollectiveKind>& kinds);
-// The start-up sync: diameter-many kAdoptLowest rounds (every peer gets the lowest rank's model).
-std::vector<CollectiveKind> adoptLowestCollectives(const RunPlan& plan);
 
 // Returns ok when the peer ran all its rounds (or was stopped cleanly), else the first fatal error
 // (bootstrap failure, handshake mismatch, bad local state, an output folder or file that cannot be

@@ -48,12 +48,6 @@ std::vector<std::uint8_t> copyToSpare(std::vector<std::vector<std::uint8_t>>& sp
   return buf;
 }
 
-// Collective payload: origin u32 (tree kinds: the peer count), then the state as f64 (host order,
-// as snapshots are), or one chunk of it (tree kinds); a tree broadcast of the model carries f32.
-constexpr std::size_t kCollectiveHeaderBytes = 4;
-// The largest state of a small collective (beginCollective with an initial state).
-constexpr std::size_t kMaxSmallCollective = 16;
-
 }  // namespace
 
 PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& schedule,
@@ -65,7 +59,8 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
       workload_(std::move(workload)),
       optimizer_(std::move(optimizer)),
       algorithm_(std::move(algorithm)),
-      x_(std::move(x0)) {
+      x_(std::move(x0)),
+      collectives_(options.rank) {
   const std::size_t n = x_.size();
   g_.resize(n);
   u_.resize(n);
@@ -461,7 +456,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
 
 bool PeerCore::withinWindow(const Edge& e, const Envelope& env) const {
   if (env.flags & kFlagCollective) {
-    const std::int64_t current = std::max<std::int64_t>(collective_, 0);
+    const std::int64_t current = std::max<std::int64_t>(collectives_.index(), 0);
     return env.round <= static_cast<std::uint64_t>(current + kRoundWindow) &&
            e.collectives.size() < static_cast<std::size_t>(kRoundWindow);
   }
@@ -653,116 +648,19 @@ std::vector<int> PeerCore::endRound() {
 }
 
 void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> initial) {
-  const bool first = !collectiveActive_;
-  const bool tree = isTreeKind(kind);
-  const bool ring = isRingKind(kind);
-  // The kinds whose messages carry one chunk of the state (a ring's ack carries one value).
-  const bool chunked = tree || (ring && kind != CollectiveKind::kRingAck);
-  if (first) {
-    treeUsed_ = treeReceived_ = false;
-    treeCount_ = 1;
-    collectiveOnModel_ = initial.empty();
-    if (collectiveOnModel_) {
-      state_.assign(x_.begin(), x_.end());
-    } else {
-      assert(initial.size() <= kMaxSmallCollective);
-      state_.assign(initial.begin(), initial.end());
-    }
-    const int wanted = ring ? tree_.ringSize : tree_.chunks;
-    treeChunks_ = static_cast<int>(std::clamp<std::size_t>(
-        static_cast<std::size_t>(std::max(1, wanted)), 1, std::max<std::size_t>(1, state_.size())));
-    // engine::averagingCollectives() runs the ring kinds on models of more values than peers.
-    assert(!ring || treeChunks_ == tree_.ringSize);
-    chunkCount_.assign(static_cast<std::size_t>(treeChunks_), 1);
-    chunkHave_.assign(static_cast<std::size_t>(treeChunks_), 0);
-    origin_ = options_.rank;
-    collectiveActive_ = true;
-  }
-  ++collective_;
-  treeStep_ = !first && collectiveKind_ == kind ? treeStep_ + 1 : 1;
-  collectiveKind_ = kind;
-  if (tree) {
-    treeUsed_ = true;
-    sendTo_.clear();
-    expected_.clear();
-    // Pipelined over treeChunks_ chunks (see CollectiveTree::chunks): in kTreeSum step s a peer
-    // at depth d sends chunk s - (h - d) - 1 to its parent (complete: its children's arrived in
-    // step s - 1) and takes chunk s - h + d from its children; in kTreeBroadcast step s it sends
-    // chunk s - d - 1 to its children and takes chunk s - d from its parent.
-    const int h = tree_.height, d = tree_.depth, k = treeChunks_, s = treeStep_;
-    const bool parentLive =
-        tree_.parent >= 0 && edges_.count(tree_.parent) > 0 && dead_.count(tree_.parent) == 0;
-    sendChunk_ = recvChunk_ = -1;
-    const auto inRange = [k](int c) { return c >= 0 && c < k; };
-    if (kind == CollectiveKind::kTreeSum) {
-      if (parentLive && inRange(s - (h - d) - 1)) {
-        sendTo_.push_back(tree_.parent);
-        sendChunk_ = s - (h - d) - 1;
-      }
-      if (inRange(s - h + d)) {
-        expected_ = liveOf(tree_.children);
-        recvChunk_ = s - h + d;
-      }
-    } else {
-      if (inRange(s - d - 1) && chunkHave_[static_cast<std::size_t>(s - d - 1)]) {
-        sendTo_ = liveOf(tree_.children);
-        sendChunk_ = s - d - 1;
-      }
-      if (parentLive && inRange(s - d)) {
-        expected_.push_back(tree_.parent);
-        recvChunk_ = s - d;
-      }
-    }
-  } else if (ring) {
-    treeUsed_ = true;
-    sendTo_.clear();
-    expected_.clear();
-    sendChunk_ = recvChunk_ = -1;
-    const auto live = [this](int j) {
-      return j >= 0 && edges_.count(j) > 0 && dead_.count(j) == 0;
-    };
-    const int prev = tree_.ringPrev, next = tree_.ringNext;
-    if (kind == CollectiveKind::kRingAck) {
-      if (live(prev)) sendTo_.push_back(prev);
-      if (live(next)) expected_.push_back(next);
-    } else {
-      // See CollectiveKind::kRingSum: step s of the reduce-scatter sends chunk p - s + 1 and takes
-      // chunk p - s; step s of the all-gather sends chunk p - s + 2 and takes chunk p - s + 1.
-      const int sum = kind == CollectiveKind::kRingSum ? 1 : 0;
-      sendChunk_ = ringChunk(options_.rank - treeStep_ + 2 - sum);
-      recvChunk_ = ringChunk(options_.rank - treeStep_ + 1 - sum);
-      if (live(next)) sendTo_.push_back(next);
-      if (live(prev)) expected_.push_back(prev);
-    }
-  } else {
-    sendTo_ = liveOf(neighbours_);
-    expected_ = sendTo_;
-  }
   degreeAtRound_ = static_cast<std::uint32_t>(liveDegree());
+  const auto live = [this](int j) { return edges_.count(j) > 0 && dead_.count(j) == 0; };
+  collectives_.begin(kind, x_, initial, neighbours_, live, degreeAtRound_, sendTo_, expected_);
+  const auto index = static_cast<std::uint64_t>(collectives_.index());
   // Leftovers of earlier collectives (a neighbour that was late) are stale now.
   for (auto& [j, e] : edges_) {
-    while (!e.collectives.empty() &&
-           e.collectives.front().first < static_cast<std::uint64_t>(collective_)) {
+    while (!e.collectives.empty() && e.collectives.front().first < index) {
       e.spare.push_back(std::move(e.collectives.front().second));
       e.collectives.pop_front();
     }
   }
-  // What goes out: the whole state, or (tree kinds) one chunk of it.
-  std::size_t lo = 0, hi = state_.size();
-  if (chunked && sendChunk_ >= 0) std::tie(lo, hi) = chunkRange(sendChunk_);
-  if (kind == CollectiveKind::kRingAck) hi = std::min<std::size_t>(hi, 1);
-  const std::size_t elem = collectiveElementBytes(kind);
-  const std::size_t payload = kCollectiveHeaderBytes + (hi - lo) * elem;
-  // Tree and ring kinds: the peers summed into the chunk (a ring gather: 0 for a chunk this peer
-  // does not hold, after a loss).
-  std::uint32_t header = static_cast<std::uint32_t>(origin_);
-  if (chunked) {
-    const bool held = kind != CollectiveKind::kRingGather ||
-                      (sendChunk_ >= 0 && chunkHave_[static_cast<std::size_t>(sendChunk_)]);
-    header = sendChunk_ >= 0 && held ? chunkCount_[static_cast<std::size_t>(sendChunk_)] : 0;
-  } else if (ring) {
-    header = 0;
-  }
+  // What goes out: the whole state, or (tree and ring kinds) one chunk of it.
+  const std::size_t payload = collectives_.payloadBytes();
   for (int j : sendTo_) {
     Edge& e = edges_[j];
     Envelope env;
@@ -770,20 +668,10 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     env.sender = static_cast<std::uint32_t>(options_.rank);
     env.incarnation = options_.incarnation;
     env.sequence = e.nextSeqOut++;
-    env.round = static_cast<std::uint64_t>(collective_);
+    env.round = index;
     env.liveDegree = degreeAtRound_;
     env.messageBytes = static_cast<std::uint32_t>(payload);
-    std::uint8_t* p = e.out.data() + kEnvelopeBytes;
-    storeLe(p, header);
-    if (elem == sizeof(double)) {
-      std::memcpy(p + kCollectiveHeaderBytes, state_.data() + lo, (hi - lo) * sizeof(double));
-    } else {
-      // The model's own precision: the receivers end with the root's float bits either way.
-      for (std::size_t i = lo; i < hi; ++i) {
-        const float v = static_cast<float>(state_[i]);
-        std::memcpy(p + kCollectiveHeaderBytes + (i - lo) * sizeof(float), &v, sizeof v);
-      }
-    }
+    collectives_.writePayload(e.out.data() + kEnvelopeBytes);
     e.outBytes = kEnvelopeBytes + payload;
     env.payloadCrc =
         payloadChecksum(std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, payload));
@@ -795,120 +683,41 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
 }
 
 bool PeerCore::collectiveComplete() const {
+  const auto index = static_cast<std::uint64_t>(collectives_.index());
   for (int j : expected_) {
     if (dead_.count(j)) continue;
     const Edge& e = edges_.at(j);
-    if (e.collectives.empty() ||
-        e.collectives.front().first != static_cast<std::uint64_t>(collective_))
-      return false;
+    if (e.collectives.empty() || e.collectives.front().first != index) return false;
   }
   return true;
 }
 
 void PeerCore::endCollective() {
-  const std::size_t n = state_.size();
-  std::vector<double> next;
-  if (collectiveKind_ == CollectiveKind::kAverage) next = state_;
+  const auto index = static_cast<std::uint64_t>(collectives_.index());
+  collectives_.beginCombine();
   // Neighbours in increasing rank (neighbours_ is sorted), so every path sums alike.
   for (int j : expected_) {
     Edge& e = edges_.at(j);
-    if (e.collectives.empty() ||
-        e.collectives.front().first != static_cast<std::uint64_t>(collective_))
+    if (e.collectives.empty() || e.collectives.front().first != index)
       continue;  // missing (suspect or dead): left out
     std::vector<std::uint8_t> buf = std::move(e.collectives.front().second);
     e.collectives.pop_front();
     const auto env = readEnvelope(buf);  // checked on arrival
-    const std::uint8_t* p = buf.data() + kEnvelopeBytes;
-    const int origin = static_cast<int>(loadLe<std::uint32_t>(p));
-    const std::uint8_t* values = p + kCollectiveHeaderBytes;
-    const bool ack = collectiveKind_ == CollectiveKind::kRingAck;
-    const bool chunked = isTreeKind(collectiveKind_) || (isRingKind(collectiveKind_) && !ack);
-    std::size_t lo = 0, hi = n;
-    if (chunked && recvChunk_ >= 0) std::tie(lo, hi) = chunkRange(recvChunk_);
-    if (ack) hi = std::min<std::size_t>(hi, 1);
-    const std::size_t elem = collectiveElementBytes(collectiveKind_);
-    if (env.isOk() && (env->messageBytes != kCollectiveHeaderBytes + (hi - lo) * elem ||
-                       (chunked && recvChunk_ < 0))) {
-      drop("bad_collective");  // another collective's size: a peer out of step
-    } else if (env.isOk() && ack) {
-      // Nothing to combine: the next peer holds all this peer sent it.
-    } else if (env.isOk() && (collectiveKind_ == CollectiveKind::kTreeSum ||
-                              collectiveKind_ == CollectiveKind::kRingSum)) {
-      const auto count = static_cast<std::uint32_t>(origin);  // the header holds the peer count
-      for (std::size_t k = lo; k < hi; ++k) {
-        double v;
-        std::memcpy(&v, values + (k - lo) * sizeof(double), sizeof v);
-        state_[k] += v;
-      }
-      chunkCount_[static_cast<std::size_t>(recvChunk_)] += count;
-    } else if (env.isOk() && (collectiveKind_ == CollectiveKind::kTreeBroadcast ||
-                              collectiveKind_ == CollectiveKind::kRingGather)) {
-      // The average's chunk and its peer count (0 from a ring peer that lacks it, after a loss).
-      const auto count = static_cast<std::uint32_t>(origin);
-      if (count > 0) {
-        for (std::size_t k = lo; k < hi; ++k) {
-          if (elem == sizeof(double)) {
-            std::memcpy(&state_[k], values + (k - lo) * sizeof(double), sizeof(double));
-          } else {
-            float v;
-            std::memcpy(&v, values + (k - lo) * sizeof(float), sizeof v);
-            state_[k] = v;
-          }
-        }
-        chunkCount_[static_cast<std::size_t>(recvChunk_)] = count;
-        chunkHave_[static_cast<std::size_t>(recvChunk_)] = 1;
-        if (std::all_of(chunkHave_.begin(), chunkHave_.end(), [](char c) { return c != 0; }))
-          holdAverage();
-      }
-    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kMinimum) {
-      for (std::size_t k = 0; k < n; ++k) {
-        double v;
-        std::memcpy(&v, values + k * sizeof(double), sizeof v);
-        state_[k] = std::min(state_[k], v);
-      }
-    } else if (env.isOk() && collectiveKind_ == CollectiveKind::kAverage) {
-      const double w = 1.0 / (1.0 + std::max<double>(degreeAtRound_, env->liveDegree));
-      for (std::size_t k = 0; k < n; ++k) {
-        double v;
-        std::memcpy(&v, values + k * sizeof(double), sizeof v);
-        next[k] += w * (v - state_[k]);
-      }
-    } else if (env.isOk() && origin < origin_) {
-      origin_ = origin;
-      std::memcpy(state_.data(), values, n * sizeof(double));
+    if (env.isOk()) {
+      const std::size_t room = buf.size() - std::min(buf.size(), kEnvelopeBytes);
+      const auto payload = std::span<const std::uint8_t>(buf).subspan(
+          std::min(buf.size(), kEnvelopeBytes), std::min<std::size_t>(env->messageBytes, room));
+      if (!collectives_.combine(payload, env->liveDegree)) drop("bad_collective");
     }
     ++counters_.messagesApplied;
     e.spare.push_back(std::move(buf));
   }
-  if (collectiveKind_ == CollectiveKind::kAverage) state_ = std::move(next);
-  if (collectiveKind_ == CollectiveKind::kRingSum && treeStep_ == treeChunks_ - 1) {
-    // The reduce-scatter's last step completed chunk p + 1 here: sum -> average.
-    const int c = ringChunk(options_.rank + 1);
-    const auto [lo, hi] = chunkRange(c);
-    const double count = chunkCount_[static_cast<std::size_t>(c)];
-    for (std::size_t k = lo; k < hi; ++k) state_[k] /= count;
-    chunkHave_[static_cast<std::size_t>(c)] = 1;
-  }
-  if (collectiveKind_ == CollectiveKind::kTreeSum && tree_.parent < 0 &&
-      treeStep_ == tree_.height + treeChunks_ - 1) {
-    // The root: sum -> average, each chunk over the peers whose values it holds.
-    for (int c = 0; c < treeChunks_; ++c) {
-      const auto [lo, hi] = chunkRange(c);
-      const double count = chunkCount_[static_cast<std::size_t>(c)];
-      for (std::size_t k = lo; k < hi; ++k) state_[k] /= count;
-      chunkHave_[static_cast<std::size_t>(c)] = 1;
-    }
-    holdAverage();
-  }
+  collectives_.endCombine();
 }
 
 void PeerCore::finishCollectives() {
-  if (!collectiveActive_) return;
-  // After tree collectives, a peer cut off from the root holds a partial sum: it keeps its model.
-  if (collectiveOnModel_ && (!treeUsed_ || treeReceived_)) {
-    for (std::size_t k = 0; k < x_.size(); ++k) x_[k] = static_cast<float>(state_[k]);
-  }
-  collectiveActive_ = false;
+  if (!collectives_.active()) return;
+  collectives_.finish(x_);
   sendTo_.clear();
   expected_.clear();
 }

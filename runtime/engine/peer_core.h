@@ -31,6 +31,7 @@
 
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/common/status.h"
+#include "runtime/engine/collectives.h"
 #include "runtime/security/key.h"
 #include "runtime/train/optimizer.h"
 #include "runtime/train/workload.h"
@@ -91,61 +92,6 @@ struct PeerCoreOptions {
 struct RoundInput {
   bool localSteps = true;
   double loss = 0.0;  // with localSteps false: the caller's loss (NaN: unknown)
-};
-
-// Collective rounds over the same edges, outside the training rounds (the API's start-up model
-// sync and finalize averaging). Every peer runs the same sequence of collectives; each sends its
-// state (in double) to every live neighbour and combines what arrived.
-enum class CollectiveKind {
-  kAverage,      // y <- y + sum_j w_ij (y_j - y), Metropolis weights of the live degrees
-  kAdoptLowest,  // y <- the state of the lowest origin rank seen (self or a neighbour's)
-  kMinimum,      // y <- min(y, y_j) element by element (a small state: see beginCollective)
-  // Exact averaging over a spanning tree (PeerCore::setCollectiveTree), `height` steps of each:
-  // kTreeSum step s (unchunked): the peers at depth height - s + 1 send (the sum of their subtree's
-  // states, its peer count) to their parent, which adds its children's (in increasing rank); the
-  // root then divides by the count. kTreeBroadcast step s: the peers at depth s - 1 send the
-  // average to their children, which adopt it. With CollectiveTree::chunks the same runs per chunk,
-  // pipelined (height + chunks - 1 steps of each); a peer lost midway is left out of the chunks it
-  // had not sent (each chunk is the average over the peers it holds). A peer cut off by a lost
-  // tree neighbour keeps its own model.
-  kTreeSum,
-  kTreeBroadcast,
-  // Exact averaging around the ring 0 -> 1 -> ... -> n-1 -> 0 (CollectiveTree::ringSize n), the
-  // state in n chunks: n - 1 kRingSum steps (reduce-scatter: in step s a peer sends its partial sum
-  // of chunk p - s + 1 to the next peer and adds the previous peer's of chunk p - s, with the peer
-  // counts; after the last it divides chunk p + 1, complete at it), n - 1 kRingGather steps
-  // (all-gather: it passes the finished chunk p - s + 2 on and adopts chunk p - s + 1) and one
-  // kRingAck (a one-value message to the previous peer, so that a peer closes only once the next
-  // one holds all it sent). Each peer sends 2 (n - 1) / n of the model: no peer carries more.
-  // Chunk counts as in the tree kinds; a peer lacking a chunk at the end keeps its own model.
-  kRingSum,
-  kRingGather,
-  kRingAck,
-};
-
-inline bool isTreeKind(CollectiveKind k) {
-  return k == CollectiveKind::kTreeSum || k == CollectiveKind::kTreeBroadcast;
-}
-inline bool isRingKind(CollectiveKind k) {
-  return k == CollectiveKind::kRingSum || k == CollectiveKind::kRingGather ||
-         k == CollectiveKind::kRingAck;
-}
-
-// A peer's place in the spanning tree of the tree collectives (the same tree at every peer:
-// engine::collectiveTree()).
-struct CollectiveTree {
-  int parent = -1;            // -1 at the root
-  std::vector<int> children;  // increasing rank
-  int depth = 0;              // 0 at the root
-  int height = 0;             // the tree's largest depth
-  // The state travels in this many chunks, pipelined: a peer passes chunk c on while chunk c + 1
-  // is on its way to it, so each phase takes height + chunks - 1 steps (instead of height steps
-  // of the whole state) and a slow link carries the model about once, not height times in a row.
-  int chunks = 1;
-  // The ring kinds: the graph has every edge (r, r + 1 mod n) and n >= 3 (else ringSize 0); this
-  // peer sends to ringNext and hears from ringPrev.
-  int ringSize = 0;
-  int ringPrev = -1, ringNext = -1;
 };
 
 struct PeerCounters {
@@ -276,27 +222,28 @@ class PeerCore {
   // The divergence notice for neighbour j (an envelope with kFlagDiverged carrying divergence()),
   // in a buffer of its own (the round's message may still be in flight). Requires divergence().
   std::span<const std::uint8_t> divergenceNotice(int neighbour);
-  // Collectives (see CollectiveKind). beginCollective() starts the next one from the current model
-  // (the first of a sequence) or the previous collective's state; sendTo()/outgoing() give the
-  // messages, expectedFrom() is every live neighbour, onMessage() takes theirs and
-  // collectiveComplete() says when all arrived; endCollective() combines (a neighbour whose
-  // message is missing is left out) and finishCollectives() writes the state into the model.
-  // `initial` (at most 16 values, the first of a sequence only): the state is that instead of the
-  // model, and finishCollectives() leaves the model alone (collectiveState() has the result).
+  // Collectives (runtime/engine/collectives.h: what each kind sends and combines).
+  // beginCollective() starts the next one from the current model (the first of a sequence) or the
+  // previous collective's state; sendTo()/outgoing() give the messages, expectedFrom() says whose
+  // this peer waits for, onMessage() queues theirs and collectiveComplete() says when all arrived;
+  // endCollective() combines (a neighbour whose message is missing is left out) and
+  // finishCollectives() writes the state into the model.
+  // `initial` (at most kMaxSmallCollective values, the first of a sequence only): the state is that
+  // instead of the model, and finishCollectives() leaves the model alone (collectiveState() has
+  // the result).
   void beginCollective(CollectiveKind kind, std::span<const double> initial = {});
-  const std::vector<double>& collectiveState() const { return state_; }
+  const std::vector<double>& collectiveState() const { return collectives_.state(); }
   bool collectiveComplete() const;
   void endCollective();
   void finishCollectives();
-  std::int64_t collectiveIndex() const { return collective_; }
+  std::int64_t collectiveIndex() const { return collectives_.index(); }
   // This peer's place in the tree of kTreeSum / kTreeBroadcast and the ring of kRingSum /
   // kRingGather / kRingAck (set before the first of them).
-  void setCollectiveTree(const CollectiveTree& tree) { tree_ = tree; }
-  // After tree collectives: whether this peer got the average (false when a tree neighbour was
-  // lost on its path to the root; true after other kinds), and over how many peers the root
-  // averaged.
-  bool treeAveraged() const { return !treeUsed_ || treeReceived_; }
-  int treeCount() const { return treeUsed_ ? static_cast<int>(treeCount_) : 0; }
+  void setCollectiveTree(const CollectiveTree& tree) { collectives_.setTree(tree); }
+  // After tree collectives: whether this peer got the average, and over how many peers the root
+  // averaged (Collectives::treeAveraged, treeCount).
+  bool treeAveraged() const { return collectives_.treeAveraged(); }
+  int treeCount() const { return collectives_.treeCount(); }
   // Checkpoints. saveState() between rounds; restoreState() before the first round of this core
   // (after any collectives), continuing from state.round + 1. The algorithm buffers the state lacks
   // (a neighbour that was dead when it was taken) keep their initial value and that edge asks its
@@ -316,7 +263,7 @@ class PeerCore {
   // Replaces the algorithm (the API, after the start-up sync changed the common initial model).
   void resetAlgorithm(std::unique_ptr<algorithms::Algorithm> algorithm);
   // The lowest origin rank the last kAdoptLowest collective adopted.
-  int adoptedOrigin() const { return origin_; }
+  int adoptedOrigin() const { return collectives_.adoptedOrigin(); }
   // Drops the edge for good (connection failed, heartbeats stopped, or the neighbour finished its
   // rounds). `lost`: it had not finished (counted in counters().deadNeighbours).
   void markDead(int neighbour, bool lost = true);
@@ -500,42 +447,7 @@ class PeerCore {
   std::int64_t dueRound_ = -1;    // mixDelay: this round mixes the shares of rounds <= dueRound_
   PeerCounters counters_;
   bool stepped_ = true;  // this round took local steps (else the caller stepped: no afterMixing)
-  // Collectives.
-  std::int64_t collective_ = -1;  // index of the current one
-  CollectiveKind collectiveKind_ = CollectiveKind::kAverage;
-  bool collectiveActive_ = false;
-  bool collectiveOnModel_ = true;  // the state is the model (else the caller's small state)
-  std::vector<double> state_;      // the collective state
-  int origin_ = 0;
-  std::size_t collectiveBytes_ = 0;
-  CollectiveTree tree_;
-  int treeStep_ = 0;    // the step of the current tree or ring phase (1-based)
-  int treeChunks_ = 1;  // tree_.chunks (ring kinds: tree_.ringSize), at most the state's size
-  int sendChunk_ = -1, recvChunk_ = -1;    // this step's chunks (-1: none)
-  std::vector<std::uint32_t> chunkCount_;  // peers summed into each chunk (after: averaged over)
-  std::vector<char> chunkHave_;            // the chunks of the average this peer holds
-  // This peer holds every chunk of the average: treeReceived_, over the fewest peers of a chunk.
-  void holdAverage() {
-    treeReceived_ = true;
-    treeCount_ = *std::min_element(chunkCount_.begin(), chunkCount_.end());
-  }
-  // Ring kinds: chunk c mod the ring's size.
-  int ringChunk(int c) const { return ((c % treeChunks_) + treeChunks_) % treeChunks_; }
-  // The values of chunk c of the state: [lo, hi).
-  std::pair<std::size_t, std::size_t> chunkRange(int c) const {
-    const std::size_t n = state_.size(), k = static_cast<std::size_t>(treeChunks_);
-    return {n * static_cast<std::size_t>(c) / k, n * static_cast<std::size_t>(c + 1) / k};
-  }
-  // A tree broadcast or ring gather of the model carries f32 (the model's precision: every peer
-  // ends with the same float bits either way); everything else f64.
-  std::size_t collectiveElementBytes(CollectiveKind kind) const {
-    const bool spread =
-        kind == CollectiveKind::kTreeBroadcast || kind == CollectiveKind::kRingGather;
-    return spread && collectiveOnModel_ ? sizeof(float) : sizeof(double);
-  }
-  bool treeUsed_ = false;        // this sequence ran tree (or ring) collectives
-  bool treeReceived_ = false;    // ... and this peer holds their average
-  std::uint32_t treeCount_ = 0;  // peers summed into the state (kTreeSum), or averaged (after)
+  Collectives collectives_;  // the state through a sequence of collectives
 };
 
 }  // namespace grapevine::engine

@@ -16,8 +16,10 @@
 #include <utility>
 
 #include "runtime/common/log.h"
-#include "runtime/engine/driver.h"
+#include "runtime/engine/collectives.h"
 #include "runtime/engine/records.h"
+#include "runtime/engine/setup.h"
+#include "runtime/engine/summary.h"
 #include "runtime/sim/link_model.h"
 #include "runtime/sim/worker_pool.h"
 

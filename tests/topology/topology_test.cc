@@ -576,3 +576,36 @@ TEST_CASE("JSON, text and dot renderings") {
   CHECK(dotOp.rfind("digraph grapevine {", 0) == 0);
   CHECK(dotOp.find("6 -> 0") != std::string::npos);  // round 1: peer 0 receives from 0 - 2
 }
+
+TEST_CASE("unionGraph joins a time-varying schedule's rounds; breadthFirstTree; hasRingEdges") {
+  // One-peer exponential over 8 peers: round t pairs i with i + 2^(t mod 3); no single round is
+  // connected, the union (i <-> i +- 1, 2, 4) is.
+  const auto s = mustSchedule(spec(Kind::kOnePeerExponential, 8));
+  const Graph u = unionGraph(*s);
+  REQUIRE(u.n == 8);
+  CHECK(u.adj[0] == std::vector<int>{1, 2, 4, 6, 7});
+  CHECK(hasRingEdges(u));
+  const SpanningTree t = breadthFirstTree(u, 0);
+  CHECK(t.spans);
+  CHECK(t.parent[0] == -1);
+  CHECK(t.children(0) == std::vector<int>{1, 2, 4, 6, 7});
+  CHECK(t.height == 2);
+  CHECK(t.parent[3] == 1);  // the lowest-ranked parent at depth 1 that reaches 3
+  CHECK(t.depth[3] == 2);
+  CHECK(t.parent[5] == 1);
+  // A path 0 - 2 - 1 (no edge 0 - 1): not a ring; from root 1 the tree is 1 -> 2 -> 0.
+  const Graph path = must(fromEdges(3, {{0, 2}, {2, 1}}));
+  CHECK_FALSE(hasRingEdges(path));
+  const SpanningTree p = breadthFirstTree(path, 1);
+  CHECK(p.spans);
+  CHECK(p.parent == std::vector<int>{2, -1, 1});
+  CHECK(p.depth == std::vector<int>{2, 0, 1});
+  CHECK(p.height == 2);
+  // Disconnected: the unreachable vertex has parent -2.
+  Graph two;
+  two.n = 3;
+  two.adj = {{1}, {0}, {}};
+  const SpanningTree d = breadthFirstTree(two, 0);
+  CHECK_FALSE(d.spans);
+  CHECK(d.parent[2] == -2);
+}
