@@ -57,9 +57,10 @@ struct ModelCodec::State {
   size_t max_frame = 0;
   const kernels::Ops* ops = nullptr;
   LosslessCoder lossless;
-  AlignedBuffer frame;      // encode: header + raw payload
-  AlignedBuffer packed;     // encode: header + lossless output
-  AlignedBuffer decodeRaw;  // decode: lossless output or an aligned copy
+  AlignedBuffer frame;                    // encode: header + raw payload
+  AlignedBuffer packed;                   // encode: header + lossless output
+  AlignedBuffer decodeRaw;                // decode: lossless output or an aligned copy
+  std::vector<AlignedBuffer> checkSlots;  // checkFrame: the same, one per slot, kept for apply
 };
 
 ModelCodec::ModelCodec(std::unique_ptr<State> s) : s_(std::move(s)) {}
@@ -228,17 +229,28 @@ Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const Enc
 
 Result<FrameInfo> ModelCodec::decodeAccumulate(std::span<const uint8_t> frame, float weight,
                                                std::span<float> acc, const DecodeLimits& limits) {
-  return decodeFrame(frame, weight, acc, limits, true);
+  GV_ASSIGN_OR_RETURN(CheckedFrame f, decodeFrame(frame, weight, acc, limits, true, 0));
+  return FrameInfo(f);
 }
 
-Result<FrameInfo> ModelCodec::checkFrame(std::span<const uint8_t> frame, std::span<float> acc,
-                                         const DecodeLimits& limits) {
-  return decodeFrame(frame, 0.0f, acc, limits, false);
+Result<CheckedFrame> ModelCodec::checkFrame(std::span<const uint8_t> frame, std::span<float> acc,
+                                            const DecodeLimits& limits, size_t slot) {
+  return decodeFrame(frame, 0.0f, acc, limits, false, slot);
 }
 
-Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float weight,
-                                          std::span<float> acc, const DecodeLimits& limits,
-                                          bool apply) {
+Status ModelCodec::applyChecked(const CheckedFrame& f, float weight, std::span<float> acc) {
+  if (acc.size() != s_->elements || f.model_offset + f.header.element_count > acc.size()) {
+    return invalidArgument("applyChecked: acc has " + std::to_string(acc.size()) +
+                           " elements, layout " + std::to_string(s_->elements));
+  }
+  if (s_->contractive) weight *= f.scale;
+  return decodePayload(f.header.method, f.payload, weight,
+                       acc.subspan(f.model_offset, f.header.element_count), *s_->ops);
+}
+
+Result<CheckedFrame> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float weight,
+                                             std::span<float> acc, const DecodeLimits& limits,
+                                             bool apply, size_t slot) {
   State& s = *s_;
   if (acc.size() != s.elements) {
     return invalidArgument("decode: acc has " + std::to_string(acc.size()) + " elements, layout " +
@@ -255,6 +267,7 @@ Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float 
                                 std::to_string(h.element_count) + ") outside tensor '" + t.name +
                                 "'");
   }
+  float scale = 1.0f;
   if (s.contractive) {
     // The scale is this codec's for the chunk, so the frame must be the chunk this layout and
     // these options make (a peer with other options would be scaled wrongly).
@@ -272,31 +285,37 @@ Result<FrameInfo> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float 
                                   std::string(methodName(h.method)) +
                                   ") is not a chunk this contractive codec makes");
     }
-    weight *= ch->decode_scale;
+    scale = ch->decode_scale;
   }
+  // Decompressed (or aligned) bytes go to decodeRaw when applied at once, else to the slot, kept
+  // for applyChecked().
+  if (!apply && s.checkSlots.size() <= slot) s.checkSlots.resize(slot + 1);
+  AlignedBuffer& scratch = apply ? s.decodeRaw : s.checkSlots[slot];
   std::span<const uint8_t> payload = frame.subspan(kHeaderBytes, h.payload_length);
   if (h.flags & (kFlagZstd | kFlagExponent)) {
-    s.decodeRaw.reserve(h.raw_length);  // bounded by limits.max_frame_bytes (parseFrame)
-    std::span<uint8_t> raw(s.decodeRaw.data(), h.raw_length);
+    scratch.reserve(h.raw_length);  // bounded by limits.max_frame_bytes (parseFrame)
+    std::span<uint8_t> raw(scratch.data(), h.raw_length);
     GV_RETURN_IF_ERROR(s.lossless.decompress(
         (h.flags & kFlagZstd) ? Lossless::kZstd : Lossless::kExponent, payload, raw));
     payload = raw;
   } else if ((reinterpret_cast<uintptr_t>(payload.data()) & 3u) != 0) {
-    s.decodeRaw.reserve(payload.size());  // the transport handed us a misaligned frame
-    std::copy(payload.begin(), payload.end(), s.decodeRaw.data());
-    payload = {s.decodeRaw.data(), payload.size()};
+    scratch.reserve(payload.size());  // the transport handed us a misaligned frame
+    std::copy(payload.begin(), payload.end(), scratch.data());
+    payload = {scratch.data(), payload.size()};
   }
   const size_t at = t.offset + h.element_offset;
   if (apply) {
     GV_RETURN_IF_ERROR(
-        decodePayload(h.method, payload, weight, acc.subspan(at, h.element_count), *s.ops));
+        decodePayload(h.method, payload, weight * scale, acc.subspan(at, h.element_count), *s.ops));
   } else {
     GV_RETURN_IF_ERROR(checkPayload(h.method, payload, acc.subspan(at, h.element_count), *s.ops));
   }
-  FrameInfo info;
+  CheckedFrame info;
   info.header = h;
   info.model_offset = at;
   info.wire_bytes = frame.size();
+  info.scale = scale;
+  info.payload = payload;
   return info;
 }
 

@@ -71,6 +71,15 @@ struct FrameInfo {
   size_t wire_bytes = 0;
 };
 
+// A frame that passed every check of decodeAccumulate (checkFrame): what applyChecked() needs to
+// add it without parsing, checksumming or decompressing its bytes again. `payload` is the raw
+// payload (decompressed, 4-byte aligned): inside the frame, or in the codec's decode slot the
+// check used; valid while the frame's bytes are unchanged and until that slot is used again.
+struct CheckedFrame : FrameInfo {
+  float scale = 1.0f;  // a contractive codec's decode scale for the chunk (else 1)
+  std::span<const uint8_t> payload;
+};
+
 class ModelCodec {
  public:
   // Validates the layout (non-overlapping, count = product(shape), every tensor's frames within
@@ -95,9 +104,14 @@ class ModelCodec {
   Result<FrameInfo> decodeAccumulate(std::span<const uint8_t> frame, float weight,
                                      std::span<float> acc, const DecodeLimits& limits = {});
   // Every check of decodeAccumulate, with the same result, adding nothing (acc is not touched; it
-  // gives the sizes). A receiver of a multi-frame message checks all frames, then applies them.
-  Result<FrameInfo> checkFrame(std::span<const uint8_t> frame, std::span<float> acc,
-                               const DecodeLimits& limits = {});
+  // gives the sizes). A receiver of a multi-frame message checks all frames (each in its own
+  // `slot`: a lossless frame is decompressed there once and kept), then applies them with
+  // applyChecked(): every received byte is parsed, checksummed and decompressed once.
+  Result<CheckedFrame> checkFrame(std::span<const uint8_t> frame, std::span<float> acc,
+                                  const DecodeLimits& limits = {}, size_t slot = 0);
+  // Adds weight * C of a frame checkFrame() passed into acc, exactly as decodeAccumulate() would
+  // (the same float operations in the same order).
+  Status applyChecked(const CheckedFrame& frame, float weight, std::span<float> acc);
 
   size_t elementCount() const;
   size_t tensorCount() const;
@@ -110,8 +124,10 @@ class ModelCodec {
  private:
   struct State;
   explicit ModelCodec(std::unique_ptr<State> state);
-  Result<FrameInfo> decodeFrame(std::span<const uint8_t> frame, float weight, std::span<float> acc,
-                                const DecodeLimits& limits, bool apply);
+  // Every check; with `apply` also adds (decodeAccumulate), else keeps the payload in `slot`.
+  Result<CheckedFrame> decodeFrame(std::span<const uint8_t> frame, float weight,
+                                   std::span<float> acc, const DecodeLimits& limits, bool apply,
+                                   size_t slot);
   std::unique_ptr<State> s_;
 };
 

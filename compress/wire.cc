@@ -70,9 +70,11 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
     return corrupt("trailing",
                    std::to_string(have - h.payload_length) + " bytes after the payload");
   }
-  uint32_t crc = ops.crc32c(0, p, kCrcOffset);
-  crc = ops.crc32c(crc, p + kHeaderBytes, h.payload_length);
-  if (crc != loadLe<uint32_t>(p + kCrcOffset)) return corrupt("crc", "CRC32C mismatch");
+  if (!limits.integrity_verified) {
+    uint32_t crc = ops.crc32c(0, p, kCrcOffset);
+    crc = ops.crc32c(crc, p + kHeaderBytes, h.payload_length);
+    if (crc != loadLe<uint32_t>(p + kCrcOffset)) return corrupt("crc", "CRC32C mismatch");
+  }
   // Authenticated by the CRC from here on: remaining checks catch sender bugs and senders with
   // other limits. Sizes that drive allocation (raw length, element count) come before the rest.
   if (h.raw_length > limits.max_frame_bytes || h.element_count > limits.max_elements) {

@@ -72,6 +72,10 @@ struct FrameHeader {
 struct DecodeLimits {
   size_t max_frame_bytes = size_t{64} << 20;
   size_t max_elements = size_t{1} << 28;
+  // The caller already verified these bytes' integrity (the engine's envelope carries a CRC32C of
+  // the whole message, checked before any frame is looked at): the frame's own CRC is not computed
+  // again, so each received byte is checksummed once. Every other check still runs.
+  bool integrity_verified = false;
 };
 
 // Writes the header for `payload` into out[0, kHeaderBytes), CRC included.

@@ -1,6 +1,11 @@
 // The algorithms' MessageCodec over compress::ModelCodec. A message is the sequence of a model's
 // frames, each preceded by its length (u32, little-endian); every frame carries its own header and
 // CRC32C and is checked in full before anything is accumulated.
+//
+// Receive once: PeerCore hands this codec only messages whose envelope CRC32C (over exactly these
+// bytes) checked out (readEnvelope), so the frames' own CRC is not computed again
+// (DecodeLimits::integrity_verified), and each frame is parsed and decompressed once: checkFrame()
+// keeps what applyChecked() adds.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -58,12 +63,15 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     std::size_t pos = 0;
     std::size_t frames = 0;
     ranges_.clear();
+    checked_.clear();
+    compress::DecodeLimits verified = limits();
+    verified.integrity_verified = true;
     while (pos < message.size()) {
       if (message.size() - pos < 4) return dataLoss("truncated: frame length");
       const std::uint32_t n = loadLe32(message.data() + pos);
       if (n > message.size() - pos - 4 || n > maxFrameBytes_)
         return dataLoss("truncated: frame of " + std::to_string(n) + " bytes");
-      auto info = codec_.checkFrame(message.subspan(pos + 4, n), acc, limits());
+      auto info = codec_.checkFrame(message.subspan(pos + 4, n), acc, verified, frames);
       if (!info.isOk()) return info.status();
       const compress::FrameHeader* header = &info->header;
       if (header->sender != static_cast<std::uint32_t>(sender) || header->round != round) {
@@ -72,6 +80,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
                         std::to_string(sender) + " round " + std::to_string(round));
       }
       ranges_.emplace_back(info->model_offset, header->element_count);
+      checked_.push_back(std::move(*info));
       pos += 4 + n;
       ++frames;
     }
@@ -90,13 +99,13 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
       }
     }
     const float limit = deltaLimit_ ? deltaLimit_->value : 0.0f;
-    if (!(limit > 0)) return applyFrames(message, weight, acc);
+    if (!(limit > 0)) return applyChecked(weight, acc);
     // security.max_delta_ratio: keep what the frames touch, add, measure the change; restore on a
     // change above the limit (the sum is computed exactly as without the bound).
     kept_.clear();
     for (const auto& [at, count] : ranges_)
       kept_.insert(kept_.end(), acc.begin() + at, acc.begin() + at + count);
-    Status st = applyFrames(message, weight, acc);
+    Status st = applyChecked(weight, acc);
     // The change, range by range: a plain difference (vectorized) and the kernels' maxAbs (NaN,
     // from inf - inf, propagates and refuses).
     float change = 0.0f;
@@ -132,7 +141,13 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     return l;
   }
 
-  // Adds every frame of a message whose frames were checked (or are our own).
+  // Adds every frame decodeAccumulate checked (checked_), in message order.
+  Status applyChecked(float weight, std::span<float> acc) {
+    for (const auto& f : checked_) GV_RETURN_IF_ERROR(codec_.applyChecked(f, weight, acc));
+    return Status::ok();
+  }
+
+  // Adds every frame of our own message (checked and decoded in one pass).
   Status applyFrames(std::span<const std::uint8_t> message, float weight, std::span<float> acc) {
     std::size_t pos = 0;
     while (pos < message.size()) {
@@ -152,6 +167,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::uint64_t sequence_ = 0;
   std::shared_ptr<const DeltaLimit> deltaLimit_;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // (offset, count) of each frame
+  std::vector<compress::CheckedFrame> checked_;              // the frames of the message, checked
   std::vector<float> kept_;  // acc's values in ranges_ before a bounded decode
   std::vector<float> diff_;  // one range's change
 };

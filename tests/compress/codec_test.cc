@@ -530,6 +530,65 @@ TEST_CASE("checkFrame agrees with decodeAccumulate on every method and never tou
   CHECK(accepted > 50);
 }
 
+TEST_CASE("receive once: checkFrame then applyChecked adds the bits decodeAccumulate adds",
+          "[codec]") {
+  // Every method, plain and contractive, with and without a lossless stage, a whole message's
+  // frames checked first (each in its own slot) and applied after: the same float bits as
+  // decoding frame by frame, and a lossless frame is decompressed once (its slot keeps it).
+  const auto x = gaussian(modelSize(), 21);
+  const Method methods[] = {Method::kNone, Method::kFp16,   Method::kBf16, Method::kInt8,
+                            Method::kInt4, Method::kSign,   Method::kTopK, Method::kRandK,
+                            Method::kQsgd, Method::kLowRank};
+  for (Lossless lossless : {Lossless::kNone, Lossless::kZstd}) {
+    for (bool contractive : {false, true}) {
+      for (Method m : methods) {
+        Options o;
+        o.method = m;
+        o.ratio = 0.05;
+        o.dense_below = 0;
+        o.chunk_elements = 4096;  // several frames per tensor
+        o.lossless = lossless;
+        o.contractive = contractive;
+        auto codec = makeCodec(o);
+        const auto frames = encodeAll(codec, x, {});
+        REQUIRE(frames.size() > 2);
+        std::vector<float> a(codec.elementCount(), 0.25f), b = a;
+        for (const Frame& f : frames) REQUIRE(codec.decodeAccumulate(f, 0.3f, a).isOk());
+        std::vector<CheckedFrame> checked;
+        for (size_t i = 0; i < frames.size(); ++i) {
+          auto c = codec.checkFrame(frames[i], b, {}, i);
+          REQUIRE(c.isOk());
+          checked.push_back(*c);
+        }
+        for (const auto& c : checked) REQUIRE(codec.applyChecked(c, 0.3f, b).isOk());
+        INFO(methodName(m) << " lossless " << static_cast<int>(lossless) << " contractive "
+                           << contractive);
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("DecodeLimits::integrity_verified skips only the frame CRC", "[codec][corrupt]") {
+  Options o;
+  o.method = Method::kInt8;
+  auto codec = makeCodec(o);
+  const auto x = gaussian(modelSize(), 22);
+  Frame f = encodeAll(codec, x, {})[0];
+  f[kCrcOffset] ^= 0x01;  // a wrong CRC over intact bytes
+  std::vector<float> acc(codec.elementCount(), 0.0f);
+  DecodeLimits verified;
+  verified.integrity_verified = true;
+  CHECK_FALSE(codec.checkFrame(f, acc, {}).isOk());
+  CHECK(codec.checkFrame(f, acc, verified).isOk());
+  // Every other check still runs: a bad magic is refused either way.
+  Frame g = f;
+  g[0] ^= 0xff;
+  auto bad = codec.checkFrame(g, acc, verified);
+  REQUIRE_FALSE(bad.isOk());
+  CHECK(bad.status().toString().find("bad_magic") != std::string::npos);
+}
+
 TEST_CASE("omega of the unbiased methods for the real chunk sizes", "[codec][contractive]") {
   // QSGD on a bucket of b entries with s levels: omega = min(b / s^2, sqrt(b) / s).
   Options q;
