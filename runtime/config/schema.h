@@ -1,6 +1,7 @@
 // The one table of config keys. The loader, the validator, `grapevine config --explain` and
 // docs/config.md all read it: a key exists, has a type, a default, a range and a doc string here
-// and nowhere else.
+// and nowhere else. Its rows are kept as one table per section (schema_tables.cc, built from the
+// row builders of schema_rows.h); schema() is their concatenation.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
