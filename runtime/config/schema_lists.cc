@@ -37,8 +37,8 @@ std::string showLinkOverride(const LinkOverride& o) {
 
 // faults.events (also `faults:` given as a list): [{kind, peer | link, at_round | at_seconds,
 // rounds | seconds}, ...]. The form of each item is checked here (the returned text says which item
-// and why); what depends on other keys (ranks, edges, overlaps, checkpoints) in the loader's
-// checks.
+// and why); what depends on other keys (ranks, edges, overlaps, checkpoints) in checks.cc
+// (checkFaults).
 std::optional<std::string> applyFaultEvent(FaultEvent& ev, const YAML::Node& item) {
   if (!item.IsMap()) return std::string("not a mapping");
   if (!item["kind"] || !item["kind"].IsScalar()) return std::string("no kind");
