@@ -11,7 +11,7 @@
 
 namespace grapevine::engine {
 
-transport::Options transportOptions(const config::Config& config, int rank, const PeerCore& core) {
+transport::Options transportOptions(const config::Config& config, int rank) {
   transport::Options to;
   to.backend = config.transport.backend;
   to.rank = rank;
@@ -20,8 +20,13 @@ transport::Options transportOptions(const config::Config& config, int rank, cons
   to.ucxTls = config.transport.ucxTls;
   to.ucxRndvThresh = static_cast<std::size_t>(config.transport.ucxRndvThresh);
   to.libfabricProvider = config.transport.libfabricProvider;
-  to.maxMessageBytes = std::max<std::size_t>(core.maxWireBytes(), 4096);
   to.ioTimeoutSeconds = config.transport.ioTimeout;
+  return to;
+}
+
+transport::Options transportOptions(const config::Config& config, int rank, const PeerCore& core) {
+  transport::Options to = transportOptions(config, rank);
+  to.maxMessageBytes = std::max<std::size_t>(core.maxWireBytes(), 4096);
   for (int j : core.neighbours()) to.expectedDialers += j < rank ? 1 : 0;
   return to;
 }

@@ -12,8 +12,12 @@
 
 namespace grapevine::engine {
 
-// The data Context of peer `rank`: the config's transport.* settings, this peer's host from
-// peers.*, and a message limit of the core's largest wire message (at least 4 KiB).
+// The config's part of the data Context's options for peer `rank`: the transport.* settings and
+// this peer's host from peers.*; the other fields keep transport::Options' defaults.
+transport::Options transportOptions(const config::Config& config, int rank);
+
+// The data Context of peer `rank`: the config's part (above), a message limit of the core's
+// largest wire message (at least 4 KiB) and the count of neighbours that dial it.
 transport::Options transportOptions(const config::Config& config, int rank, const PeerCore& core);
 
 // The bootstrap of peer `rank`: every peer's control address (host:port by rank), the core's
