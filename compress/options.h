@@ -55,15 +55,19 @@ Result<Lossless> parseLossless(std::string_view name);
 Result<Selector> parseSelector(std::string_view name);
 Result<Rounding> parseRounding(std::string_view name);
 
+// The defaults are the config's (compression.*, runtime/config/config.h; max_frame_bytes is
+// transport.max_frame_bytes), so a test built from Options{} runs with what a real run uses;
+// tests/config/library_defaults_test.cc fails when they differ. bits, slack and contractive are not
+// config keys.
 struct Options {
   Method method = Method::kNone;
-  double ratio = 0.01;      // top-k / rand-k: k = max(1, round(ratio * n)) per chunk
+  double ratio = 0.05;      // top-k / rand-k: k = max(1, round(ratio * n)) per chunk
   int bits = 0;             // block quantization width: 0 = from method (int8 -> 8, int4 -> 4)
   size_t block_size = 256;  // int8/int4/sign: elements per scale, multiple of 64 in [64, 4096]
-  uint32_t levels = 7;      // qsgd s (levels per sign), 1..32767
-  uint32_t rank = 4;        // low-rank r
-  Method fallback = Method::kNone;         // low-rank: method for tensors that are not matrices
-  Selector selector = Selector::kExact;    // top-k
+  uint32_t levels = 16;     // qsgd s (levels per sign), 1..32767
+  uint32_t rank = 2;        // low-rank r
+  Method fallback = Method::kTopK;         // low-rank: method for tensors that are not matrices
+  Selector selector = Selector::kApprox;   // top-k
   double slack = 0.05;                     // top-k approx: accepted |count - k| / k
   bool unbiased = false;                   // rand-k: scale kept values by n/k (per stratum)
   Rounding rounding = Rounding::kNearest;  // int8/int4
@@ -77,7 +81,7 @@ struct Options {
   // options; the wire format is unchanged. Biased methods are decoded as before.
   bool contractive = false;
   Lossless lossless = Lossless::kNone;
-  int zstd_level = 1;         // 1..19 (zstd and the exponent coder's exponent plane)
+  int zstd_level = 3;         // 1..19 (zstd and the exponent coder's exponent plane)
   size_t dense_below = 1024;  // tensors with fewer elements are sent `none`
   size_t max_frame_bytes = size_t{64}
                            << 20;           // encoder refuses layouts whose frames could exceed it

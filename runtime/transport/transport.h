@@ -63,6 +63,9 @@ class Connection {
   virtual Status error() const = 0;
 };
 
+// The defaults of the keys a config sets are the config's (transport.*, peers.host), so a test
+// built from Options{} runs with what a real run uses; tests/config/library_defaults_test.cc fails
+// when they differ.
 struct Options {
   std::string backend = "ucx";     // "inproc" | "tcp" | "ucx" | "libfabric"
   int rank = 0;                    // this peer's id
@@ -70,7 +73,8 @@ struct Options {
   std::uint16_t dataPort = 0;      // tcp data listener; 0 = ephemeral
   bool busyPoll = false;           // spin in progress() instead of sleeping on the wait descriptor
   std::string ucxTls;              // passed to UCX as UCX_TLS; empty = let UCX choose
-  std::size_t ucxRndvThresh = 0;   // UCX's RNDV_THRESH in bytes; 0 = UCX's choice (or the env's)
+  // UCX's RNDV_THRESH in bytes (2 MiB); 0 = UCX's choice (or the env's).
+  std::size_t ucxRndvThresh = std::size_t{2} << 20;
   std::string libfabricProvider = "tcp;ofi_rxm";
   std::size_t maxMessageBytes = std::size_t{1}
                                 << 30;  // larger messages are refused before allocation

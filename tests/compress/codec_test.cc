@@ -105,6 +105,7 @@ TEST_CASE("codec round trip: chunks, per-tensor methods, sequence numbers", "[co
   Options topk = o;
   topk.method = Method::kTopK;
   topk.ratio = 0.1;
+  topk.selector = Selector::kExact;  // exactly k per chunk: the count checked below
   auto codec = makeCodec(o, 3, {{"w2", topk}});
   CHECK(codec.methodOf(0) == Method::kInt8);
   CHECK(codec.methodOf(1) == Method::kNone);  // 48 < dense_below
@@ -164,6 +165,7 @@ TEST_CASE("every method and lossless stage through the codec", "[codec]") {
       o.lossless = l;
       o.chunk_elements = 3000;
       o.error_feedback = m.value == Method::kSign;
+      o.levels = 7;  // qsgd: the omega the bound below is set for
       auto codec = makeCodec(o);
       EncodeSummary sum;
       auto frames = encodeAll(codec, x, {1, 5, 0, 0}, &sum);
@@ -326,6 +328,7 @@ TEST_CASE("method-level invariants are checked behind a valid CRC", "[codec][cor
     o.method = m;
     o.ratio = ratio;
     o.dense_below = 0;
+    o.levels = 7;  // qsgd: 4-bit fields, which s = 100 below contradicts
     auto codec = makeCodec(o);
     auto frames = encodeAll(codec, x, {});
     for (auto& f : frames) {

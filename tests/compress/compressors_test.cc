@@ -139,6 +139,7 @@ TEST_CASE("sign matches its closed form", "[compress]") {
 TEST_CASE("top-k keeps exactly the largest magnitudes with exact values", "[compress]") {
   Options o;
   o.ratio = 0.05;
+  o.selector = Selector::kExact;  // exactly k (approx keeps k within its slack)
   for (size_t n : {1, 63, 64, 65, 4097, 300000}) {
     auto x = gaussian(n, 7 + static_cast<uint32_t>(n));
     auto c = make(Method::kTopK, o);

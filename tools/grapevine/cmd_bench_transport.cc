@@ -202,6 +202,7 @@ struct Peer {
     o.backend = plan.backend;
     o.rank = rank;
     o.busyPoll = plan.busyPoll;
+    o.ucxRndvThresh = 0;  // UCX's own rendezvous threshold, as this bench has always measured
     busyPoll = plan.busyPoll;
     auto c = transport::makeContext(loop, o);
     if (!c.isOk()) return c.status();
