@@ -192,16 +192,16 @@ class Collectives {
   // A tree broadcast or ring gather of the model carries f32 (the model's precision: every peer
   // ends with the same float bits either way); everything else f64.
   std::size_t elementBytes() const {
-    const bool spread = kind_ == CollectiveKind::kTreeBroadcast || kind_ == CollectiveKind::kRingGather;
+    const bool spread =
+        kind_ == CollectiveKind::kTreeBroadcast || kind_ == CollectiveKind::kRingGather;
     return spread && onModel_ ? sizeof(float) : sizeof(double);
   }
-  void finishStep();
 
   const int rank_;
   std::int64_t index_ = -1;  // of the current collective
   CollectiveKind kind_ = CollectiveKind::kAverage;
   bool active_ = false;
-  bool onModel_ = true;       // the state is the model (else the caller's small state)
+  bool onModel_ = true;        // the state is the model (else the caller's small state)
   std::vector<double> state_;  // the collective state
   std::vector<double> next_;   // kAverage: the state being combined
   std::uint32_t degree_ = 0;   // this peer's live degree in this step
