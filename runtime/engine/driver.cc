@@ -11,12 +11,12 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
 #include <utility>
 
 #include "runtime/common/log.h"
 #include "runtime/engine/checkpoint.h"
+#include "runtime/engine/membership.h"
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/records.h"
@@ -77,6 +77,8 @@ class PeerSession::Impl {
       : plan_(plan),
         options_(options),
         core_(std::move(core)),
+        membershipCore_(*core_, plan.config.run.rounds, plan.config.security.encrypt),
+        membership_(options.rank, membershipCore_),
         knowledge_(plan.config.peers.count) {}
   // Every exit path ends here: an early error return shuts the transports down too.
   ~Impl() { shutdown(); }
@@ -199,21 +201,13 @@ class PeerSession::Impl {
   bool drainInbox();
   bool waitSends(Clock::time_point deadline);
   void countPending(const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends);
-  // `keepOpen`: the neighbour fell silent; its connections stay open so that it can come back
-  // (revive()). Otherwise they are closed.
-  void markDead(int j, const std::string& why, bool keepOpen = false);
-  // A neighbour dropped with keepOpen is heard again: takes its edge back.
-  void revive(int j);
-  // kRejoin: the edge starts afresh on the new connections (PeerCore::rejoin).
-  void rejoin(const InboxItem& item);
+  // The edge to j failed (Membership::connectionFailed): dropped and closed, or finished.
+  void markDead(int j, const std::string& why) { act(membership_.connectionFailed(j), why); }
+  // Carries out what the membership decided: closes, redials, receives on new connections (posted
+  // to the loop), logs and records the event (`why`: the event's, for drops and quarantines).
+  void act(const MembershipAction& a, const std::string& why = "");
   // The generation of j's connections the training thread is on.
-  std::uint64_t gen(int j) const {
-    const auto it = edgeGen_.find(j);
-    return it == edgeGen_.end() ? 0 : it->second;
-  }
-  // A neighbour that was lost with its connections: the lower rank dials it again until it answers
-  // (a restarted peer, a healed partition); the higher rank's listener takes it in.
-  void redialIfLost(int j);
+  std::uint64_t gen(int j) const { return membership_.gen(j); }
   // The peer joins a training that is already running (its neighbours said so in their hellos):
   // from its newest checkpoint with --resume, else from round 0, without the all-peer agreement of
   // resume(); every edge resyncs, and the rounds catch up to the neighbours'.
@@ -229,8 +223,6 @@ class PeerSession::Impl {
     return !options_.external && core_->mixDelay() == 0 &&
            core_->neighboursRound() > core_->round() + core_->catchUpLag();
   }
-  // The core quarantined j (its edge is dead there already): close it, log and record the event.
-  void quarantine(int j, const std::string& why);
 
   const RunPlan& plan_;
   PeerRunOptions options_;
@@ -244,18 +236,20 @@ class PeerSession::Impl {
   std::map<int, transport::Neighbour> neighbours_;                 // loop thread after bootstrap
   std::map<int, std::vector<std::vector<std::uint8_t>>> buffers_;  // per neighbour, fixed
   // Rejoins: the generation of each neighbour's connections (loop thread; the training thread's
-  // view is edgeGen_), and the receive buffers of replaced connections, kept until shutdown.
+  // view is membership_.gen()), and the receive buffers of replaced connections, kept until
+  // shutdown.
   std::map<int, std::uint64_t> loopGen_;
-  std::map<int, std::uint64_t> edgeGen_;
   std::vector<std::vector<std::vector<std::uint8_t>>> retiredBuffers_;
   // The highest round a neighbour said it trains at in its hello (-1: none; set by the
   // bootstrap's completion), and ours for the hellos of rejoins (-1 before the rounds start).
   std::int64_t neighboursRunning_ = -1;
   std::atomic<std::int64_t> runningRound_{-1};
-  std::vector<int> rejoinedThisRound_;
   // Neighbours the bootstrap completed without (set by onConnected, before boot() returns).
   std::vector<int> missingAtStart_;
   std::unique_ptr<PeerCore> core_;
+  // Each neighbour's liveness (training thread): live, silent, lost, finished, quarantined.
+  PeerCoreMembership membershipCore_;
+  Membership membership_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -264,15 +258,7 @@ class PeerSession::Impl {
   // Per neighbour: sends not completed yet, and since when the count has been above zero.
   std::map<int, int> pendingTo_;                   // guarded by mu_
   std::map<int, Clock::time_point> pendingSince_;  // guarded by mu_
-  std::vector<int> deadThisRound_;
-  std::vector<int> revivedThisRound_;
-  std::set<int> silent_;  // dropped for silence, connections open: may come back
-  // Collectives running (start-up sync, finalize averaging): a neighbour heard again is taken back
-  // only after them, so that no collective waits for a message its neighbour never sends.
-  bool inCollectives_ = false;
-  std::set<int> backAfterCollectives_;
-  std::map<int, InboxItem> rejoinAfterCollectives_;
-  std::int64_t skippedThisRound_ = 0;  // rounds skipped to reach this one (catching up)
+  std::int64_t skippedThisRound_ = 0;              // rounds skipped to reach this one (catching up)
 
   // Training thread.
   RoundsOutcome outcome_;
@@ -382,103 +368,70 @@ void PeerSession::Impl::closeNeighbour(int j, std::uint64_t gen) {
   if (it->second.control) it->second.control->close();
 }
 
-void PeerSession::Impl::markDead(int j, const std::string& why, bool keepOpen) {
-  if (core_->isDead(j)) {
-    // Dropped for silence before, failed now: it will not come back on these connections.
-    if (!keepOpen && silent_.erase(j)) {
-      loop_.post([this, j, g = gen(j)] { closeNeighbour(j, g); });
-      log::warn("neighbour ", j, " (dead since it fell silent) lost its connection: ", why,
-                options_.rank < j ? "; dialing it again" : "; it may dial again");
-      redialIfLost(j);
-    }
-    return;
-  }
-  // A neighbour that never sends to this peer (a one-way edge: directed graphs, one-peer-
-  // exponential rounds) cannot show its last round: it counts as finished once this peer has sent
-  // it its last message (it closes the edge when that message is in; see linger()).
-  const std::int64_t rounds = plan_.config.run.rounds;
-  const std::int64_t expected = core_->lastRoundExpectedFrom(j, rounds);
-  const bool finished = expected >= 0 ? core_->lastRoundFrom(j) >= expected
-                                      : core_->round() >= core_->lastRoundSendingTo(j, rounds);
-  core_->markDead(j, !finished);
-  if (keepOpen && !finished) {
-    silent_.insert(j);
-  } else {
-    loop_.post([this, j, g = gen(j)] { closeNeighbour(j, g); });
-    if (!finished) redialIfLost(j);
-  }
-  if (finished) {
-    log::debug("neighbour ", j, " finished its rounds");
-    return;
-  }
-  deadThisRound_.push_back(j);
-  events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
-  log::warn("neighbour ", j, " is dead (", why, "); dropping the edge, ", core_->liveDegree(),
-            " live neighbours left", keepOpen ? " (it is welcome back if it answers again)" : "");
-  if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
-}
-
-void PeerSession::Impl::revive(int j) {
-  if (inCollectives_) {
-    backAfterCollectives_.insert(j);
-    return;
-  }
-  if (!silent_.count(j) || !core_->revive(j)) return;
-  silent_.erase(j);
-  {
-    // A send to it still pending from before it fell silent counts from now (its io_timeout).
-    std::lock_guard<std::mutex> lock(mu_);
-    pendingSince_[j] = Clock::now();
-  }
-  revivedThisRound_.push_back(j);
-  events_.push_back({SessionEvent::Kind::kRevived, j, core_->round(), "heartbeats again"});
-  log::warn("neighbour ", j, " is back (heartbeats again); taking the edge back, ",
-            core_->liveDegree(), " live neighbours");
-}
-
-void PeerSession::Impl::redialIfLost(int j) {
-  if (options_.rank < j) {
-    // Not when the neighbour connected again meanwhile (a newer generation on the loop thread,
-    // its rejoin still on the way to this thread): a second dial would make a second connection,
-    // and the two ends could each keep a different one of the two. A restarted peer whose
-    // bootstrap completed without a neighbour whose handshake then finished did this; on the
-    // tagged backends, which match messages by rank and tag, the edge's two epochs then mixed
-    // (sequence numbers restarted on one connection were dropped as duplicates, its snapshot
-    // with them, and the replica stayed off).
-    loop_.post([this, j, g = gen(j)] {
+void PeerSession::Impl::act(const MembershipAction& a, const std::string& why) {
+  using Kind = MembershipAction::Kind;
+  const int j = a.peer;
+  if (a.close) loop_.post([this, j, g = *a.close] { closeNeighbour(j, g); });
+  if (a.redial) {
+    // The lower rank dials a neighbour lost with its connections again until it answers (a
+    // restarted peer, a healed partition); the higher rank's listener takes it in. Not when the
+    // neighbour connected again meanwhile (a newer generation on the loop thread, its rejoin still
+    // on the way to this thread): a second dial would make a second connection, and the two ends
+    // could each keep a different one of the two. A restarted peer whose bootstrap completed
+    // without a neighbour whose handshake then finished did this; on the tagged backends, which
+    // match messages by rank and tag, the edge's two epochs then mixed (sequence numbers
+    // restarted on one connection were dropped as duplicates, its snapshot with them, and the
+    // replica stayed off).
+    loop_.post([this, j, g = *a.redial] {
       if (bootstrap_ && loopGen_[j] == g) bootstrap_->redial(j);
     });
   }
-}
-
-void PeerSession::Impl::rejoin(const InboxItem& item) {
-  const int j = item.peer;
-  edgeGen_[j] = item.gen;  // from here on, what this thread asks for is of the new connections
-  if (inCollectives_) {
-    // No collective waits for a neighbour that is not in it: the old edge ends now, the new one
-    // begins after the collectives.
-    if (!core_->isDead(j)) core_->markDead(j, /*lost=*/false);
-    rejoinAfterCollectives_[j] = item;
-    return;
-  }
-  silent_.erase(j);
-  const bool wasDead = core_->isDead(j);
-  if (!core_->rejoin(j, item.incarnation, item.key, plan_.config.security.encrypt,
-                     item.theirRound)) {
-    log::warn("neighbour ", j, " connected again but stays dropped (quarantined)");
-    loop_.post([this, j, g = item.gen] { closeNeighbour(j, g); });
-    return;
-  }
-  {
+  if (a.restartSendClock) {
+    // A send to it still pending from before it was dropped counts from now (its io_timeout).
     std::lock_guard<std::mutex> lock(mu_);
     pendingSince_[j] = Clock::now();
   }
-  loop_.post([this, j, g = item.gen] { startReceiving(j, g); });
-  rejoinedThisRound_.push_back(j);
-  events_.push_back({SessionEvent::Kind::kRevived, j, core_->round(), "connected again"});
-  log::warn("neighbour ", j, " connected again (incarnation ", item.incarnation, ", ",
-            wasDead ? "it was dead" : "it restarted before its death was noticed",
-            "); the edge starts afresh, ", core_->liveDegree(), " live neighbours");
+  if (a.startReceiving) loop_.post([this, j, g = *a.startReceiving] { startReceiving(j, g); });
+  switch (a.kind) {
+    case Kind::kNone:
+    case Kind::kDeferred:
+      return;
+    case Kind::kFinished:
+      log::debug("neighbour ", j, " finished its rounds");
+      return;
+    case Kind::kLostAfterSilence:
+      log::warn("neighbour ", j, " (dead since it fell silent) lost its connection: ", why,
+                options_.rank < j ? "; dialing it again" : "; it may dial again");
+      return;
+    case Kind::kDropped:
+      events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
+      log::warn("neighbour ", j, " is dead (", why, "); dropping the edge, ", core_->liveDegree(),
+                " live neighbours left",
+                a.to == NeighbourState::kSilent ? " (it is welcome back if it answers again)" : "");
+      if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
+      return;
+    case Kind::kQuarantined:
+      events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
+      log::warn("neighbour ", j, " ", why, "; dropping the edge, ", core_->liveDegree(),
+                " live neighbours left");
+      if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
+      return;
+    case Kind::kRevived:
+      events_.push_back({SessionEvent::Kind::kRevived, j, core_->round(), "heartbeats again"});
+      log::warn("neighbour ", j, " is back (heartbeats again); taking the edge back, ",
+                core_->liveDegree(), " live neighbours");
+      return;
+    case Kind::kRejoined:
+      events_.push_back({SessionEvent::Kind::kRevived, j, core_->round(), "connected again"});
+      log::warn("neighbour ", j, " connected again (incarnation ", a.incarnation, ", ",
+                a.from != NeighbourState::kLive ? "it was dead"
+                                                : "it restarted before its death was noticed",
+                "); the edge starts afresh, ", core_->liveDegree(), " live neighbours");
+      return;
+    case Kind::kRejoinRefused:
+      log::warn("neighbour ", j, " connected again but stays dropped (quarantined)");
+      return;
+  }
 }
 
 Status PeerSession::Impl::restoreCheckpoint(const LoadedCheckpoint& checkpoint) {
@@ -534,15 +487,6 @@ Status PeerSession::Impl::joinRunning() {
   return Status::ok();
 }
 
-void PeerSession::Impl::quarantine(int j, const std::string& why) {
-  loop_.post([this, j, g = gen(j)] { closeNeighbour(j, g); });
-  deadThisRound_.push_back(j);
-  events_.push_back({SessionEvent::Kind::kDead, j, core_->round(), why});
-  log::warn("neighbour ", j, " ", why, "; dropping the edge, ", core_->liveDegree(),
-            " live neighbours left");
-  if (core_->isolated()) log::warn("isolated: every neighbour is dead; training alone");
-}
-
 bool PeerSession::Impl::drainInbox() {
   std::deque<InboxItem> items;
   {
@@ -551,21 +495,27 @@ bool PeerSession::Impl::drainInbox() {
   }
   for (auto& item : items) {
     if (item.kind == InboxItem::kRejoin) {
-      rejoin(item);
+      act(membership_.reconnected(
+          {item.peer, item.gen, item.incarnation, item.key, item.theirRound}));
       continue;
     }
-    if (item.gen != gen(item.peer)) continue;  // of connections replaced since (a rejoin)
-    if (item.kind == InboxItem::kDead || item.kind == InboxItem::kSilent) {
-      markDead(item.peer, item.why, item.kind == InboxItem::kSilent);
+    // Of connections replaced since (a rejoin).
+    if (!membership_.current(item.peer, item.gen)) continue;
+    if (item.kind == InboxItem::kDead) {
+      act(membership_.connectionFailed(item.peer), item.why);
+      continue;
+    }
+    if (item.kind == InboxItem::kSilent) {
+      act(membership_.heartbeatsLost(item.peer), item.why);
       continue;
     }
     if (item.kind == InboxItem::kBack) {
-      revive(item.peer);
+      act(membership_.heartbeatsBack(item.peer));
       continue;
     }
     auto& buf = buffers_[item.peer][item.buffer];
     core_->onMessage(item.peer, std::span<const std::uint8_t>(buf.data(), item.bytes));
-    for (auto& [j, why] : core_->takeQuarantined()) quarantine(j, why);
+    for (auto& [j, why] : core_->takeQuarantined()) act(membership_.quarantined(j), why);
     loop_.post([this, j = item.peer, b = item.buffer, g = item.gen] { postRecv(j, b, g); });
   }
   return !items.empty();
@@ -945,9 +895,7 @@ Status PeerSession::Impl::completeRound() {
   shareCheckpointKnowledge();
   ++outcome_.rounds;
   updateMetrics(suspects);
-  deadThisRound_.clear();
-  revivedThisRound_.clear();
-  rejoinedThisRound_.clear();
+  membership_.endRound();
   skippedThisRound_ = 0;
   return Status::ok();
 }
@@ -958,10 +906,11 @@ void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
   m.rounds = outcome_.rounds;
   m.phases = {stepSeconds_, waitSeconds_, mixSeconds_, evalSeconds_};
   m.suspects = &suspects;
-  m.dead = &deadThisRound_;
+  m.dead = &membership_.deadThisRound();
   // Both ways back count as rejoins: revived (heard again) and rejoined (connected again).
-  std::vector<int> back = revivedThisRound_;
-  back.insert(back.end(), rejoinedThisRound_.begin(), rejoinedThisRound_.end());
+  std::vector<int> back = membership_.revivedThisRound();
+  const std::vector<int>& rejoined = membership_.rejoinedThisRound();
+  back.insert(back.end(), rejoined.begin(), rejoined.end());
   m.revived = &back;
   m.testAccuracy = std::exchange(recordAccuracy_, std::nan(""));
   m.testLoss = std::exchange(recordTestLoss_, std::nan(""));
@@ -979,10 +928,10 @@ Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kind
     core_->setCollectiveTree(tree);
     waitRounds = std::max(1, tree.height);
   }
-  inCollectives_ = true;
+  membership_.beginCollectives();
   for (CollectiveKind kind : kinds) {
     if (Status st = waitPreviousSends("collective"); !st.isOk()) {
-      inCollectives_ = false;
+      membership_.leaveCollectives();
       return st;
     }
     core_->beginCollective(kind, initial);
@@ -991,9 +940,10 @@ Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kind
     core_->endCollective();
   }
   core_->finishCollectives();
-  inCollectives_ = false;
-  for (int j : std::exchange(backAfterCollectives_, {})) revive(j);
-  for (auto& [j, item] : std::exchange(rejoinAfterCollectives_, {})) rejoin(item);
+  // What was deferred meanwhile, in the order it always ran: revivals, then rejoins.
+  const Membership::Deferred deferred = membership_.endCollectives();
+  for (int j : deferred.back) act(membership_.heartbeatsBack(j));
+  for (const auto& [j, r] : deferred.rejoins) act(membership_.reconnected(r));
   return Status::ok();
 }
 
@@ -1039,8 +989,11 @@ std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
 Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& suspects) {
   RoundReport due = roundReport(plan_.config, round);
   if (options_.external) due.evaluate = false;  // the caller reports its own (metrics_)
-  if (!due.due(suspects, deadThisRound_, revivedThisRound_) && skippedThisRound_ == 0 &&
-      rejoinedThisRound_.empty() && metrics_.empty())
+  const std::vector<int>& dead = membership_.deadThisRound();
+  const std::vector<int>& revived = membership_.revivedThisRound();
+  const std::vector<int>& rejoined = membership_.rejoinedThisRound();
+  if (!due.due(suspects, dead, revived) && skippedThisRound_ == 0 && rejoined.empty() &&
+      metrics_.empty())
     return Status::ok();
   const double now = seconds();  // before the evaluation, which the time field leaves out
   // The part of `now` that was training: less the evaluations and checkpoints before it.
@@ -1051,10 +1004,10 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
     evaluation = core_->workload().evaluateTest(core_->model());
     evalSeconds_ += since(evalStart);
   }
-  auto rec = reportRecord(*core_, now, suspects, deadThisRound_,
-                          evaluation ? &*evaluation : nullptr, revivedThisRound_);
+  auto rec =
+      reportRecord(*core_, now, suspects, dead, evaluation ? &*evaluation : nullptr, revived);
   if (skippedThisRound_ > 0) rec["skipped_rounds"] = skippedThisRound_;
-  if (!rejoinedThisRound_.empty()) rec["rejoined"] = rejoinedThisRound_;
+  if (!rejoined.empty()) rec["rejoined"] = rejoined;
   // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
   rec["eval_seconds"] = evalSeconds_;
   rec["train_seconds"] = train;
