@@ -266,6 +266,23 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   return s;
 }
 
+nlohmann::json faultEventJson(const config::FaultEvent& e) {
+  nlohmann::json j;
+  j["kind"] = std::string(config::faultKindName(e.kind));
+  if (e.kind == config::FaultKind::kLinkDown)
+    j["link"] = {e.linkA, e.linkB};
+  else
+    j["peer"] = e.peer;
+  if (e.byRound()) {
+    j["at_round"] = *e.atRound;
+    if (e.rounds) j["rounds"] = *e.rounds;
+  } else {
+    j["at"] = e.start();
+    if (e.seconds) j["seconds"] = *e.seconds;
+  }
+  return j;
+}
+
 Status writeJsonFile(const std::string& path, const nlohmann::json& json) {
   return writeFileAtomically(path, json.dump(2) + "\n");
 }

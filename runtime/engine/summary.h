@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/config/config.h"
 #include "runtime/engine/peer_core.h"
 #include "runtime/engine/setup.h"
 
@@ -55,6 +56,14 @@ PeerResult collectResult(PeerCore& peer, bool finished);
 // distances of a diverged run are those of the peers' last finite models.
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
                            double wallSeconds, const std::string& transport);
+
+// One faults.events item as summary.json's "faults" lists it, the part both runners write: "kind",
+// "link" ([a, b], link-down) or "peer", and the schedule as the config gives it: "at_round" and
+// "rounds" (when given) for an event by round (`grapevine sim`), "at" and "seconds" (when given)
+// for one by wall time (`grapevine launch`). Each runner adds when and how it executed the event
+// (sim: "executed_at_round", "event", "resumed_from_round"; launch: "executed_at", "ended_at", a
+// link's packet counts). Field names are a user contract, as for the rest of the summary.
+nlohmann::json faultEventJson(const config::FaultEvent& e);
 
 // Every listed peer's result from DIR/peer-<rank>.final.json and DIR/model-<rank>.bin, in the
 // order given; a peer whose files are missing or unreadable counts as not finished. What `launch`

@@ -392,16 +392,10 @@ class Simulation {
     }
   }
 
-  // One executed event: summary.json's "faults" and a log line.
+  // One executed event: summary.json's "faults" (the event as engine::faultEventJson writes it,
+  // and when and how the simulator executed it) and a log line.
   void logFault(const config::FaultEvent& e, std::int64_t t, const engine::PeerState* restored) {
-    nlohmann::json j;
-    j["kind"] = std::string(config::faultKindName(e.kind));
-    if (e.kind == config::FaultKind::kLinkDown)
-      j["link"] = {e.linkA, e.linkB};
-    else
-      j["peer"] = e.peer;
-    j["at_round"] = *e.atRound;
-    if (e.rounds) j["rounds"] = *e.rounds;
+    nlohmann::json j = engine::faultEventJson(e);
     j["executed_at_round"] = t;
     if (restored) {
       j["event"] = "back";

@@ -855,20 +855,13 @@ void Launch::faultAction(FaultRun& f, bool begin, double now) {
             << std::flush;
 }
 
-// summary.json's "faults": each event, and when it was executed (seconds since the first round
-// record; null when the run ended first).
+// summary.json's "faults": each event (engine::faultEventJson), and when it was executed (seconds
+// since the first round record; null when the run ended first).
 nlohmann::json Launch::faultsJson() const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& f : faults_) {
     const auto& e = f.event;
-    nlohmann::json j;
-    j["kind"] = std::string(config::faultKindName(e.kind));
-    if (e.kind == config::FaultKind::kLinkDown)
-      j["link"] = {e.linkA, e.linkB};
-    else
-      j["peer"] = e.peer;
-    j["at"] = e.start();
-    if (e.seconds) j["seconds"] = *e.seconds;
+    nlohmann::json j = engine::faultEventJson(e);  // kind, peer or link, at, seconds
     j["executed_at"] = f.started ? nlohmann::json(f.startedAt) : nlohmann::json(nullptr);
     if (e.kind != config::FaultKind::kKill)
       j["ended_at"] = f.ended ? nlohmann::json(f.endedAt) : nlohmann::json(nullptr);
