@@ -1,0 +1,39 @@
+#include "runtime/launch/report.h"
+
+#include <iostream>
+
+#include "runtime/engine/setup.h"
+#include "runtime/engine/summary.h"
+#include "runtime/launch/emulation.h"
+
+namespace grapevine::launch {
+
+Status writeSummary(const Options& options, const Plan& plan, const Supervisor& supervisor,
+                    const FaultExecutor& faults, std::unique_ptr<netemu::Network>& network) {
+  const double wall = supervisor.elapsedSeconds();
+  const nlohmann::json faultLog = faults.json();  // before the network stops: it reads counters
+  const nlohmann::json emulated = stopEmulatedNetwork(network);
+  auto runPlan = engine::makeRunPlan(plan.config);
+  // Either failure is the run's (exit 1), never the input's: the code is not passed on.
+  if (!runPlan.isOk()) return failedPrecondition(runPlan.status().toString());
+  const Supervisor::Report report = supervisor.report();
+  auto summary =
+      engine::makeSummary(**runPlan, engine::readPeerResults(plan.out, supervisor.ranks()), wall,
+                          plan.config.transport.backend);
+  summary["launched_peers"] = report.launched;
+  summary["failed_peers"] = report.failed;
+  if (options.maxRestarts > 0) summary["restarts"] = report.restarts;
+  if (!faultLog.is_null()) summary["faults"] = faultLog;
+  if (!emulated.is_null()) summary["network_emulation"] = emulated;
+  if (Status st = engine::writeJsonFile(plan.out + "/summary.json", summary); !st.isOk()) {
+    return failedPrecondition(st.toString());
+  }
+  std::cout << "\n"
+            << engine::summaryTable(summary) << "summary: " << plan.out << "/summary.json\n";
+  if (summary.value("diverged", false)) {
+    std::cerr << "error: " << summary.value("diverged_message", std::string()) << "\n";
+  }
+  return Status::ok();
+}
+
+}  // namespace grapevine::launch
