@@ -17,9 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_util/in_child.h"
+
 using namespace grapevine::engine;
 using Kind = MembershipAction::Kind;
 using S = NeighbourState;
+using grapevine::test_util::inChild;
 
 namespace {
 
@@ -62,21 +65,6 @@ Reconnection reconnection(int peer, std::uint64_t gen) {
   r.incarnation = 7;
   r.theirRound = 12;
   return r;
-}
-
-// Runs `body` in a forked child and returns its wait status (SIGABRT plainly: Catch2's fatal-signal
-// handler would report a failure from the child's copy of the run).
-template <class Body>
-int inChild(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::signal(SIGABRT, SIG_DFL);
-    body();
-    std::_Exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return status;
 }
 
 bool abortedIn(int status) { return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT; }

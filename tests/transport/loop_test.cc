@@ -15,9 +15,11 @@
 #include <thread>
 
 #include "runtime/transport/buffer_pool.h"
+#include "tests/test_util/in_child.h"
 
 using namespace grapevine::transport;
 using namespace std::chrono_literals;
+using grapevine::test_util::inChild;
 
 TEST_CASE("post runs later, on the loop thread, in order") {
   Loop loop;
@@ -143,23 +145,6 @@ TEST_CASE("onLoopThread holds in handlers and pollers; runningElsewhere only off
   CHECK_FALSE(onLoop);
   CHECK_FALSE(loop.runningElsewhere());  // the runner returned: the caller holds the loop again
 }
-
-namespace {
-// Runs `body` in a forked child and returns its wait status. The child dies of SIGABRT plainly
-// (Catch2's fatal-signal handler would report a failure from the child's copy of the run).
-template <class Body>
-int inChild(Body body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::signal(SIGABRT, SIG_DFL);
-    body();
-    std::_Exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return status;
-}
-}  // namespace
 
 TEST_CASE("GV_CHECK_LOOP_THREAD aborts a call from another thread while the loop runs") {
   // Off the loop while another thread runs it: abort.
