@@ -451,6 +451,12 @@ void checkCompression(const Config& c, Report& report) {
             ", so a second residual counts it twice and diverges; set "
             "compression.error_feedback: false");
   }
+  // The blocks of int8, int4 and sign are whole 64-element words (compress::validate).
+  if (c.compression.blockSize % 64 != 0) {
+    report.error(report.keyWhere("compression.block_size"), "compression.block_size",
+                 std::to_string(c.compression.blockSize) +
+                     " is not a multiple of 64 (the quantizers pack whole 64-element words)");
+  }
   if (c.compression.errorFeedback && dsgd && c.compression.method == compress::Method::kNone) {
     report.warning(report.keyWhere("compression.error_feedback"), "compression.error_feedback",
                    "has no effect: dsgd sends exact fp32 models, there is no residual");

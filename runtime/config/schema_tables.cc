@@ -126,7 +126,7 @@ std::vector<KeyDef> transportKeys() {
           "libfabric provider, e.g. tcp;ofi_rxm or shm"),
       intKey(
           "transport.max_frame_bytes",
-          [](Config & c) -> auto& { return c.transport.maxFrameBytes; }, 4096, 1ll << 32,
+          [](Config & c) -> auto& { return c.transport.maxFrameBytes; }, 4096, (1ll << 32) - 1,
           "Largest frame accepted from a peer; larger ones are refused before allocation"),
       doubleKey(
           "transport.io_timeout", [](Config & c) -> auto& { return c.transport.ioTimeout; }, 0.1,
@@ -232,16 +232,16 @@ std::vector<KeyDef> compressionKeys() {
           "compression.unbiased", [](Config & c) -> auto& { return c.compression.unbiased; },
           "rand-k: scale kept values by n/k so the estimate is unbiased"),
       intKey(
-          "compression.levels", [](Config & c) -> auto& { return c.compression.levels; }, 1, 65535,
+          "compression.levels", [](Config & c) -> auto& { return c.compression.levels; }, 1, 32767,
           "QSGD quantization levels s"),
       intKey(
           "compression.block_size", [](Config & c) -> auto& { return c.compression.blockSize; }, 64,
-          4096, "Elements per scale block of int8, int4 and sign"),
+          4096, "Elements per scale block of int8, int4 and sign (a multiple of 64)"),
       enumKey(
           "compression.rounding", [](Config & c) -> auto& { return c.compression.rounding; },
           choicesOf(compress::roundingNames()), "Rounding of int8 and int4"),
       intKey(
-          "compression.rank", [](Config & c) -> auto& { return c.compression.rank; }, 1, 1024,
+          "compression.rank", [](Config & c) -> auto& { return c.compression.rank; }, 1, 256,
           "Rank r of low-rank (PowerSGD) approximations"),
       enumKey(
           "compression.fallback", [](Config & c) -> auto& { return c.compression.fallback; },

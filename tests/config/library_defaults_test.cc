@@ -6,9 +6,12 @@
 // declaration order: a field added to one of these structs fails to compile here until it is
 // compared too.
 #include <catch2/catch.hpp>
+#include <sstream>
+#include <string>
 
 #include "compress/options.h"
 #include "runtime/config/loader.h"
+#include "runtime/config/schema.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/setup.h"
 #include "runtime/train/options.h"
@@ -97,4 +100,58 @@ TEST_CASE("train::WorkloadOptions{} has the workload section's defaults", "[conf
   CHECK(evalTestSamples == want.evalTestSamples);
   CHECK(evalTrainSamples == want.evalTrainSamples);
   CHECK(threads == want.threads);
+}
+
+// Every config the schema accepts either works or is refused by `validate`: a compression value
+// inside the schema's range must also pass the library's own check (compress::validate, run by
+// engine::compressOptions when a peer starts). Each numeric key of the compression section, and
+// transport.max_frame_bytes (copied into the same options), at its schema minimum and maximum:
+// either the loader refuses it (naming the key) or the copier accepts it. The schema allowed
+// levels up to 65535 and rank up to 1024 where the library stops at 32767 and 256, so `validate`
+// said ok to configs whose peers then failed at start.
+TEST_CASE("the compression keys' schema ranges are the library's", "[config][defaults]") {
+  int checked = 0;
+  for (const config::KeyDef& k : config::schema()) {
+    const bool numeric = k.type == config::ValueType::kInt || k.type == config::ValueType::kDouble;
+    if (!numeric || (k.path.rfind("compression.", 0) != 0 && k.path != "transport.max_frame_bytes"))
+      continue;
+    for (double v : {k.min, k.max}) {
+      std::ostringstream value;
+      value.precision(17);
+      value << v;
+      const std::string section = k.path.substr(0, k.path.find('.'));
+      const std::string key = k.path.substr(k.path.find('.') + 1);
+      const std::string yaml =
+          "peers: { count: 2 }\n" + section + ": { " + key + ": " + value.str() + " }\n";
+      config::LoadOptions o;
+      o.useEnvironment = false;
+      config::LoadResult r = config::loadString(yaml, "range.yaml", o);
+      INFO(yaml << config::formatDiagnostics(r.diagnostics));
+      if (!r.ok()) {
+        CHECK(config::formatDiagnostics(r.diagnostics).find(k.path) != std::string::npos);
+        continue;
+      }
+      auto copied = engine::compressOptions(r.config);
+      INFO(copied.status().toString());
+      CHECK(copied.isOk());
+      ++checked;
+    }
+  }
+  CHECK(checked >= 16);  // ratio, levels, block_size, rank, zstd_level, dense_below, ...
+}
+
+TEST_CASE("compression.block_size: a multiple of 64, refused by validate otherwise",
+          "[config][defaults]") {
+  config::LoadOptions o;
+  o.useEnvironment = false;
+  const auto bad = config::loadString(
+      "peers: { count: 2 }\ncompression: { method: int8, block_size: 100 }\n", "b.yaml", o);
+  CHECK_FALSE(bad.ok());
+  const std::string text = config::formatDiagnostics(bad.diagnostics);
+  INFO(text);
+  CHECK(text.find("compression.block_size") != std::string::npos);
+  CHECK(text.find("multiple of 64") != std::string::npos);
+  CHECK(config::loadString("peers: { count: 2 }\ncompression: { method: int8, block_size: 128 }\n",
+                           "b.yaml", o)
+            .ok());
 }
