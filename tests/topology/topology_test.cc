@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -594,7 +595,7 @@ TEST_CASE("unionGraph joins a time-varying schedule's rounds; breadthFirstTree; 
   CHECK(t.depth[3] == 2);
   CHECK(t.parent[5] == 1);
   // A path 0 - 2 - 1 (no edge 0 - 1): not a ring; from root 1 the tree is 1 -> 2 -> 0.
-  const Graph path = must(fromEdges(3, {{0, 2}, {2, 1}}));
+  const Graph path = must(fromEdges(3, {{0, 2, std::nullopt}, {2, 1, std::nullopt}}));
   CHECK_FALSE(hasRingEdges(path));
   const SpanningTree p = breadthFirstTree(path, 1);
   CHECK(p.spans);
