@@ -61,14 +61,19 @@ std::optional<bool> toBool(const YAML::Node& n) {
   return std::nullopt;
 }
 
-KeyDef customKey(std::string path, ValueType type, std::string doc,
-                 std::optional<std::string> (*apply)(Config&, const YAML::Node&),
-                 std::string (*show)(const Config&)) {
+KeyDef rowHead(std::string path, ValueType type, std::string doc) {
   KeyDef k;
   k.path = std::move(path);
   k.type = type;
-  k.optional = true;
   k.doc = std::move(doc);
+  return k;
+}
+
+KeyDef customKey(std::string path, ValueType type, std::string doc,
+                 std::optional<std::string> (*apply)(Config&, const YAML::Node&),
+                 std::string (*show)(const Config&)) {
+  KeyDef k = rowHead(std::move(path), type, std::move(doc));
+  k.optional = true;
   k.apply = apply;
   k.show = show;
   return k;

@@ -34,14 +34,14 @@ std::optional<double> toDouble(const YAML::Node& n);
 std::optional<bool> toBool(const YAML::Node& n);
 
 // Row builders. `Access` is a lambda Config& -> T&.
+// A row's path, type and doc: what every builder below starts from.
+KeyDef rowHead(std::string path, ValueType type, std::string doc);
+// `k`, with the range its docs state (also a custom key that converts an integer).
+KeyDef withRange(KeyDef k, double min, double max);
+
 template <typename Access>
 KeyDef intKey(std::string path, Access access, double min, double max, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kInt;
-  k.min = min;
-  k.max = max;
-  k.doc = std::move(doc);
+  KeyDef k = withRange(rowHead(std::move(path), ValueType::kInt, std::move(doc)), min, max);
   k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
     auto v = toInt(n);
     if (!v || *v < min || *v > max) return std::string("expected");
@@ -54,12 +54,7 @@ KeyDef intKey(std::string path, Access access, double min, double max, std::stri
 
 template <typename Access>
 KeyDef doubleKey(std::string path, Access access, double min, double max, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kDouble;
-  k.min = min;
-  k.max = max;
-  k.doc = std::move(doc);
+  KeyDef k = withRange(rowHead(std::move(path), ValueType::kDouble, std::move(doc)), min, max);
   k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
     auto v = toDouble(n);
     if (!v || *v < min || *v > max) return std::string("expected");
@@ -73,12 +68,8 @@ KeyDef doubleKey(std::string path, Access access, double min, double max, std::s
 // A number in [min, max] or `auto`; the field is a std::optional<double>, empty for auto.
 template <typename Access>
 KeyDef doubleOrAutoKey(std::string path, Access access, double min, double max, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kDoubleOrAuto;
-  k.min = min;
-  k.max = max;
-  k.doc = std::move(doc);
+  KeyDef k =
+      withRange(rowHead(std::move(path), ValueType::kDoubleOrAuto, std::move(doc)), min, max);
   k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
     if (n.IsScalar() && n.Scalar() == "auto") {
       access(c).reset();
@@ -98,10 +89,7 @@ KeyDef doubleOrAutoKey(std::string path, Access access, double min, double max, 
 
 template <typename Access>
 KeyDef boolKey(std::string path, Access access, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kBool;
-  k.doc = std::move(doc);
+  KeyDef k = rowHead(std::move(path), ValueType::kBool, std::move(doc));
   k.apply = [access](Config& c, const YAML::Node& n) -> std::optional<std::string> {
     auto v = toBool(n);
     if (!v) return std::string("expected");
@@ -116,10 +104,7 @@ KeyDef boolKey(std::string path, Access access, std::string doc) {
 
 template <typename Access>
 KeyDef stringKey(std::string path, Access access, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kString;
-  k.doc = std::move(doc);
+  KeyDef k = rowHead(std::move(path), ValueType::kString, std::move(doc));
   k.apply = [access](Config& c, const YAML::Node& n) -> std::optional<std::string> {
     if (!n.IsScalar()) return std::string("expected");
     access(c) = n.Scalar();
@@ -166,11 +151,8 @@ std::vector<Choice<E>> choicesOf(std::span<const compress::NamedValue<E>> rows,
 // A typed enum key: the YAML scalar must be one of the choices' names; the field holds its value.
 template <typename E, typename Access>
 KeyDef enumKey(std::string path, Access access, std::vector<Choice<E>> choices, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kEnum;
+  KeyDef k = rowHead(std::move(path), ValueType::kEnum, std::move(doc));
   for (const auto& ch : choices) k.choices.push_back(ch.name);
-  k.doc = std::move(doc);
   k.apply = [access, choices](Config& c, const YAML::Node& n) -> std::optional<std::string> {
     if (!n.IsScalar()) return std::string("expected");
     for (const auto& ch : choices) {
@@ -195,11 +177,8 @@ KeyDef enumKey(std::string path, Access access, std::vector<Choice<E>> choices, 
 // (transport.backend: backends are registered and looked up by name).
 template <typename Access, typename Names>
 KeyDef nameKey(std::string path, Access access, const Names& names, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kEnum;
+  KeyDef k = rowHead(std::move(path), ValueType::kEnum, std::move(doc));
   for (std::string_view name : names) k.choices.emplace_back(name);
-  k.doc = std::move(doc);
   k.apply = [access, choices = k.choices](Config& c,
                                           const YAML::Node& n) -> std::optional<std::string> {
     if (!n.IsScalar()) return std::string("expected");
@@ -217,12 +196,7 @@ KeyDef nameKey(std::string path, Access access, const Names& names, std::string 
 
 template <typename Access>
 KeyDef intListKey(std::string path, Access access, double min, double max, std::string doc) {
-  KeyDef k;
-  k.path = std::move(path);
-  k.type = ValueType::kIntList;
-  k.min = min;
-  k.max = max;
-  k.doc = std::move(doc);
+  KeyDef k = withRange(rowHead(std::move(path), ValueType::kIntList, std::move(doc)), min, max);
   k.apply = [access, min, max](Config& c, const YAML::Node& n) -> std::optional<std::string> {
     if (!n.IsSequence()) return std::string("expected");
     std::vector<int> out;
@@ -250,8 +224,6 @@ KeyDef customKey(std::string path, ValueType type, std::string doc,
                  std::string (*show)(const Config&));
 // `k`, with no default: every config must set it.
 KeyDef required(KeyDef k);
-// `k`, with the range its docs state (a custom key that converts an integer).
-KeyDef withRange(KeyDef k, double min, double max);
 
 // The list-valued keys' converters (schema_lists.cc); each apply() returns "expected", or what is
 // wrong in words, on failure.
