@@ -121,6 +121,68 @@ nlohmann::json num(double v) {
   if (!std::isfinite(v)) return nullptr;
   return v;
 }
+
+// One peer's entry of per_peer.
+nlohmann::json peerRow(const PeerResult& p) {
+  nlohmann::json row = {{"rank", p.rank},
+                        {"finished", p.finished},
+                        {"rounds", p.rounds},
+                        {"test_accuracy", num(p.testAccuracy)},
+                        {"test_loss", num(p.testLoss)},
+                        {"bytes_sent", p.bytesSent},
+                        {"bytes_received", p.bytesReceived},
+                        {"suspect_rounds", p.suspectRounds},
+                        {"dead_neighbours", p.deadNeighbours},
+                        {"revived_neighbours", p.revivedNeighbours},
+                        {"rejoined_neighbours", p.rejoinedNeighbours},
+                        {"rounds_skipped", p.roundsSkipped},
+                        {"dropped_frames", p.droppedFrames},
+                        {"replica_mismatches", p.replicaMismatches},
+                        {"resyncs", p.resyncs},
+                        {"diverged", p.divergence.has_value()}};
+  if (std::isfinite(p.consensusStep)) row["consensus_step"] = p.consensusStep;
+  if (std::isfinite(p.compressorQuality)) {
+    row["compressor_quality"] = p.compressorQuality;
+  }
+  return row;
+}
+
+// The mean of the finished peers' final models (`done`, not empty), its accuracy, and how far the
+// peers are from it: consensus_error, consensus_distance_final, averaged_model_*, optimum_distance.
+void addAveragedModel(const RunPlan& plan, const std::vector<const PeerResult*>& done,
+                      nlohmann::json& s) {
+  const auto& c = plan.config;
+  const std::size_t n = done.front()->model.size();
+  std::vector<double> mean(n, 0.0);
+  for (const auto* p : done) {
+    for (std::size_t k = 0; k < n; ++k) mean[k] += p->model[k];
+  }
+  for (auto& v : mean) v /= static_cast<double>(done.size());
+  double meanNorm = 0, dist = 0;
+  for (std::size_t k = 0; k < n; ++k) meanNorm += mean[k] * mean[k];
+  for (const auto* p : done) {
+    double d = 0;
+    for (std::size_t k = 0; k < n; ++k) d += (p->model[k] - mean[k]) * (p->model[k] - mean[k]);
+    dist += d;
+  }
+  dist /= static_cast<double>(done.size());
+  s["consensus_error"] = dist;  // (1/n) sum |x_i - xbar|^2
+  s["consensus_distance_final"] = meanNorm > 0 ? dist / meanNorm : dist;
+  std::vector<float> meanF(mean.begin(), mean.end());
+  auto wl = train::makeWorkload(workloadOptions(c), 0, c.peers.count, c.run.seed, plan.data);
+  if (wl.isOk()) {
+    const auto ev = (*wl)->evaluateTest(meanF);
+    s["averaged_model_accuracy"] = num(ev.accuracy);
+    s["averaged_model_loss"] = num(ev.loss);
+    const auto opt = (*wl)->optimum();
+    if (!opt.empty() && opt.size() == n) {
+      double od = 0;
+      for (std::size_t k = 0; k < n; ++k) od += (mean[k] - opt[k]) * (mean[k] - opt[k]);
+      s["optimum_distance"] = od;
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
@@ -157,26 +219,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     revived += p.revivedNeighbours;
     rejoined += p.rejoinedNeighbours;
     skipped += p.roundsSkipped;
-    rows.push_back({{"rank", p.rank},
-                    {"finished", p.finished},
-                    {"rounds", p.rounds},
-                    {"test_accuracy", num(p.testAccuracy)},
-                    {"test_loss", num(p.testLoss)},
-                    {"bytes_sent", p.bytesSent},
-                    {"bytes_received", p.bytesReceived},
-                    {"suspect_rounds", p.suspectRounds},
-                    {"dead_neighbours", p.deadNeighbours},
-                    {"revived_neighbours", p.revivedNeighbours},
-                    {"rejoined_neighbours", p.rejoinedNeighbours},
-                    {"rounds_skipped", p.roundsSkipped},
-                    {"dropped_frames", p.droppedFrames},
-                    {"replica_mismatches", p.replicaMismatches},
-                    {"resyncs", p.resyncs},
-                    {"diverged", p.divergence.has_value()}});
-    if (std::isfinite(p.consensusStep)) rows.back()["consensus_step"] = p.consensusStep;
-    if (std::isfinite(p.compressorQuality)) {
-      rows.back()["compressor_quality"] = p.compressorQuality;
-    }
+    rows.push_back(peerRow(p));
     if (p.divergence && (!firstDivergence || p.divergence->round < firstDivergence->round ||
                          (p.divergence->round == firstDivergence->round &&
                           p.divergence->origin < firstDivergence->origin))) {
@@ -230,38 +273,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   if (withQuality) s["compressor_quality"] = qualitySum / withQuality;
   s["compression_ratio"] = sent ? static_cast<double>(dense) / static_cast<double>(sent) : 0.0;
 
-  // The mean of the final models, its accuracy, and how far the peers are from it.
-  if (!done.empty()) {
-    const std::size_t n = done.front()->model.size();
-    std::vector<double> mean(n, 0.0);
-    for (const auto* p : done) {
-      for (std::size_t k = 0; k < n; ++k) mean[k] += p->model[k];
-    }
-    for (auto& v : mean) v /= static_cast<double>(done.size());
-    double meanNorm = 0, dist = 0;
-    for (std::size_t k = 0; k < n; ++k) meanNorm += mean[k] * mean[k];
-    for (const auto* p : done) {
-      double d = 0;
-      for (std::size_t k = 0; k < n; ++k) d += (p->model[k] - mean[k]) * (p->model[k] - mean[k]);
-      dist += d;
-    }
-    dist /= static_cast<double>(done.size());
-    s["consensus_error"] = dist;  // (1/n) sum |x_i - xbar|^2
-    s["consensus_distance_final"] = meanNorm > 0 ? dist / meanNorm : dist;
-    std::vector<float> meanF(mean.begin(), mean.end());
-    auto wl = train::makeWorkload(workloadOptions(c), 0, c.peers.count, c.run.seed, plan.data);
-    if (wl.isOk()) {
-      const auto ev = (*wl)->evaluateTest(meanF);
-      s["averaged_model_accuracy"] = num(ev.accuracy);
-      s["averaged_model_loss"] = num(ev.loss);
-      const auto opt = (*wl)->optimum();
-      if (!opt.empty() && opt.size() == n) {
-        double od = 0;
-        for (std::size_t k = 0; k < n; ++k) od += (mean[k] - opt[k]) * (mean[k] - opt[k]);
-        s["optimum_distance"] = od;
-      }
-    }
-  }
+  if (!done.empty()) addAveragedModel(plan, done, s);
   s["per_peer"] = rows;
   return s;
 }
