@@ -516,6 +516,74 @@ std::vector<Reference> references() {
   };
 }
 
+// Names of Plan::security's modes.
+constexpr const char* kSecurityModes[] = {"off", "mac", "encrypt"};
+
+// The --json rows: 8-byte latency, bandwidth per size, and with --security each mode's bandwidth
+// and its ratio to "off".
+nlohmann::json benchRows(const Plan& plan, const Numbers& ours, const std::optional<Numbers>& ref,
+                         const std::string& refName, const std::vector<Numbers>& secured) {
+  nlohmann::json rows = nlohmann::json::array();
+  auto orNull = [](bool has, double v) {
+    return has ? nlohmann::json(v) : nlohmann::json(nullptr);
+  };
+  rows.push_back({{"backend", plan.backend},
+                  {"bytes", 8},
+                  {"grapevine_gbps", nullptr},
+                  {"reference_gbps", nullptr},
+                  {"grapevine_lat_us", ours.latUs},
+                  {"reference_lat_us", orNull(ref.has_value(), ref ? ref->latUs : 0)},
+                  {"reference", refName}});
+  for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+    rows.push_back({{"backend", plan.backend},
+                    {"bytes", plan.sizes[i]},
+                    {"grapevine_gbps", ours.gbps[i]},
+                    {"reference_gbps", orNull(ref.has_value(), ref ? ref->gbps[i] : 0)},
+                    {"grapevine_lat_us", nullptr},
+                    {"reference_lat_us", nullptr},
+                    {"in_flight", plan.window},
+                    {"messages", plan.messages(plan.sizes[i])},
+                    {"reference", refName}});
+  }
+  for (std::size_t m = 0; m < secured.size(); ++m) {
+    for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+      rows.push_back({{"backend", plan.backend},
+                      {"bytes", plan.sizes[i]},
+                      {"security", kSecurityModes[m + 1]},
+                      {"grapevine_gbps", secured[m].gbps[i]},
+                      {"security_off_gbps", ours.gbps[i]},
+                      {"ratio_to_off", secured[m].gbps[i] / ours.gbps[i]},
+                      {"in_flight", plan.window},
+                      {"messages", plan.messages(plan.sizes[i])}});
+    }
+  }
+  return rows;
+}
+
+// The same as text.
+void printBench(const Plan& plan, const Numbers& ours, const std::optional<Numbers>& ref,
+                const std::string& refName, const std::vector<Numbers>& secured) {
+  std::cout << "backend " << plan.backend << ", reference: " << refName << "\n";
+  std::cout << std::fixed << std::setprecision(2);
+  std::cout << "  latency 8 B      grapevine " << ours.latUs << " us";
+  if (ref) std::cout << "   reference " << ref->latUs << " us   ratio " << ours.latUs / ref->latUs;
+  std::cout << "\n";
+  for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+    std::cout << "  bandwidth " << std::setw(8) << plan.sizes[i] << " B  grapevine " << ours.gbps[i]
+              << " Gb/s";
+    if (ref)
+      std::cout << "   reference " << ref->gbps[i] << " Gb/s   ratio "
+                << ours.gbps[i] / ref->gbps[i];
+    std::cout << "\n";
+  }
+  for (std::size_t m = 0; m < secured.size(); ++m) {
+    for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
+      std::cout << "  security " << std::setw(7) << kSecurityModes[m + 1] << " " << std::setw(8)
+                << plan.sizes[i] << " B  grapevine " << secured[m].gbps[i]
+                << " Gb/s   ratio to off " << secured[m].gbps[i] / ours.gbps[i] << "\n";
+    }
+  }
+}
 }  // namespace
 
 Command registerBenchTransport(CLI::App& root) {
@@ -604,66 +672,12 @@ Command registerBenchTransport(CLI::App& root) {
             refName = r.name;
           }
         }
-        nlohmann::json rows = nlohmann::json::array();
-        auto orNull = [](bool has, double v) {
-          return has ? nlohmann::json(v) : nlohmann::json(nullptr);
-        };
-        rows.push_back({{"backend", plan.backend},
-                        {"bytes", 8},
-                        {"grapevine_gbps", nullptr},
-                        {"reference_gbps", nullptr},
-                        {"grapevine_lat_us", ours->latUs},
-                        {"reference_lat_us", orNull(ref.has_value(), ref ? ref->latUs : 0)},
-                        {"reference", refName}});
-        for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-          rows.push_back({{"backend", plan.backend},
-                          {"bytes", plan.sizes[i]},
-                          {"grapevine_gbps", ours->gbps[i]},
-                          {"reference_gbps", orNull(ref.has_value(), ref ? ref->gbps[i] : 0)},
-                          {"grapevine_lat_us", nullptr},
-                          {"reference_lat_us", nullptr},
-                          {"in_flight", plan.window},
-                          {"messages", plan.messages(plan.sizes[i])},
-                          {"reference", refName}});
-        }
-        static const char* kModes[] = {"off", "mac", "encrypt"};
-        for (std::size_t m = 0; m < secured.size(); ++m) {
-          for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-            rows.push_back({{"backend", plan.backend},
-                            {"bytes", plan.sizes[i]},
-                            {"security", kModes[m + 1]},
-                            {"grapevine_gbps", secured[m].gbps[i]},
-                            {"security_off_gbps", ours->gbps[i]},
-                            {"ratio_to_off", secured[m].gbps[i] / ours->gbps[i]},
-                            {"in_flight", plan.window},
-                            {"messages", plan.messages(plan.sizes[i])}});
-          }
-        }
+        const nlohmann::json rows = benchRows(plan, *ours, ref, refName, secured);
         if (*json) {
           std::cout << rows.dump(2) << "\n";
           return kExitOk;
         }
-        std::cout << "backend " << plan.backend << ", reference: " << refName << "\n";
-        std::cout << std::fixed << std::setprecision(2);
-        std::cout << "  latency 8 B      grapevine " << ours->latUs << " us";
-        if (ref)
-          std::cout << "   reference " << ref->latUs << " us   ratio " << ours->latUs / ref->latUs;
-        std::cout << "\n";
-        for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-          std::cout << "  bandwidth " << std::setw(8) << plan.sizes[i] << " B  grapevine "
-                    << ours->gbps[i] << " Gb/s";
-          if (ref)
-            std::cout << "   reference " << ref->gbps[i] << " Gb/s   ratio "
-                      << ours->gbps[i] / ref->gbps[i];
-          std::cout << "\n";
-        }
-        for (std::size_t m = 0; m < secured.size(); ++m) {
-          for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-            std::cout << "  security " << std::setw(7) << kModes[m + 1] << " " << std::setw(8)
-                      << plan.sizes[i] << " B  grapevine " << secured[m].gbps[i]
-                      << " Gb/s   ratio to off " << secured[m].gbps[i] / ours->gbps[i] << "\n";
-          }
-        }
+        printBench(plan, *ours, ref, refName, secured);
         return kExitOk;
       }};
 }
