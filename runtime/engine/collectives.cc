@@ -346,6 +346,12 @@ void Collectives::finish(std::span<float> model) {
   if (onModel_ && (!treeUsed_ || treeReceived_)) {
     for (std::size_t k = 0; k < model.size(); ++k) model[k] = static_cast<float>(state_[k]);
   }
+  // A model's state (8 bytes per value) is not kept between collectives: it would double a big
+  // model's memory for the rest of the run. Small states stay readable (state()).
+  if (onModel_) {
+    std::vector<double>().swap(state_);
+    std::vector<double>().swap(next_);
+  }
   active_ = false;
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/engine/driver.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "runtime/common/lazy_buffer.h"
 #include "runtime/common/log.h"
 #include "runtime/engine/checkpoint.h"
 #include "runtime/engine/membership.h"
@@ -58,6 +61,10 @@ struct InboxItem {
   std::uint32_t incarnation = 0;
   std::optional<security::Key> key;
   std::int64_t theirRound = -1;
+  // kMessage: the receive buffers `buffer` is one of. Shared with the receives still posted into
+  // them, so that the buffers of connections replaced by a rejoin are freed once the last of their
+  // receives completed and the last message in them was applied.
+  std::shared_ptr<std::vector<LazyBuffer>> buffers = nullptr;
 };
 
 double since(Clock::time_point t) {
@@ -194,6 +201,8 @@ class PeerSession::Impl {
   // After the training thread took the rejoin: receives on the new data connection, into fresh
   // buffers (a cancelled receive of the old connection may still be finishing with the old ones).
   void startReceiving(int j, std::uint64_t gen);
+  // kRecvBuffersPerNeighbour fresh receive buffers of maxWireBytes() each (nothing touched yet).
+  std::shared_ptr<std::vector<LazyBuffer>> newReceiveBuffers() const;
   // Bootstrap completion: keeps the connections and posts the first receives.
   void onConnected(std::vector<transport::Neighbour> neighbours);
   // ---- training thread ----
@@ -233,13 +242,13 @@ class PeerSession::Impl {
   std::thread loopThread_;
   std::unique_ptr<transport::Context> context_;
   std::shared_ptr<transport::Bootstrap> bootstrap_;
-  std::map<int, transport::Neighbour> neighbours_;                 // loop thread after bootstrap
-  std::map<int, std::vector<std::vector<std::uint8_t>>> buffers_;  // per neighbour, fixed
+  std::map<int, transport::Neighbour> neighbours_;  // loop thread after bootstrap
+  // Per neighbour, the receive buffers of its current connections (loop thread): sized for the
+  // largest message, resident only as far as messages filled them (LazyBuffer).
+  std::map<int, std::shared_ptr<std::vector<LazyBuffer>>> buffers_;
   // Rejoins: the generation of each neighbour's connections (loop thread; the training thread's
-  // view is membership_.gen()), and the receive buffers of replaced connections, kept until
-  // shutdown.
+  // view is membership_.gen()).
   std::map<int, std::uint64_t> loopGen_;
-  std::vector<std::vector<std::vector<std::uint8_t>>> retiredBuffers_;
   // The highest round a neighbour said it trains at in its hello (-1: none; set by the
   // bootstrap's completion), and ours for the hellos of rejoins (-1 before the rounds start).
   std::int64_t neighboursRunning_ = -1;
@@ -301,17 +310,28 @@ void PeerSession::Impl::push(InboxItem item) {
 void PeerSession::Impl::postRecv(int j, int buffer, std::uint64_t gen) {
   auto it = neighbours_.find(j);
   if (it == neighbours_.end() || !it->second.data || loopGen_[j] != gen) return;
-  auto& buf = buffers_[j][buffer];
-  it->second.data->recv(kDataTag, buf, [this, j, buffer, gen](Status st, std::size_t n) {
-    if (st.isOk()) {
-      push({InboxItem::kMessage, j, buffer, n, "", gen, 0, std::nullopt});
-    } else if (st.code() == ErrorCode::kResourceExhausted) {
-      log::warn("peer ", j, " sent a message above the maximum; dropped");
-      postRecv(j, buffer, gen);
-    } else if (st.code() != ErrorCode::kCancelled) {
-      push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString(), gen, 0, std::nullopt});
-    }
-  });
+  std::shared_ptr<std::vector<LazyBuffer>> set = buffers_[j];
+  auto& buf = set->at(static_cast<std::size_t>(buffer));
+  it->second.data->recv(
+      kDataTag, buf.span(), [this, j, buffer, gen, set](Status st, std::size_t n) {
+        if (st.isOk()) {
+          // Data from the neighbour is a sign of life as good as a heartbeat (which may wait behind
+          // it).
+          if (auto nb = neighbours_.find(j);
+              nb != neighbours_.end() && nb->second.control && loopGen_[j] == gen) {
+            nb->second.control->heardFrom();
+          }
+          InboxItem item{InboxItem::kMessage, j, buffer, n, "", gen, 0, std::nullopt};
+          item.buffers = set;
+          push(std::move(item));
+        } else if (st.code() == ErrorCode::kResourceExhausted) {
+          log::warn("peer ", j, " sent a message above the maximum; dropped");
+          postRecv(j, buffer, gen);
+        } else if (st.code() != ErrorCode::kCancelled) {
+          push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString(), gen, 0,
+                std::nullopt});
+        }
+      });
 }
 
 void PeerSession::Impl::onRejoin(transport::Neighbour n) {
@@ -329,11 +349,17 @@ void PeerSession::Impl::onRejoin(transport::Neighbour n) {
   push(std::move(item));
 }
 
+std::shared_ptr<std::vector<LazyBuffer>> PeerSession::Impl::newReceiveBuffers() const {
+  auto set = std::make_shared<std::vector<LazyBuffer>>();
+  set->reserve(kRecvBuffersPerNeighbour);
+  for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) set->emplace_back(core_->maxWireBytes());
+  return set;
+}
+
 void PeerSession::Impl::startReceiving(int j, std::uint64_t gen) {
   if (loopGen_[j] != gen) return;
-  auto& bufs = buffers_[j];
-  retiredBuffers_.push_back(std::move(bufs));
-  bufs.assign(kRecvBuffersPerNeighbour, std::vector<std::uint8_t>(core_->maxWireBytes()));
+  // The old connection's buffers go once its last receive completed (they hold a reference).
+  buffers_[j] = newReceiveBuffers();
   for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) postRecv(j, b, gen);
 }
 
@@ -513,8 +539,10 @@ bool PeerSession::Impl::drainInbox() {
       act(membership_.heartbeatsBack(item.peer));
       continue;
     }
-    auto& buf = buffers_[item.peer][item.buffer];
-    core_->onMessage(item.peer, std::span<const std::uint8_t>(buf.data(), item.bytes));
+    auto& buf = item.buffers->at(static_cast<std::size_t>(item.buffer));
+    core_->onMessage(item.peer, buf.span(item.bytes));
+    // A message larger than a round's (a snapshot, a collective) leaves no resident pages behind.
+    buf.trim(item.bytes, core_->roundWireBytes());
     for (auto& [j, why] : core_->takeQuarantined()) act(membership_.quarantined(j), why);
     loop_.post([this, j = item.peer, b = item.buffer, g = item.gen] { postRecv(j, b, g); });
   }
@@ -746,12 +774,8 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
     core_->setEdgeIncarnation(j, static_cast<std::uint32_t>(n.incarnation));
     neighboursRunning_ = std::max(neighboursRunning_, n.runningRound);
     neighbours_[j] = std::move(n);
-    auto& bufs = buffers_[j];
-    bufs.resize(kRecvBuffersPerNeighbour);
-    for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) {
-      bufs[b].resize(core_->maxWireBytes());
-      postRecv(j, b, 0);
-    }
+    buffers_[j] = newReceiveBuffers();
+    for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) postRecv(j, b, 0);
   }
 }
 
@@ -1151,7 +1175,10 @@ Status PeerSession::Impl::finish(bool average) {
 
 Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   const std::string rank = std::to_string(options_.rank);
-  PeerResult result = collectResult(*core_, outcome.finished && !outcome.stopped);
+  PeerResult result = collectResult(*core_, outcome.finished && !outcome.stopped, false);
+  if (rusage ru{}; ::getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0) {
+    result.peakRssBytes = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux: in KiB
+  }
   auto last =
       finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss, result.divergence);
   last.update(metrics_);
@@ -1159,7 +1186,7 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   if (averaged_) last["averaged"] = true;
   if (averageSeconds_ >= 0) last["average_seconds"] = averageSeconds_;
   GV_RETURN_IF_ERROR(records_.write(last));
-  GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", result.model));
+  GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", core_->model()));
   auto j = peerResultToJson(result);
   j["wall_seconds"] = seconds();
   if (averaged_) j["averaged"] = true;

@@ -63,7 +63,6 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
       collectives_(options.rank) {
   const std::size_t n = x_.size();
   g_.resize(n);
-  u_.resize(n);
   xBefore_.resize(n);
   neighbours_ = schedule_.allNeighbours(options_.rank);
   message_.resize(algorithm_->maxMessageBytes());
@@ -79,7 +78,7 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
   wireCapacity_ += security::kSealTagBytes;  // room for a seal (setEdgeKey)
   for (int j : neighbours_) {
     Edge& e = edges_[j];
-    e.out.resize(wireCapacity_);
+    e.out = LazyBuffer(wireCapacity_);
   }
   initialNorm_ = norm(x_);
 }
@@ -222,12 +221,14 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
     } else {
       loss += workload_->gradient(x_, g_);
     }
-    optimizer_->direction(g_, x_, u_, round);
+    // The direction u replaces the gradient in place (every optimizer reads g[i] before it writes
+    // u[i]): one model-sized buffer less.
+    optimizer_->direction(g_, x_, g_, round);
     // Gradient tracking chooses the direction (its tracker); every other algorithm takes u as is.
     if (algorithm_->tracksDirection())
-      algorithm_->direction(x_, u_, static_cast<std::uint64_t>(round));
+      algorithm_->direction(x_, g_, static_cast<std::uint64_t>(round));
     const float lr = static_cast<float>(lastLr_);
-    for (std::size_t k = 0; k < x_.size(); ++k) x_[k] -= lr * u_[k];
+    for (std::size_t k = 0; k < x_.size(); ++k) x_[k] -= lr * g_[k];
   }
   gradientReady_ = false;
   lastLoss_ = stepped_ ? loss / options_.localSteps : input.loss;
@@ -286,8 +287,11 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
       e.resyncRequested = false;
       e.askedRound = round;
     }
+    const bool snapshot = e.sendSnapshot && round - e.lastSnapshotRound >= kSnapshotMinRounds;
+    // A snapshot or collective sent before leaves no resident pages behind a round message.
+    if (!snapshot) e.out.trim(e.outBytes, roundWireBytes());
     std::memcpy(e.out.data() + kEnvelopeBytes, message_.data(), messageBytes_);
-    if (e.sendSnapshot && round - e.lastSnapshotRound >= kSnapshotMinRounds) {
+    if (snapshot) {
       e.lastSnapshotRound = round;
       const auto copy = algorithm_->publicCopy();
       env.flags |= kFlagSnapshot;
@@ -296,12 +300,11 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
       e.sendSnapshot = false;
     }
     e.outBytes = kEnvelopeBytes + messageBytes_ + env.snapshotBytes;
-    env.payloadCrc = payloadChecksum(
-        std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, e.outBytes - kEnvelopeBytes));
-    if (corruptOutgoing_ && e.outBytes > kEnvelopeBytes) e.out[kEnvelopeBytes] ^= 0x01;
+    env.payloadCrc = payloadChecksum(e.out.span(e.outBytes).subspan(kEnvelopeBytes));
+    if (corruptOutgoing_ && e.outBytes > kEnvelopeBytes) e.out.data()[kEnvelopeBytes] ^= 0x01;
     markSealed(e, env);
-    writeEnvelope(env, e.out);
-    seal(e, env, e.out, e.outBytes);
+    writeEnvelope(env, e.out.span());
+    seal(e, env, e.out.span(), e.outBytes);
     counters_.bytesSent += e.outBytes;
     counters_.bytesSentTo[j] += e.outBytes;
     counters_.bytesDenseEquivalent += kEnvelopeBytes + algorithm_->denseBytes();
@@ -673,11 +676,10 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     env.messageBytes = static_cast<std::uint32_t>(payload);
     collectives_.writePayload(e.out.data() + kEnvelopeBytes);
     e.outBytes = kEnvelopeBytes + payload;
-    env.payloadCrc =
-        payloadChecksum(std::span<const std::uint8_t>(e.out).subspan(kEnvelopeBytes, payload));
+    env.payloadCrc = payloadChecksum(e.out.span(e.outBytes).subspan(kEnvelopeBytes, payload));
     markSealed(e, env);
-    writeEnvelope(env, e.out);
-    seal(e, env, e.out, e.outBytes);
+    writeEnvelope(env, e.out.span());
+    seal(e, env, e.out.span(), e.outBytes);
     counters_.collectiveBytes += e.outBytes;
   }
 }
@@ -1011,6 +1013,10 @@ void PeerCore::markDead(int j, bool lost) {
     pendingDrops_.push_back(j);
   else
     algorithm_->dropNeighbour(j);
+}
+
+std::size_t PeerCore::roundWireBytes() const {
+  return kEnvelopeBytes + message_.size() + security::kSealTagBytes;
 }
 
 }  // namespace grapevine::engine

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "runtime/algorithms/algorithm.h"
+#include "runtime/common/lazy_buffer.h"
 #include "runtime/common/status.h"
 #include "runtime/engine/collectives.h"
 #include "runtime/security/key.h"
@@ -342,6 +343,9 @@ class PeerCore {
   double lastLoss() const { return lastLoss_; }
   double lastLr() const { return lastLr_; }
   std::size_t maxWireBytes() const { return wireCapacity_; }
+  // The largest round message on the wire (envelope, the algorithm's largest message, a seal):
+  // what a receive buffer needs to keep resident for the regular traffic.
+  std::size_t roundWireBytes() const;
 
  private:
   struct Edge {
@@ -356,11 +360,11 @@ class PeerCore {
     bool resyncRequested = false;      // we asked it for a snapshot
     std::int64_t lastSnapshotRound = INT64_MIN / 2;  // when we last sent it one
     bool sendSnapshot = false;                       // it asked us for one
-    std::vector<std::uint8_t> out;                   // envelope + message (+ snapshot), reused
-    std::vector<std::uint8_t> notice;                // envelope + divergence notice
-    std::size_t outBytes = 0;                        // of `out`, this round
-    std::deque<std::vector<std::uint8_t>> ahead;     // messages of future rounds, in order
-    std::vector<std::vector<std::uint8_t>> spare;    // reusable buffers for `ahead`
+    LazyBuffer out;  // envelope + message (+ snapshot), reused; resident as far as written
+    std::vector<std::uint8_t> notice;              // envelope + divergence notice
+    std::size_t outBytes = 0;                      // of `out`, this round
+    std::deque<std::vector<std::uint8_t>> ahead;   // messages of future rounds, in order
+    std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
     // Collective messages (index, bytes), in arrival order.
     std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> collectives;
     std::optional<security::Key> key;  // setEdgeKey
@@ -424,7 +428,7 @@ class PeerCore {
   std::unique_ptr<train::Workload> workload_;
   std::unique_ptr<train::Optimizer> optimizer_;
   std::unique_ptr<algorithms::Algorithm> algorithm_;
-  std::vector<float> x_, g_, u_, xBefore_;
+  std::vector<float> x_, g_, xBefore_;  // g_: the gradient, then the step's direction (u)
   bool gradientReady_ = false;
   double lastLoss_ = 0.0;
   double lastLr_ = 0.0;

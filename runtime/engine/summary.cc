@@ -10,7 +10,7 @@
 
 namespace grapevine::engine {
 
-PeerResult collectResult(PeerCore& peer, bool finished) {
+PeerResult collectResult(PeerCore& peer, bool finished, bool withModel) {
   PeerResult r;
   r.rank = peer.rank();
   r.finished = finished;
@@ -35,8 +35,8 @@ PeerResult collectResult(PeerCore& peer, bool finished) {
     r.consensusStep = step->step;
     r.compressorQuality = step->compressorQuality;
   }
-  r.model.assign(peer.model().begin(), peer.model().end());
-  r.modelSize = r.model.size();
+  if (withModel) r.model.assign(peer.model().begin(), peer.model().end());
+  r.modelSize = peer.model().size();
   r.divergence = peer.divergence();
   return r;
 }
@@ -67,6 +67,7 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
                       {"consensus_step", num(r.consensusStep)},
                       {"compressor_quality", num(r.compressorQuality)},
                       {"diverged", r.divergence.has_value()}};
+  if (r.peakRssBytes > 0) j["peak_rss_bytes"] = r.peakRssBytes;
   if (r.divergence) {
     const Divergence& d = *r.divergence;
     j["diverged_round"] = d.round;
@@ -104,6 +105,7 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.modelSize = j.at("model_size").get<std::uint64_t>();
   r.consensusStep = numOr("consensus_step");  // absent from older files
   r.compressorQuality = numOr("compressor_quality");
+  r.peakRssBytes = j.value("peak_rss_bytes", std::uint64_t{0});  // absent from older files
   if (j.value("diverged", false)) {
     Divergence d;
     d.round = j.at("diverged_round").get<std::int64_t>();
@@ -140,6 +142,7 @@ nlohmann::json peerRow(const PeerResult& p) {
                         {"replica_mismatches", p.replicaMismatches},
                         {"resyncs", p.resyncs},
                         {"diverged", p.divergence.has_value()}};
+  if (p.peakRssBytes > 0) row["peak_rss_bytes"] = p.peakRssBytes;
   if (std::isfinite(p.consensusStep)) row["consensus_step"] = p.consensusStep;
   if (std::isfinite(p.compressorQuality)) {
     row["compressor_quality"] = p.compressorQuality;
@@ -265,6 +268,9 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["revived_neighbours_total"] = revived;
   s["rejoined_neighbours_total"] = rejoined;
   s["rounds_skipped_total"] = skipped;
+  std::uint64_t peakRss = 0;
+  for (const auto& p : peers) peakRss = std::max(peakRss, p.peakRssBytes);
+  if (peakRss > 0) s["peak_rss_bytes_max"] = peakRss;  // the largest peer process's
   if (withStep) {
     s["consensus_step"] = stepSum / withStep;
     s["consensus_step_min"] = stepMin;
@@ -354,6 +360,11 @@ std::string summaryTable(const nlohmann::json& s) {
   std::snprintf(line, sizeof line, "%-28s  %d of %d\n", "peers finished",
                 s.value("peers_finished", 0), s.value("peers", 0));
   out += line;
+  if (const auto rss = s.value("peak_rss_bytes_max", std::uint64_t{0}); rss > 0) {
+    std::snprintf(line, sizeof line, "%-28s  %s (the largest peer process)\n", "peak memory",
+                  mb(rss).c_str());
+    out += line;
+  }
   if (s.value("diverged", false))
     out += "DIVERGED                      " + s.value("diverged_message", std::string()) + "\n";
   return out;

@@ -33,6 +33,9 @@ struct PeerResult {
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;
   std::uint64_t modelSize = 0;
+  // The peer process's peak resident memory (getrusage's maximum RSS) when it wrote its results;
+  // 0: not measured (the simulator's peers share one process).
+  std::uint64_t peakRssBytes = 0;
   double consensusStep = std::numeric_limits<double>::quiet_NaN();  // last round's (StepReport)
   double compressorQuality = std::numeric_limits<double>::quiet_NaN();
   std::vector<float> model;  // final parameters (empty when the peer did not finish)
@@ -45,7 +48,9 @@ struct PeerResult {
 nlohmann::json peerResultToJson(const PeerResult& r);
 PeerResult peerResultFromJson(const nlohmann::json& j);  // throws nlohmann::json::exception
 
-PeerResult collectResult(PeerCore& peer, bool finished);
+// `withModel`: PeerResult::model gets a copy of the peer's model (a process that writes the model
+// from the peer itself does without the copy: one model size less at the end of a run).
+PeerResult collectResult(PeerCore& peer, bool finished, bool withModel = true);
 
 // Builds summary.json: rounds, wall_seconds, transport, test_accuracy_{mean,min,max},
 // averaged_model_accuracy, consensus_distance_final, bytes_sent_total, bytes_dense_equivalent,

@@ -119,6 +119,11 @@ class ControlChannel {
   virtual Status send(std::uint16_t type, std::span<const std::uint8_t> payload) = 0;
   // Stops heartbeats and closes the connection (the peer sees kClosed). Idempotent; no event here.
   virtual void close() = 0;
+  // A data message from the neighbour arrived: it is alive. On a busy machine its heartbeats may
+  // wait behind bulk data (a 40 MB snapshot, a loop thread that was busy), so what arrives on the
+  // data connection counts as hearing from it too. Loop thread; ignored before the link is handed
+  // out and after it closed.
+  virtual void heardFrom() = 0;
 };
 
 struct Neighbour {

@@ -101,6 +101,20 @@ void ControlLink::startHeartbeats() {
   lastHeard_ = Clock::now();
 }
 
+void ControlLink::heardFrom() {
+  GV_CHECK_LOOP_THREAD(loop_);
+  if (state_ == State::kConnected) noteHeard();
+}
+
+void ControlLink::noteHeard() {
+  lastHeard_ = Clock::now();
+  if (missed_) {
+    missed_ = false;
+    emit(ControlEventKind::kHeartbeatsResumed, 0,
+         "peer " + std::to_string(peer_) + " heartbeats resumed");
+  }
+}
+
 void ControlLink::closeAfterFlush() {
   GV_CHECK_LOOP_THREAD(loop_);
   onHandshake_ = nullptr;
@@ -233,12 +247,7 @@ void ControlLink::onFrame(std::uint16_t type, std::span<const std::uint8_t> body
     ++sealedIn_;
     body = *payload;
   }
-  lastHeard_ = Clock::now();
-  if (missed_) {
-    missed_ = false;
-    emit(ControlEventKind::kHeartbeatsResumed, 0,
-         "peer " + std::to_string(peer_) + " heartbeats resumed");
-  }
+  noteHeard();
   switch (state_) {
     case State::kHandshaking:
       return onHandshakeFrame(type, body);

@@ -110,6 +110,7 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   Status send(std::uint16_t type, std::span<const std::uint8_t> payload) override;
   // Any state -> kClosed at once; reports nothing. Idempotent.
   void close() override { shutdown(); }
+  void heardFrom() override;
 
  private:
   void moveTo(State next);  // forward only; aborts otherwise
@@ -128,6 +129,8 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   void protocolError(Status status, bool tellPeer, const std::string& tell = "");
   void lost(const std::string& why);
   void shutdown();
+  // Something authentic came from the neighbour: silence ends (kHeartbeatsResumed after a miss).
+  void noteHeard();
   void emit(ControlEventKind kind, double silent, std::string message);
   void tick();
 
