@@ -98,7 +98,7 @@ void ControlLink::startHeartbeats() {
   if (state_ != State::kHandshaken) return;  // lost between its handshake and the bootstrap's end
   moveTo(State::kConnected);
   // Silence is judged from now on; the heartbeats themselves run since the handshake (see tick()).
-  lastHeard_ = Clock::now();
+  lastHeard_ = lastVerified_ = Clock::now();
 }
 
 void ControlLink::heardFrom() {
@@ -235,16 +235,26 @@ void ControlLink::readFrame() {
 void ControlLink::onFrame(std::uint16_t type, std::span<const std::uint8_t> body) {
   if (controlKey_) {
     // After a keyed handshake only frames sealed by the neighbour, in order, count (handshake.h).
-    const auto payload =
-        openSealedFrame(*controlKey_, static_cast<std::uint32_t>(peer_), sealedIn_, header_, body);
+    // The next count, or one a few later: a frame of the neighbour's that was altered on the way
+    // is skipped instead of leaving every later one unverifiable (older counts never verify, so
+    // nothing is replayed).
+    std::optional<std::span<const std::uint8_t>> payload;
+    std::uint64_t skipped = 0;
+    for (; skipped < kSealWindow && !payload; ++skipped) {
+      payload = openSealedFrame(*controlKey_, static_cast<std::uint32_t>(peer_),
+                                sealedIn_ + skipped, header_, body);
+    }
     if (!payload) {
+      ++unverifiedSinceHeard_;
       if (droppedFrames_++ % 1000 == 0) {
         log::warn("control connection to peer ", peer_, ": dropped a frame whose seal does not ",
                   "verify (forged, altered or replayed; ", droppedFrames_, " so far)");
       }
       return;
     }
-    ++sealedIn_;
+    sealedIn_ += skipped;  // the frame's count + 1
+    unverifiedSinceHeard_ = 0;
+    lastVerified_ = Clock::now();
     body = *payload;
   }
   noteHeard();
@@ -423,6 +433,14 @@ void ControlLink::tick() {
   const double silent = secondsSince(lastHeard_);
   const double limit = options_.heartbeatIntervalSeconds * options_.missedHeartbeats;
   // Silence counts only once the bootstrap handed the link out (startHeartbeats()).
+  // Frames keep coming but none verifies (more than kSealWindow of the neighbour's were altered,
+  // or a stranger writes into the stream): the link cannot recover, so it is closed and the edge
+  // redialed rather than left open and silent for the rest of the run.
+  if (const double unverified = secondsSince(lastVerified_);
+      state_ == State::kConnected && unverifiedSinceHeard_ > 0 && unverified > limit) {
+    return lost("no control frame verified for " + formatSeconds(unverified) + " (" +
+                std::to_string(unverifiedSinceHeard_) + " refused)");
+  }
   if (state_ == State::kConnected && !missed_ && silent > limit) {
     missed_ = true;
     emit(ControlEventKind::kMissedHeartbeats, silent,

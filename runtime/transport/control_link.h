@@ -173,6 +173,11 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   std::uint64_t sealedOut_ = 0;
   std::uint64_t sealedIn_ = 0;
   std::uint64_t droppedFrames_ = 0;  // frames after the handshake whose seal did not verify
+  // Frames refused since the last one that verified (tick() closes a link that only gets those).
+  std::uint64_t unverifiedSinceHeard_ = 0;
+  Clock::time_point lastVerified_ = Clock::now();  // the last sealed frame that verified
+  // How many counts past the next one a sealed frame may carry (frames lost to alteration).
+  static constexpr std::uint64_t kSealWindow = 8;
 
   // Liveness (kConnected).
   Clock::time_point lastHeard_ = Clock::now();

@@ -55,8 +55,11 @@ std::vector<std::uint8_t> encodeFrame(std::uint16_t type, std::span<const std::u
 // With a key, every control frame after the handshake is sealed (security::seal, MAC only): the
 // payload is followed by a kSealTagBytes tag over the header (length and type) and the payload,
 // under security::controlKey of the edge's session key, with the nonce (sender's rank, the
-// sender's count of sealed frames on this link: 0, 1, ...). A frame that does not verify with the
-// next count (forged, altered, replayed, reordered) is dropped.
+// sender's count of sealed frames on this link: 0, 1, ...). A frame that verifies with neither the
+// next count nor one of the 7 after it (forged, replayed, reordered) is dropped; one that verifies
+// with a later count skips the counts between (the neighbour's frames altered on the way), so one
+// bad frame does not make every later one unverifiable. A link on which frames arrive but none
+// verifies for peers.dead_after is closed, and the edge redialed (ControlLink::tick).
 std::vector<std::uint8_t> encodeSealedFrame(const security::Key& controlKey, std::uint32_t sender,
                                             std::uint64_t sequence, std::uint16_t type,
                                             std::span<const std::uint8_t> payload);

@@ -279,7 +279,7 @@ TEST_CASE("bootstrap with a key: a stranger's hello of another version does not 
 
 TEST_CASE(
     "bootstrap with a key: control frames after the handshake are sealed; forged, plain and "
-    "replayed ones are dropped") {
+    "replayed ones are dropped, and an altered one does not stop the next") {
   const security::Key key = security::randomKey();
   // Rank 1 waits for neighbour 0, which this test plays by hand with the right key.
   BootstrapOptions base = keyed(key);
@@ -344,6 +344,12 @@ TEST_CASE(
     altered[handshake::kFrameHeaderBytes + 4] ^= 1;  // one bit of the payload
     write(altered);
     write(handshake::encodeSealedFrame(control, 0, 1, handshake::kUser, user("two")));
+    // A frame of ours altered on the way (count 2): the next one (count 3) still verifies, so
+    // one bad frame does not cut the link for the rest of the run (issue 41).
+    auto lost = handshake::encodeSealedFrame(control, 0, 2, handshake::kUser, user("three"));
+    lost[handshake::kFrameHeaderBytes + 4] ^= 1;
+    write(lost);
+    write(handshake::encodeSealedFrame(control, 0, 3, handshake::kUser, user("four")));
     // Keep the connection open until rank 1 has taken both.
     c.loop.post([] {});
     while (!clientDone.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -356,13 +362,13 @@ TEST_CASE(
     }
     return out;
   };
-  const bool got = c.loop.runUntil([&] { return texts().size() >= 2; }, std::chrono::seconds(10));
+  const bool got = c.loop.runUntil([&] { return texts().size() >= 3; }, std::chrono::seconds(10));
   // A little longer: nothing else may arrive.
   c.loop.runUntil([] { return false; }, std::chrono::milliseconds(200));
   clientDone = true;
   dialer.join();
   REQUIRE(got);
-  CHECK(texts() == std::vector<std::string>{"one", "two"});
+  CHECK(texts() == std::vector<std::string>{"one", "two", "four"});
   CHECK(heartbeatVerified);
   CHECK(plainHeartbeatRefused);
   REQUIRE(c.results[1].has_value());
