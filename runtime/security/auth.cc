@@ -15,6 +15,8 @@ namespace {
 constexpr std::string_view kProofLabel = "grapevine/v1/handshake-proof";
 constexpr std::string_view kSessionLabel = "grapevine/v1/session-key";
 constexpr std::string_view kControlLabel = "grapevine/v1/control-key";
+constexpr std::string_view kBindLowerLabel = "grapevine/v1/data-binding/lower";
+constexpr std::string_view kBindHigherLabel = "grapevine/v1/data-binding/higher";
 constexpr std::string_view kConfigPartLabel = "grapevine/v1/config-part";
 constexpr std::string_view kHelloLabel = "grapevine/v1/hello-fields";
 
@@ -91,6 +93,17 @@ Key sessionKey(const Key& psk, const Transcript& t) {
 Key controlKey(const Key& session) {
   return keyedHash<kKeyBytes>(
       session, std::vector<std::uint8_t>(kControlLabel.begin(), kControlLabel.end()));
+}
+
+BindingToken dataBindingToken(const Key& session, bool lower) {
+  const std::string_view label = lower ? kBindLowerLabel : kBindHigherLabel;
+  return keyedHash<32>(session, std::vector<std::uint8_t>(label.begin(), label.end()));
+}
+
+bool equalConstantTime(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b) {
+  if (a.size() != b.size()) return false;
+  if (a.empty()) return true;
+  return sodium_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 std::uint64_t configPartHash(const Key& psk, std::string_view name, std::uint64_t hash) {

@@ -66,6 +66,14 @@ Key sessionKey(const Key& psk, const Transcript& transcript);
 // The key that seals the edge's control frames after the handshake (transport/control_link.h),
 // derived from its session key: its nonces never meet those of the data seals.
 Key controlKey(const Key& session);
+// What binds a data connection to the edge's handshake (transport::DataBinding): the token the
+// lower rank (`lower` true) or the higher rank presents in its data hello, derived from the session
+// key with its own label. Only the two ends of that handshake can compute it, and a new handshake
+// (a rejoin, a restarted peer) gives new ones.
+using BindingToken = std::array<std::uint8_t, 32>;
+BindingToken dataBindingToken(const Key& session, bool lower);
+// Constant-time equality of two byte strings (false when the sizes differ).
+bool equalConstantTime(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b);
 // A config part's hash as a hello carries it under a key: keyed BLAKE2b of (a label, the part's
 // name, its plain 64-bit hash), first 8 bytes little-endian. Equal for equal parts under one key,
 // so peers still compare them; a prober without the key learns nothing from them (the plain hashes

@@ -487,7 +487,14 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   // The neighbour of a handshaken link, with a data connection to the address in its hello.
   Result<Neighbour> connectData(ControlLink& l) {
     const int n = l.peer();
-    auto conn = data_.connect(n, l.theirs().address);
+    // With a key the data connection is bound to this handshake: only the neighbour that took
+    // part in it can present its token (a stranger claiming its rank is closed unread).
+    DataBinding binding;
+    if (const auto& key = l.sessionKey()) {
+      binding.lower = security::dataBindingToken(*key, true);
+      binding.higher = security::dataBindingToken(*key, false);
+    }
+    auto conn = data_.connectBound(n, l.theirs().address, binding);
     if (!conn.isOk()) {
       return Status(conn.status().code(), "data connection to neighbour " + std::to_string(n) +
                                               ": " + conn.status().message());

@@ -9,6 +9,7 @@
 // that registered them).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -84,6 +85,14 @@ struct Options {
   std::size_t expectedDialers = 0;
 };
 
+// The tokens each end of an edge presents on its data connection (security::dataBindingToken of
+// the edge's session key): `lower`, the lower rank's, `higher`, the higher rank's. All zero when
+// the run has no key: the connection is then unbound, as before.
+struct DataBinding {
+  std::array<std::uint8_t, 32> lower{};
+  std::array<std::uint8_t, 32> higher{};
+};
+
 // A peer's transport endpoint. Creates connections to peers from their address blobs, which travel
 // over the control connection during bootstrap.
 class Context {
@@ -102,6 +111,17 @@ class Context {
   // kUnavailable when the backend cannot reach it.
   virtual Result<std::shared_ptr<Connection>> connect(
       int peer, std::span<const std::uint8_t> remoteAddress) = 0;
+
+  // connect(), bound to the edge's authenticated handshake: the backend checks, before it sends or
+  // receives anything on a new link, that the other end presents the token of its rank (tcp: in
+  // the data hello; a stranger's connection claiming the rank is closed unread). The default
+  // ignores the binding (inproc; ucx and libfabric, whose endpoint addresses travel sealed in the
+  // handshake, do not check it yet).
+  virtual Result<std::shared_ptr<Connection>> connectBound(
+      int peer, std::span<const std::uint8_t> remoteAddress, const DataBinding& binding) {
+    (void)binding;
+    return connect(peer, remoteAddress);
+  }
 
   // Closes every connection (see Connection::close) and releases backend resources. Idempotent.
   virtual void close() = 0;

@@ -6,6 +6,7 @@
 // the hello the forger gets back carries keyed config hashes and neither the data address nor the
 // build id in clear.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "runtime/common/byte_order.h"
 #include "runtime/transport/handshake.h"
+#include "runtime/transport/tcp/framing.h"
 #include "tests/test_util/pipes.h"
 #include "tests/transport/bootstrap_test_util.h"
 
@@ -373,4 +375,74 @@ TEST_CASE(
   CHECK(plainHeartbeatRefused);
   REQUIRE(c.results[1].has_value());
   CHECK(c.results[1]->isOk());
+}
+
+TEST_CASE(
+    "bootstrap with a key: tcp data connections are bound to the handshake; a stranger claiming "
+    "the dialer's rank gets nothing and takes nothing") {
+  // Issue 41: the tcp data listener took any hello claiming a rank (the newest replacing the
+  // parked one), so a stranger without the key could take over a keyed edge and read its models.
+  const security::Key key = security::randomKey();
+  Cluster c(tcpOptions(), {{1}, {0}}, {standardParts(), standardParts()}, keyed(key));
+  const auto address = c.data[1]->localAddress();
+  const std::string text(address.begin(), address.end());
+  const auto port = static_cast<std::uint16_t>(std::stoi(text.substr(text.rfind(':') + 1)));
+  // Strangers dial rank 1's data port all through the bootstrap, each claiming to be rank 0 with
+  // a token of its own, and keep their sockets open.
+  // Strangers dial rank 1's data port before the bootstrap runs (their hellos are read first) and
+  // all through it, each claiming to be rank 0 with a token of its own, and keep their sockets
+  // open.
+  std::vector<int> strangers;
+  const auto dialStranger = [&] {
+    const int fd = dialRaw(port);
+    if (fd < 0) return;
+    std::uint8_t hello[tcp::kHelloBytes];
+    std::uint8_t token[tcp::kBindingBytes];
+    security::randomBytes(token);
+    tcp::encodeHello(hello, 0, token);
+    test_util::writeAll(fd, hello, sizeof hello);
+    strangers.push_back(fd);
+  };
+  for (int i = 0; i < 20; ++i) dialStranger();
+  std::atomic<bool> stop{false};
+  std::thread flood([&] {
+    while (!stop.load() && strangers.size() < 200) {
+      dialStranger();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const bool done = c.run(10.0);
+  // The edge carries the real peers' messages both ways.
+  REQUIRE(done);
+  REQUIRE(c.results[0]->isOk());
+  REQUIRE(c.results[1]->isOk());
+  auto& at0 = c.results[0]->value().at(0).data;  // rank 0's connection to rank 1
+  auto& at1 = c.results[1]->value().at(0).data;  // rank 1's connection to rank 0
+  const std::vector<std::uint8_t> m01{1, 2, 3, 4}, m10{5, 6, 7};
+  std::vector<std::uint8_t> in1(16), in0(16);  // what rank 1 and rank 0 receive
+  std::size_t got1 = 0, got0 = 0;
+  bool ok1 = false, ok0 = false;
+  at1->recv(9, in1, [&](Status st, std::size_t n) { ok1 = st.isOk(), got1 = n; });
+  at0->recv(9, in0, [&](Status st, std::size_t n) { ok0 = st.isOk(), got0 = n; });
+  at0->send(9, m01, [](Status) {});
+  at1->send(9, m10, [](Status) {});
+  c.loop.runUntil([&] { return ok0 && ok1; }, std::chrono::seconds(10));
+  stop = true;
+  flood.join();
+  CHECK(ok1);
+  CHECK(std::vector<std::uint8_t>(in1.begin(), in1.begin() + got1) == m01);
+  CHECK(ok0);
+  CHECK(std::vector<std::uint8_t>(in0.begin(), in0.begin() + got0) == m10);
+  // Not one byte went to a stranger: its socket was closed unread, or is still parked.
+  std::size_t leaked = 0;
+  for (int fd : strangers) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+    std::uint8_t b[256];
+    for (ssize_t r; (r = ::read(fd, b, sizeof b)) > 0;) leaked += static_cast<std::size_t>(r);
+    ::close(fd);
+  }
+  INFO(strangers.size() << " strangers dialed rank 1's data port " << port);
+  CHECK(!strangers.empty());
+  CHECK(leaked == 0);
 }

@@ -11,7 +11,7 @@
 using namespace grapevine;
 using namespace grapevine::transport::tcp;
 
-TEST_CASE("tcp framing: the hello is magic | version | reserved | rank | reserved") {
+TEST_CASE("tcp framing: the hello is magic | version | reserved | rank | reserved | token") {
   std::uint8_t h[kHelloBytes];
   std::memset(h, 0xEE, sizeof h);
   encodeHello(h, 7);
@@ -23,6 +23,13 @@ TEST_CASE("tcp framing: the hello is magic | version | reserved | rank | reserve
   auto rank = decodeHello(h);
   REQUIRE(rank.isOk());
   CHECK(*rank == 7);
+  // Without a token (an unkeyed run) the binding is zeros; with one, its 32 bytes follow.
+  for (std::uint8_t b : helloToken(h)) CHECK(b == 0);
+  std::uint8_t token[kBindingBytes];
+  for (std::size_t i = 0; i < kBindingBytes; ++i) token[i] = static_cast<std::uint8_t>(i + 1);
+  encodeHello(h, 7, token);
+  CHECK(std::memcmp(helloToken(h).data(), token, kBindingBytes) == 0);
+  CHECK(kHelloBytes == 48);
 }
 
 TEST_CASE("tcp framing: a bad magic or another wire version is refused, naming which") {
@@ -38,7 +45,7 @@ TEST_CASE("tcp framing: a bad magic or another wire version is refused, naming w
   auto version = decodeHello(h);
   REQUIRE_FALSE(version.isOk());
   CHECK(version.status().code() == ErrorCode::kFailedPrecondition);
-  CHECK(version.status().message() == "tcp wire version 9, expected 1");
+  CHECK(version.status().message() == "tcp wire version 9, expected 2");
 }
 
 TEST_CASE("tcp framing: a frame header is tag | length; a length over the limit is refused") {

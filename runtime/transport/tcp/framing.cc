@@ -7,11 +7,12 @@
 
 namespace grapevine::transport::tcp {
 
-void encodeHello(std::uint8_t* p, int rank) {
+void encodeHello(std::uint8_t* p, int rank, const std::uint8_t* token) {
   std::memset(p, 0, kHelloBytes);
   storeLe32(p, kHelloMagic);
   storeLe16(p + 4, kWireVersion);
   storeLe32(p + 8, static_cast<std::uint32_t>(rank));
+  if (token) std::memcpy(p + 16, token, kBindingBytes);
 }
 
 Result<int> decodeHello(const std::uint8_t* p) {

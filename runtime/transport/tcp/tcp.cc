@@ -14,6 +14,7 @@
 
 #include "runtime/common/byte_order.h"
 #include "runtime/common/log.h"
+#include "runtime/security/auth.h"
 #include "runtime/transport/accept_bounds.h"
 #include "runtime/transport/buffer_pool.h"
 #include "runtime/transport/connection_core.h"
@@ -45,7 +46,8 @@ std::chrono::nanoseconds toDuration(double seconds) {
 
 class TcpConnection : public Connection, public std::enable_shared_from_this<TcpConnection> {
  public:
-  TcpConnection(Loop& loop, int selfRank, int peer, const Options& options)
+  TcpConnection(Loop& loop, int selfRank, int peer, const Options& options,
+                const DataBinding& binding)
       : loop_(loop),
         selfRank_(selfRank),
         maxMessageBytes_(options.maxMessageBytes),
@@ -54,8 +56,14 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
         pool_(std::size_t{256} << 20),
         core_(loop, peer, pool_, options.maxMessageBytes),
         socket_(loop.io()),
-        watchdog_(loop.io()) {
-    encodeHello(helloOut_, selfRank_);
+        watchdog_(loop.io()),
+        expectedToken_(selfRank < peer ? binding.higher : binding.lower) {
+    encodeHello(helloOut_, selfRank_, (selfRank < peer ? binding.lower : binding.higher).data());
+  }
+
+  // Whether a dialer's hello (kHelloBytes) carries the token this edge's handshake gave its rank.
+  bool bound(const std::uint8_t* hello) const {
+    return security::equalConstantTime(helloToken(hello), expectedToken_);
   }
 
   ~TcpConnection() override {
@@ -227,7 +235,13 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
             return self->fail(unavailable("expected peer " + std::to_string(self->peer()) +
                                           ", the listener is peer " + std::to_string(*rank)));
           }
+          if (!self->bound(self->helloIn_)) {
+            return self->fail(unavailable("the data listener of peer " +
+                                          std::to_string(self->peer()) +
+                                          " is not bound to our handshake (another token)"));
+          }
           self->becomeUp();
+          self->startWrite();  // what was queued waits for the listener's bound hello
         });
   }
 
@@ -254,7 +268,10 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     }
     std::size_t bytes = 0;
     inFlightFrames_ = 0;
+    // Nothing but our hello before the other end's hello proved its binding (the dialer reads the
+    // listener's; the listener adopted the dialer's socket only after checking it).
     for (SendOp& op : sends_) {
+      if (state_ != State::kUp) break;
       if (inFlightFrames_ > 0 && (bytes >= kGatherBytes || inFlightFrames_ >= kGatherFrames)) break;
       gather_.emplace_back(op.header, kHeaderBytes);
       if (!op.bytes.empty()) gather_.emplace_back(op.bytes.data(), op.bytes.size());
@@ -543,6 +560,9 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   std::uint8_t* frameDest_ = nullptr;
   Buffer frameBuffer_;
   std::optional<ConnectionCore::PostedRecv> frameRecv_;
+
+  // The token the other end's hello must carry (DataBinding).
+  const std::array<std::uint8_t, kBindingBytes> expectedToken_;
 };
 
 // The listener and the table of connections, shared with the accept handlers so that a context
@@ -624,6 +644,7 @@ struct Listener : std::enable_shared_from_this<Listener> {
           auto it = self->connections.find(*rank);
           if (it != self->connections.end()) {
             if (auto conn = it->second.lock(); conn && conn->awaitingAccept()) {
+              if (!conn->bound(pending->hello)) return self->refuseUnbound(*rank, pending);
               conn->adopt(std::move(pending->socket));
               return;
             }
@@ -632,32 +653,76 @@ struct Listener : std::enable_shared_from_this<Listener> {
         });
   }
 
-  // Holds an identified socket until connect() for its rank, for at most ioTimeout; a newer one
-  // for the same rank replaces it, and beyond kMaxPendingAccepts the oldest is closed.
+  // A hello claiming `rank` without the token of the edge's handshake: closed before anything is
+  // read from the socket or written to it, counted, and logged at most once a second.
+  void refuseUnbound(int rank, const std::shared_ptr<PendingSocket>& pending) {
+    pending->close();
+    ++refusedUnbound;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - lastRefusalLog >= std::chrono::seconds(1)) {
+      lastRefusalLog = now;
+      log::warn("tcp: closed a data connection claiming to be peer ", rank,
+                " without the token of its handshake (", refusedUnbound, " so far)");
+    }
+  }
+
+  // Holds an identified socket until connect() for its rank, for at most ioTimeout: at most
+  // kParkedPerRank per rank (a stranger claiming the rank cannot push out the real dialer's by
+  // dialing once more; beyond that the oldest of the rank is closed) and kMaxPendingAccepts in
+  // all (the oldest closed). connect() adopts the one bound to its handshake and closes the rest.
   void park(int rank, const std::shared_ptr<PendingSocket>& pending) {
     pending->id = ++parkedCount;
-    if (auto old = parked.find(rank); old != parked.end()) {
-      old->second->close();
-      parked.erase(old);
-    }
-    if (parked.size() >= kMaxPendingAccepts) {
-      auto oldest = std::min_element(
-          parked.begin(), parked.end(),
-          [](const auto& a, const auto& b) { return a.second->id < b.second->id; });
+    auto oldestWhere = [this](auto pred) {
+      auto best = parked.end();
+      for (auto it = parked.begin(); it != parked.end(); ++it) {
+        if (pred(*it) && (best == parked.end() || it->second->id < best->second->id)) best = it;
+      }
+      return best;
+    };
+    const auto ofRank = static_cast<std::size_t>(std::count_if(
+        parked.begin(), parked.end(), [rank](const auto& p) { return p.first == rank; }));
+    if (ofRank >= kParkedPerRank) {
+      auto oldest = oldestWhere([rank](const auto& p) { return p.first == rank; });
       oldest->second->close();
       parked.erase(oldest);
     }
-    parked.emplace(rank, pending);
+    if (parked.size() >= kMaxPendingAccepts) {
+      auto oldest = oldestWhere([](const auto&) { return true; });
+      oldest->second->close();
+      parked.erase(oldest);
+    }
+    parked.emplace_back(rank, pending);
     pending->deadline.expires_after(toDuration(options.ioTimeoutSeconds));
-    pending->deadline.async_wait([weak = weak_from_this(), rank,
-                                  pending](boost::system::error_code ec) {
+    pending->deadline.async_wait([weak = weak_from_this(), pending](boost::system::error_code ec) {
       auto self = weak.lock();
       if (ec || !self) return;
-      if (auto it = self->parked.find(rank); it != self->parked.end() && it->second == pending) {
+      auto it = std::find_if(self->parked.begin(), self->parked.end(),
+                             [&](const auto& p) { return p.second == pending; });
+      if (it != self->parked.end()) {
         pending->close();
         self->parked.erase(it);
       }
     });
+  }
+
+  // The parked socket of `rank` bound to `conn`'s handshake (null when none); every other parked
+  // socket of the rank is closed (a stranger's, or a dial of an older handshake).
+  std::shared_ptr<PendingSocket> takeParked(int rank, const TcpConnection& conn) {
+    std::shared_ptr<PendingSocket> found;
+    for (auto it = parked.begin(); it != parked.end();) {
+      if (it->first != rank) {
+        ++it;
+        continue;
+      }
+      if (!found && conn.bound(it->second->hello)) {
+        found = it->second;
+        found->deadline.cancel();
+      } else {
+        refuseUnbound(rank, it->second);
+      }
+      it = parked.erase(it);
+    }
+    return found;
   }
 
   void close() {
@@ -685,9 +750,12 @@ struct Listener : std::enable_shared_from_this<Listener> {
   bool closed = false;
   std::unordered_map<int, std::weak_ptr<TcpConnection>> connections;
   PendingAccepts<PendingSocket> unidentified;  // accepted, hello not read yet
-  // Accepted, hello read, connect() not yet called.
-  std::unordered_map<int, std::shared_ptr<PendingSocket>> parked;
+  // Accepted, hello read, connect() not yet called: (claimed rank, socket).
+  static constexpr std::size_t kParkedPerRank = 4;
+  std::vector<std::pair<int, std::shared_ptr<PendingSocket>>> parked;
   std::uint64_t parkedCount = 0;
+  std::uint64_t refusedUnbound = 0;  // hellos without the handshake's token (refuseUnbound)
+  std::chrono::steady_clock::time_point lastRefusalLog{};
 };
 
 class TcpContext : public Context {
@@ -706,6 +774,12 @@ class TcpContext : public Context {
 
   Result<std::shared_ptr<Connection>> connect(
       int peer, std::span<const std::uint8_t> remoteAddress) override {
+    return connectBound(peer, remoteAddress, DataBinding{});
+  }
+
+  Result<std::shared_ptr<Connection>> connectBound(int peer,
+                                                   std::span<const std::uint8_t> remoteAddress,
+                                                   const DataBinding& binding) override {
     Listener& l = *listener_;
     GV_CHECK_LOOP_THREAD(l.loop);
     if (l.closed) return cancelled("tcp context is closed");
@@ -718,14 +792,11 @@ class TcpContext : public Context {
     if (auto it = l.connections.find(peer); it != l.connections.end()) {
       if (auto old = it->second.lock()) old->close();
     }
-    auto conn = std::make_shared<TcpConnection>(l.loop, l.options.rank, peer, l.options);
+    auto conn = std::make_shared<TcpConnection>(l.loop, l.options.rank, peer, l.options, binding);
     l.connections[peer] = conn;
     if (l.options.rank < peer) {
       conn->dial(endpoint);
-    } else if (auto it = l.parked.find(peer); it != l.parked.end()) {
-      auto parked = std::move(it->second);
-      l.parked.erase(it);
-      parked->deadline.cancel();
+    } else if (auto parked = l.takeParked(peer, *conn)) {
       conn->adopt(std::move(parked->socket));
     } else {
       conn->awaitAccept();

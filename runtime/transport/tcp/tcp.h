@@ -1,10 +1,14 @@
 // The TCP backend on Boost.Asio, run by the engine Loop's io_context (no thread of its own).
 //
-// Wire format (little-endian): each side first sends a 16-byte hello
-//   u32 magic "GVTD" | u16 version | u16 reserved | u32 sender rank | u32 reserved
+// Wire format (little-endian): each side first sends a 48-byte hello
+//   u32 magic "GVTD" | u16 version (2) | u16 reserved | u32 sender rank | u32 reserved | 32-byte
+//   token
 // then frames: u64 tag | u64 length | length bytes. The lower rank dials the higher rank's data
 // listener; the higher rank accepts and identifies the dialer by its hello. Both sides check the
-// hello.
+// hello, and its token against the DataBinding of Context::connectBound (with a key, derived from
+// the edge's handshake): the listener closes a dialer's socket with another token unread and
+// unanswered; the dialer sends nothing but its hello until the listener's hello carried the right
+// token.
 //
 // Receive path: a 256 KiB pooled staging buffer takes small frames in one read; the body of a large
 // frame is read straight into the posted receive buffer (or into a pooled buffer when no receive is
