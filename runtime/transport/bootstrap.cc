@@ -444,6 +444,17 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       unreachable_[link.peer()] = std::move(status);
       return;
     }
+    if (!status.isOk() && link.authenticationFailed() && options_->onRejoin) {
+      // Whoever answers at the neighbour's address cannot prove the key: that neighbour is absent
+      // (anyone who can occupy one address must not end the run). The bootstrap goes on without
+      // it at the deadline and redials it afterwards; the real neighbour joins when it answers.
+      log::warn("bootstrap: ", status.message(), "; neighbour ", link.peer(),
+                " is treated as absent (the run goes on without it, and it joins when it "
+                "authenticates)");
+      ++authFailures_[link.peer()];
+      unreachable_[link.peer()] = std::move(status);
+      return;
+    }
     if (!status.isOk()) return finish(std::move(status));
     if (++ready_ < links_.size()) {
       // This peer rejoins a running training (the neighbour is training already): waiting for
@@ -518,7 +529,10 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     const int n = link.peer();
     auto self = link.shared_from_this();
     if (auto it = links_.find(n); it != links_.end() && it->second.get() == &link) links_.erase(it);
-    if (!status.isOk()) return dropRejoin(n, std::move(status));
+    if (!status.isOk()) {
+      if (link.authenticationFailed()) noteAuthFailure(n, status);
+      return dropRejoin(n, std::move(status));
+    }
     auto neighbour = connectData(link);
     if (!neighbour.isOk()) {
       link.close();
@@ -546,6 +560,18 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       if (ec || !self || !self->rejoining_ || !self->redialing_.count(n)) return;
       self->dialAgain(n);
     });
+  }
+
+  // A redial whose other end did not prove the key: logged at the first and then once a minute
+  // (a redial every half second would flood the log), with the count.
+  void noteAuthFailure(int n, const Status& why) {
+    const auto now = Clock::now();
+    const std::uint64_t count = ++authFailures_[n];
+    auto& last = authFailureLogged_[n];
+    if (count > 1 && now - last < std::chrono::seconds(60)) return;
+    last = now;
+    log::warn("bootstrap: ", why.message(), "; neighbour ", n, " stays absent (", count,
+              " failed authentications so far)");
   }
 
   void dialAgain(int n) {
@@ -697,7 +723,10 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   std::map<int, std::shared_ptr<ControlLink>> links_;
   std::size_t ready_ = 0;
   bool finished_ = false;
-  bool expired_ = false;     // expire(): the deadline was declared passed early
+  bool expired_ = false;  // expire(): the deadline was declared passed early
+  // Handshakes with a neighbour's address that failed authentication, and when one was logged.
+  std::map<int, std::uint64_t> authFailures_;
+  std::map<int, Clock::time_point> authFailureLogged_;
   bool runningNow_ = false;  // a neighbour's hello said the run goes on (onHandshake)
   // After a successful bootstrap with onRejoin: accepting rejoins, and the neighbours we redial.
   bool rejoining_ = false;

@@ -312,6 +312,7 @@ void ControlLink::onHandshakeFrame(std::uint16_t type, std::span<const std::uint
   if (st.isOk() && authenticating) {
     if (!theirs->nonce) {
       // Nothing is compared or echoed before the other end proved the key.
+      authFailed_ = true;
       return protocolError(
           failedPrecondition("authentication failed with neighbour " + std::to_string(peer_) +
                              " at " + formatEndpoint(endpoint_) +
@@ -340,6 +341,7 @@ void ControlLink::onProof(std::span<const std::uint8_t> proof) {
   const security::Key& psk = *options_.psk;
   const security::Transcript t = transcriptOf(*ours_, oursEncoded_, *unverified_, unverifiedBytes_);
   if (!security::verifyHandshakeProof(psk, t, t.acceptor, proof)) {
+    authFailed_ = true;
     return protocolError(
         failedPrecondition("authentication failed with neighbour " + std::to_string(peer_) +
                            " at " + formatEndpoint(endpoint_) +

@@ -90,6 +90,9 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   State state() const { return state_; }
   bool awaitingDialer() const { return state_ == State::kIdle; }
   bool dialing() const { return state_ == State::kDialing; }
+  // The handshake failed because the other end did not prove the key (another key, none, or not a
+  // peer of this run): for the bootstrap an absent neighbour, not a fatal error.
+  bool authenticationFailed() const { return authFailed_; }
   // True once their hello agreed with ours; stays true after a close.
   bool handshakeDone() const { return theirs_.has_value(); }
   // Their hello; only when handshakeDone().
@@ -181,7 +184,8 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
 
   // Liveness (kConnected).
   Clock::time_point lastHeard_ = Clock::now();
-  bool missed_ = false;  // kMissedHeartbeats raised, kHeartbeatsResumed not yet
+  bool authFailed_ = false;  // authenticationFailed()
+  bool missed_ = false;      // kMissedHeartbeats raised, kHeartbeatsResumed not yet
 };
 
 }  // namespace grapevine::transport

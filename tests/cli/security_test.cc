@@ -113,6 +113,52 @@ TEST_CASE("a peer with the wrong key fails with an authentication error; the oth
   }
 }
 
+TEST_CASE("a member with another key is an absent neighbour: the others train on without it",
+          "[security]") {
+  // Issue 41: in a 4-ring where rank 3 held another key, ranks 0 and 2 (which dial it) exited with
+  // "authentication failed with neighbour 3", and rank 1 then failed too: anyone who could occupy
+  // one peer's address ended the run.
+  const std::string dir = grapevine::test_util::freshDir("security_test_one_wrong_key");
+  const std::string good = keygen(dir + "/good.key");
+  const std::string bad = keygen(dir + "/bad.key");
+  const int port = grapevine::test_util::freeBasePort(8);
+  std::ofstream(dir + "/ring.yaml") << "run: { rounds: 30 }\n"
+                                       "peers: { count: 4, base_port: "
+                                    << port
+                                    << ", connect_timeout: 3 }\n"
+                                       "topology: { kind: ring }\n"
+                                       "transport: { backend: tcp }\n"
+                                       "workload: { name: consensus, dim: 64 }\n"
+                                       "algorithm: { name: dsgd }\n"
+                                       "security: { key_file: good.key }\n";
+  std::string cmd;
+  for (int r = 0; r < 4; ++r) {
+    const std::string rr = std::to_string(r);
+    cmd += "(" + grapevineBin() + " peer " + dir + "/ring.yaml --rank " + rr + " --out " + dir +
+           "/out" + (r == 3 ? " --set security.key_file=" + bad : std::string()) +
+           " > /dev/null 2> " + dir + "/r" + rr + ".err; echo $? > " + dir + "/r" + rr + ".rc) & ";
+  }
+  cmd += "wait";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  for (int r : {0, 1, 2}) {
+    const std::string e = readFile(dir + "/r" + std::to_string(r) + ".err");
+    INFO("rank " << r << ": " << e);
+    CHECK(readFile(dir + "/r" + std::to_string(r) + ".rc") == "0\n");
+    const auto final =
+        nlohmann::json::parse(readFile(dir + "/out/peer-" + std::to_string(r) + ".final.json"));
+    CHECK(final.at("finished") == true);
+    CHECK(final.at("rounds") == 30);
+    if (r != 1) {  // the two that dial rank 3
+      CHECK(e.find("authentication failed with neighbour 3") != std::string::npos);
+      CHECK(e.find("neighbour 3 is treated as absent") != std::string::npos);
+    }
+  }
+  // Rank 3 reaches no neighbour it can authenticate: it alone fails.
+  const std::string e3 = readFile(dir + "/r3.err");
+  INFO("rank 3: " << e3);
+  CHECK(readFile(dir + "/r3.rc") != "0\n");
+}
+
 TEST_CASE("a keyed run, MAC-only and encrypted, over tcp and ucx gives the same models",
           "[security][slow]") {
   const std::string dir = grapevine::test_util::freshDir("security_test_same_models");
