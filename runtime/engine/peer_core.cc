@@ -259,6 +259,10 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
     }
   }
   degreeAtRound_ = static_cast<std::uint32_t>(liveDegree());
+  if (lostNeighbours() > 0) {
+    if (degreeAtRound_ == 0) ++counters_.roundsIsolated;
+    if (2 * degreeAtRound_ < neighbours_.size()) ++counters_.roundsBelowHalfDegree;
+  }
   checkRound_ = options_.checkEvery > 0 && round > 0 && round % options_.checkEvery == 0 &&
                 algorithm_->publicCopyHash() != 0;
 

@@ -116,6 +116,10 @@ struct PeerCounters {
   std::uint64_t revivedNeighbours = 0;  // dead neighbours taken back (revive())
   std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (rejoin())
   std::uint64_t roundsSkipped = 0;       // rounds this peer skipped to catch up (skipTo())
+  // Rounds begun with neighbours lost (not finished): with none of them live (isolated: training
+  // alone), or with fewer than half of its neighbours live.
+  std::uint64_t roundsIsolated = 0;
+  std::uint64_t roundsBelowHalfDegree = 0;
   std::int64_t stateFrom = -1;  // adoptFirstSnapshot(): the neighbour whose public copy it took
 };
 
@@ -343,6 +347,8 @@ class PeerCore {
   double lastLoss() const { return lastLoss_; }
   double lastLr() const { return lastLr_; }
   std::size_t maxWireBytes() const { return wireCapacity_; }
+  // Neighbours lost (dropped before they finished their rounds) and not back.
+  int lostNeighbours() const { return static_cast<int>(neighbours_.size()) - unlostDegree(); }
   // The largest round message on the wire (envelope, the algorithm's largest message, a seal):
   // what a receive buffer needs to keep resident for the regular traffic.
   std::size_t roundWireBytes() const;

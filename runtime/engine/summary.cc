@@ -28,6 +28,9 @@ PeerResult collectResult(PeerCore& peer, bool finished, bool withModel) {
   r.revivedNeighbours = c.revivedNeighbours;
   r.rejoinedNeighbours = c.rejoinedNeighbours;
   r.roundsSkipped = c.roundsSkipped;
+  r.roundsIsolated = c.roundsIsolated;
+  r.roundsBelowHalfDegree = c.roundsBelowHalfDegree;
+  r.neighboursLost = static_cast<std::uint64_t>(peer.lostNeighbours());
   for (const auto& [reason, n] : c.dropped) r.droppedFrames += n;
   r.replicaMismatches = c.replicaMismatches;
   r.resyncs = c.resyncs;
@@ -60,6 +63,9 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
                       {"revived_neighbours", r.revivedNeighbours},
                       {"rejoined_neighbours", r.rejoinedNeighbours},
                       {"rounds_skipped", r.roundsSkipped},
+                      {"rounds_isolated", r.roundsIsolated},
+                      {"rounds_below_half_degree", r.roundsBelowHalfDegree},
+                      {"neighbours_lost", r.neighboursLost},
                       {"dropped_frames", r.droppedFrames},
                       {"replica_mismatches", r.replicaMismatches},
                       {"resyncs", r.resyncs},
@@ -99,6 +105,9 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.revivedNeighbours = j.value("revived_neighbours", std::uint64_t{0});  // absent from older files
   r.rejoinedNeighbours = j.value("rejoined_neighbours", std::uint64_t{0});
   r.roundsSkipped = j.value("rounds_skipped", std::uint64_t{0});
+  r.roundsIsolated = j.value("rounds_isolated", std::uint64_t{0});  // absent from older files
+  r.roundsBelowHalfDegree = j.value("rounds_below_half_degree", std::uint64_t{0});
+  r.neighboursLost = j.value("neighbours_lost", std::uint64_t{0});
   r.droppedFrames = j.at("dropped_frames").get<std::uint64_t>();
   r.replicaMismatches = j.at("replica_mismatches").get<std::uint64_t>();
   r.resyncs = j.at("resyncs").get<std::uint64_t>();
@@ -138,6 +147,9 @@ nlohmann::json peerRow(const PeerResult& p) {
                         {"revived_neighbours", p.revivedNeighbours},
                         {"rejoined_neighbours", p.rejoinedNeighbours},
                         {"rounds_skipped", p.roundsSkipped},
+                        {"rounds_isolated", p.roundsIsolated},
+                        {"rounds_below_half_degree", p.roundsBelowHalfDegree},
+                        {"neighbours_lost", p.neighboursLost},
                         {"dropped_frames", p.droppedFrames},
                         {"replica_mismatches", p.replicaMismatches},
                         {"resyncs", p.resyncs},
@@ -148,6 +160,26 @@ nlohmann::json peerRow(const PeerResult& p) {
     row["compressor_quality"] = p.compressorQuality;
   }
   return row;
+}
+
+// Why a peer's run was degraded ("" when it was not): rounds trained alone or below half its
+// degree because neighbours were lost, and neighbours lost for good.
+std::string degradedReason(const PeerResult& p) {
+  std::string why;
+  auto add = [&why](const std::string& part) { why += (why.empty() ? "" : ", ") + part; };
+  // A diverged run says so on its own ("diverged"); any other peer that did not run all its rounds
+  // failed, was killed or was stopped.
+  if (!p.finished && !p.divergence) add("did not finish its rounds");
+  if (p.roundsIsolated > 0)
+    add("isolated (training alone) for " + std::to_string(p.roundsIsolated) + " rounds");
+  if (p.roundsBelowHalfDegree > p.roundsIsolated) {
+    add("below half its neighbours for " + std::to_string(p.roundsBelowHalfDegree) + " rounds");
+  }
+  if (p.neighboursLost > 0) {
+    add(std::to_string(p.neighboursLost) + (p.neighboursLost == 1 ? " neighbour" : " neighbours") +
+        " lost and not back at the end");
+  }
+  return why;
 }
 
 // The mean of the finished peers' final models (`done`, not empty), its accuracy, and how far the
@@ -281,6 +313,14 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
 
   if (!done.empty()) addAveragedModel(plan, done, s);
   s["per_peer"] = rows;
+  nlohmann::json degraded = nlohmann::json::array();
+  for (const auto& p : peers) {
+    if (const std::string why = degradedReason(p); !why.empty()) {
+      degraded.push_back({{"rank", p.rank}, {"reason", why}});
+    }
+  }
+  s["degraded"] = !degraded.empty();
+  s["degraded_peers"] = degraded;
   return s;
 }
 
@@ -364,6 +404,14 @@ std::string summaryTable(const nlohmann::json& s) {
     std::snprintf(line, sizeof line, "%-28s  %s (the largest peer process)\n", "peak memory",
                   mb(rss).c_str());
     out += line;
+  }
+  if (s.value("degraded", false)) {
+    std::string list;
+    for (const auto& d : s.value("degraded_peers", nlohmann::json::array())) {
+      list += std::string(list.empty() ? "" : "; ") + "peer " +
+              std::to_string(d.value("rank", -1)) + ": " + d.value("reason", std::string());
+    }
+    out += "DEGRADED                      " + list + "\n";
   }
   if (s.value("diverged", false))
     out += "DIVERGED                      " + s.value("diverged_message", std::string()) + "\n";

@@ -29,6 +29,11 @@ struct PeerResult {
   std::uint64_t revivedNeighbours = 0;   // dead neighbours that came back (PeerCore::revive)
   std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (PeerCore::rejoin)
   std::uint64_t roundsSkipped = 0;       // rounds skipped to catch up with the neighbours
+  // How healthy its rounds were (PeerCounters): rounds trained alone or below half its degree
+  // because neighbours were lost, and the neighbours lost and never back at the end.
+  std::uint64_t roundsIsolated = 0;
+  std::uint64_t roundsBelowHalfDegree = 0;
+  std::uint64_t neighboursLost = 0;
   std::uint64_t droppedFrames = 0;
   std::uint64_t replicaMismatches = 0;
   std::uint64_t resyncs = 0;

@@ -34,6 +34,7 @@ struct Options {
   int mtu = 9000;        // --emulate-mtu
   bool resume = false;   // every peer gets --resume
   int maxRestarts = 0;   // --max-restarts
+  bool strict = false;   // --strict: a degraded run exits with its own status (summary "degraded")
   RestartScope restartScope = RestartScope::kPeer;
   // The exit status of a peer whose training diverged (the CLI's exit code for it): such a peer
   // is neither restarted nor reported as failed; the summary says it once for the run.

@@ -9,7 +9,8 @@
 namespace grapevine::launch {
 
 Status writeSummary(const Options& options, const Plan& plan, const Supervisor& supervisor,
-                    const FaultExecutor& faults, std::unique_ptr<netemu::Network>& network) {
+                    const FaultExecutor& faults, std::unique_ptr<netemu::Network>& network,
+                    bool* degraded) {
   const double wall = supervisor.elapsedSeconds();
   const nlohmann::json faultLog = faults.json();  // before the network stops: it reads counters
   const nlohmann::json emulated = stopEmulatedNetwork(network);
@@ -33,6 +34,7 @@ Status writeSummary(const Options& options, const Plan& plan, const Supervisor& 
   if (summary.value("diverged", false)) {
     std::cerr << "error: " << summary.value("diverged_message", std::string()) << "\n";
   }
+  if (degraded) *degraded = summary.value("degraded", false);
   return Status::ok();
 }
 

@@ -17,8 +17,11 @@ namespace grapevine::launch {
 // launch's own fields: "launched_peers", "failed_peers", "restarts" (with --max-restarts),
 // "faults" (with faults.events) and "network_emulation" (with an emulated network). Writes it
 // atomically and prints the summary table, and the divergence message on stderr when the run
-// diverged. Not ok when the run plan cannot be rebuilt or the file cannot be written.
+// diverged. Not ok when the run plan cannot be rebuilt or the file cannot be written. `degraded`
+// (optional) is set to the summary's "degraded": a peer trained alone or below half its degree,
+// lost neighbours for good, or left no results.
 Status writeSummary(const Options& options, const Plan& plan, const Supervisor& supervisor,
-                    const FaultExecutor& faults, std::unique_ptr<netemu::Network>& network);
+                    const FaultExecutor& faults, std::unique_ptr<netemu::Network>& network,
+                    bool* degraded = nullptr);
 
 }  // namespace grapevine::launch

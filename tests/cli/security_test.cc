@@ -157,6 +157,23 @@ TEST_CASE("a member with another key is an absent neighbour: the others train on
   const std::string e3 = readFile(dir + "/r3.err");
   INFO("rank 3: " << e3);
   CHECK(readFile(dir + "/r3.rc") != "0\n");
+  // The run went on, but not as configured: the summary says so, and --strict makes it an error.
+  for (int r : {0, 1, 2}) {
+    const auto final =
+        nlohmann::json::parse(readFile(dir + "/out/peer-" + std::to_string(r) + ".final.json"));
+    CHECK(final.at("neighbours_lost") == (r == 1 ? 0 : 1));
+    CHECK(final.at("rounds_isolated") == 0);
+  }
+  const std::string summarize = grapevineBin() + " summarize " + dir + "/ring.yaml " + dir + "/out";
+  CHECK(std::system((summarize + " > " + dir + "/sum.out 2>&1").c_str()) == 0);
+  const auto summary = nlohmann::json::parse(readFile(dir + "/out/summary.json"));
+  INFO(summary.dump());
+  CHECK(summary.at("degraded") == true);
+  std::vector<int> degraded;
+  for (const auto& d : summary.at("degraded_peers")) degraded.push_back(d.at("rank"));
+  CHECK(degraded == std::vector<int>{0, 2, 3});
+  CHECK(readFile(dir + "/sum.out").find("DEGRADED") != std::string::npos);
+  CHECK(grapevine::test_util::runQuiet(summarize + " --strict") == 4);
 }
 
 TEST_CASE("a keyed run, MAC-only and encrypted, over tcp and ucx gives the same models",

@@ -183,6 +183,37 @@ TEST_CASE("grapevine sim writes the executed faults to summary.json", "[faults]"
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("a run in which peers lost neighbours is degraded, and says which and why", "[faults]") {
+  // Issue 41: a peer that trained alone must not make a run look like a success. Peers 2 and 4 of
+  // the 8-ring are killed at round 60: peer 3 trains rounds 60-119 alone, its other neighbours (1
+  // and 5) lose one of two; the calm run is not degraded.
+  const auto r = simulate(ring8(R"(
+faults:
+  - { kind: kill, peer: 2, at_round: 60 }
+  - { kind: kill, peer: 4, at_round: 60 }
+)"),
+                          2);
+  const auto& s = r.summary;
+  INFO(s.dump(2));
+  CHECK(r.peers[3].roundsIsolated == 60);
+  CHECK(r.peers[3].roundsBelowHalfDegree == 60);
+  CHECK(r.peers[3].neighboursLost == 2);
+  CHECK(r.peers[1].roundsIsolated == 0);
+  CHECK(r.peers[1].neighboursLost == 1);
+  CHECK(r.peers[0].neighboursLost == 0);
+  CHECK(s["degraded"] == true);
+  std::map<int, std::string> why;
+  for (const auto& d : s["degraded_peers"]) why[d["rank"].get<int>()] = d["reason"];
+  CHECK(why.size() == 5);  // 1, 3, 5 lost neighbours; 2 and 4 did not finish
+  CHECK(why[3] ==
+        "isolated (training alone) for 60 rounds, 2 neighbours lost and not back at the end");
+  CHECK(why[1] == "1 neighbour lost and not back at the end");
+  CHECK(why[2] == "did not finish its rounds");
+  const auto calm = simulate(ring8(""), 2);
+  CHECK(calm.summary["degraded"] == false);
+  CHECK(calm.summary["degraded_peers"].empty());
+}
+
 TEST_CASE("a corrupting peer is quarantined by its neighbours in the simulator", "[faults]") {
   // faults: kind corrupt: peer 3's messages are damaged after their checksum from round 20 on;
   // peers 2 and 4 refuse them (crc) and quarantine it after 16 rounds in a row, as PeerCore does

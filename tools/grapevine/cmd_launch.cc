@@ -145,9 +145,16 @@ int runLaunch(const LaunchArgs& a) {
   launch::FaultExecutor faults(plan->config.faults.events, supervisor, network.get());
   if (Status st = supervisor.start(command); !st.isOk()) return fail(st);
   if (Status st = supervisor.watch([&] { faults.poll(); }); !st.isOk()) return fail(st);
-  if (Status st = launch::writeSummary(options, *plan, supervisor, faults, network); !st.isOk())
+  bool degraded = false;
+  if (Status st = launch::writeSummary(options, *plan, supervisor, faults, network, &degraded);
+      !st.isOk())
     return fail(st);
-  return exitCode(supervisor.report());
+  const int code = exitCode(supervisor.report());
+  if (code == kExitOk && degraded && options.strict) {
+    std::cerr << "grapevine launch: the run was degraded (--strict): see DEGRADED above\n";
+    return kExitDegraded;
+  }
+  return code;
 }
 
 }  // namespace
@@ -180,6 +187,11 @@ Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::stri
                   "When a peer is killed by a signal, start it again with --resume (it rejoins "
                   "the running training), up to N restarts in all (docs/faults.md)")
       ->check(CLI::NonNegativeNumber);
+  app->add_flag(
+      "--strict", args->options.strict,
+      "Exit with status 4 when the run was degraded: a peer trained alone or with fewer "
+      "than half its neighbours, lost neighbours for good, or left no results (summary.json "
+      "\"degraded\", \"degraded_peers\")");
   app->add_option("--restart-scope", args->restartScope,
                   "What --max-restarts restarts: peer (the crashed peer, which rejoins; default) "
                   "or run (stop every peer and restart all from the newest common checkpoint: "

@@ -18,6 +18,7 @@ struct SummarizeArgs {
   std::string path;
   std::string dir;
   std::vector<std::string> overrides;
+  bool strict = false;  // --strict: exit kExitDegraded when the run was degraded
 };
 
 // The "time" of the last record in DIR/peer-<rank>.jsonl (0 when there is none).
@@ -63,6 +64,10 @@ int runSummarize(const SummarizeArgs& a) {
     std::cerr << "error: " << summary.value("diverged_message", std::string()) << "\n";
     return kExitDiverged;
   }
+  if (a.strict && summary.value("degraded", false)) {
+    std::cerr << "grapevine summarize: the run was degraded (--strict): see DEGRADED above\n";
+    return kExitDegraded;
+  }
   return kExitOk;
 }
 
@@ -75,6 +80,8 @@ Command registerSummarize(CLI::App& root) {
   app->add_option("config", args->path, "YAML config file of the run")->required();
   app->add_option("dir", args->dir, "The run's output folder (the peers' --out)")->required();
   app->add_option("--set", args->overrides, "Override a key, as the peers were given (repeatable)");
+  app->add_flag("--strict", args->strict,
+                "Exit with status 4 when the run was degraded (summary.json \"degraded\")");
   return {app, [args] { return runSummarize(*args); }};
 }
 

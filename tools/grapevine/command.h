@@ -17,6 +17,7 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitDiverged = 3;
+inline constexpr int kExitDegraded = 4;  // launch --strict: the run was degraded (summary.json)
 
 struct Command {
   CLI::App* app = nullptr;   // the subcommand, owned by the root app
