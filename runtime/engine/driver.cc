@@ -35,6 +35,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr transport::Tag kDataTag = 1;
 constexpr int kRecvBuffersPerNeighbour = 3;
+// How often the loop thread looks at the bytes arriving per neighbour, and how recent the last
+// bytes must be for a round to keep waiting for that neighbour past algorithm.round_timeout.
+constexpr auto kArrivalSample = std::chrono::milliseconds(200);
+constexpr auto kArrivalWindow = std::chrono::milliseconds(1000);
 // Control message (ControlChannel::send's type): CheckpointKnowledge updates, each within a control
 // frame (with room for the frame's own bytes).
 constexpr std::uint16_t kCheckpointRoundsMessage = 1;
@@ -65,6 +69,9 @@ struct InboxItem {
   // them, so that the buffers of connections replaced by a rejoin are freed once the last of their
   // receives completed and the last message in them was applied.
   std::shared_ptr<std::vector<LazyBuffer>> buffers = nullptr;
+  // kDead: raised by the control connection closing (the data connection may still deliver the
+  // neighbour's last messages: a finished peer's close overtakes its data on a slow link).
+  bool controlClosed = false;
 };
 
 double since(Clock::time_point t) {
@@ -201,6 +208,11 @@ class PeerSession::Impl {
   // After the training thread took the rejoin: receives on the new data connection, into fresh
   // buffers (a cancelled receive of the old connection may still be finishing with the old ones).
   void startReceiving(int j, std::uint64_t gen);
+  // Every kArrivalSample: notes which neighbours' data connections read bytes since the last
+  // sample (arrivingAt_). Loop thread; reschedules itself until shutdown.
+  void sampleArrivals();
+  // Neighbours of `missing` whose bytes arrived within the last kArrivalWindow.
+  std::vector<int> stillArriving(const std::vector<int>& missing);
   // kRecvBuffersPerNeighbour fresh receive buffers of maxWireBytes() each (nothing touched yet).
   std::shared_ptr<std::vector<LazyBuffer>> newReceiveBuffers() const;
   // Bootstrap completion: keeps the connections and posts the first receives.
@@ -262,12 +274,19 @@ class PeerSession::Impl {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<InboxItem> inbox_;  // guarded by mu_
-  int pendingSends_ = 0;         // guarded by mu_
+  std::deque<InboxItem> inbox_;            // guarded by mu_
+  std::vector<InboxItem> deferredDeaths_;  // training thread (drainInbox)
+  int pendingSends_ = 0;                   // guarded by mu_
   // Per neighbour: sends not completed yet, and since when the count has been above zero.
   std::map<int, int> pendingTo_;                   // guarded by mu_
   std::map<int, Clock::time_point> pendingSince_;  // guarded by mu_
-  std::int64_t skippedThisRound_ = 0;              // rounds skipped to reach this one (catching up)
+  // Per neighbour: when bytes last arrived on its data connection (sampled on the loop thread by
+  // sampleArrivals(); guarded by mu_), and the count seen then (loop thread). A round waits past
+  // algorithm.round_timeout for a neighbour whose message is still arriving.
+  std::map<int, Clock::time_point> arrivingAt_;
+  std::map<int, std::uint64_t> arrivedSeen_;
+  std::shared_ptr<transport::Loop::TimerHandle> arrivalTimer_;  // loop thread
+  std::int64_t skippedThisRound_ = 0;  // rounds skipped to reach this one (catching up)
 
   // Training thread.
   RoundsOutcome outcome_;
@@ -283,6 +302,8 @@ class PeerSession::Impl {
   // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
   // the neighbours' messages, and mixing them in.
   double stepSeconds_ = 0.0, waitSeconds_ = 0.0, mixSeconds_ = 0.0;
+  // Rounds that waited past algorithm.round_timeout for a message still arriving (final.json).
+  std::uint64_t roundsWaitedPastTimeout_ = 0;
   // monitoring.prometheus_port (null when 0), and the test evaluation of the latest record (NaN:
   // none since the last update) for it.
   std::unique_ptr<PeerMetrics> prometheus_;
@@ -347,6 +368,35 @@ void PeerSession::Impl::onRejoin(transport::Neighbour n) {
   item.theirRound = n.runningRound;
   neighbours_[j] = std::move(n);
   push(std::move(item));
+}
+
+void PeerSession::Impl::sampleArrivals() {
+  const auto now = Clock::now();
+  std::vector<int> grew;
+  for (auto& [j, n] : neighbours_) {
+    if (!n.data) continue;
+    const std::uint64_t a = n.data->bytesArrived();
+    if (a != arrivedSeen_[j]) {
+      arrivedSeen_[j] = a;
+      grew.push_back(j);
+    }
+  }
+  if (!grew.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int j : grew) arrivingAt_[j] = now;
+  }
+  arrivalTimer_ = loop_.after(kArrivalSample, [this] { sampleArrivals(); });
+}
+
+std::vector<int> PeerSession::Impl::stillArriving(const std::vector<int>& missing) {
+  const auto now = Clock::now();
+  std::vector<int> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int j : missing) {
+    auto it = arrivingAt_.find(j);
+    if (it != arrivingAt_.end() && now - it->second <= kArrivalWindow) out.push_back(j);
+  }
+  return out;
 }
 
 std::shared_ptr<std::vector<LazyBuffer>> PeerSession::Impl::newReceiveBuffers() const {
@@ -519,6 +569,13 @@ bool PeerSession::Impl::drainInbox() {
     std::lock_guard<std::mutex> lock(mu_);
     items.swap(inbox_);
   }
+  // Deaths held back while the neighbour's data was still arriving, first, once it stopped.
+  for (auto it = deferredDeaths_.rbegin(); it != deferredDeaths_.rend(); ++it) {
+    if (!stillArriving({it->peer}).empty()) continue;
+    items.push_front(std::move(*it));
+    it->peer = -1;  // taken
+  }
+  std::erase_if(deferredDeaths_, [](const InboxItem& d) { return d.peer < 0; });
   for (auto& item : items) {
     if (item.kind == InboxItem::kRejoin) {
       act(membership_.reconnected(
@@ -528,6 +585,12 @@ bool PeerSession::Impl::drainInbox() {
     // Of connections replaced since (a rejoin).
     if (!membership_.current(item.peer, item.gen)) continue;
     if (item.kind == InboxItem::kDead) {
+      // The control connection closed while the data connection still delivers: the neighbour
+      // finished (or failed) with messages in flight; they are taken first.
+      if (item.controlClosed && !stillArriving({item.peer}).empty()) {
+        deferredDeaths_.push_back(std::move(item));
+        continue;
+      }
       act(membership_.connectionFailed(item.peer), item.why);
       continue;
     }
@@ -701,7 +764,9 @@ Status PeerSession::Impl::boot() {
     // Events of a control connection replaced by a rejoin are the old one's.
     auto it = neighbours_.find(ev.peer);
     if (it != neighbours_.end() && it->second.control.get() != ev.channel) return;
-    push({kind, ev.peer, -1, 0, ev.message, loopGen_[ev.peer], 0, std::nullopt});
+    InboxItem item{kind, ev.peer, -1, 0, ev.message, loopGen_[ev.peer], 0, std::nullopt};
+    item.controlClosed = kind == InboxItem::kDead;
+    push(std::move(item));
   };
   bo.onRejoin = [this](transport::Neighbour n) { onRejoin(std::move(n)); };
   bo.completeAlone = options_.resume;
@@ -777,6 +842,7 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
     buffers_[j] = newReceiveBuffers();
     for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) postRecv(j, b, 0);
   }
+  sampleArrivals();
 }
 
 double PeerSession::Impl::seconds() const { return since(roundsStart_); }
@@ -981,6 +1047,7 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       core_->mixDelay() == 0) {
     core_->precomputeGradient();
   }
+  bool waitedPast = false;
   for (;;) {
     drainInbox();
     if (!collective && core_->divergence()) break;  // a neighbour's notice
@@ -989,9 +1056,24 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
     // (edges are in order). Typically after a pause, with the neighbours rounds ahead.
     if (!collective && core_->onlyLostMessagesMissing()) break;
     if (stopRequested()) break;
-    if (Clock::now() >= deadline) break;
+    if (Clock::now() >= deadline) {
+      // A slow link is slow, not dead: past the deadline the round still waits for neighbours
+      // whose message is arriving (bytes within kArrivalWindow), for as long as they keep coming.
+      if (collective) break;
+      const std::vector<int> arriving = stillArriving(core_->missingThisRound());
+      if (arriving.empty()) break;
+      if (!waitedPast) {
+        waitedPast = true;
+        ++roundsWaitedPastTimeout_;
+        std::string list;
+        for (int j : arriving) list += " " + std::to_string(j);
+        log::debug("round ", core_->round(), ": waiting past round_timeout for messages still ",
+                   "arriving from:", list);
+      }
+    }
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(250)),
+    const auto wakeAt = Clock::now() + std::chrono::milliseconds(250);
+    cv_.wait_until(lock, Clock::now() >= deadline ? wakeAt : std::min(deadline, wakeAt),
                    [this] { return !inbox_.empty() || stopRequested(); });
   }
   waitSeconds_ += since(waitStart);
@@ -1189,6 +1271,7 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", core_->model()));
   auto j = peerResultToJson(result);
   j["wall_seconds"] = seconds();
+  j["rounds_waited_past_timeout"] = roundsWaitedPastTimeout_;
   if (averaged_) j["averaged"] = true;
   if (averageSeconds_ >= 0) j["average_seconds"] = averageSeconds_;
   if (core_->counters().collectiveBytes > 0)
@@ -1218,6 +1301,7 @@ void PeerSession::Impl::shutdown() {
   // loop first could drop the close unrun.
   std::promise<void> closed;
   loop_.post([&] {
+    if (arrivalTimer_) loop_.cancel(arrivalTimer_);
     if (bootstrap_) bootstrap_->close();
     for (auto& [j, n] : neighbours_) closeNeighbour(j, loopGen_[j]);
     if (context_) context_->close();

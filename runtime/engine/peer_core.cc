@@ -591,6 +591,19 @@ bool PeerCore::sendsTo(int j) const {
   return false;
 }
 
+std::vector<int> PeerCore::missingThisRound() const {
+  std::vector<int> out;
+  for (int j : expected_) {
+    const auto it = edges_.find(j);
+    if (dead_.count(j) || it == edges_.end()) continue;
+    const Edge& e = it->second;
+    const bool waiting = options_.mixDelay > 0 ? e.appliedThrough < e.needRound
+                                               : !e.arrived && !e.heard && !catchingUp(e);
+    if (waiting) out.push_back(j);
+  }
+  return out;
+}
+
 bool PeerCore::roundComplete() const {
   if (options_.mixDelay > 0) {
     for (int j : expected_) {

@@ -206,6 +206,8 @@ class PeerCore {
   std::size_t heldMessages() const;
   const std::vector<int>& expectedFrom() const { return expected_; }
   bool roundComplete() const;
+  // The live neighbours whose message of this round roundComplete() still waits for.
+  std::vector<int> missingThisRound() const;
   // PeerCoreOptions::mixDelay (0: none).
   int mixDelay() const { return options_.mixDelay; }
   std::int64_t catchUpLag() const { return options_.catchUpLag; }

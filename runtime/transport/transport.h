@@ -62,6 +62,11 @@ class Connection {
   // The first error seen on this connection (it sticks), or ok. A failed peer makes every pending
   // and later operation complete with kUnavailable.
   virtual Status error() const = 0;
+
+  // Bytes read from the wire so far on this connection, whole messages or not (0 where the backend
+  // does not count them): a message still arriving shows as a growing count, which tells a slow
+  // link from a dead one before the message is complete.
+  virtual std::uint64_t bytesArrived() const { return 0; }
 };
 
 // The defaults of the keys a config sets are the config's (transport.*, peers.host), so a test

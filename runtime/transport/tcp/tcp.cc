@@ -112,6 +112,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
 
   bool awaitingAccept() const { return state_ == State::kAwaitingAccept && !core_.failed(); }
 
+  std::uint64_t bytesArrived() const override { return bytesArrived_; }
+
   void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) override {
     GV_CHECK_LOOP_THREAD(loop_);
     if (core_.failed()) return core_.completeSend(std::move(cb), core_.error());
@@ -488,6 +490,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     if (ec) return onSocketError(ec, "reading from");
     drained_ = n < asked;
     stagingEnd_ += n;
+    bytesArrived_ += n;
     readFrames();
   }
 
@@ -514,6 +517,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
           self->readProgress_ = Clock::now();
           self->drained_ = false;  // limited by the frame, not by the socket: more may be waiting
           self->frameReceived_ += n;
+          self->bytesArrived_ += n;
           if (self->frameReceived_ < self->frameSize_) return self->readBodyChunk();
           self->reading_ = false;
           self->finishFrame();
@@ -544,6 +548,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   Clock::time_point writeProgress_{};
 
   // Reading.
+  std::uint64_t bytesArrived_ = 0;  // frames' bytes read from the socket (bytesArrived())
   std::uint8_t helloIn_[kHelloBytes];
   Buffer staging_;
   std::size_t stagingBegin_ = 0;
