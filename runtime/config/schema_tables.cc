@@ -168,7 +168,9 @@ std::vector<KeyDef> algorithmKeys() {
           1e9, "Rounds between replica-hash checks with neighbours (0: never)"),
       doubleKey(
           "algorithm.round_timeout", [](Config & c) -> auto& { return c.algorithm.roundTimeout; },
-          0.001, 3600, "Seconds to wait for a neighbour's frames before treating it as suspect"),
+          0.001, 3600,
+          "Seconds to wait for a neighbour's frames before treating it as suspect (a message whose "
+          "bytes are still arriving is waited for; tcp)"),
   };
 }
 
