@@ -881,3 +881,64 @@ TEST_CASE("a fault schedule's corrupt under launch: the neighbours quarantine th
   CHECK(std::set<int>(lost.begin(), lost.end()) == std::set<int>{1, 3});
   WARN("peer 2 recorded " << lost.size() << " losses of its neighbours after the quarantine");
 }
+
+TEST_CASE("rejoins free what the old edge held: the survivor's memory does not grow with them",
+          "[supervision]") {
+  // Issue 41: every rejoin leaked about 6 copies of the model (the receive buffers of the replaced
+  // connection were kept until the process ended, among others). Rank 1 of a 2-peer run is killed
+  // again and again (the launcher restarts it, it rejoins); rank 0's resident memory after rejoin
+  // 20 is within one model copy of its memory after rejoin 4.
+  const std::string dir = freshDir("lifecycle_rejoin_memory");
+  const int port = freeBasePort(4);
+  const std::string config = dir + "/two.yaml";
+  constexpr double kModelBytes = 1'000'000 * 4.0;
+  std::ofstream(config) << "run: { name: rejoins, seed: 1, rounds: 1000000 }\n"
+                           "peers: { count: 2, host: 127.0.0.1, base_port: "
+                        << port
+                        << " }\n"
+                           "topology: { kind: ring }\n"
+                           "transport: { backend: tcp }\n"
+                           "algorithm: { name: choco, consensus_step: 0.2 }\n"
+                           "compression: { method: top-k, ratio: 0.01 }\n"
+                           "workload: { name: consensus, dim: 1000000 }\n"
+                           "checkpoint: { every: 20, keep: 2 }\n"
+                           "output: { log_every: 10 }\n";
+  const std::string out = dir + "/out";
+  auto launcher =
+      spawnLogged({kBin, "launch", config, "--out", out, "--quiet", "--max-restarts", "100"},
+                  dir + "/launch.log");
+  REQUIRE(launcher.isOk());
+  const auto peerPid = [&](int rank) { return peerOf(launcher->pid(), rank); };
+  const auto rejoins = [&] { return recordedRanks(out + "/peer-0.jsonl", "rejoined").size(); };
+  const auto rss = [&] {
+    const std::string status = readFile("/proc/" + std::to_string(peerPid(0)) + "/status");
+    const auto at = status.find("VmRSS:");
+    return at == std::string::npos ? 0.0 : std::stod(status.substr(at + 6)) * 1024.0;
+  };
+  REQUIRE(waitFor([&] { return !recordRounds(out + "/peer-0.jsonl").empty() && peerPid(1) > 0; },
+                  std::chrono::seconds(120)));
+  double warm = 0, last = 0;
+  for (std::size_t k = 1; k <= 20; ++k) {
+    const pid_t victim = peerPid(1);
+    REQUIRE(victim > 0);
+    REQUIRE(kill(victim, SIGKILL) == 0);
+    INFO("rejoin " << k << "; " << readFile(dir + "/launch.log"));
+    REQUIRE(waitFor([&] { return rejoins() >= k; }, std::chrono::seconds(120)));
+    // A few rounds after the rejoin (its resyncs done), with the restarted peer running.
+    const auto at = recordRounds(out + "/peer-0.jsonl").back();
+    REQUIRE(waitFor(
+        [&] {
+          const auto rounds = recordRounds(out + "/peer-0.jsonl");
+          return rounds.back() >= at + 30 && peerPid(1) > 0;
+        },
+        std::chrono::seconds(120)));
+    last = rss();
+    if (k == 4) warm = last;
+  }
+  kill(launcher->pid(), SIGINT);
+  finishLaunch(*launcher);
+  WARN("rank 0 resident memory after rejoin 4: " << warm / 1e6 << " MB, after rejoin 20: "
+                                                 << last / 1e6 << " MB");
+  CHECK(warm > 0);
+  CHECK(last - warm < kModelBytes);
+}
