@@ -38,7 +38,7 @@ constexpr int kRecvBuffersPerNeighbour = 3;
 // How often the loop thread looks at the bytes arriving per neighbour, and how recent the last
 // bytes must be for a round to keep waiting for that neighbour past algorithm.round_timeout.
 constexpr auto kArrivalSample = std::chrono::milliseconds(200);
-constexpr auto kArrivalWindow = std::chrono::milliseconds(1000);
+constexpr auto kArrivalWindow = std::chrono::milliseconds(500);
 // Control message (ControlChannel::send's type): CheckpointKnowledge updates, each within a control
 // frame (with room for the frame's own bytes).
 constexpr std::uint16_t kCheckpointRoundsMessage = 1;
@@ -211,8 +211,10 @@ class PeerSession::Impl {
   // Every kArrivalSample: notes which neighbours' data connections read bytes since the last
   // sample (arrivingAt_). Loop thread; reschedules itself until shutdown.
   void sampleArrivals();
-  // Neighbours of `missing` whose bytes arrived within the last kArrivalWindow.
-  std::vector<int> stillArriving(const std::vector<int>& missing);
+  // Neighbours of `missing` whose bytes arrived within the last kArrivalWindow and after `since`
+  // (a round's wait: bytes of an earlier message do not count).
+  std::vector<int> stillArriving(const std::vector<int>& missing,
+                                 Clock::time_point since = Clock::time_point::min());
   // kRecvBuffersPerNeighbour fresh receive buffers of maxWireBytes() each (nothing touched yet).
   std::shared_ptr<std::vector<LazyBuffer>> newReceiveBuffers() const;
   // Bootstrap completion: keeps the connections and posts the first receives.
@@ -388,13 +390,15 @@ void PeerSession::Impl::sampleArrivals() {
   arrivalTimer_ = loop_.after(kArrivalSample, [this] { sampleArrivals(); });
 }
 
-std::vector<int> PeerSession::Impl::stillArriving(const std::vector<int>& missing) {
+std::vector<int> PeerSession::Impl::stillArriving(const std::vector<int>& missing,
+                                                  Clock::time_point since) {
   const auto now = Clock::now();
   std::vector<int> out;
   std::lock_guard<std::mutex> lock(mu_);
   for (int j : missing) {
     auto it = arrivingAt_.find(j);
-    if (it != arrivingAt_.end() && now - it->second <= kArrivalWindow) out.push_back(j);
+    if (it != arrivingAt_.end() && it->second > since && now - it->second <= kArrivalWindow)
+      out.push_back(j);
   }
   return out;
 }
@@ -1060,7 +1064,8 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       // A slow link is slow, not dead: past the deadline the round still waits for neighbours
       // whose message is arriving (bytes within kArrivalWindow), for as long as they keep coming.
       if (collective) break;
-      const std::vector<int> arriving = stillArriving(core_->missingThisRound());
+      // Bytes since the wait began: a stopped (paused) neighbour's earlier bytes do not count.
+      const std::vector<int> arriving = stillArriving(core_->missingThisRound(), waitStart);
       if (arriving.empty()) break;
       if (!waitedPast) {
         waitedPast = true;

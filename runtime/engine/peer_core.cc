@@ -200,17 +200,8 @@ int PeerCore::unlostDegree() const {
 
 bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() == 0; }
 
-Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
-  round_ = round;
-  for (auto& [j, e] : edges_) e.arrived = e.heard = false;
-  if (options_.deltaLimit && options_.maxDeltaRatio > 0) {
-    // What this round's messages may change (security.max_delta_ratio), relative to the model.
-    const double scale = std::max(1.0, double(kernels::cpuOps().maxAbs(x_.data(), x_.size())));
-    options_.deltaLimit->value =
-        static_cast<float>(std::min(options_.maxDeltaRatio * scale, 3.0e38));
-  }
-
-  // Local optimizer step(s): x <- x - lr * u.
+// Local optimizer step(s): x <- x - lr * u, from the precomputed gradient first (overlap).
+void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
   std::copy(x_.begin(), x_.end(), xBefore_.begin());
   lastLr_ = optimizer_->lr(round);
   stepped_ = input.localSteps;
@@ -232,12 +223,11 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   }
   gradientReady_ = false;
   lastLoss_ = stepped_ ? loss / options_.localSteps : input.loss;
-  if (divergence_ || !checkHealth(lastLoss_, false)) {
-    sendTo_.clear();  // nothing goes out: the driver abandons the round
-    expected_.clear();
-    return Status::ok();
-  }
+}
 
+// Who this round's message goes to and whose messages it waits for (live neighbours only), the
+// live degree it reports, and the health counters (rounds isolated or below half the degree).
+void PeerCore::planRecipients(std::int64_t round) {
   const topology::PeerPlan plan = schedule_.plan(options_.rank, round);
   sendTo_ = liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.sendTo);
   expected_ = liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.recvFrom);
@@ -263,6 +253,26 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
     if (degreeAtRound_ == 0) ++counters_.roundsIsolated;
     if (2 * degreeAtRound_ < neighbours_.size()) ++counters_.roundsBelowHalfDegree;
   }
+}
+
+Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
+  round_ = round;
+  for (auto& [j, e] : edges_) e.arrived = e.heard = false;
+  if (options_.deltaLimit && options_.maxDeltaRatio > 0) {
+    // What this round's messages may change (security.max_delta_ratio), relative to the model.
+    const double scale = std::max(1.0, double(kernels::cpuOps().maxAbs(x_.data(), x_.size())));
+    options_.deltaLimit->value =
+        static_cast<float>(std::min(options_.maxDeltaRatio * scale, 3.0e38));
+  }
+
+  takeLocalSteps(round, input);
+  if (divergence_ || !checkHealth(lastLoss_, false)) {
+    sendTo_.clear();  // nothing goes out: the driver abandons the round
+    expected_.clear();
+    return Status::ok();
+  }
+
+  planRecipients(round);
   checkRound_ = options_.checkEvery > 0 && round > 0 && round % options_.checkEvery == 0 &&
                 algorithm_->publicCopyHash() != 0;
 
@@ -321,7 +331,7 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
       std::vector<std::uint8_t> buf = std::move(e.ahead.front());
       e.ahead.pop_front();
       apply(j, e, *env, buf);
-      e.spare.push_back(std::move(buf));
+      recycle(e, std::move(buf));
     }
   }
   return Status::ok();
@@ -675,7 +685,7 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
   // Leftovers of earlier collectives (a neighbour that was late) are stale now.
   for (auto& [j, e] : edges_) {
     while (!e.collectives.empty() && e.collectives.front().first < index) {
-      e.spare.push_back(std::move(e.collectives.front().second));
+      recycle(e, std::move(e.collectives.front().second));
       e.collectives.pop_front();
     }
   }
@@ -729,7 +739,7 @@ void PeerCore::endCollective() {
       if (!collectives_.combine(payload, env->liveDegree)) drop("bad_collective");
     }
     ++counters_.messagesApplied;
-    e.spare.push_back(std::move(buf));
+    recycle(e, std::move(buf));
   }
   collectives_.endCombine();
 }
@@ -911,7 +921,7 @@ bool PeerCore::rejoin(int j, std::uint32_t incarnation, const std::optional<secu
   e.key = key;
   e.encrypt = encrypt;
   while (!e.ahead.empty()) {
-    e.spare.push_back(std::move(e.ahead.front()));
+    recycle(e, std::move(e.ahead.front()));
     e.ahead.pop_front();
   }
   e.collectives.clear();
@@ -1030,6 +1040,13 @@ void PeerCore::markDead(int j, bool lost) {
     pendingDrops_.push_back(j);
   else
     algorithm_->dropNeighbour(j);
+}
+
+void PeerCore::recycle(Edge& e, std::vector<std::uint8_t> buf) const {
+  // A buffer that held a snapshot or a collective is freed, not kept: reused for round messages
+  // it would hold a model's worth of memory per edge for the rest of the run.
+  if (buf.capacity() > roundWireBytes()) return;
+  e.spare.push_back(std::move(buf));
 }
 
 std::size_t PeerCore::roundWireBytes() const {

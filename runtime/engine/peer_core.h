@@ -356,6 +356,10 @@ class PeerCore {
   std::size_t roundWireBytes() const;
 
  private:
+  // beginRound's parts: the local optimizer steps, and the round's recipients and senders.
+  void takeLocalSteps(std::int64_t round, const RoundInput& input);
+  void planRecipients(std::int64_t round);
+
   struct Edge {
     std::uint64_t nextSeqIn = 0;
     std::uint64_t nextSeqOut = 0;
@@ -394,6 +398,9 @@ class PeerCore {
     // said it is that far (newestRound).
     bool catchingUp = false;
   };
+  // Gives a held message's buffer back to the edge's spares (or frees it when it is larger than a
+  // round message).
+  void recycle(Edge& e, std::vector<std::uint8_t> buf) const;
   bool catchingUp(const Edge& e) const {
     return e.catchingUp && e.newestRound < round_ - options_.catchUpLag;
   }

@@ -126,6 +126,18 @@ void printSummary(const config::Config& c, std::ostream& os) {
   os << "  output       " << c.output.dir << "\n";
 }
 
+// A fault schedule counts rounds (grapevine sim) or seconds (grapevine launch), never both
+// (checks.cc): which command runs it, so that a schedule validate accepts is not a surprise later.
+void printFaults(const config::Config& c, std::ostream& os) {
+  const auto& events = c.faults.events;
+  if (events.empty()) return;
+  os << "  faults       " << events.size() << (events.size() == 1 ? " event" : " events")
+     << (events.front().byRound()
+             ? " by round (at_round): run by grapevine sim; grapevine launch needs at_seconds"
+             : " by wall time (at_seconds): run by grapevine launch; grapevine sim needs at_round")
+     << "\n";
+}
+
 int runValidate(const ValidateArgs& args) {
   config::LoadOptions options;
   options.overrides = args.overrides;
@@ -139,6 +151,7 @@ int runValidate(const ValidateArgs& args) {
   }
   std::cout << args.path << ": ok\n";
   printSummary(r.config, std::cout);
+  printFaults(r.config, std::cout);
   return kExitOk;
 }
 
