@@ -573,13 +573,19 @@ bool PeerSession::Impl::drainInbox() {
     std::lock_guard<std::mutex> lock(mu_);
     items.swap(inbox_);
   }
-  // Deaths held back while the neighbour's data was still arriving, first, once it stopped.
-  for (auto it = deferredDeaths_.rbegin(); it != deferredDeaths_.rend(); ++it) {
-    if (!stillArriving({it->peer}).empty()) continue;
-    items.push_front(std::move(*it));
-    it->peer = -1;  // taken
+  // Deaths held back while the neighbour's data was still arriving go first, once it stopped.
+  std::vector<InboxItem> held;
+  std::deque<InboxItem> due;
+  for (auto& d : deferredDeaths_) {
+    if (stillArriving({d.peer}).empty()) {
+      due.push_back(std::move(d));
+    } else {
+      held.push_back(std::move(d));
+    }
   }
-  std::erase_if(deferredDeaths_, [](const InboxItem& d) { return d.peer < 0; });
+  deferredDeaths_ = std::move(held);
+  items.insert(items.begin(), std::make_move_iterator(due.begin()),
+               std::make_move_iterator(due.end()));
   for (auto& item : items) {
     if (item.kind == InboxItem::kRejoin) {
       act(membership_.reconnected(

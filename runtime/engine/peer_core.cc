@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -601,34 +602,24 @@ bool PeerCore::sendsTo(int j) const {
   return false;
 }
 
+bool PeerCore::waitingFor(int j) const {
+  const auto it = edges_.find(j);
+  if (dead_.count(j) || it == edges_.end()) return false;
+  const Edge& e = it->second;
+  // Overlapped push-sum waits for the latest round it mixes; every other round for this one's.
+  if (options_.mixDelay > 0) return e.appliedThrough < e.needRound;
+  return !e.arrived && !e.heard && !catchingUp(e);
+}
+
 std::vector<int> PeerCore::missingThisRound() const {
   std::vector<int> out;
-  for (int j : expected_) {
-    const auto it = edges_.find(j);
-    if (dead_.count(j) || it == edges_.end()) continue;
-    const Edge& e = it->second;
-    const bool waiting = options_.mixDelay > 0 ? e.appliedThrough < e.needRound
-                                               : !e.arrived && !e.heard && !catchingUp(e);
-    if (waiting) out.push_back(j);
-  }
+  std::copy_if(expected_.begin(), expected_.end(), std::back_inserter(out),
+               [this](int j) { return waitingFor(j); });
   return out;
 }
 
 bool PeerCore::roundComplete() const {
-  if (options_.mixDelay > 0) {
-    for (int j : expected_) {
-      const Edge& e = edges_.at(j);
-      if (!dead_.count(j) && e.appliedThrough < e.needRound) return false;
-    }
-    return true;
-  }
-  for (int j : expected_) {
-    const auto it = edges_.find(j);
-    if (!dead_.count(j) && it != edges_.end() && !it->second.arrived && !it->second.heard &&
-        !catchingUp(it->second))
-      return false;
-  }
-  return true;
+  return std::none_of(expected_.begin(), expected_.end(), [this](int j) { return waitingFor(j); });
 }
 
 void PeerCore::precomputeGradient() {

@@ -401,6 +401,9 @@ class PeerCore {
   // Gives a held message's buffer back to the edge's spares (or frees it when it is larger than a
   // round message).
   void recycle(Edge& e, std::vector<std::uint8_t> buf) const;
+  // Whether this round still waits for expected neighbour j's message (roundComplete(),
+  // missingThisRound()).
+  bool waitingFor(int j) const;
   bool catchingUp(const Edge& e) const {
     return e.catchingUp && e.newestRound < round_ - options_.catchUpLag;
   }

@@ -133,31 +133,18 @@ nlohmann::json num(double v) {
   return v;
 }
 
-// One peer's entry of per_peer.
+// One peer's entry of per_peer: its final.json fields (peerResultToJson, so that a counter added
+// there shows here too) less the ones the summary leaves out, and without the step and quality it
+// never measured.
 nlohmann::json peerRow(const PeerResult& p) {
-  nlohmann::json row = {{"rank", p.rank},
-                        {"finished", p.finished},
-                        {"rounds", p.rounds},
-                        {"test_accuracy", num(p.testAccuracy)},
-                        {"test_loss", num(p.testLoss)},
-                        {"bytes_sent", p.bytesSent},
-                        {"bytes_received", p.bytesReceived},
-                        {"suspect_rounds", p.suspectRounds},
-                        {"dead_neighbours", p.deadNeighbours},
-                        {"revived_neighbours", p.revivedNeighbours},
-                        {"rejoined_neighbours", p.rejoinedNeighbours},
-                        {"rounds_skipped", p.roundsSkipped},
-                        {"rounds_isolated", p.roundsIsolated},
-                        {"rounds_below_half_degree", p.roundsBelowHalfDegree},
-                        {"neighbours_lost", p.neighboursLost},
-                        {"dropped_frames", p.droppedFrames},
-                        {"replica_mismatches", p.replicaMismatches},
-                        {"resyncs", p.resyncs},
-                        {"diverged", p.divergence.has_value()}};
-  if (p.peakRssBytes > 0) row["peak_rss_bytes"] = p.peakRssBytes;
-  if (std::isfinite(p.consensusStep)) row["consensus_step"] = p.consensusStep;
-  if (std::isfinite(p.compressorQuality)) {
-    row["compressor_quality"] = p.compressorQuality;
+  nlohmann::json row = peerResultToJson(p);
+  for (const char* key :
+       {"train_loss", "bytes_dense_equivalent", "model_size", "diverged_round", "diverged_peer",
+        "diverged_reason", "diverged_loss", "diverged_model_norm"}) {
+    row.erase(key);
+  }
+  for (const char* key : {"consensus_step", "compressor_quality"}) {
+    if (row[key].is_null()) row.erase(key);
   }
   return row;
 }

@@ -448,10 +448,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       // Whoever answers at the neighbour's address cannot prove the key: that neighbour is absent
       // (anyone who can occupy one address must not end the run). The bootstrap goes on without
       // it at the deadline and redials it afterwards; the real neighbour joins when it answers.
-      log::warn("bootstrap: ", status.message(), "; neighbour ", link.peer(),
-                " is treated as absent (the run goes on without it, and it joins when it "
-                "authenticates)");
-      ++authFailures_[link.peer()];
+      noteAuthFailure(link.peer(), status);
       unreachable_[link.peer()] = std::move(status);
       return;
     }
@@ -562,16 +559,19 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     });
   }
 
-  // A redial whose other end did not prove the key: logged at the first and then once a minute
-  // (a redial every half second would flood the log), with the count.
+  // A handshake (the bootstrap's, or a redial's) whose other end did not prove the key: counted,
+  // and logged at the first and then once a minute (a redial every half second would flood the
+  // log).
   void noteAuthFailure(int n, const Status& why) {
     const auto now = Clock::now();
     const std::uint64_t count = ++authFailures_[n];
     auto& last = authFailureLogged_[n];
     if (count > 1 && now - last < std::chrono::seconds(60)) return;
     last = now;
-    log::warn("bootstrap: ", why.message(), "; neighbour ", n, " stays absent (", count,
-              " failed authentications so far)");
+    log::warn("bootstrap: ", why.message(), "; neighbour ", n,
+              " is treated as absent: the run goes on without it, and it joins when it "
+              "authenticates (",
+              count, count == 1 ? " failed authentication" : " failed authentications", ")");
   }
 
   void dialAgain(int n) {

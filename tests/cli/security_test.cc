@@ -36,6 +36,22 @@ int runCapturingStderr(const std::string& cmd, const std::string& errPath) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+// Starts every peer of DIR/`config` (`count` of them) at once by hand, with output in DIR/out,
+// rank `odd` holding the key `otherKey` instead; waits for all. Rank r's stderr goes to
+// DIR/r<r>.err and its exit status to DIR/r<r>.rc.
+void runPeersOneOtherKey(const std::string& dir, const std::string& config, int count, int odd,
+                         const std::string& otherKey) {
+  std::string cmd;
+  for (int r = 0; r < count; ++r) {
+    const std::string rr = std::to_string(r);
+    cmd += "(" + grapevineBin() + " peer " + dir + "/" + config + " --rank " + rr + " --out " +
+           dir + "/out" + (r == odd ? " --set security.key_file=" + otherKey : std::string()) +
+           " > /dev/null 2> " + dir + "/r" + rr + ".err; echo $? > " + dir + "/r" + rr + ".rc) & ";
+  }
+  cmd += "wait";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("keygen writes mode 0600; validate refuses an open key file and warns without a key",
@@ -89,15 +105,7 @@ TEST_CASE("a peer with the wrong key fails with an authentication error; the oth
                                        "security: { key_file: good.key }\n";
   // Both peer processes at once; rank 0 (it dials rank 1, retrying until rank 1 listens) holds the
   // other key. Each ends on its own: rank 0 at the proof check, rank 1 at connect_timeout.
-  std::string cmd;
-  for (int r = 0; r < 2; ++r) {
-    const std::string rr = std::to_string(r);
-    cmd += "(" + grapevineBin() + " peer " + dir + "/pair.yaml --rank " + rr + " --out " + dir +
-           "/out" + (r == 0 ? " --set security.key_file=" + bad : std::string()) +
-           " > /dev/null 2> " + dir + "/r" + rr + ".err; echo $? > " + dir + "/r" + rr + ".rc) & ";
-  }
-  cmd += "wait";
-  REQUIRE(std::system(cmd.c_str()) == 0);
+  runPeersOneOtherKey(dir, "pair.yaml", 2, 0, bad);
   const std::string e0 = readFile(dir + "/r0.err");
   INFO("rank 0: " << e0);
   CHECK(readFile(dir + "/r0.rc") != "0\n");
@@ -131,15 +139,7 @@ TEST_CASE("a member with another key is an absent neighbour: the others train on
                                        "workload: { name: consensus, dim: 64 }\n"
                                        "algorithm: { name: dsgd }\n"
                                        "security: { key_file: good.key }\n";
-  std::string cmd;
-  for (int r = 0; r < 4; ++r) {
-    const std::string rr = std::to_string(r);
-    cmd += "(" + grapevineBin() + " peer " + dir + "/ring.yaml --rank " + rr + " --out " + dir +
-           "/out" + (r == 3 ? " --set security.key_file=" + bad : std::string()) +
-           " > /dev/null 2> " + dir + "/r" + rr + ".err; echo $? > " + dir + "/r" + rr + ".rc) & ";
-  }
-  cmd += "wait";
-  REQUIRE(std::system(cmd.c_str()) == 0);
+  runPeersOneOtherKey(dir, "ring.yaml", 4, 3, bad);
   for (int r : {0, 1, 2}) {
     const std::string e = readFile(dir + "/r" + std::to_string(r) + ".err");
     INFO("rank " << r << ": " << e);
