@@ -25,7 +25,7 @@ own storage back, holding the final values.
 
 import torch
 
-from . import InvalidArgumentError, Peer
+from . import FailedPreconditionError, GrapevineError, InvalidArgumentError, Peer
 
 __all__ = ["DecentralizedOptimizer"]
 
@@ -119,6 +119,7 @@ class DecentralizedOptimizer:
                 view = torch.from_numpy(self.peer.bind(name))
                 p.data = view.view(p.shape)
         self._finalized = False
+        self._final = None  # (rounds, state) taken just before finalize
         self._pending = False
 
     # ---- what a torch optimizer offers ---------------------------------------------------------
@@ -178,17 +179,22 @@ class DecentralizedOptimizer:
         """Everything needed to continue: the parameters' values, Grapevine's state besides them
         (its optimizer's momentum, CHOCO's public copy and neighbour replicas, DeepSqueeze's
         error: Peer.state()), the wrapped optimizer's state and the round count. Restoring every
-        peer's state_dict of the same round continues the run exactly."""
-        stats = self.peer.stats()
+        peer's state_dict of the same round continues the run exactly. After finalize() (e.g. a
+        last checkpoint in a `finally` block after Ctrl-C) it holds Grapevine's state as the run
+        ended and the parameters as they are now."""
+        if self._finalized and self._final is None:
+            raise FailedPreconditionError(
+                "state_dict() after a run that ended by an error of Grapevine's own: its state "
+                "could not be read")
+        rounds, state = self._final if self._finalized else self._engine_state()
         return {
             "grapevine": {
                 "rank": self.peer.rank,
                 "world_size": self.peer.world_size,
-                "rounds": stats.rounds,
+                "rounds": rounds,
                 "names": list(self._names),
                 "params": [p.detach().clone() for p in self._params],
-                "state": {name: torch.from_numpy(values)
-                          for name, values in self.peer.state().items()},
+                "state": state,
             },
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
         }
@@ -251,6 +257,7 @@ class DecentralizedOptimizer:
             return
         if self._pending:
             self.wait()
+        self._final = self._engine_state()
         self.peer.finalize(average=average)
         with torch.no_grad():
             for p in self._params:
@@ -267,11 +274,20 @@ class DecentralizedOptimizer:
             else:
                 # Do not wait on a round we may have left half done; no averaging with a failure.
                 self._pending = False
+                try:
+                    self._final = self._engine_state()
+                except GrapevineError:
+                    self._final = None  # the engine's own failure: state_dict() says so
                 self.peer.finalize(average=False)
                 self._finalized = True
         return False
 
     # ---- helpers -------------------------------------------------------------------------------
+
+    def _engine_state(self):
+        """(rounds, {name: tensor}) of Grapevine's state now (Peer.stats(), Peer.state())."""
+        return self.peer.stats().rounds, {name: torch.from_numpy(values)
+                                          for name, values in self.peer.state().items()}
 
     def _before_round(self, closure):
         if self._finalized:

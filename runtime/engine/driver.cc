@@ -1298,10 +1298,11 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   if (outcome.diverged) {
     log::info("stopped at round ", outcome.rounds, " (diverged); the last finite model is in ",
               outDir_, "/model-", rank, ".bin");
+  } else if (outcome.finished) {
+    log::info("finished all rounds in ", seconds(), " s");
   } else {
-    log::info(outcome.stopped ? "stopped at round " : "finished ",
-              outcome.stopped ? std::to_string(outcome.rounds) : "all rounds", " in ", seconds(),
-              " s");
+    log::info("stopped at round ", outcome.rounds, " of ", plan_.config.run.rounds, " in ",
+              seconds(), " s");
   }
   return Status::ok();
 }

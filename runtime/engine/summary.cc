@@ -151,12 +151,14 @@ nlohmann::json peerRow(const PeerResult& p) {
 
 // Why a peer's run was degraded ("" when it was not): rounds trained alone or below half its
 // degree because neighbours were lost, and neighbours lost for good.
-std::string degradedReason(const PeerResult& p) {
+// `interrupted`: the user stopped the run, so a peer that did not run all its rounds is no sign of
+// a degraded run.
+std::string degradedReason(const PeerResult& p, bool interrupted) {
   std::string why;
   auto add = [&why](const std::string& part) { why += (why.empty() ? "" : ", ") + part; };
   // A diverged run says so on its own ("diverged"); any other peer that did not run all its rounds
   // failed, was killed or was stopped.
-  if (!p.finished && !p.divergence) add("did not finish its rounds");
+  if (!p.finished && !p.divergence && !interrupted) add("did not finish its rounds");
   if (p.roundsIsolated > 0)
     add("isolated (training alone) for " + std::to_string(p.roundsIsolated) + " rounds");
   if (p.roundsBelowHalfDegree > p.roundsIsolated) {
@@ -167,6 +169,19 @@ std::string degradedReason(const PeerResult& p) {
         " lost and not back at the end");
   }
   return why;
+}
+
+// rounds_reached_min/max: the fewest and most rounds a peer with a final record ran (what an
+// interrupted or failed run got to; both equal run.rounds when every peer finished).
+void addRoundsReached(const std::vector<PeerResult>& peers, nlohmann::json& s) {
+  std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = -1;
+  for (const auto& p : peers) {
+    lo = std::min(lo, p.rounds);
+    hi = std::max(hi, p.rounds);
+  }
+  if (hi < 0) return;
+  s["rounds_reached_min"] = lo;
+  s["rounds_reached_max"] = hi;
 }
 
 // The mean of the finished peers' final models (`done`, not empty), its accuracy, and how far the
@@ -208,12 +223,15 @@ void addAveragedModel(const RunPlan& plan, const std::vector<const PeerResult*>&
 }  // namespace
 
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
-                           double wallSeconds, const std::string& transport) {
+                           double wallSeconds, const std::string& transport,
+                           const std::string& interruptedBy) {
   nlohmann::json s;
   const auto& c = plan.config;
   s["name"] = c.run.name;
   s["peers"] = c.peers.count;
   s["rounds"] = c.run.rounds;
+  if (!interruptedBy.empty()) s["interrupted"] = interruptedBy;
+  addRoundsReached(peers, s);
   s["wall_seconds"] = wallSeconds;
   s["transport"] = transport;
   s["algorithm"] = std::string(algorithms::algorithmKindName(c.algorithm.name));
@@ -302,7 +320,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["per_peer"] = rows;
   nlohmann::json degraded = nlohmann::json::array();
   for (const auto& p : peers) {
-    if (const std::string why = degradedReason(p); !why.empty()) {
+    if (const std::string why = degradedReason(p, !interruptedBy.empty()); !why.empty()) {
       degraded.push_back({{"rank", p.rank}, {"reason", why}});
     }
   }
@@ -357,6 +375,12 @@ std::string summaryTable(const nlohmann::json& s) {
     std::snprintf(line, sizeof line, "%-28s %lld of %lld (stopped: diverged) in %.1f s\n", "rounds",
                   static_cast<long long>(s.value("diverged_round", 0)),
                   static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
+  } else if (s.contains("interrupted")) {
+    std::snprintf(line, sizeof line, "%-28s %lld..%lld of %lld (interrupted: %s) in %.1f s\n",
+                  "rounds", static_cast<long long>(s.value("rounds_reached_min", 0)),
+                  static_cast<long long>(s.value("rounds_reached_max", 0)),
+                  static_cast<long long>(s.value("rounds", 0)),
+                  s.value("interrupted", std::string()).c_str(), s.value("wall_seconds", 0.0));
   } else {
     std::snprintf(line, sizeof line, "%-28s %lld in %.1f s\n", "rounds",
                   static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
@@ -399,6 +423,12 @@ std::string summaryTable(const nlohmann::json& s) {
               std::to_string(d.value("rank", -1)) + ": " + d.value("reason", std::string());
     }
     out += "DEGRADED                      " + list + "\n";
+  }
+  if (s.contains("interrupted")) {
+    out += "INTERRUPTED                   by " + s.value("interrupted", std::string()) + ": " +
+           std::to_string(s.value("stopped_peers", 0)) + " of " +
+           std::to_string(s.value("launched_peers", 0)) +
+           " peers stopped when told to (SIGINT, forwarded)\n";
   }
   if (s.value("diverged", false))
     out += "DIVERGED                      " + s.value("diverged_message", std::string()) + "\n";

@@ -63,9 +63,13 @@ PeerResult collectResult(PeerCore& peer, bool finished, bool withModel = true);
 // plus per-peer rows, spectral gap, and for quadratic/consensus optimum_distance and
 // consensus_error; "diverged" (always) and, when true, "diverged_round" (the earliest round a peer
 // detected it), "diverged_peer", "diverged_reason" and "diverged_message". The accuracies and
-// distances of a diverged run are those of the peers' last finite models.
+// distances of a diverged run are those of the peers' last finite models. rounds_reached_min/max:
+// the fewest and most rounds the peers ran. `interruptedBy` (launch: "SIGINT" or "SIGTERM" when the
+// user stopped the run) becomes "interrupted"; a peer that did not finish its rounds is then not
+// counted as degraded.
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
-                           double wallSeconds, const std::string& transport);
+                           double wallSeconds, const std::string& transport,
+                           const std::string& interruptedBy = "");
 
 // One faults.events item as summary.json's "faults" lists it, the part both runners write: "kind",
 // "link" ([a, b], link-down) or "peer", and the schedule as the config gives it: "at_round" and

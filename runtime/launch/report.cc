@@ -1,5 +1,7 @@
 #include "runtime/launch/report.h"
 
+#include <csignal>
+#include <cstring>
 #include <iostream>
 
 #include "runtime/engine/setup.h"
@@ -18,9 +20,14 @@ Status writeSummary(const Options& options, const Plan& plan, const Supervisor& 
   // Either failure is the run's (exit 1), never the input's: the code is not passed on.
   if (!runPlan.isOk()) return failedPrecondition(runPlan.status().toString());
   const Supervisor::Report report = supervisor.report();
+  const std::string interruptedBy = report.stopSignal == SIGINT    ? "SIGINT"
+                                    : report.stopSignal == SIGTERM ? "SIGTERM"
+                                    : report.stopSignal != 0       ? strsignal(report.stopSignal)
+                                                                   : "";
   auto summary =
       engine::makeSummary(**runPlan, engine::readPeerResults(plan.out, supervisor.ranks()), wall,
-                          plan.config.transport.backend);
+                          plan.config.transport.backend, interruptedBy);
+  if (report.stopSignal) summary["stopped_peers"] = report.stopped;
   summary["launched_peers"] = report.launched;
   summary["failed_peers"] = report.failed;
   if (options.maxRestarts > 0) summary["restarts"] = report.restarts;

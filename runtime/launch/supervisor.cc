@@ -129,6 +129,17 @@ int Supervisor::reapExited() {
   return running;
 }
 
+namespace {
+// How a peer ends when the launcher forwarded SIGINT: exit 0 (`grapevine peer`), died of SIGINT or
+// exit 130 (a Python program's KeyboardInterrupt, a shell), exit 143 (a program's SIGTERM-style
+// handler). A peer killed 5 s later, or any other status, is reported as a failure.
+bool stoppedAsAsked(int status) {
+  if (WIFSIGNALED(status)) return WTERMSIG(status) == SIGINT;
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return code == 0 || code == 128 + SIGINT || code == 128 + SIGTERM;
+}
+}  // namespace
+
 // What a peer's exit means: diverged (said once, by the summary), the fault schedule's doing, the
 // whole-run restart's, a crash to restart, or a failure to report with its last log lines.
 void Supervisor::onExited(PeerProcess& p, int status) {
@@ -144,6 +155,8 @@ void Supervisor::onExited(PeerProcess& p, int status) {
               << std::flush;
   } else if (stopping_) {
     // Stopped (or killed after 5 s) for the restart.
+  } else if (forwarded_ && stoppedAsAsked(status)) {
+    ++stopped_;  // the user's Ctrl-C, forwarded: the summary says the run was interrupted
   } else if (WIFSIGNALED(status) && restarts_ < options_.maxRestarts && !forwarded_ &&
              options_.restartScope == RestartScope::kPeer) {
     // A crash: only this peer starts again, and rejoins the others, which train on.
@@ -310,6 +323,7 @@ Supervisor::Report Supervisor::report() const {
   r.failed = failed_;
   r.errored = errored_;
   r.diverged = diverged_;
+  r.stopped = stopped_;
   r.restarts = restarts_;
   return r;
 }

@@ -35,6 +35,7 @@ class Supervisor {
     int failed = 0;    // peers that exited with a status other than 0 and diverged, or by a signal
     int errored = 0;   // of those, the ones that exited with a status (their own error)
     int diverged = 0;  // peers that exited with Options::divergedExitStatus
+    int stopped = 0;   // peers that exited after the stop signal was forwarded (0, SIGINT, 130)
     int restarts = 0;  // restarts done (--max-restarts: a peer's or the whole run's)
   };
 
@@ -90,8 +91,8 @@ class Supervisor {
   GroupGuard guard_;
   std::chrono::steady_clock::time_point start_;
   bool tty_ = false;
-  int failed_ = 0, errored_ = 0, diverged_ = 0;  // as in Report
-  int restarts_ = 0;                             // as in Report
+  int failed_ = 0, errored_ = 0, diverged_ = 0, stopped_ = 0;  // as in Report
+  int restarts_ = 0;                                           // as in Report
   std::string crash_;      // a peer's death that asks for a whole-run restart ("" when none)
   bool stopping_ = false;  // the others were sent SIGINT for the whole-run restart
   std::chrono::steady_clock::time_point stoppingAt_;

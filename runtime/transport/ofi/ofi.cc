@@ -38,6 +38,7 @@
 
 #include "runtime/common/log.h"
 #include "runtime/transport/loop.h"
+#include "runtime/transport/ofi/libfabric_api.h"
 #include "runtime/transport/registry.h"
 #include "runtime/transport/tagged/address_blob.h"
 #include "runtime/transport/tagged/checks.h"
@@ -101,7 +102,9 @@ constexpr int kMaxPeeksPerPass = 256;
 // arrive meanwhile is bounded by the link's rate times this; the 200 ms tick comes back for it.
 constexpr auto kEmptyPeekPause = std::chrono::milliseconds(1);
 
-std::string fiError(ssize_t rc) { return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)); }
+std::string fiError(ssize_t rc) {
+  return loadedLibfabric().strerror(static_cast<int>(rc < 0 ? -rc : rc));
+}
 
 class OfiEndpoint;
 class OfiConnection;
@@ -319,7 +322,8 @@ Status OfiEndpoint::init() {
 }
 
 Status OfiEndpoint::findProvider() {
-  fi_info* hints = fi_allocinfo();
+  GV_ASSIGN_OR_RETURN(const LibfabricApi* fi, libfabricApi());
+  fi_info* hints = fi->allocinfo();
   if (hints == nullptr) return unavailable("libfabric: fi_allocinfo failed");
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_TAGGED;
@@ -333,8 +337,8 @@ Status OfiEndpoint::findProvider() {
   const bool isTcp = options_.libfabricProvider.find("tcp") != std::string::npos;
   const char* node = isTcp && !options_.host.empty() ? options_.host.c_str() : nullptr;
   const int rc =
-      fi_getinfo(FI_VERSION(1, 11), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints, &info_);
-  fi_freeinfo(hints);
+      fi->getinfo(FI_VERSION(1, 11), node, nullptr, node != nullptr ? FI_SOURCE : 0, hints, &info_);
+  fi->freeinfo(hints);
   if (rc != 0 || info_ == nullptr) {
     info_ = nullptr;
     return unavailable("libfabric: no RDM tagged endpoint from provider '" +
@@ -361,7 +365,7 @@ Status OfiEndpoint::failInit(const char* what, int code) {
 
 Status OfiEndpoint::openEndpoint() {
   int rc = 0;
-  if ((rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr)) != 0)
+  if ((rc = loadedLibfabric().fabric(info_->fabric_attr, &fabric_, nullptr)) != 0)
     return failInit("fi_fabric", rc);
   if ((rc = fi_domain(fabric_, info_, &domain_, nullptr)) != 0) return failInit("fi_domain", rc);
 
@@ -681,7 +685,7 @@ void OfiEndpoint::destroyFabric() {
   domain_ = nullptr;
   if (fabric_ != nullptr) fi_close(&fabric_->fid);
   fabric_ = nullptr;
-  if (info_ != nullptr) fi_freeinfo(info_);
+  if (info_ != nullptr) loadedLibfabric().freeinfo(info_);
   info_ = nullptr;
   // The endpoint is gone, so the provider holds no context any more.
   ops_.releaseOrphans();
@@ -715,8 +719,9 @@ Status OfiConnection::statusFor(int err, const std::string& detail) {
   if (!error_.isOk()) return error_;
   if (err == FI_ECANCELED) return cancelled("operation cancelled");
   // Any other transport error means the link to this peer is broken.
-  Status failure = unavailable("peer " + std::to_string(peer_) + ": " + fi_strerror(err) +
-                               (detail.empty() ? "" : " (" + detail + ")"));
+  Status failure =
+      unavailable("peer " + std::to_string(peer_) + ": " + loadedLibfabric().strerror(err) +
+                  (detail.empty() ? "" : " (" + detail + ")"));
   endpoint_->defer([keep = shared_from_this(), failure] { keep->fail(failure); });
   error_ = failure;
   return failure;
@@ -990,7 +995,13 @@ BackendInfo ofiBackendInfo() {
   static const BackendInfo info = [] {
     configureProviderDefaults();
     BackendInfo out{"libfabric", false, ""};
-    fi_info* hints = fi_allocinfo();
+    Result<const LibfabricApi*> api = libfabricApi();
+    if (!api.isOk()) {
+      out.reason = "not usable: " + api.status().message();
+      return out;
+    }
+    const LibfabricApi* fi = *api;
+    fi_info* hints = fi->allocinfo();
     if (hints == nullptr) {
       out.reason = "not usable: fi_allocinfo failed";
       return out;
@@ -1001,14 +1012,14 @@ BackendInfo ofiBackendInfo() {
     hints->domain_attr->mr_mode = 0;
     hints->fabric_attr->prov_name = strdup(Options{}.libfabricProvider.c_str());
     fi_info* info = nullptr;
-    const int rc = fi_getinfo(FI_VERSION(1, 11), nullptr, nullptr, 0, hints, &info);
-    fi_freeinfo(hints);
+    const int rc = fi->getinfo(FI_VERSION(1, 11), nullptr, nullptr, 0, hints, &info);
+    fi->freeinfo(hints);
     if (rc != 0 || info == nullptr) {
       out.reason = "not usable: no RDM tagged endpoint from provider '" +
                    Options{}.libfabricProvider + "': " + fiError(rc);
       return out;
     }
-    fi_freeinfo(info);
+    fi->freeinfo(info);
     out.usable = true;
     return out;
   }();
