@@ -375,12 +375,15 @@ std::string summaryTable(const nlohmann::json& s) {
     std::snprintf(line, sizeof line, "%-28s %lld of %lld (stopped: diverged) in %.1f s\n", "rounds",
                   static_cast<long long>(s.value("diverged_round", 0)),
                   static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
-  } else if (s.contains("interrupted")) {
-    std::snprintf(line, sizeof line, "%-28s %lld..%lld of %lld (interrupted: %s) in %.1f s\n",
-                  "rounds", static_cast<long long>(s.value("rounds_reached_min", 0)),
+  } else if (s.contains("interrupted") || s.contains("failed_at_startup")) {
+    const std::string why = s.contains("interrupted")
+                                ? "interrupted: " + s.value("interrupted", std::string())
+                                : std::string("stopped: a peer failed at start");
+    std::snprintf(line, sizeof line, "%-28s %lld..%lld of %lld (%s) in %.1f s\n", "rounds",
+                  static_cast<long long>(s.value("rounds_reached_min", 0)),
                   static_cast<long long>(s.value("rounds_reached_max", 0)),
-                  static_cast<long long>(s.value("rounds", 0)),
-                  s.value("interrupted", std::string()).c_str(), s.value("wall_seconds", 0.0));
+                  static_cast<long long>(s.value("rounds", 0)), why.c_str(),
+                  s.value("wall_seconds", 0.0));
   } else {
     std::snprintf(line, sizeof line, "%-28s %lld in %.1f s\n", "rounds",
                   static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
@@ -429,6 +432,14 @@ std::string summaryTable(const nlohmann::json& s) {
            std::to_string(s.value("stopped_peers", 0)) + " of " +
            std::to_string(s.value("launched_peers", 0)) +
            " peers stopped when told to (SIGINT, forwarded)\n";
+  }
+  if (s.contains("failed_at_startup")) {
+    std::string ranks;
+    for (const auto& r : s["failed_at_startup"]) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r.is_number() ? r.get<int>() : -1);
+    }
+    out += "NOT STARTED                   peer " + ranks +
+           " failed before its first round; the other peers were stopped\n";
   }
   if (s.value("diverged", false))
     out += "DIVERGED                      " + s.value("diverged_message", std::string()) + "\n";

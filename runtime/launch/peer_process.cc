@@ -19,10 +19,14 @@ void readNewRecords(PeerProcess& p) {
     p.offset = in.tellg();
     try {
       auto j = nlohmann::json::parse(line);
+      if (!j.is_object()) continue;
       if (j.contains("test_accuracy") && j["test_accuracy"].is_number()) {
         p.accuracy = j["test_accuracy"].get<double>();
       }
-      if (j.contains("round")) p.last = std::move(j);
+      if (j.contains("test_loss") && j["test_loss"].is_number()) {
+        p.testLoss = j["test_loss"].get<double>();
+      }
+      if (j.contains("round") && j["round"].is_number()) p.last = std::move(j);
     } catch (const nlohmann::json::exception&) {
     }
   }

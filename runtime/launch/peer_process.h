@@ -23,6 +23,7 @@ struct PeerProcess {
   std::streamoff offset = 0;  // of jsonl: read up to here
   nlohmann::json last;        // last record
   double accuracy = NAN;      // latest test accuracy seen in any record
+  double testLoss = NAN;      // latest test loss seen in any record (a program's report())
   bool faultKilled = false;   // SIGKILLed by the fault schedule (faults.events): not a crash
   bool faultPaused = false;   // SIGSTOPped by the fault schedule, not yet continued
   // SIGKILLed by the fault schedule's restart: started again with --resume when the event ends
@@ -35,7 +36,7 @@ struct PeerProcess {
 };
 
 // Reads the records appended to p.jsonl since the last call into p.last (the last one with a
-// "round") and p.accuracy; a partial last line is left for the next call.
+// numeric "round"), p.accuracy and p.testLoss; a partial last line is left for the next call.
 void readNewRecords(PeerProcess& p);
 
 // The last `lines` lines of the file at `path`, each indented by four spaces and ending in a

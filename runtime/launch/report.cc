@@ -27,7 +27,9 @@ Status writeSummary(const Options& options, const Plan& plan, const Supervisor& 
   auto summary =
       engine::makeSummary(**runPlan, engine::readPeerResults(plan.out, supervisor.ranks()), wall,
                           plan.config.transport.backend, interruptedBy);
-  if (report.stopSignal) summary["stopped_peers"] = report.stopped;
+  if (report.stopSignal || !report.failedAtStartup.empty())
+    summary["stopped_peers"] = report.stopped;
+  if (!report.failedAtStartup.empty()) summary["failed_at_startup"] = report.failedAtStartup;
   summary["launched_peers"] = report.launched;
   summary["failed_peers"] = report.failed;
   if (options.maxRestarts > 0) summary["restarts"] = report.restarts;

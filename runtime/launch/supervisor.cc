@@ -155,7 +155,8 @@ void Supervisor::onExited(PeerProcess& p, int status) {
               << std::flush;
   } else if (stopping_) {
     // Stopped (or killed after 5 s) for the restart.
-  } else if (forwarded_ && stoppedAsAsked(status)) {
+  } else if (forwarded_ && (stoppedAsAsked(status) || (WIFEXITED(status) && p.last.is_null()))) {
+    // (A peer stopped in its bootstrap exits 1: it had not started training.)
     ++stopped_;  // the user's Ctrl-C, forwarded: the summary says the run was interrupted
   } else if (WIFSIGNALED(status) && restarts_ < options_.maxRestarts && !forwarded_ &&
              options_.restartScope == RestartScope::kPeer) {
@@ -177,6 +178,9 @@ void Supervisor::onExited(PeerProcess& p, int status) {
   } else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     ++failed_;
     if (WIFEXITED(status)) ++errored_;
+    // Its own error before its first round (a port in use, a bad file, a program's traceback):
+    // the others would train on a graph with a hole from the start (forwardSignal stops them).
+    if (WIFEXITED(status) && p.last.is_null() && !forwarded_) startupFailures_.push_back(p.rank);
     if (tty_) std::cout << "\n";
     std::cout << "grapevine launch: peer " << p.rank << " " << describeStatus(status)
               << "; last lines of " << p.log << ":\n"
@@ -184,13 +188,24 @@ void Supervisor::onExited(PeerProcess& p, int status) {
   }
 }
 
-// SIGINT/SIGTERM: forwarded once as SIGINT; peers still running 5 s later are killed. Each peer
+// SIGINT/SIGTERM: forwarded once as SIGINT; peers still running 5 s later are killed. The same
+// when a peer failed before its first round (startupFailures_). Each peer
 // leads its own process group (spawn), and the signal goes to the group: a command such as
 // `sh -c 'python3 train.py'` or a program with worker processes stops as a whole.
 void Supervisor::forwardSignal(int running) {
-  if (const int sig = stopSignal(); sig && !forwarded_) {
-    std::cout << "\ngrapevine launch: " << strsignal(sig) << ": stopping " << running << " peers\n"
-              << std::flush;
+  const int sig = stopSignal();
+  if (!forwarded_ && (sig || (!startupFailures_.empty() && running > 0))) {
+    if (sig) {
+      std::cout << "\ngrapevine launch: " << strsignal(sig) << ": stopping " << running
+                << " peers\n";
+    } else {
+      std::string ranks;
+      for (int r : startupFailures_) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      std::cout << "\ngrapevine launch: peer " << ranks
+                << " failed before its first round: stopping the other " << running
+                << " peers (they would train on a graph missing it from the start)\n";
+    }
+    std::cout << std::flush;
     for (auto& p : peers_) {
       if (!p.running) continue;
       signalGroup(p.pid, SIGINT);
@@ -324,6 +339,7 @@ Supervisor::Report Supervisor::report() const {
   r.errored = errored_;
   r.diverged = diverged_;
   r.stopped = stopped_;
+  r.failedAtStartup = startupFailures_;
   r.restarts = restarts_;
   return r;
 }

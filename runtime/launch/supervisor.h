@@ -36,6 +36,8 @@ class Supervisor {
     int errored = 0;   // of those, the ones that exited with a status (their own error)
     int diverged = 0;  // peers that exited with Options::divergedExitStatus
     int stopped = 0;   // peers that exited after the stop signal was forwarded (0, SIGINT, 130)
+    // Peers that exited with an error before their first round; the others were then stopped.
+    std::vector<int> failedAtStartup;
     int restarts = 0;  // restarts done (--max-restarts: a peer's or the whole run's)
   };
 
@@ -96,7 +98,8 @@ class Supervisor {
   std::string crash_;      // a peer's death that asks for a whole-run restart ("" when none)
   bool stopping_ = false;  // the others were sent SIGINT for the whole-run restart
   std::chrono::steady_clock::time_point stoppingAt_;
-  bool forwarded_ = false;  // the stop signal was forwarded
+  bool forwarded_ = false;  // the stop signal was forwarded (or the others stopped: below)
+  std::vector<int> startupFailures_;  // peers that exited with an error before their first round
   std::chrono::steady_clock::time_point forwardedAt_;
   std::chrono::steady_clock::time_point lastPrint_;
 };

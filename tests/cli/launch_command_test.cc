@@ -3,8 +3,11 @@
 // world size, the output folder, the resolved config and PYTHONPATH in its environment; a command
 // that fails is reported with its exit status; and `workload.name: external` is refused (exit 2) by
 // every command that would train a built-in workload.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
@@ -430,4 +433,37 @@ TEST_CASE("launch starts every peer of a host: auto config locally, through the 
   CHECK(readSummary(dir + "/out")["peers_finished"] == 2);
   CHECK(fs::exists(dir + "/out/rendezvous/rank-0"));
   CHECK(fs::exists(dir + "/out/rendezvous/rank-1"));
+}
+
+TEST_CASE("launch stops the run when a peer fails before its first round", "[cli]") {
+  const std::string dir = freshDir("launch_command_test_startup");
+  const int base = freeBasePort(4);
+  // Rank 2's control port is taken: that peer exits with an error at start.
+  const int blocker = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(blocker >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(base + 2));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(blocker, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(blocker, 4) == 0);
+  const std::string config = dir + "/config.yaml";
+  std::ofstream(config) << "run: { seed: 3, rounds: 1000000 }\n"
+                        << "peers: { count: 4, host: 127.0.0.1, base_port: " << base << " }\n"
+                        << "topology: { kind: ring }\n"
+                        << "transport: { backend: tcp }\n"
+                        << "workload: { name: consensus, dim: 1000 }\n";
+  std::string output;
+  const int code =
+      runCapture(grapevineBin() + " launch " + config + " --out " + dir + "/out", &output);
+  close(blocker);
+  INFO(output);
+  CHECK(code == 1);
+  CHECK(output.find("peer 2 failed before its first round: stopping the other 3 peers") !=
+        std::string::npos);
+  CHECK(output.find("NOT STARTED") != std::string::npos);
+  const nlohmann::json summary = readSummary(dir + "/out");
+  CHECK(summary["failed_at_startup"] == nlohmann::json::array({2}));
+  CHECK(summary["stopped_peers"] == 3);
+  CHECK(summary["peers_finished"] == 0);
 }
