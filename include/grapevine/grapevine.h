@@ -96,6 +96,10 @@ GRAPEVINE_C_EXPORT grapevine_status grapevine_options_set_out_dir(grapevine_opti
 /* Restart count of this peer. */
 GRAPEVINE_C_EXPORT grapevine_status grapevine_options_set_incarnation(grapevine_options* options,
                                                                       uint32_t incarnation);
+/* Nonzero: continue from the checkpoints (checkpoint.every), as Options::resume in grapevine.hpp;
+ * GRAPEVINE_RESUME=1 does the same. */
+GRAPEVINE_C_EXPORT grapevine_status grapevine_options_set_resume(grapevine_options* options,
+                                                                 int resume);
 
 /* ---- Peer (grapevine::Peer) ---- */
 

@@ -74,6 +74,13 @@ struct Options {
   // Records and the final model go to outDir; empty: GRAPEVINE_OUT, else the config's output.dir.
   std::string outDir;
   std::uint32_t incarnation = 0;  // restart count of this peer
+  // Continue from checkpoints (checkpoint.every writes them, model and Grapevine's state), as
+  // `grapevine peer --resume` does: every peer of the run agrees on the newest checkpoint round
+  // they all have and continues after it (records kept up to it, the lr schedule where it was);
+  // with none anywhere, all start at round 0. A peer whose neighbours are training already rejoins
+  // them from its own newest checkpoint. Also set by GRAPEVINE_RESUME=1 (`grapevine launch
+  // --resume` / `--max-restarts` ... -- COMMAND). Every peer of a whole-run resume must set it.
+  bool resume = false;
 };
 
 enum class EventKind : int {
@@ -102,6 +109,11 @@ struct Stats {
   double consensusStep = std::numeric_limits<double>::quiet_NaN();  // gamma in use (NaN: none)
   double lr = 0.0;                                                  // of the last round
   double loss = std::numeric_limits<double>::quiet_NaN();           // the last reported loss
+  // The round of the newest checkpoint this peer wrote (checkpoint.every; -1: none yet), and the
+  // round it resumed from (-1: it did not): the caller's own state (a torch optimizer's) saved for
+  // the same round resumes with it.
+  std::int64_t lastCheckpointRound = -1;
+  std::int64_t resumedFromRound = -1;
 };
 
 class GRAPEVINE_EXPORT Peer {
@@ -120,6 +132,9 @@ class GRAPEVINE_EXPORT Peer {
   int worldSize() const;
   std::int64_t plannedRounds() const;  // run.rounds: every peer steps this many times
   std::string outDir() const;
+  // Where this peer's checkpoints go (checkpoint.dir or outDir/checkpoints, then rank-<rank>):
+  // files named round-<10 digits>.ckpt are Grapevine's; others there are left alone.
+  std::string checkpointFolder() const;
   // The resolved config (defaults and overrides applied) as YAML.
   std::string configYaml() const;
 
@@ -128,7 +143,9 @@ class GRAPEVINE_EXPORT Peer {
   void addTensor(const std::string& name, float* data, std::size_t count);
   std::size_t parameterCount() const;
   // Connects to the neighbours (blocks until the bootstrap is done). Every peer then starts from
-  // the lowest live rank's tensor values (they are written back into the caller's memory).
+  // the lowest live rank's tensor values (they are written back into the caller's memory); with
+  // Options::resume and a checkpoint, from the checkpoint's values instead, and stats().rounds is
+  // the round after it (the caller's loop continues from there).
   void start();
   // Moves tensor `name` into Grapevine's buffer: returns its storage (valid until the Peer is
   // destroyed), holding the current values; from then on the caller reads and writes it there, and

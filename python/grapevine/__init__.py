@@ -174,16 +174,20 @@ def config_options(config=None):
 class Peer(_Peer):
     """One gossip-training peer (the C++ grapevine::Peer; docs/api.md).
 
-    Peer(config=None, *, rank=None, overrides=None, out_dir=None, incarnation=0, **kw_overrides)
+    Peer(config=None, *, rank=None, overrides=None, out_dir=None, incarnation=0, resume=None,
+         **kw_overrides)
       config     a YAML path, a dict, YAML text, or None for $GRAPEVINE_CONFIG;
       rank       None: from GRAPEVINE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK;
       overrides  {"optimizer.lr": 0.05} or ["optimizer.lr=0.05"], applied last like `--set`;
+      resume     continue from the checkpoints (checkpoint.every) after start(): every peer agrees
+                 on the newest round all have; stats().rounds is then where the loop continues.
+                 None: GRAPEVINE_RESUME=1 (`grapevine launch --resume ... -- COMMAND`) says;
       kw_overrides  optimizer__lr=0.05 (double underscore = dot), applied after `overrides`.
     Used as a context manager it finalizes on exit: with averaging when the block ended normally.
     """
 
     def __init__(self, config=None, *, rank=None, overrides=None, out_dir=None, incarnation=0,
-                 **kw_overrides):
+                 resume=None, **kw_overrides):
         path, text = config_options(config)
         if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
             raise InvalidArgumentError(f"rank must be an int, got {rank!r}")
@@ -196,6 +200,7 @@ class Peer(_Peer):
             rank=-1 if rank is None else rank,
             out_dir="" if out_dir is None else os.fspath(out_dir),
             incarnation=incarnation,
+            resume=os.environ.get("GRAPEVINE_RESUME") == "1" if resume is None else bool(resume),
         )
 
     def report(self, metrics=None, **kw_metrics):

@@ -23,6 +23,9 @@ copy is made around a round). The views keep the Peer alive; finalize() gives ea
 own storage back, holding the final values.
 """
 
+import os
+import warnings
+
 import torch
 
 from . import FailedPreconditionError, GrapevineError, InvalidArgumentError, Peer
@@ -68,13 +71,17 @@ class DecentralizedOptimizer:
                  $GRAPEVINE_CONFIG (set by `grapevine launch`); workload.name must be `external`;
       rank       None: from GRAPEVINE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK;
       overrides  config keys with `__` for `.`: optimizer__lr=0.05, run__rounds=100; or
-                 overrides={"optimizer.lr": 0.05}; out_dir= and incarnation= go to the Peer.
+                 overrides={"optimizer.lr": 0.05}; out_dir= and incarnation= go to the Peer;
+      resume     continue from the checkpoints (checkpoint.every); None: GRAPEVINE_RESUME=1
+                 (`grapevine launch --resume ... -- COMMAND`) says.
     The constructor connects to the neighbours (it blocks until every neighbour is there) and
-    leaves every peer holding the lowest rank's parameter values.
+    leaves every peer holding the lowest rank's parameter values, or, resumed, the checkpoint's
+    (with the wrapped optimizer's state of the same round); `start_round` is then the round the
+    loop continues at: `for t in range(opt.start_round, opt.planned_rounds)`.
     """
 
     def __init__(self, params, optimizer=None, config=None, rank=None, *, overrides=None,
-                 out_dir=None, incarnation=0, **kw_overrides):
+                 out_dir=None, incarnation=0, resume=None, **kw_overrides):
         named = _named(params)
         self._params = []
         self._names = []
@@ -107,7 +114,7 @@ class DecentralizedOptimizer:
                 f"{type(optimizer).__name__}")
         self.optimizer = optimizer
         self.peer = Peer(config, rank=rank, overrides=overrides, out_dir=out_dir,
-                         incarnation=incarnation, **kw_overrides)
+                         incarnation=incarnation, resume=resume, **kw_overrides)
         with torch.no_grad():
             for name, p in zip(self._names, self._params):
                 if not p.data.is_contiguous():
@@ -121,6 +128,11 @@ class DecentralizedOptimizer:
         self._finalized = False
         self._final = None  # (rounds, state) taken just before finalize
         self._pending = False
+        stats = self.peer.stats()
+        self._saved_checkpoint = stats.last_checkpoint_round
+        self.start_round = stats.rounds
+        if stats.resumed_from_round >= 0:
+            self._load_optimizer_checkpoint(stats.resumed_from_round)
 
     # ---- what a torch optimizer offers ---------------------------------------------------------
 
@@ -153,6 +165,7 @@ class DecentralizedOptimizer:
             self.peer.mix(loss=value)
         else:
             self.peer.step(self._grads(), loss=value)
+        self._after_round()
         return closure_loss
 
     def start_step(self, closure=None, loss=None):
@@ -174,6 +187,7 @@ class DecentralizedOptimizer:
         """Receives and mixes the round started by start_step()."""
         self.peer.wait()
         self._pending = False
+        self._after_round()
 
     def state_dict(self):
         """Everything needed to continue: the parameters' values, Grapevine's state besides them
@@ -283,6 +297,48 @@ class DecentralizedOptimizer:
         return False
 
     # ---- helpers -------------------------------------------------------------------------------
+
+    # ---- checkpoints: the wrapped optimizer's state beside Grapevine's ---------------------------
+
+    def _optimizer_checkpoint(self, round_):
+        return os.path.join(self.peer.checkpoint_folder, f"round-{round_:010d}.torch.pt")
+
+    def _after_round(self):
+        """When Grapevine took a checkpoint this round (checkpoint.every), the wrapped optimizer's
+        state_dict of the same round goes beside it, so that a resume continues it exactly; files
+        whose Grapevine checkpoint is gone (checkpoint.keep) go too."""
+        if self.optimizer is None:
+            return  # Grapevine's own optimizer is in its checkpoint
+        newest = self.peer.stats().last_checkpoint_round
+        if newest == self._saved_checkpoint:
+            return
+        self._saved_checkpoint = newest
+        path = self._optimizer_checkpoint(newest)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        torch.save(self.optimizer.state_dict(), tmp)
+        os.replace(tmp, path)
+        folder = os.path.dirname(path)
+        for name in os.listdir(folder):
+            if name.endswith(".torch.pt") and name != os.path.basename(path):
+                # Grapevine writes in the background (checkpoint.background): a newer .ckpt may
+                # still be on its way, an older one without its .ckpt is pruned.
+                if not os.path.exists(os.path.join(folder, name[:-len(".torch.pt")] + ".ckpt")):
+                    try:
+                        os.remove(os.path.join(folder, name))
+                    except OSError:
+                        pass
+
+    def _load_optimizer_checkpoint(self, round_):
+        if self.optimizer is None:
+            return
+        path = self._optimizer_checkpoint(round_)
+        if not os.path.exists(path):
+            warnings.warn(f"resumed from round {round_}, but {path} (the wrapped optimizer's "
+                          "state of that round) is missing: the optimizer starts afresh",
+                          RuntimeWarning, stacklevel=3)
+            return
+        self.optimizer.load_state_dict(torch.load(path))
 
     def _engine_state(self):
         """(rounds, {name: tensor}) of Grapevine's state now (Peer.stats(), Peer.state())."""

@@ -245,8 +245,9 @@ class PyPeer {
 
 Options makeOptions(const std::string& configPath, const std::string& configText,
                     const std::vector<std::string>& overrides, int rank, const std::string& outDir,
-                    std::uint32_t incarnation) {
+                    std::uint32_t incarnation, bool resume) {
   Options o;
+  o.resume = resume;
   o.configPath = configPath;
   o.configText = configText;
   o.overrides = overrides;
@@ -304,6 +305,8 @@ PYBIND11_MODULE(_grapevine, m) {
       .def_readonly("consensus_step", &Stats::consensusStep)
       .def_readonly("lr", &Stats::lr)
       .def_readonly("loss", &Stats::loss)
+      .def_readonly("last_checkpoint_round", &Stats::lastCheckpointRound)
+      .def_readonly("resumed_from_round", &Stats::resumedFromRound)
       .def("as_dict", [](const Stats& s) {
         py::dict d;
         d["rounds"] = s.rounds;
@@ -317,6 +320,8 @@ PYBIND11_MODULE(_grapevine, m) {
         d["consensus_step"] = s.consensusStep;
         d["lr"] = s.lr;
         d["loss"] = s.loss;
+        d["last_checkpoint_round"] = s.lastCheckpointRound;
+        d["resumed_from_round"] = s.resumedFromRound;
         return d;
       });
 
@@ -325,17 +330,19 @@ PYBIND11_MODULE(_grapevine, m) {
                      "accepts a config dict and keyword overrides.")
       .def(py::init([](const std::string& configPath, const std::string& configText,
                        const std::vector<std::string>& overrides, int rank,
-                       const std::string& outDir, std::uint32_t incarnation) {
+                       const std::string& outDir, std::uint32_t incarnation, bool resume) {
              return std::make_unique<PyPeer>(grapevine::python::makeOptions(
-                 configPath, configText, overrides, rank, outDir, incarnation));
+                 configPath, configText, overrides, rank, outDir, incarnation, resume));
            }),
            py::arg("config_path") = "", py::arg("config_text") = "",
            py::arg("overrides") = std::vector<std::string>{}, py::arg("rank") = -1,
-           py::arg("out_dir") = "", py::arg("incarnation") = 0)
+           py::arg("out_dir") = "", py::arg("incarnation") = 0, py::arg("resume") = false)
       .def_property_readonly("rank", [](PyPeer& p) { return p.peer().rank(); })
       .def_property_readonly("world_size", [](PyPeer& p) { return p.peer().worldSize(); })
       .def_property_readonly("planned_rounds", [](PyPeer& p) { return p.peer().plannedRounds(); })
       .def_property_readonly("out_dir", [](PyPeer& p) { return p.peer().outDir(); })
+      .def_property_readonly("checkpoint_folder",
+                             [](PyPeer& p) { return p.peer().checkpointFolder(); })
       .def_property_readonly("config_yaml", [](PyPeer& p) { return p.peer().configYaml(); })
       .def_property_readonly("parameter_count", [](PyPeer& p) { return p.peer().parameterCount(); })
       .def_property_readonly("tensor_count", &PyPeer::tensorCount)

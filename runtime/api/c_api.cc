@@ -165,6 +165,12 @@ grapevine_status grapevine_options_set_incarnation(grapevine_options* options,
   return GRAPEVINE_OK;
 }
 
+grapevine_status grapevine_options_set_resume(grapevine_options* options, int resume) {
+  GV_C_REQUIRE(options);
+  options->options.resume = resume != 0;
+  return GRAPEVINE_OK;
+}
+
 // ---- Peer ----
 
 grapevine_status grapevine_peer_create(const grapevine_options* options, grapevine_peer** out) {

@@ -13,6 +13,7 @@
 #include "runtime/common/log.h"
 #include "runtime/config/diagnostics.h"
 #include "runtime/config/loader.h"
+#include "runtime/engine/checkpoint.h"
 #include "runtime/engine/driver.h"
 #include "runtime/engine/setup.h"
 
@@ -66,6 +67,13 @@ class ExternalWorkload final : public train::Workload {
 };
 
 using Code = Error::Code;
+
+// GRAPEVINE_RESUME=1: `grapevine launch --resume` (or a --max-restarts restart) started this
+// program to continue from its checkpoints.
+bool resumeFromEnvironment() {
+  const char* env = std::getenv("GRAPEVINE_RESUME");
+  return env != nullptr && std::string_view(env) == "1";
+}
 
 [[noreturn]] void fail(const Status& st) {
   Code code = Code::kInternal;
@@ -264,6 +272,9 @@ int Peer::rank() const { return impl_->rank; }
 int Peer::worldSize() const { return impl_->plan->config.peers.count; }
 std::int64_t Peer::plannedRounds() const { return impl_->plan->config.run.rounds; }
 std::string Peer::outDir() const { return impl_->outDir; }
+std::string Peer::checkpointFolder() const {
+  return engine::checkpointFolder(impl_->plan->config, impl_->outDir, impl_->rank);
+}
 std::string Peer::configYaml() const { return config::toYaml(impl_->plan->config); }
 std::size_t Peer::parameterCount() const { return impl_->count; }
 
@@ -303,14 +314,19 @@ void Peer::start() {
   ro.incarnation = m.options.incarnation;
   ro.outDir = m.outDir;
   ro.external = true;
+  ro.resume = m.options.resume || resumeFromEnvironment();
   m.session = std::make_unique<engine::PeerSession>(*m.plan, ro, std::move(*core));
   check(m.session->open());
-  // Every peer starts from the lowest rank's values, and the algorithm's public copies from them.
-  check(m.session->runCollectives(engine::adoptLowestCollectives(*m.plan)));
-  auto algorithm = engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model(),
-                                             m.session->core().deltaLimit());
-  check(algorithm.status());
-  m.session->core().resetAlgorithm(std::move(*algorithm));
+  if (m.session->resumedFrom() < 0 && !m.session->joinedRunning()) {
+    // Every peer starts from the lowest rank's values, and the algorithm's public copies from
+    // them. (A restored checkpoint holds both; a peer joining a training under way keeps its own
+    // and its edges resync: its neighbours run no collective now.)
+    check(m.session->runCollectives(engine::adoptLowestCollectives(*m.plan)));
+    auto algorithm = engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model(),
+                                               m.session->core().deltaLimit());
+    check(algorithm.status());
+    m.session->core().resetAlgorithm(std::move(*algorithm));
+  }
   m.collectEvents();
   m.state = Impl::State::kStarted;
   m.scatter();
@@ -427,6 +443,8 @@ Stats Peer::stats() const {
   if (const auto step = core.algorithm().stepReport()) s.consensusStep = step->step;
   s.lr = core.lastLr();
   s.loss = core.lastLoss();
+  s.lastCheckpointRound = m.session->lastCheckpointRound();
+  s.resumedFromRound = m.session->resumedFrom();
   return s;
 }
 

@@ -487,16 +487,6 @@ void checkWorkload(const Config& c, Report& report) {
   }
 }
 
-// checkpoint.*: checkpoints are the runtime's, not the API's.
-void checkCheckpoint(const Config& c, Report& report) {
-  if (c.workload.name == train::WorkloadKind::kExternal && c.checkpoint.every > 0) {
-    report.error(report.keyWhere("checkpoint.every"), "checkpoint.every",
-                 "is for `grapevine peer`/`launch` (--resume); with workload.name external your "
-                 "program owns its model and optimizer: checkpoint them with the API's "
-                 "state()/load_state()");
-  }
-}
-
 std::string faultItem(std::size_t i) { return "item " + std::to_string(i) + " ("; }
 
 // Two events on one peer, or on one link, at the same time; a killed peer takes no later event.
@@ -610,7 +600,6 @@ void check(const Config& c, Report& report, bool buildTopology) {
   checkCompression(c, report);
   checkOptimizer(c, report);
   checkWorkload(c, report);
-  checkCheckpoint(c, report);
   checkFaults(c, schedule.get(), report);
 }
 

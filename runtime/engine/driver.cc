@@ -132,6 +132,9 @@ class PeerSession::Impl {
                         std::span<const double> initial = {});
   Status finish(bool average);
   std::int64_t roundsDone() const { return outcome_.rounds; }
+  std::int64_t resumedFrom() const { return resumedFrom_; }
+  std::int64_t lastCheckpointRound() const { return lastCheckpointRound_; }
+  bool joinedRunning() const { return neighboursRunning_ >= 0 || startedAlone(); }
   PeerCore& core() { return *core_; }
   std::vector<SessionEvent> takeEvents() { return std::exchange(events_, {}); }
   void addMetrics(const nlohmann::json& metrics) { metrics_.update(metrics); }
@@ -312,6 +315,7 @@ class PeerSession::Impl {
   double recordAccuracy_ = std::nan(""), recordTestLoss_ = std::nan("");
   // Checkpoints: the round resumed from (-1: none), written ones, their cumulative time.
   std::int64_t resumedFrom_ = -1;
+  std::int64_t lastCheckpointRound_ = -1;  // of the newest checkpoint handed to the writer
   // Every peer's newest checkpoint round as far as this peer knows (checkpoint.h), which keeps the
   // checkpoints a whole-run restart needs. The loop thread merges what neighbours send.
   std::mutex knowledgeMu_;
@@ -708,6 +712,7 @@ void PeerSession::Impl::checkpointIfDue(std::int64_t round) {
   // The training thread copies the state (and waits if the previous write is still going); the
   // writer's thread writes and syncs it.
   checkpointWriter_->write(*core_);
+  lastCheckpointRound_ = round;
   if (!c.checkpoint.background) checkpointWriter_->flush();  // on disk before the next round
   checkpointSeconds_ += since(start);
 }
@@ -1342,6 +1347,9 @@ Status PeerSession::runCollectives(const std::vector<CollectiveKind>& kinds) {
 Status PeerSession::startRound(const RoundInput& input) { return impl_->startRound(input); }
 Status PeerSession::completeRound() { return impl_->completeRound(); }
 std::int64_t PeerSession::roundsDone() const { return impl_->roundsDone(); }
+std::int64_t PeerSession::resumedFrom() const { return impl_->resumedFrom(); }
+std::int64_t PeerSession::lastCheckpointRound() const { return impl_->lastCheckpointRound(); }
+bool PeerSession::joinedRunning() const { return impl_->joinedRunning(); }
 bool PeerSession::stopRequested() const { return impl_->stopRequested(); }
 Status PeerSession::finish(bool average) { return impl_->finish(average); }
 PeerCore& PeerSession::core() { return impl_->core(); }

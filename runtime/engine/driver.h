@@ -73,6 +73,14 @@ class PeerSession {
   Status startRound(const RoundInput& input = {});
   Status completeRound();
   std::int64_t roundsDone() const;
+  // After open(): the checkpoint round this peer continues after (-1: none restored), and whether
+  // it joined a training already under way (its neighbours were past round 0, or none came to a
+  // resumed peer's bootstrap) instead of starting round 0 with the others.
+  std::int64_t resumedFrom() const;
+  bool joinedRunning() const;
+  // The round of the newest checkpoint taken (checkpoint.every; written in the background when
+  // checkpoint.background), -1 before the first.
+  std::int64_t lastCheckpointRound() const;
   bool stopRequested() const;
   // Ends the run: after a divergence, notices to the neighbours; else lingers until the live
   // neighbours have our last message. With `average` (and no divergence) then runs the finalize

@@ -83,8 +83,9 @@ std::vector<std::string> PeerCommand::argv(int rank, const std::string& self, bo
   return argv;
 }
 
-std::vector<std::pair<std::string, std::string>> PeerCommand::environment(
-    int rank, const std::string& self) const {
+std::vector<std::pair<std::string, std::string>> PeerCommand::environment(int rank,
+                                                                          const std::string& self,
+                                                                          bool resume) const {
   if (builtIn()) return {};
   std::error_code ec;
   std::vector<std::pair<std::string, std::string>> env = {
@@ -93,6 +94,9 @@ std::vector<std::pair<std::string, std::string>> PeerCommand::environment(
       {"GRAPEVINE_WORLD_SIZE", std::to_string(plan_.config.peers.count)},
       {"GRAPEVINE_OUT", std::filesystem::absolute(plan_.out, ec).string()},
   };
+  // 1: the API (Options::resume) continues from the checkpoints, as `grapevine peer --resume`.
+  // Always set, so that a value in the launcher's own environment is not inherited.
+  env.emplace_back("GRAPEVINE_RESUME", resume ? "1" : "0");
   if (const std::string module = pythonModuleDir(self); !module.empty()) {
     const char* old = std::getenv("PYTHONPATH");
     env.emplace_back("PYTHONPATH", old && *old ? module + ":" + old : module);

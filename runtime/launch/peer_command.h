@@ -7,6 +7,8 @@
 //   GRAPEVINE_RANK        this process's rank
 //   GRAPEVINE_WORLD_SIZE  peers.count
 //   GRAPEVINE_OUT         DIR (absolute), where records, models and final results go
+//   GRAPEVINE_RESUME      1 with --resume and for a --max-restarts restart (the API then continues
+//                         from the checkpoints: Options::resume), else 0
 //   PYTHONPATH            the Python module's folder first (pythonModuleDir()), when it exists
 // With an emulated network, every argv starts with the `ip netns exec` prefix of the peer's
 // namespace. Main thread only.
@@ -51,9 +53,10 @@ class PeerCommand {
   std::vector<std::string> argv(int rank, const std::string& self, bool resumeAll,
                                 bool resuming) const;
 
-  // The variables a COMMAND gets (see above); empty for `grapevine peer`.
-  std::vector<std::pair<std::string, std::string>> environment(int rank,
-                                                               const std::string& self) const;
+  // The variables a COMMAND gets (see above); empty for `grapevine peer`. `resume`: the command
+  // continues from its checkpoints (GRAPEVINE_RESUME=1; 0 otherwise).
+  std::vector<std::pair<std::string, std::string>> environment(int rank, const std::string& self,
+                                                               bool resume) const;
 
  private:
   const Options& options_;

@@ -56,8 +56,10 @@ Status Supervisor::spawn(PeerProcess& p, const std::string& self, bool resuming)
   p.last = nlohmann::json();
   SpawnOptions spawn;
   // `ip` (emulation) and a command are found on PATH; self is absolute.
-  spawn.argv = command_->argv(p.rank, self, options_.resume || restarts_ > 0, resuming);
-  if (!command_->builtIn()) spawn.setEnv = command_->environment(p.rank, self);
+  const bool resumeAll = options_.resume || restarts_ > 0;
+  spawn.argv = command_->argv(p.rank, self, resumeAll, resuming);
+  if (!command_->builtIn())
+    spawn.setEnv = command_->environment(p.rank, self, resumeAll || resuming);
   // Appended after a restart: keep the crash's lines.
   spawn.out = ChildStream::file(p.log, /*append=*/restarts_ > 0 || p.faultRestarts > 0);
   spawn.err = ChildStream::sameAsStdout();

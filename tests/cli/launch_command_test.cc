@@ -236,12 +236,14 @@ TEST_CASE("launch -- COMMAND: every rank gets its variables and a config that lo
   for (int r = 0; r < 3; ++r) {
     INFO("rank " << r);
     const auto env = parseEnv(readFile(out + "/env-" + std::to_string(r)));
-    CHECK(env.size() == 4);
+    CHECK(env.size() == 5);
     CHECK(env.count("GRAPEVINE_RANK"));
     CHECK(env.count("GRAPEVINE_WORLD_SIZE"));
     CHECK(env.count("GRAPEVINE_OUT"));
     CHECK(env.count("GRAPEVINE_CONFIG"));
-    if (env.size() != 4) continue;
+    CHECK(env.count("GRAPEVINE_RESUME"));
+    if (env.size() != 5) continue;
+    CHECK(env.at("GRAPEVINE_RESUME") == "0");  // no --resume
     CHECK(env.at("GRAPEVINE_RANK") == std::to_string(r));
     CHECK(env.at("GRAPEVINE_WORLD_SIZE") == "3");
     CHECK(env.at("GRAPEVINE_OUT") == outAbs);

@@ -197,22 +197,14 @@ Command registerLaunch(CLI::App& root, const std::optional<std::vector<std::stri
                   "or run (stop every peer and restart all from the newest common checkpoint: "
                   "bit-identical to an undisturbed run)")
       ->check(CLI::IsMember({"peer", "run"}));
-  return {
-      app, [args, &command] {
-        if (command && command->empty()) {
-          std::cerr << "grapevine launch: nothing after `--`: give the command to run\n";
-          return kExitBadInput;
-        }
-        if (command && (args->options.resume || args->options.maxRestarts > 0)) {
-          std::cerr
-              << "grapevine launch: --resume and --max-restarts restart `grapevine peer` from its "
-                 "checkpoints; a program of your own (`-- COMMAND`) resumes from its own "
-                 "(the API's state()/load_state())\n";
-          return kExitBadInput;
-        }
-        if (command) args->options.command = *command;
-        return runLaunch(*args);
-      }};
+  return {app, [args, &command] {
+            if (command && command->empty()) {
+              std::cerr << "grapevine launch: nothing after `--`: give the command to run\n";
+              return kExitBadInput;
+            }
+            if (command) args->options.command = *command;
+            return runLaunch(*args);
+          }};
 }
 
 }  // namespace grapevine::cli
