@@ -81,6 +81,11 @@ struct Options {
   // them from its own newest checkpoint. Also set by GRAPEVINE_RESUME=1 (`grapevine launch
   // --resume` / `--max-restarts` ... -- COMMAND). Every peer of a whole-run resume must set it.
   bool resume = false;
+  // A null gradient in step() leaves that tensor alone: no step, its momentum untouched (as torch
+  // skips a parameter whose .grad is None). false: a null gradient is a zero gradient (weight decay
+  // and momentum still move the tensor). With gradient tracking (a tracker needs every value's
+  // gradient) it is a zero gradient either way.
+  bool skipMissingGradients = false;
 };
 
 enum class EventKind : int {
@@ -162,6 +167,12 @@ class GRAPEVINE_EXPORT Peer {
   // hold the values before mixing. wait() receives and mixes. Exactly one wait() per start.
   void startStep(const std::vector<const float*>& grads, double loss = kNoLoss);
   void startMix(double loss = kNoLoss);
+  // The lr of the following rounds' steps instead of optimizer.*'s schedule (a caller's scheduler);
+  // NaN: the schedule again. With mix() it is the lr the caller's own optimizer used, which the
+  // records then show. Finite and >= 0, else Error(kInvalidArgument).
+  void setLr(double lr);
+  // optimizer.*'s lr for `round` (its schedule, warm-up included). After start().
+  double scheduledLr(std::int64_t round) const;
   void wait();
 
   // Adds the caller's metrics (e.g. {"test_accuracy", 0.87}) to the next record this peer writes

@@ -182,12 +182,14 @@ class Peer(_Peer):
       resume     continue from the checkpoints (checkpoint.every) after start(): every peer agrees
                  on the newest round all have; stats().rounds is then where the loop continues.
                  None: GRAPEVINE_RESUME=1 (`grapevine launch --resume ... -- COMMAND`) says;
+      skip_missing_gradients  a None gradient in step() leaves its tensor (and its momentum)
+                 alone, as torch does; False: it is a zero gradient;
       kw_overrides  optimizer__lr=0.05 (double underscore = dot), applied after `overrides`.
     Used as a context manager it finalizes on exit: with averaging when the block ended normally.
     """
 
     def __init__(self, config=None, *, rank=None, overrides=None, out_dir=None, incarnation=0,
-                 resume=None, **kw_overrides):
+                 resume=None, skip_missing_gradients=False, **kw_overrides):
         path, text = config_options(config)
         if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
             raise InvalidArgumentError(f"rank must be an int, got {rank!r}")
@@ -201,6 +203,7 @@ class Peer(_Peer):
             out_dir="" if out_dir is None else os.fspath(out_dir),
             incarnation=incarnation,
             resume=os.environ.get("GRAPEVINE_RESUME") == "1" if resume is None else bool(resume),
+            skip_missing_gradients=bool(skip_missing_gradients),
         )
 
     def report(self, metrics=None, **kw_metrics):

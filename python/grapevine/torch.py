@@ -59,21 +59,25 @@ def _named(params):
     return named
 
 
-class DecentralizedOptimizer:
+class DecentralizedOptimizer(torch.optim.Optimizer):
     """Wraps a torch optimizer (or none) so that every step() ends with one gossip round.
 
     DecentralizedOptimizer(params, optimizer=None, config=None, rank=None, **overrides)
       params     model.parameters(), model.named_parameters() (names go into the records) or
                  param groups; parameters with requires_grad=False are skipped (not gossiped);
                  every other one must be a float32 CPU tensor, and each at most once;
-      optimizer  a torch.optim.Optimizer over the same parameters, or None for Grapevine's own;
+      optimizer  a torch.optim.Optimizer over the same parameters, or None for Grapevine's own
+                 (its lr: param_groups[0]["lr"] once something sets it, else optimizer.*'s
+                 schedule);
       config     a YAML path, a dict ({"optimizer": {"lr": 0.05}, ...}), YAML text, or None for
                  $GRAPEVINE_CONFIG (set by `grapevine launch`); workload.name must be `external`;
       rank       None: from GRAPEVINE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMIX_RANK;
       overrides  config keys with `__` for `.`: optimizer__lr=0.05, run__rounds=100; or
                  overrides={"optimizer.lr": 0.05}; out_dir= and incarnation= go to the Peer;
       resume     continue from the checkpoints (checkpoint.every); None: GRAPEVINE_RESUME=1
-                 (`grapevine launch --resume ... -- COMMAND`) says.
+                 (`grapevine launch --resume ... -- COMMAND`) says;
+      missing_grad  "skip": with optimizer=None a parameter whose .grad is None is left alone
+                 (value and momentum), as torch does; "zero": a zero gradient.
     The constructor connects to the neighbours (it blocks until every neighbour is there) and
     leaves every peer holding the lowest rank's parameter values, or, resumed, the checkpoint's
     (with the wrapped optimizer's state of the same round); `start_round` is then the round the
@@ -81,7 +85,11 @@ class DecentralizedOptimizer:
     """
 
     def __init__(self, params, optimizer=None, config=None, rank=None, *, overrides=None,
-                 out_dir=None, incarnation=0, resume=None, **kw_overrides):
+                 out_dir=None, incarnation=0, resume=None, missing_grad="skip", **kw_overrides):
+        if missing_grad not in ("skip", "zero"):
+            raise InvalidArgumentError(
+                f"missing_grad={missing_grad!r}: 'skip' (a parameter whose .grad is None is left "
+                "alone, as torch does) or 'zero' (it is a zero gradient)")
         named = _named(params)
         self._params = []
         self._names = []
@@ -108,13 +116,14 @@ class DecentralizedOptimizer:
             self._names.append(name)
         if not self._params:
             raise InvalidArgumentError("no trainable parameters (every one has requires_grad=False)")
-        if optimizer is not None and not hasattr(optimizer, "step"):
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise InvalidArgumentError(
                 f"optimizer must be a torch.optim.Optimizer (or None), got "
                 f"{type(optimizer).__name__}")
         self.optimizer = optimizer
         self.peer = Peer(config, rank=rank, overrides=overrides, out_dir=out_dir,
-                         incarnation=incarnation, resume=resume, **kw_overrides)
+                         incarnation=incarnation, resume=resume,
+                         skip_missing_gradients=missing_grad == "skip", **kw_overrides)
         with torch.no_grad():
             for name, p in zip(self._names, self._params):
                 if not p.data.is_contiguous():
@@ -125,10 +134,25 @@ class DecentralizedOptimizer:
             for name, p in zip(self._names, self._params):
                 view = torch.from_numpy(self.peer.bind(name))
                 p.data = view.view(p.shape)
+        # What replacing a parameter's .data later (model.half(), .to(), p.data = ...) changes.
+        self._bound = [p.data_ptr() for p in self._params]
+        stats = self.peer.stats()
+        # torch.optim.Optimizer: param_groups with "lr" (lr schedulers), state, defaults. With a
+        # wrapped optimizer they are its own objects, so a scheduler on either changes its lr.
+        self._layout_fixed = False
+        if optimizer is not None:
+            super().__init__(self._params, dict(optimizer.defaults))
+            self.param_groups = optimizer.param_groups
+            self.state = optimizer.state
+            self.defaults = optimizer.defaults
+        else:
+            super().__init__(self._params, {"lr": self.peer.scheduled_lr(stats.rounds)})
+        self._layout_fixed = True
+        self._lr_shown = None if optimizer is not None else self.param_groups[0]["lr"]
+        self._lr_overridden = False
         self._finalized = False
         self._final = None  # (rounds, state) taken just before finalize
         self._pending = False
-        stats = self.peer.stats()
         self._saved_checkpoint = stats.last_checkpoint_round
         self.start_round = stats.rounds
         if stats.resumed_from_round >= 0:
@@ -136,11 +160,13 @@ class DecentralizedOptimizer:
 
     # ---- what a torch optimizer offers ---------------------------------------------------------
 
-    @property
-    def param_groups(self):
-        if self.optimizer is not None:
-            return self.optimizer.param_groups
-        return [{"params": self._params}]
+    def add_param_group(self, param_group):
+        if getattr(self, "_layout_fixed", False):
+            raise InvalidArgumentError(
+                "add_param_group(): the gossiped model's layout is fixed when the optimizer is "
+                "built (every peer exchanges the same tensors); pass every parameter to the "
+                "constructor")
+        super().add_param_group(param_group)
 
     def zero_grad(self, set_to_none=False):
         if self.optimizer is not None:
@@ -307,9 +333,13 @@ class DecentralizedOptimizer:
         """When Grapevine took a checkpoint this round (checkpoint.every), the wrapped optimizer's
         state_dict of the same round goes beside it, so that a resume continues it exactly; files
         whose Grapevine checkpoint is gone (checkpoint.keep) go too."""
+        stats = self.peer.stats()
         if self.optimizer is None:
+            if not self._lr_overridden:  # what the next step will use
+                self._lr_shown = self.peer.scheduled_lr(stats.rounds)
+                self.param_groups[0]["lr"] = self._lr_shown
             return  # Grapevine's own optimizer is in its checkpoint
-        newest = self.peer.stats().last_checkpoint_round
+        newest = stats.last_checkpoint_round
         if newest == self._saved_checkpoint:
             return
         self._saved_checkpoint = newest
@@ -348,13 +378,30 @@ class DecentralizedOptimizer:
     def _before_round(self, closure):
         if self._finalized:
             raise InvalidArgumentError("step() after finalize()")
+        self._check_bound()
         closure_loss = None
         if closure is not None:
             with torch.enable_grad():
                 closure_loss = closure()
         if self.optimizer is not None:
             self.optimizer.step()
+            self.peer.set_lr(float(self.optimizer.param_groups[0]["lr"]))  # for the records
+        else:
+            lr = self.param_groups[0]["lr"]
+            # Untouched, param_groups[0]["lr"] shows optimizer.*'s schedule; once something (a
+            # torch lr scheduler, the caller) sets it, that lr is used from then on.
+            self._lr_overridden = self._lr_overridden or lr != self._lr_shown
+            self.peer.set_lr(float(lr) if self._lr_overridden else None)
         return closure_loss
+
+    def _check_bound(self):
+        for name, p, ptr in zip(self._names, self._params, self._bound):
+            if p.data_ptr() != ptr or p.dtype != torch.float32:
+                raise InvalidArgumentError(
+                    f"parameter '{name}' no longer uses Grapevine's buffer: its .data was "
+                    f"replaced after the optimizer was built (now {p.dtype} on {p.device}; e.g. "
+                    "by model.half(), .to() or p.data = ...), so it would silently leave gossip. "
+                    "Set the model's dtype and device first, then build the optimizer")
 
     def _grads(self):
         grads = []

@@ -245,9 +245,10 @@ class PyPeer {
 
 Options makeOptions(const std::string& configPath, const std::string& configText,
                     const std::vector<std::string>& overrides, int rank, const std::string& outDir,
-                    std::uint32_t incarnation, bool resume) {
+                    std::uint32_t incarnation, bool resume, bool skipMissingGradients) {
   Options o;
   o.resume = resume;
+  o.skipMissingGradients = skipMissingGradients;
   o.configPath = configPath;
   o.configText = configText;
   o.overrides = overrides;
@@ -330,13 +331,16 @@ PYBIND11_MODULE(_grapevine, m) {
                      "accepts a config dict and keyword overrides.")
       .def(py::init([](const std::string& configPath, const std::string& configText,
                        const std::vector<std::string>& overrides, int rank,
-                       const std::string& outDir, std::uint32_t incarnation, bool resume) {
-             return std::make_unique<PyPeer>(grapevine::python::makeOptions(
-                 configPath, configText, overrides, rank, outDir, incarnation, resume));
+                       const std::string& outDir, std::uint32_t incarnation, bool resume,
+                       bool skipMissingGradients) {
+             return std::make_unique<PyPeer>(
+                 grapevine::python::makeOptions(configPath, configText, overrides, rank, outDir,
+                                                incarnation, resume, skipMissingGradients));
            }),
            py::arg("config_path") = "", py::arg("config_text") = "",
            py::arg("overrides") = std::vector<std::string>{}, py::arg("rank") = -1,
-           py::arg("out_dir") = "", py::arg("incarnation") = 0, py::arg("resume") = false)
+           py::arg("out_dir") = "", py::arg("incarnation") = 0, py::arg("resume") = false,
+           py::arg("skip_missing_gradients") = false)
       .def_property_readonly("rank", [](PyPeer& p) { return p.peer().rank(); })
       .def_property_readonly("world_size", [](PyPeer& p) { return p.peer().worldSize(); })
       .def_property_readonly("planned_rounds", [](PyPeer& p) { return p.peer().plannedRounds(); })
@@ -413,6 +417,19 @@ PYBIND11_MODULE(_grapevine, m) {
             p.peer().startMix(l);
           },
           py::arg("loss") = py::none())
+      .def(
+          "set_lr",
+          [](PyPeer& p, const py::object& lr) {
+            Busy busy(p);
+            p.peer().setLr(lr.is_none() ? std::numeric_limits<double>::quiet_NaN()
+                                        : lr.cast<double>());
+          },
+          py::arg("lr"),
+          "The lr of the following rounds instead of optimizer.*'s schedule (None: the schedule); "
+          "with mix(): the lr your optimizer used, for the records.")
+      .def(
+          "scheduled_lr", [](PyPeer& p, std::int64_t round) { return p.peer().scheduledLr(round); },
+          py::arg("round"), "optimizer.*'s lr for `round` (its schedule).")
       .def("wait",
            [](PyPeer& p) {
              Busy busy(p);

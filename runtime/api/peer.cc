@@ -49,10 +49,18 @@ class ExternalWorkload final : public train::Workload {
     return {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   }
 
-  void setGradients(const std::vector<const float*>& grads, double loss) {
+  // `skipMissing`: a null gradient leaves its tensor out of the step (skippedRanges()) instead of
+  // being a zero gradient.
+  void setGradients(const std::vector<const float*>& grads, double loss, bool skipMissing) {
     grads_ = grads;
     loss_ = loss;
+    skipped_.clear();  // keeps its capacity: no allocation once every tensor was skipped once
+    if (!skipMissing) return;
+    for (std::size_t k = 0; k < layout_.size(); ++k) {
+      if (grads_[k] == nullptr) skipped_.push_back({layout_[k].offset, layout_[k].count});
+    }
   }
+  std::span<const train::ValueRange> skippedRanges() const override { return skipped_; }
   void setTest(const std::optional<double>& accuracy, const std::optional<double>& loss) {
     if (accuracy) test_.accuracy = *accuracy;
     if (loss) test_.loss = *loss;
@@ -62,6 +70,7 @@ class ExternalWorkload final : public train::Workload {
   std::vector<train::TensorInfo> layout_;
   std::size_t count_ = 0;
   std::vector<const float*> grads_;
+  std::vector<train::ValueRange> skipped_;
   double loss_ = std::numeric_limits<double>::quiet_NaN();
   Eval test_{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
 };
@@ -131,6 +140,7 @@ struct Peer::Impl {
   std::size_t count = 0;
   ExternalWorkload* workload = nullptr;  // owned by the core
   std::unique_ptr<engine::PeerSession> session;
+  double lr = std::numeric_limits<double>::quiet_NaN();  // setLr(): NaN is the schedule
   State state = State::kCreated;
   std::vector<Event> events;
 
@@ -350,11 +360,26 @@ void Peer::startStep(const std::vector<const float*>& grads, double loss) {
                                             " gradients for " + std::to_string(m.tensors.size()) +
                                             " registered tensors");
   }
-  if (m.workload) m.workload->setGradients(grads, loss);
-  m.startRound({true, loss}, "step()");
+  if (m.workload) m.workload->setGradients(grads, loss, m.options.skipMissingGradients);
+  m.startRound({true, loss, m.lr}, "step()");
 }
 
-void Peer::startMix(double loss) { impl_->startRound({false, loss}, "mix()"); }
+void Peer::startMix(double loss) { impl_->startRound({false, loss, impl_->lr}, "mix()"); }
+
+double Peer::scheduledLr(std::int64_t round) const {
+  const Impl& m = *impl_;
+  if (!m.session) failState("scheduledLr() before start()");
+  return m.session->core().optimizer().lr(round);
+}
+
+void Peer::setLr(double lr) {
+  if (!std::isnan(lr) && !(std::isfinite(lr) && lr >= 0)) {
+    throw Error(Code::kInvalidArgument, "setLr(" + std::to_string(lr) +
+                                            "): the lr must be finite and >= 0 (NaN: back to "
+                                            "optimizer.*'s schedule)");
+  }
+  impl_->lr = lr;
+}
 
 void Peer::wait() {
   Impl& m = *impl_;

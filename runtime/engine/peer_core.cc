@@ -204,7 +204,7 @@ bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() ==
 // Local optimizer step(s): x <- x - lr * u, from the precomputed gradient first (overlap).
 void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
   std::copy(x_.begin(), x_.end(), xBefore_.begin());
-  lastLr_ = optimizer_->lr(round);
+  lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
   stepped_ = input.localSteps;
   double loss = 0;
   for (int s = 0; stepped_ && s < options_.localSteps; ++s) {
@@ -215,7 +215,11 @@ void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
     }
     // The direction u replaces the gradient in place (every optimizer reads g[i] before it writes
     // u[i]): one model-sized buffer less.
-    optimizer_->direction(g_, x_, g_, round);
+    // (A value without a gradient is skipped, except under gradient tracking, whose tracker
+    // needs every coordinate's gradient: there it is a zero gradient.)
+    optimizer_->direction(g_, x_, g_, round,
+                          algorithm_->tracksDirection() ? std::span<const train::ValueRange>{}
+                                                        : workload_->skippedRanges());
     // Gradient tracking chooses the direction (its tracker); every other algorithm takes u as is.
     if (algorithm_->tracksDirection())
       algorithm_->direction(x_, g_, static_cast<std::uint64_t>(round));

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -93,6 +94,9 @@ struct PeerCoreOptions {
 struct RoundInput {
   bool localSteps = true;
   double loss = 0.0;  // with localSteps false: the caller's loss (NaN: unknown)
+  // The round's lr instead of optimizer.*'s schedule (the API caller's scheduler; with localSteps
+  // false the lr its own optimizer used, for the records). NaN: the schedule.
+  double lr = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct PeerCounters {

@@ -132,26 +132,39 @@ Optimizer::Optimizer(const OptimizerOptions& options, std::size_t size) : option
 }
 
 void Optimizer::direction(std::span<const float> g, std::span<const float> x, std::span<float> u,
-                          std::int64_t round) {
+                          std::int64_t round, std::span<const ValueRange> skip) {
   assert(g.size() == u.size() && x.size() == u.size());
+  (void)round;
+  std::size_t at = 0;
+  for (const ValueRange& r : skip) {
+    assert(r.offset >= at && r.offset + r.count <= u.size());
+    directionOn(g, x, u, at, r.offset);
+    std::fill(u.begin() + static_cast<std::ptrdiff_t>(r.offset),
+              u.begin() + static_cast<std::ptrdiff_t>(r.offset + r.count), 0.0f);
+    at = r.offset + r.count;
+  }
+  directionOn(g, x, u, at, u.size());
+}
+
+void Optimizer::directionOn(std::span<const float> g, std::span<const float> x, std::span<float> u,
+                            std::size_t begin, std::size_t end) {
   const float beta = static_cast<float>(options_.momentum);
   const float wd = static_cast<float>(options_.weightDecay);
-  const std::size_t n = u.size();
   if (beta == 0.0f) {
-    for (std::size_t i = 0; i < n; ++i) u[i] = g[i] + wd * x[i];
+    for (std::size_t i = begin; i < end; ++i) u[i] = g[i] + wd * x[i];
     return;
   }
-  assert(buffer_.size() == n);
+  assert(buffer_.size() == u.size());
   float* m = buffer_.data();
   if (options_.momentumKind == MomentumKind::kLocal) {
     if (options_.nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = begin; i < end; ++i) {
         const float gi = g[i] + wd * x[i];
         m[i] = beta * m[i] + gi;
         u[i] = gi + beta * m[i];
       }
     } else {
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = begin; i < end; ++i) {
         const float gi = g[i] + wd * x[i];
         m[i] = beta * m[i] + gi;
         u[i] = m[i];
@@ -159,12 +172,12 @@ void Optimizer::direction(std::span<const float> g, std::span<const float> x, st
     }
   } else {
     if (options_.nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = begin; i < end; ++i) {
         const float gi = g[i] + wd * x[i];
         u[i] = gi + beta * (beta * m[i] + gi);
       }
     } else {
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = begin; i < end; ++i) {
         const float gi = g[i] + wd * x[i];
         u[i] = gi + beta * m[i];
       }

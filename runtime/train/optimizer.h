@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "runtime/common/status.h"
+#include "runtime/train/tensor_info.h"
 
 namespace grapevine::train {
 
@@ -86,8 +87,10 @@ class Optimizer {
 
   // Writes the update direction u for gradient g at model x (all of size `size`; u may alias g).
   // Local momentum updates its buffer here; the round is accepted for schedules that need it.
+  // `skip` (ascending, disjoint ranges of offsets): u is 0 there and the momentum buffer is left
+  // as it was (a parameter without a gradient, as torch treats one).
   void direction(std::span<const float> g, std::span<const float> x, std::span<float> u,
-                 std::int64_t round);
+                 std::int64_t round, std::span<const ValueRange> skip = {});
 
   // Quasi-global momentum only (a no-op for local): after the algorithm's mixing, with the model
   // before this round's local steps, the model after mixing, the lr those steps used and their
@@ -101,6 +104,10 @@ class Optimizer {
   Status setMomentumBuffer(std::span<const float> values);
 
  private:
+  // direction() on [begin, end).
+  void directionOn(std::span<const float> g, std::span<const float> x, std::span<float> u,
+                   std::size_t begin, std::size_t end);
+
   OptimizerOptions options_;
   std::vector<float> buffer_;
 };

@@ -17,4 +17,10 @@ struct TensorInfo {
   std::size_t count = 0;
 };
 
+// [offset, offset + count) of the flat parameter vector.
+struct ValueRange {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
 }  // namespace grapevine::train

@@ -64,6 +64,12 @@ class Workload {
   // makeWorkload().
   virtual std::span<const float> optimum() const { return {}; }
 
+  // Parts of the model the last gradient() has no gradient for (the API's caller passed none for
+  // a tensor and asked that it be skipped, as torch skips a parameter whose .grad is None), in
+  // ascending offset order: the local step leaves their values and momentum alone. Built-in
+  // workloads have a gradient for every value.
+  virtual std::span<const ValueRange> skippedRanges() const { return {}; }
+
   // Number of gradient() calls so far; setStep() repositions the minibatch stream (resume).
   std::uint64_t step() const { return step_; }
   void setStep(std::uint64_t step) { step_ = step; }
