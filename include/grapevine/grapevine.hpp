@@ -146,6 +146,12 @@ class GRAPEVINE_EXPORT Peer {
   // Registers a parameter tensor: `count` fp32 values at `data` (the caller's memory, which must
   // stay valid until finalize()). Names are unique; order of registration is the model's layout.
   void addTensor(const std::string& name, float* data, std::size_t count);
+  // Registers a buffer: fp32 state that is not trained but should be one model's (BatchNorm's
+  // running statistics). It is mixed every round and averaged by finalize(true) like the
+  // parameters, never stepped by Grapevine's optimizer; its entry in step()'s gradients is
+  // ignored (pass null). Refused by start() under gradient tracking, whose tracker steps every
+  // value.
+  void addBuffer(const std::string& name, float* data, std::size_t count);
   std::size_t parameterCount() const;
   // Connects to the neighbours (blocks until the bootstrap is done). Every peer then starts from
   // the lowest live rank's tensor values (they are written back into the caller's memory); with

@@ -59,13 +59,50 @@ def _named(params):
     return named
 
 
+def _chosen_buffers(module, policy):
+    """([names], [tensors]) of the module's buffers that `policy` gossips: "average" every float32
+    buffer (BatchNorm's running mean and variance; integer ones such as num_batches_tracked stay
+    local), "local" none, or an iterable of buffer names."""
+    if isinstance(policy, str) and policy not in ("average", "local"):
+        raise InvalidArgumentError(
+            f"buffers={policy!r}: 'average' (every float32 buffer is mixed and averaged), 'local' "
+            "(each peer keeps its own) or a list of buffer names")
+    if module is None or policy == "local":
+        return [], []
+    available = dict(module.named_buffers())
+    if policy == "average":
+        chosen = [n for n, b in available.items() if b.dtype == torch.float32]
+    else:
+        chosen = list(policy)
+        for name in chosen:
+            if name not in available:
+                raise InvalidArgumentError(
+                    f"buffers: the model has no buffer '{name}' (it has {sorted(available)})")
+            if available[name].dtype != torch.float32:
+                raise InvalidArgumentError(
+                    f"buffer '{name}' has dtype {available[name].dtype}; only float32 buffers "
+                    "can be averaged")
+    names, tensors, seen = [], [], set()
+    for name in chosen:
+        b = available[name]
+        if id(b) in seen or b.numel() == 0:
+            continue
+        if b.device.type != "cpu":
+            raise InvalidArgumentError(f"buffer '{name}' is on {b.device}; CPU tensors only")
+        seen.add(id(b))
+        names.append("buffer." + name)
+        tensors.append(b)
+    return names, tensors
+
+
 class DecentralizedOptimizer(torch.optim.Optimizer):
     """Wraps a torch optimizer (or none) so that every step() ends with one gossip round.
 
     DecentralizedOptimizer(params, optimizer=None, config=None, rank=None, **overrides)
-      params     model.parameters(), model.named_parameters() (names go into the records) or
-                 param groups; parameters with requires_grad=False are skipped (not gossiped);
-                 every other one must be a float32 CPU tensor, and each at most once;
+      params     the model (an nn.Module: its named parameters and, per `buffers`, its
+                 buffers), model.parameters(), model.named_parameters() (names go into the
+                 records) or param groups; parameters with requires_grad=False are skipped (not
+                 gossiped); every other one must be a float32 CPU tensor, and each at most once;
       optimizer  a torch.optim.Optimizer over the same parameters, or None for Grapevine's own
                  (its lr: param_groups[0]["lr"] once something sets it, else optimizer.*'s
                  schedule);
@@ -77,7 +114,11 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
       resume     continue from the checkpoints (checkpoint.every); None: GRAPEVINE_RESUME=1
                  (`grapevine launch --resume ... -- COMMAND`) says;
       missing_grad  "skip": with optimizer=None a parameter whose .grad is None is left alone
-                 (value and momentum), as torch does; "zero": a zero gradient.
+                 (value and momentum), as torch does; "zero": a zero gradient;
+      buffers    when params is the model: "average" (default: every float32 buffer, e.g.
+                 BatchNorm's running statistics, is mixed every round and averaged by finalize,
+                 so the deployable model is one model; never stepped), "local" (each peer keeps
+                 its own) or a list of buffer names to average.
     The constructor connects to the neighbours (it blocks until every neighbour is there) and
     leaves every peer holding the lowest rank's parameter values, or, resumed, the checkpoint's
     (with the wrapped optimizer's state of the same round); `start_round` is then the round the
@@ -85,12 +126,14 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params, optimizer=None, config=None, rank=None, *, overrides=None,
-                 out_dir=None, incarnation=0, resume=None, missing_grad="skip", **kw_overrides):
+                 out_dir=None, incarnation=0, resume=None, missing_grad="skip",
+                 buffers="average", **kw_overrides):
         if missing_grad not in ("skip", "zero"):
             raise InvalidArgumentError(
                 f"missing_grad={missing_grad!r}: 'skip' (a parameter whose .grad is None is left "
                 "alone, as torch does) or 'zero' (it is a zero gradient)")
-        named = _named(params)
+        module = params if isinstance(params, torch.nn.Module) else None
+        named = _named(module.named_parameters() if module is not None else params)
         self._params = []
         self._names = []
         seen = {}
@@ -116,6 +159,10 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self._names.append(name)
         if not self._params:
             raise InvalidArgumentError("no trainable parameters (every one has requires_grad=False)")
+        self._buffer_names, self._buffers = _chosen_buffers(module, buffers)
+        # Everything registered with the peer, in its layout order: parameters, then buffers.
+        self._tensors = self._params + self._buffers
+        self._tensor_names = self._names + self._buffer_names
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise InvalidArgumentError(
                 f"optimizer must be a torch.optim.Optimizer (or None), got "
@@ -125,17 +172,20 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                          incarnation=incarnation, resume=resume,
                          skip_missing_gradients=missing_grad == "skip", **kw_overrides)
         with torch.no_grad():
-            for name, p in zip(self._names, self._params):
+            for k, (name, p) in enumerate(zip(self._tensor_names, self._tensors)):
                 if not p.data.is_contiguous():
                     p.data = p.data.contiguous()
-                self.peer.add_tensor(name, p.data.view(-1).numpy())
+                if k < len(self._params):
+                    self.peer.add_tensor(name, p.data.view(-1).numpy())
+                else:
+                    self.peer.add_buffer(name, p.data.view(-1).numpy())
             self.peer.start()
-            # Zero-copy from here on: each parameter's storage is its slice of Grapevine's buffer.
-            for name, p in zip(self._names, self._params):
+            # Zero-copy from here on: each tensor's storage is its slice of Grapevine's buffer.
+            for name, p in zip(self._tensor_names, self._tensors):
                 view = torch.from_numpy(self.peer.bind(name))
                 p.data = view.view(p.shape)
-        # What replacing a parameter's .data later (model.half(), .to(), p.data = ...) changes.
-        self._bound = [p.data_ptr() for p in self._params]
+        # What replacing a tensor's .data later (model.half(), .to(), p.data = ...) changes.
+        self._bound = [p.data_ptr() for p in self._tensors]
         stats = self.peer.stats()
         # torch.optim.Optimizer: param_groups with "lr" (lr schedulers), state, defaults. With a
         # wrapped optimizer they are its own objects, so a scheduler on either changes its lr.
@@ -232,8 +282,8 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 "rank": self.peer.rank,
                 "world_size": self.peer.world_size,
                 "rounds": rounds,
-                "names": list(self._names),
-                "params": [p.detach().clone() for p in self._params],
+                "names": list(self._tensor_names),
+                "params": [p.detach().clone() for p in self._tensors],
                 "state": state,
             },
             "optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
@@ -243,10 +293,11 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         g = state.get("grapevine") if isinstance(state, dict) else None
         if g is None:
             raise InvalidArgumentError("not a DecentralizedOptimizer state_dict (no 'grapevine')")
-        if list(g["names"]) != self._names:
+        if list(g["names"]) != self._tensor_names:
             raise InvalidArgumentError(
-                f"the state_dict holds parameters {g['names']}, this optimizer {self._names}")
-        for name, p, value in zip(self._names, self._params, g["params"]):
+                f"the state_dict holds tensors {g['names']}, this optimizer "
+                f"{self._tensor_names}")
+        for name, p, value in zip(self._tensor_names, self._tensors, g["params"]):
             if tuple(value.shape) != tuple(p.shape):
                 raise InvalidArgumentError(
                     f"parameter '{name}' has shape {tuple(p.shape)}, the state_dict "
@@ -255,7 +306,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self.peer.load_state({name: t.detach().contiguous().numpy()
                               for name, t in g.get("state", {}).items()})
         with torch.no_grad():
-            for p, value in zip(self._params, g["params"]):
+            for p, value in zip(self._tensors, g["params"]):
                 p.copy_(value)  # into Grapevine's buffer: .data is a view of it
         if self.optimizer is not None and state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])
@@ -300,7 +351,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._final = self._engine_state()
         self.peer.finalize(average=average)
         with torch.no_grad():
-            for p in self._params:
+            for p in self._tensors:
                 p.data = p.data.clone()
         self._finalized = True
 
@@ -395,7 +446,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         return closure_loss
 
     def _check_bound(self):
-        for name, p, ptr in zip(self._names, self._params, self._bound):
+        for name, p, ptr in zip(self._tensor_names, self._tensors, self._bound):
             if p.data_ptr() != ptr or p.dtype != torch.float32:
                 raise InvalidArgumentError(
                     f"parameter '{name}' no longer uses Grapevine's buffer: its .data was "
@@ -416,7 +467,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             if not g.is_contiguous():
                 g = g.contiguous()
             grads.append(g.detach().view(-1).numpy())
-        return grads
+        return grads + [None] * len(self._buffers)  # buffers take no gradient
 
     @staticmethod
     def _loss_value(loss):

@@ -189,11 +189,16 @@ class PyPeer {
     std::atomic<bool>& flag_;
   };
 
-  void addTensor(const std::string& name, const py::handle& object) {
+  void addTensor(const std::string& name, const py::handle& object, bool buffer = false) {
     py::array array = checkedTensor(name, object, /*writable=*/true);
     Busy busy(*this);
-    peer_->addTensor(name, static_cast<float*>(array.mutable_data()),
-                     static_cast<std::size_t>(array.size()));
+    if (buffer) {
+      peer_->addBuffer(name, static_cast<float*>(array.mutable_data()),
+                       static_cast<std::size_t>(array.size()));
+    } else {
+      peer_->addTensor(name, static_cast<float*>(array.mutable_data()),
+                       static_cast<std::size_t>(array.size()));
+    }
     names_.push_back(name);
     counts_.push_back(static_cast<std::size_t>(array.size()));
     arrays_.push_back(std::move(array));
@@ -350,8 +355,21 @@ PYBIND11_MODULE(_grapevine, m) {
       .def_property_readonly("config_yaml", [](PyPeer& p) { return p.peer().configYaml(); })
       .def_property_readonly("parameter_count", [](PyPeer& p) { return p.peer().parameterCount(); })
       .def_property_readonly("tensor_count", &PyPeer::tensorCount)
-      .def("add_tensor", &PyPeer::addTensor, py::arg("name"), py::arg("array"),
-           "Registers a float32, contiguous, writable numpy array; it is kept alive by the Peer.")
+      .def(
+          "add_tensor",
+          [](PyPeer& p, const std::string& name, const py::handle& array) {
+            p.addTensor(name, array);
+          },
+          py::arg("name"), py::arg("array"),
+          "Registers a float32, contiguous, writable numpy array; it is kept alive by the Peer.")
+      .def(
+          "add_buffer",
+          [](PyPeer& p, const std::string& name, const py::handle& array) {
+            p.addTensor(name, array, /*buffer=*/true);
+          },
+          py::arg("name"), py::arg("array"),
+          "Registers a buffer (e.g. BatchNorm running statistics): mixed and averaged like the "
+          "tensors, never stepped; its entry in step()'s gradients is ignored (pass None).")
       .def(
           "start",
           [](PyPeer& p) {

@@ -1,6 +1,7 @@
 // grapevine::Peer (include/grapevine/grapevine.hpp) over the engine's PeerSession: the same
 // PeerCore, algorithms, transports, records and fault handling as `grapevine launch`, with the
 // caller's model as an `external` workload whose gradients the caller hands in.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/algorithms/algorithm.h"
 #include "runtime/common/hash.h"
 #include "runtime/common/log.h"
 #include "runtime/config/diagnostics.h"
@@ -25,7 +27,9 @@ namespace {
 // the caller computed it at); the evaluations are the caller's reported test metrics.
 class ExternalWorkload final : public train::Workload {
  public:
-  explicit ExternalWorkload(std::vector<train::TensorInfo> layout) : layout_(std::move(layout)) {
+  // `buffers[k]`: tensor k is a buffer (Peer::addBuffer): never stepped, no gradient.
+  ExternalWorkload(std::vector<train::TensorInfo> layout, std::vector<bool> buffers)
+      : layout_(std::move(layout)), buffers_(std::move(buffers)) {
     for (const auto& t : layout_) count_ += t.count;
   }
   std::string_view name() const override { return "external"; }
@@ -36,7 +40,7 @@ class ExternalWorkload final : public train::Workload {
     for (std::size_t k = 0; k < layout_.size(); ++k) {
       const auto& t = layout_[k];
       float* out = g.data() + t.offset;
-      if (grads_[k])
+      if (grads_[k] && !buffers_[k])
         std::memcpy(out, grads_[k], t.count * sizeof(float));
       else
         std::fill(out, out + t.count, 0.0f);
@@ -55,9 +59,9 @@ class ExternalWorkload final : public train::Workload {
     grads_ = grads;
     loss_ = loss;
     skipped_.clear();  // keeps its capacity: no allocation once every tensor was skipped once
-    if (!skipMissing) return;
     for (std::size_t k = 0; k < layout_.size(); ++k) {
-      if (grads_[k] == nullptr) skipped_.push_back({layout_[k].offset, layout_[k].count});
+      if (buffers_[k] || (skipMissing && grads_[k] == nullptr))
+        skipped_.push_back({layout_[k].offset, layout_[k].count});
     }
   }
   std::span<const train::ValueRange> skippedRanges() const override { return skipped_; }
@@ -68,6 +72,7 @@ class ExternalWorkload final : public train::Workload {
 
  private:
   std::vector<train::TensorInfo> layout_;
+  std::vector<bool> buffers_;
   std::size_t count_ = 0;
   std::vector<const float*> grads_;
   std::vector<train::ValueRange> skipped_;
@@ -129,7 +134,8 @@ struct Peer::Impl {
     float* data = nullptr;
     std::size_t count = 0;
     std::size_t offset = 0;
-    bool bound = false;  // lives in the engine's buffer (bind())
+    bool bound = false;   // lives in the engine's buffer (bind())
+    bool buffer = false;  // addBuffer(): mixed and averaged, never stepped
   };
 
   Options options;
@@ -184,6 +190,22 @@ struct Peer::Impl {
     for (const auto& t : tensors) {
       if (!t.bound) std::memcpy(t.data, x.data() + t.offset, t.count * sizeof(float));
     }
+  }
+
+  void add(const std::string& call, const std::string& name, float* data, std::size_t count,
+           bool buffer) {
+    if (state != State::kCreated) failState(call + "('" + name + "') after start()");
+    if (name.empty()) throw Error(Code::kInvalidArgument, call + ": the name is empty");
+    if (!data) throw Error(Code::kInvalidArgument, call + "('" + name + "'): data is null");
+    if (count == 0) throw Error(Code::kInvalidArgument, call + "('" + name + "'): count is 0");
+    for (const auto& t : tensors) {
+      if (t.name == name) {
+        throw Error(Code::kInvalidArgument,
+                    call + ": a tensor named '" + name + "' is registered already");
+      }
+    }
+    tensors.push_back({name, data, count, this->count, false, buffer});
+    this->count += count;
   }
 
   void requireStarted(const char* call) {
@@ -289,19 +311,11 @@ std::string Peer::configYaml() const { return config::toYaml(impl_->plan->config
 std::size_t Peer::parameterCount() const { return impl_->count; }
 
 void Peer::addTensor(const std::string& name, float* data, std::size_t count) {
-  Impl& m = *impl_;
-  if (m.state != Impl::State::kCreated) failState("addTensor('" + name + "') after start()");
-  if (name.empty()) throw Error(Code::kInvalidArgument, "addTensor: the name is empty");
-  if (!data) throw Error(Code::kInvalidArgument, "addTensor('" + name + "'): data is null");
-  if (count == 0) throw Error(Code::kInvalidArgument, "addTensor('" + name + "'): count is 0");
-  for (const auto& t : m.tensors) {
-    if (t.name == name) {
-      throw Error(Code::kInvalidArgument,
-                  "addTensor: a tensor named '" + name + "' is registered already");
-    }
-  }
-  m.tensors.push_back({name, data, count, m.count, false});
-  m.count += count;
+  impl_->add("addTensor", name, data, count, /*buffer=*/false);
+}
+
+void Peer::addBuffer(const std::string& name, float* data, std::size_t count) {
+  impl_->add("addBuffer", name, data, count, /*buffer=*/true);
 }
 
 void Peer::start() {
@@ -309,16 +323,27 @@ void Peer::start() {
   if (m.state != Impl::State::kCreated) failState("start() called twice");
   if (m.tensors.empty()) failState("start() before any addTensor()");
   std::vector<train::TensorInfo> layout;
+  std::vector<bool> buffers;
   std::vector<float> x0(m.count);
   for (const auto& t : m.tensors) {
     layout.push_back({t.name, {static_cast<std::int64_t>(t.count)}, t.offset, t.count});
+    buffers.push_back(t.buffer);
     std::memcpy(x0.data() + t.offset, t.data, t.count * sizeof(float));
   }
-  auto workload = std::make_unique<ExternalWorkload>(layout);
+  auto workload = std::make_unique<ExternalWorkload>(layout, buffers);
   m.workload = workload.get();
   auto core = engine::makePeerWith(*m.plan, m.rank, m.options.incarnation, std::move(workload),
                                    std::move(x0));
   check(core.status());
+  if ((*core)->algorithm().tracksDirection() &&
+      std::find(buffers.begin(), buffers.end(), true) != buffers.end()) {
+    // Its tracker takes every value's gradient: a buffer would be stepped along with it.
+    throw Error(Code::kInvalidArgument,
+                "addBuffer: algorithm.name " +
+                    std::string(algorithms::algorithmKindName(m.plan->config.algorithm.name)) +
+                    " tracks gradients over the whole model, so it cannot carry buffers; keep "
+                    "them local (grapevine.torch: buffers=\"local\")");
+  }
   engine::PeerRunOptions ro;
   ro.rank = m.rank;
   ro.incarnation = m.options.incarnation;

@@ -153,3 +153,59 @@ def test_replaced_data_and_added_groups_are_refused():
         return True
 
     assert run_threads([lambda: replaced(0), lambda: replaced(1)]) == [True, True]
+
+
+class BN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.lin = torch.nn.Linear(3, 4)
+        self.bn = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.lin(x)).sum()
+
+
+@pytest.mark.parametrize("policy", ["average", "local"])
+def test_buffers(policy):
+    """The model itself as params: its BatchNorm running statistics are mixed and averaged
+    ('average', the default), so after finalize(average=True) every peer holds one model; 'local'
+    leaves each peer's own. Buffers are never stepped: with weight decay and the same data on both
+    peers, a running mean after a round is exactly what BatchNorm computed."""
+    c = config(23820 if policy == "average" else 23840, rounds=3,
+               optimizer={"lr": 0.5, "momentum": 0.9, "weight_decay": 1.0})
+
+    def peer(rank):
+        model = BN()
+        # missing_grad "zero": a buffer is still not stepped (it takes no gradient at all).
+        opt = grapevine.torch.DecentralizedOptimizer(model, None, config=c, rank=rank,
+                                                     buffers=policy, missing_grad="zero")
+        with opt:
+            for t in range(opt.planned_rounds):
+                g = torch.Generator().manual_seed(t if t == 0 else 100 * rank + t)
+                opt.zero_grad()
+                model(torch.randn(16, 3, generator=g)).backward()
+                computed = model.bn.running_mean.detach().clone()
+                opt.step()
+                if t == 0:  # same data on both peers: mixing keeps the value
+                    assert torch.equal(model.bn.running_mean, computed)
+        return model.bn.running_mean.clone(), model.bn.running_var.clone(), opt.state_dict()
+
+    (m0, v0, s0), (m1, v1, _) = run_threads([lambda: peer(0), lambda: peer(1)])
+    if policy == "average":
+        assert torch.equal(m0, m1) and torch.equal(v0, v1)
+        assert "buffer.bn.running_mean" in s0["grapevine"]["names"]
+    else:
+        assert not torch.equal(m0, m1)
+        assert "buffer.bn.running_mean" not in s0["grapevine"]["names"]
+
+
+def test_bad_buffer_policies():
+    model = BN()
+    with pytest.raises(grapevine.InvalidArgumentError, match="no buffer 'bn.nope'"):
+        grapevine.torch.DecentralizedOptimizer(model, config=config(23860), buffers=["bn.nope"])
+    with pytest.raises(grapevine.InvalidArgumentError, match="int64"):
+        grapevine.torch.DecentralizedOptimizer(model, config=config(23860),
+                                               buffers=["bn.num_batches_tracked"])
+    with pytest.raises(grapevine.InvalidArgumentError, match="'sometimes'"):
+        grapevine.torch.DecentralizedOptimizer(model, config=config(23860), buffers="sometimes")
