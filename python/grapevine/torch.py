@@ -32,6 +32,10 @@ from . import FailedPreconditionError, GrapevineError, InvalidArgumentError, Pee
 
 __all__ = ["DecentralizedOptimizer"]
 
+# Parameter dtypes: float32 is trained in place (zero-copy); bfloat16 and float16 through an fp32
+# master copy in Grapevine's buffer.
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
 
 def _named(params):
     """[(name, parameter)] from parameters, (name, parameter) pairs or torch param-group dicts."""
@@ -60,28 +64,28 @@ def _named(params):
 
 
 def _chosen_buffers(module, policy):
-    """([names], [tensors]) of the module's buffers that `policy` gossips: "average" every float32
-    buffer (BatchNorm's running mean and variance; integer ones such as num_batches_tracked stay
-    local), "local" none, or an iterable of buffer names."""
+    """([names], [tensors]) of the module's buffers that `policy` gossips: "average" every
+    floating-point buffer (BatchNorm's running mean and variance; integer ones such as
+    num_batches_tracked stay local), "local" none, or an iterable of buffer names."""
     if isinstance(policy, str) and policy not in ("average", "local"):
         raise InvalidArgumentError(
-            f"buffers={policy!r}: 'average' (every float32 buffer is mixed and averaged), 'local' "
+            f"buffers={policy!r}: 'average' (every float buffer is mixed and averaged), 'local' "
             "(each peer keeps its own) or a list of buffer names")
     if module is None or policy == "local":
         return [], []
     available = dict(module.named_buffers())
     if policy == "average":
-        chosen = [n for n, b in available.items() if b.dtype == torch.float32]
+        chosen = [n for n, b in available.items() if b.dtype in _DTYPES]
     else:
         chosen = list(policy)
         for name in chosen:
             if name not in available:
                 raise InvalidArgumentError(
                     f"buffers: the model has no buffer '{name}' (it has {sorted(available)})")
-            if available[name].dtype != torch.float32:
+            if available[name].dtype not in _DTYPES:
                 raise InvalidArgumentError(
-                    f"buffer '{name}' has dtype {available[name].dtype}; only float32 buffers "
-                    "can be averaged")
+                    f"buffer '{name}' has dtype {available[name].dtype}; only float32, bfloat16 "
+                    "and float16 buffers can be averaged")
     names, tensors, seen = [], [], set()
     for name in chosen:
         b = available[name]
@@ -102,7 +106,9 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
       params     the model (an nn.Module: its named parameters and, per `buffers`, its
                  buffers), model.parameters(), model.named_parameters() (names go into the
                  records) or param groups; parameters with requires_grad=False are skipped (not
-                 gossiped); every other one must be a float32 CPU tensor, and each at most once;
+                 gossiped); every other one must be a float32, bfloat16 or float16 CPU tensor
+                 (the last two through an fp32 master copy: mixed in fp32, rounded once per
+                 round), and each at most once;
       optimizer  a torch.optim.Optimizer over the same parameters, or None for Grapevine's own
                  (its lr: param_groups[0]["lr"] once something sets it, else optimizer.*'s
                  schedule);
@@ -115,7 +121,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                  (`grapevine launch --resume ... -- COMMAND`) says;
       missing_grad  "skip": with optimizer=None a parameter whose .grad is None is left alone
                  (value and momentum), as torch does; "zero": a zero gradient;
-      buffers    when params is the model: "average" (default: every float32 buffer, e.g.
+      buffers    when params is the model: "average" (default: every float buffer, e.g.
                  BatchNorm's running statistics, is mixed every round and averaged by finalize,
                  so the deployable model is one model; never stepped), "local" (each peer keeps
                  its own) or a list of buffer names to average.
@@ -144,10 +150,10 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                 raise InvalidArgumentError(
                     f"parameter '{name}' is registered twice (it is the same tensor as "
                     f"'{seen[id(p)]}')")
-            if p.dtype != torch.float32:
+            if p.dtype not in _DTYPES:
                 raise InvalidArgumentError(
-                    f"parameter '{name}' has dtype {p.dtype}; Grapevine trains float32 "
-                    "parameters only (call model.float())")
+                    f"parameter '{name}' has dtype {p.dtype}; Grapevine trains float32, "
+                    "bfloat16 and float16 parameters (call model.float() or model.bfloat16())")
             if p.device.type != "cpu":
                 raise InvalidArgumentError(
                     f"parameter '{name}' is on {p.device}; Grapevine trains CPU tensors only "
@@ -171,19 +177,27 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self.peer = Peer(config, rank=rank, overrides=overrides, out_dir=out_dir,
                          incarnation=incarnation, resume=resume,
                          skip_missing_gradients=missing_grad == "skip", **kw_overrides)
+        # A bfloat16/float16 tensor keeps its own storage; Grapevine holds an fp32 master copy of
+        # it (mixing and Grapevine's optimizer in fp32, rounded once into the tensor per round).
+        self._masters = [None] * len(self._tensors)
         with torch.no_grad():
             for k, (name, p) in enumerate(zip(self._tensor_names, self._tensors)):
                 if not p.data.is_contiguous():
                     p.data = p.data.contiguous()
+                values = p.data.view(-1) if p.dtype == torch.float32 else p.data.view(-1).float()
                 if k < len(self._params):
-                    self.peer.add_tensor(name, p.data.view(-1).numpy())
+                    self.peer.add_tensor(name, values.numpy())
                 else:
-                    self.peer.add_buffer(name, p.data.view(-1).numpy())
+                    self.peer.add_buffer(name, values.numpy())
             self.peer.start()
-            # Zero-copy from here on: each tensor's storage is its slice of Grapevine's buffer.
-            for name, p in zip(self._tensor_names, self._tensors):
+            # Zero-copy from here on: each fp32 tensor's storage is its slice of Grapevine's buffer.
+            for k, (name, p) in enumerate(zip(self._tensor_names, self._tensors)):
                 view = torch.from_numpy(self.peer.bind(name))
-                p.data = view.view(p.shape)
+                if p.dtype == torch.float32:
+                    p.data = view.view(p.shape)
+                else:
+                    self._masters[k] = view
+            self._from_masters()
         # What replacing a tensor's .data later (model.half(), .to(), p.data = ...) changes.
         self._bound = [p.data_ptr() for p in self._tensors]
         stats = self.peer.stats()
@@ -241,6 +255,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self.peer.mix(loss=value)
         else:
             self.peer.step(self._grads(), loss=value)
+        self._from_masters()
         self._after_round()
         return closure_loss
 
@@ -256,6 +271,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self.peer.start_mix(loss=value)
         else:
             self.peer.start_step(self._grads(), loss=value)
+        self._from_masters()
         self._pending = True
         return closure_loss
 
@@ -263,6 +279,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         """Receives and mixes the round started by start_step()."""
         self.peer.wait()
         self._pending = False
+        self._from_masters()
         self._after_round()
 
     def state_dict(self):
@@ -350,9 +367,11 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self.wait()
         self._final = self._engine_state()
         self.peer.finalize(average=average)
+        self._from_masters()
         with torch.no_grad():
-            for p in self._tensors:
-                p.data = p.data.clone()
+            for p, master in zip(self._tensors, self._masters):
+                if master is None:
+                    p.data = p.data.clone()
         self._finalized = True
 
     def __enter__(self):
@@ -443,11 +462,28 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             # torch lr scheduler, the caller) sets it, that lr is used from then on.
             self._lr_overridden = self._lr_overridden or lr != self._lr_shown
             self.peer.set_lr(float(lr) if self._lr_overridden else None)
+        self._to_masters()
         return closure_loss
+
+    def _to_masters(self):
+        """Before a round, the fp32 masters of bfloat16/float16 tensors take the tensors' values
+        where those are authoritative: every such tensor when a torch optimizer stepped it, only
+        buffers (updated by the forward pass) when Grapevine's optimizer steps the masters."""
+        with torch.no_grad():
+            for k, (p, master) in enumerate(zip(self._tensors, self._masters)):
+                if master is not None and (self.optimizer is not None or k >= len(self._params)):
+                    master.copy_(p.data.view(-1))
+
+    def _from_masters(self):
+        """After a round (or its first half): the tensors get their masters' values, rounded once."""
+        with torch.no_grad():
+            for p, master in zip(self._tensors, self._masters):
+                if master is not None:
+                    p.data.copy_(master.view(p.shape))
 
     def _check_bound(self):
         for name, p, ptr in zip(self._tensor_names, self._tensors, self._bound):
-            if p.data_ptr() != ptr or p.dtype != torch.float32:
+            if p.data_ptr() != ptr or p.dtype not in _DTYPES:
                 raise InvalidArgumentError(
                     f"parameter '{name}' no longer uses Grapevine's buffer: its .data was "
                     f"replaced after the optimizer was built (now {p.dtype} on {p.device}; e.g. "
@@ -461,9 +497,12 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             if g is None:
                 grads.append(None)
                 continue
-            if g.dtype != torch.float32 or g.device.type != "cpu" or g.is_sparse:
+            if g.dtype not in _DTYPES or g.device.type != "cpu" or g.is_sparse:
                 raise InvalidArgumentError(
-                    f"the gradient of '{name}' is {g.dtype} on {g.device}; need dense float32 CPU")
+                    f"the gradient of '{name}' is {g.dtype} on {g.device}; need a dense "
+                    "float32, bfloat16 or float16 CPU tensor")
+            if g.dtype != torch.float32:
+                g = g.float()  # Grapevine's optimizer steps the fp32 master
             if not g.is_contiguous():
                 g = g.contiguous()
             grads.append(g.detach().view(-1).numpy())
