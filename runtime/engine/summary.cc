@@ -171,6 +171,24 @@ std::string degradedReason(const PeerResult& p, bool interrupted) {
   return why;
 }
 
+// Mean, min and max of finite values; written as <name>_mean/_min/_max (null when none).
+struct Aggregate {
+  double sum = 0, lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  int n = 0;
+  void add(double v) {
+    if (!std::isfinite(v)) return;
+    ++n;
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  void write(nlohmann::json& s, const std::string& name) const {
+    s[name + "_mean"] = n ? nlohmann::json(sum / n) : nlohmann::json(nullptr);
+    s[name + "_min"] = n ? nlohmann::json(lo) : nlohmann::json(nullptr);
+    s[name + "_max"] = n ? nlohmann::json(hi) : nlohmann::json(nullptr);
+  }
+};
+
 // rounds_reached_min/max: the fewest and most rounds a peer with a final record ran (what an
 // interrupted or failed run got to; both equal run.rounds when every peer finished).
 void addRoundsReached(const std::vector<PeerResult>& peers, nlohmann::json& s) {
@@ -241,6 +259,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["spectral_gap"] = analysis.spectralGap;
 
   double accSum = 0, accMin = std::numeric_limits<double>::infinity(), accMax = -accMin;
+  Aggregate testLoss;  // of the peers that finished (a language model reports no accuracy)
   int finished = 0, withAcc = 0;
   double stepSum = 0, stepMin = std::numeric_limits<double>::infinity(), stepMax = -stepMin;
   double qualitySum = 0;
@@ -285,6 +304,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
       accMin = std::min(accMin, p.testAccuracy);
       accMax = std::max(accMax, p.testAccuracy);
     }
+    testLoss.add(p.testLoss);
   }
   s["peers_finished"] = finished;
   s["diverged"] = firstDivergence != nullptr;
@@ -297,6 +317,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   s["test_accuracy_mean"] = withAcc ? num(accSum / withAcc) : nlohmann::json(nullptr);
   s["test_accuracy_min"] = withAcc ? num(accMin) : nlohmann::json(nullptr);
   s["test_accuracy_max"] = withAcc ? num(accMax) : nlohmann::json(nullptr);
+  testLoss.write(s, "test_loss");
   s["bytes_sent_total"] = sent;
   s["bytes_received_total"] = received;
   s["bytes_dense_equivalent"] = dense;
@@ -392,6 +413,14 @@ std::string summaryTable(const nlohmann::json& s) {
   if (s.contains("test_accuracy_mean") && !s["test_accuracy_mean"].is_null()) {
     out += "test accuracy (mean/min/max)  " + pct(s["test_accuracy_mean"]) + " / " +
            pct(s["test_accuracy_min"]) + " / " + pct(s["test_accuracy_max"]) + "\n";
+  }
+  const bool accuracy = s.contains("test_accuracy_mean") && !s["test_accuracy_mean"].is_null();
+  if (!accuracy && s.contains("test_loss_mean") && !s["test_loss_mean"].is_null()) {
+    // What a language model (or any program reporting test_loss) has instead of an accuracy.
+    std::snprintf(line, sizeof line, "%-28s  %.4g / %.4g / %.4g\n", "test loss (mean/min/max)",
+                  s["test_loss_mean"].get<double>(), s["test_loss_min"].get<double>(),
+                  s["test_loss_max"].get<double>());
+    out += line;
   }
   if (s.contains("averaged_model_accuracy") && !s["averaged_model_accuracy"].is_null()) {
     out += "averaged model accuracy       " + pct(s["averaged_model_accuracy"]) + "\n";

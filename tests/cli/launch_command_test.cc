@@ -182,6 +182,16 @@ TEST_CASE("launch -- a program using the API: records, summary and model as for 
     INFO("k " << k);
     CHECK(model[k] == Approx(1.5 + 0.01 * k).margin(1e-4));
   }
+  // `grapevine summarize` (what an srun/mpirun run of the program uses) makes the same summary.
+  fs::remove(out + "/summary.json");
+  REQUIRE(runCapture(grapevineBin() + " summarize " + out + "/config.resolved.yaml " + out,
+                     &output) == 0);
+  const auto again = readSummary(out);
+  for (const char* key : {"peers_finished", "test_accuracy_mean", "test_accuracy_min",
+                          "consensus_distance_final", "bytes_sent_total"}) {
+    INFO(key);
+    CHECK(again[key] == s[key]);
+  }
 }
 
 TEST_CASE("launch -- a program that crashes mid-run: reported with its status, the others finish",

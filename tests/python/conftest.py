@@ -30,6 +30,9 @@ def pytest_configure(config):
     if gv_skip.required("dataset") and not os.path.isdir(gv_testing.FASHION_DIR):
         pytest.exit(f"GRAPEVINE_TEST_REQUIRE names dataset, which is missing: {gv_testing.FASHION_DIR}",
                     returncode=1)
+    if gv_skip.required("dataset") and not os.path.exists(gv_testing.GCIDE_TEXT):
+        pytest.exit(f"GRAPEVINE_TEST_REQUIRE names dataset, which is missing: {gv_testing.GCIDE_TEXT}",
+                    returncode=1)
 
 
 def _reason(report):

@@ -18,6 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"
 FASHION_DIR = "/usr/share/datasets/fashion-mnist"
+GCIDE_TEXT = "/usr/share/dictd/gcide.dict.dz"  # Debian's dict-gcide: text for examples/gpt
 
 
 def grapevine_bin():

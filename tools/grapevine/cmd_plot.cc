@@ -1,4 +1,5 @@
 // `grapevine plot DIR [--color KEY] [--panel KEY]`: PNG plots of a sweep's results.csv with gnuplot
+// (one run's folder, without sweep.json: plot_run.h)
 // (Debian's gnuplot-nox, installed by tools/install-deps). Accuracy and consensus distance against
 // rounds, bytes sent per peer and time; one line per cell, coloured by one swept key, one panel per
 // value of another, the mean over seeds (run.seed) with a band from the lowest to the highest seed.
@@ -17,6 +18,7 @@
 #include <sstream>
 
 #include "tools/grapevine/command.h"
+#include "tools/grapevine/plot_run.h"
 
 namespace grapevine::cli {
 namespace {
@@ -406,9 +408,10 @@ int runPlot(const PlotArgs& a) {
   const fs::path dir(a.dir);
   std::ifstream meta(dir / "sweep.json");
   std::ifstream csv(dir / "results.csv");
+  if (!meta && !csv) return plotRun(dir);  // one run's folder (or a message saying neither)
   if (!meta || !csv) {
     std::cerr << "grapevine plot: " << a.dir
-              << " has no sweep.json and results.csv (run grapevine sweep first)\n";
+              << " has only one of sweep.json and results.csv (an unfinished sweep?)\n";
     return kExitBadInput;
   }
   Sweep sweep;
@@ -428,8 +431,11 @@ int runPlot(const PlotArgs& a) {
 
 Command registerPlot(CLI::App& root) {
   auto args = std::make_shared<PlotArgs>();
-  CLI::App* app = root.add_subcommand("plot", "PNG plots of a sweep's results (gnuplot)");
-  app->add_option("dir", args->dir, "Output folder of grapevine sweep")->required();
+  CLI::App* app =
+      root.add_subcommand("plot", "PNG plots of a sweep's results, or of one run's (gnuplot)");
+  app->add_option("dir", args->dir,
+                  "Output folder of grapevine sweep, or of one run (launch, sim, summarize)")
+      ->required();
   app->add_option("--color", args->color, "Swept key that colours the lines (default: the first)");
   app->add_option("--panel", args->panel,
                   "Swept key with one panel per value (default: the second)");
