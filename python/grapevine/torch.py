@@ -367,6 +367,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self.wait()
         self._final = self._engine_state()
         self.peer.finalize(average=average)
+        self._prune_optimizer_checkpoints()  # the last checkpoints are written now
         self._from_masters()
         with torch.no_grad():
             for p, master in zip(self._tensors, self._masters):
@@ -418,16 +419,23 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         tmp = path + ".tmp"
         torch.save(self.optimizer.state_dict(), tmp)
         os.replace(tmp, path)
-        folder = os.path.dirname(path)
+        self._prune_optimizer_checkpoints(keep=path)
+
+    def _prune_optimizer_checkpoints(self, keep=None):
+        """Removes the wrapped optimizer's files whose Grapevine checkpoint is gone
+        (checkpoint.keep), except `keep` (Grapevine may still be writing its .ckpt in the
+        background: checkpoint.background)."""
+        folder = self.peer.checkpoint_folder
+        if self.optimizer is None or not os.path.isdir(folder):
+            return
         for name in os.listdir(folder):
-            if name.endswith(".torch.pt") and name != os.path.basename(path):
-                # Grapevine writes in the background (checkpoint.background): a newer .ckpt may
-                # still be on its way, an older one without its .ckpt is pruned.
-                if not os.path.exists(os.path.join(folder, name[:-len(".torch.pt")] + ".ckpt")):
-                    try:
-                        os.remove(os.path.join(folder, name))
-                    except OSError:
-                        pass
+            if not name.endswith(".torch.pt") or os.path.join(folder, name) == keep:
+                continue
+            if not os.path.exists(os.path.join(folder, name[:-len(".torch.pt")] + ".ckpt")):
+                try:
+                    os.remove(os.path.join(folder, name))
+                except OSError:
+                    pass
 
     def _load_optimizer_checkpoint(self, round_):
         if self.optimizer is None:

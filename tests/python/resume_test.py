@@ -94,3 +94,8 @@ def test_resume_is_bit_identical(kind, via_launch):
         # The first attempt's records up to the checkpoint, then the resumed rounds: each once.
         assert record_rounds(d, r) == list(range(ROUNDS))
     assert got[0]["params"] == got[1]["params"]  # averaged: finalize knew the run was complete
+    if kind == "adamw":  # the optimizer's files follow Grapevine's (checkpoint.keep 2)
+        folder = os.path.join(d, "checkpoints", "rank-0")
+        names = sorted(os.listdir(folder))
+        assert [n for n in names if n.endswith(".torch.pt")] == \
+            [n.replace(".ckpt", ".torch.pt") for n in names if n.endswith(".ckpt")], names
