@@ -473,6 +473,30 @@ void checkOptimizer(const Config& c, Report& report) {
     report.warning(report.keyWhere("optimizer.nesterov"), "optimizer.nesterov",
                    "has no effect with momentum 0");
   }
+  if (c.optimizer.kind == train::OptimizerKind::kAdamw) {
+    if (c.optimizer.nesterov && report.wasSet("optimizer.nesterov")) {
+      report.error(report.keyWhere("optimizer.nesterov"), "optimizer.nesterov",
+                   "optimizer.kind adamw has no Nesterov form (drop optimizer.nesterov)");
+    }
+    if (c.optimizer.momentumKind != train::MomentumKind::kLocal) {
+      report.error(report.keyWhere("optimizer.momentum_kind"), "optimizer.momentum_kind",
+                   "optimizer.kind adamw keeps each peer's moments local: quasi-global momentum "
+                   "is defined for sgd only");
+    }
+  } else {
+    // (A resolved config writes every key with its value: only a value other than the default
+    // is a sign that AdamW was meant.)
+    const OptimizerSection defaults;
+    const std::pair<const char*, bool> adamwOnly[] = {
+        {"optimizer.beta2", c.optimizer.beta2 != defaults.beta2},
+        {"optimizer.eps", c.optimizer.eps != defaults.eps}};
+    for (const auto& [key, changed] : adamwOnly) {
+      if (changed && report.wasSet(key)) {
+        report.warning(report.keyWhere(key), key,
+                       "has no effect with optimizer.kind sgd (it is AdamW's)");
+      }
+    }
+  }
 }
 
 // workload.*: the quadratic workload's data file exists (relative to the config file).

@@ -90,8 +90,11 @@ struct AlgorithmSection {
 };
 
 struct OptimizerSection {
+  train::OptimizerKind kind = train::OptimizerKind::kSgd;
   double lr = 0.1;
-  double momentum = 0.9;
+  double momentum = 0.9;  // adamw: beta1
+  double beta2 = 0.999;   // adamw
+  double eps = 1e-8;      // adamw
   bool nesterov = true;
   train::MomentumKind momentumKind = train::MomentumKind::kLocal;
   int batchSize = 64;

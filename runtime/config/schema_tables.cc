@@ -177,15 +177,26 @@ std::vector<KeyDef> algorithmKeys() {
 // optimizer
 std::vector<KeyDef> optimizerKeys() {
   return {
+      enumKey(
+          "optimizer.kind", [](Config & c) -> auto& { return c.optimizer.kind; },
+          choicesOf(train::optimizerKindNames(), train::parseOptimizerKind),
+          "sgd: SGD with (Nesterov) momentum and L2 weight decay; adamw: AdamW, each peer's "
+          "moments its own, decoupled weight decay, beta1 = optimizer.momentum"),
       doubleKey(
           "optimizer.lr", [](Config & c) -> auto& { return c.optimizer.lr; }, 0.0, 1e3,
           "Learning rate (peak rate with a schedule)"),
       doubleKey(
           "optimizer.momentum", [](Config & c) -> auto& { return c.optimizer.momentum; }, 0.0,
-          0.999999, "Momentum coefficient beta (0: plain SGD)"),
+          0.999999, "Momentum coefficient beta (0: plain SGD; adamw: beta1)"),
+      doubleKey(
+          "optimizer.beta2", [](Config & c) -> auto& { return c.optimizer.beta2; }, 0.0, 0.999999,
+          "adamw: decay of the second-moment estimate"),
+      doubleKey(
+          "optimizer.eps", [](Config & c) -> auto& { return c.optimizer.eps; }, 1e-30, 1.0,
+          "adamw: added to the second moment's square root"),
       boolKey(
           "optimizer.nesterov", [](Config & c) -> auto& { return c.optimizer.nesterov; },
-          "Nesterov form of momentum"),
+          "Nesterov form of momentum (sgd)"),
       enumKey(
           "optimizer.momentum_kind", [](Config & c) -> auto& { return c.optimizer.momentumKind; },
           choicesOf(train::momentumKindNames(), train::parseMomentumKind),
@@ -202,7 +213,7 @@ std::vector<KeyDef> optimizerKeys() {
           0, 1e9, "Rounds of linear learning-rate warm-up"),
       doubleKey(
           "optimizer.weight_decay", [](Config & c) -> auto& { return c.optimizer.weightDecay; },
-          0.0, 1.0, "L2 weight decay added to the gradient"),
+          0.0, 1.0, "L2 weight decay added to the gradient (adamw: decoupled, lr * wd * x)"),
       intListKey(
           "optimizer.step_milestones",
           [](Config & c) -> auto& { return c.optimizer.stepMilestones; }, 1, 1e9,

@@ -218,7 +218,7 @@ void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
     // u[i]): one model-sized buffer less.
     // (A value without a gradient is skipped, except under gradient tracking, whose tracker
     // needs every coordinate's gradient: there it is a zero gradient.)
-    optimizer_->direction(g_, x_, g_, round,
+    optimizer_->direction(g_, x_, g_, round * options_.localSteps + s,
                           algorithm_->tracksDirection() ? std::span<const train::ValueRange>{}
                                                         : workload_->skippedRanges());
     // Gradient tracking chooses the direction (its tracker); every other algorithm takes u as is.

@@ -32,6 +32,9 @@ train::WorkloadOptions workloadOptions(const config::Config& c) {
 
 train::OptimizerOptions optimizerOptions(const config::Config& c) {
   train::OptimizerOptions o;
+  o.kind = c.optimizer.kind;
+  o.beta2 = c.optimizer.beta2;
+  o.eps = c.optimizer.eps;
   o.schedule.kind = c.optimizer.schedule;
   o.schedule.lr = c.optimizer.lr;
   o.schedule.warmupRounds = c.optimizer.warmupRounds;
@@ -43,7 +46,10 @@ train::OptimizerOptions optimizerOptions(const config::Config& c) {
   o.momentum = c.optimizer.momentum;
   // nesterov is on by default; with momentum 0 it has no effect (validate warns), it is not an
   // error.
-  o.nesterov = c.optimizer.nesterov && c.optimizer.momentum > 0.0;
+  // adamw has no Nesterov form: the default (true) does not apply to it; set explicitly, validate
+  // refuses it.
+  o.nesterov = c.optimizer.nesterov && c.optimizer.momentum > 0.0 &&
+               c.optimizer.kind == train::OptimizerKind::kSgd;
   o.weightDecay = c.optimizer.weightDecay;
   o.momentumKind = c.optimizer.momentumKind;
   return o;

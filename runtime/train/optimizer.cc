@@ -15,10 +15,24 @@ namespace grapevine::train {
 namespace {
 
 // Name tables, in enum order (the enums count from 0).
+constexpr std::string_view kOptimizerKindNames[] = {"sgd", "adamw"};
 constexpr std::string_view kMomentumKindNames[] = {"local", "quasi-global"};
 constexpr std::string_view kLrScheduleKindNames[] = {"constant", "cosine", "step"};
 
 }  // namespace
+
+std::string_view optimizerKindName(OptimizerKind kind) {
+  return enumName(kOptimizerKindNames, kind);
+}
+
+std::optional<OptimizerKind> parseOptimizerKind(std::string_view name) {
+  return parseEnum<OptimizerKind>(kOptimizerKindNames, name);
+}
+
+const std::vector<std::string_view>& optimizerKindNames() {
+  static const std::vector<std::string_view> names = enumNameList(kOptimizerKindNames);
+  return names;
+}
 
 std::string_view momentumKindName(MomentumKind kind) { return enumName(kMomentumKindNames, kind); }
 
@@ -123,18 +137,42 @@ Status OptimizerOptions::validate() const {
   if (momentumKind != MomentumKind::kLocal && momentumKind != MomentumKind::kQuasiGlobal) {
     return bad("optimizer.momentum_kind must be local or quasi-global");
   }
+  if (kind == OptimizerKind::kAdamw) {
+    if (momentumKind != MomentumKind::kLocal) {
+      return bad(
+          "optimizer.kind adamw keeps its moments local: optimizer.momentum_kind must be "
+          "local");
+    }
+    if (nesterov) return bad("optimizer.kind adamw has no Nesterov form: drop optimizer.nesterov");
+    if (!(beta2 >= 0.0 && beta2 < 1.0)) {
+      return bad("optimizer.beta2 must be in [0, 1), got ", beta2);
+    }
+    if (!(eps > 0.0) || !std::isfinite(eps)) {
+      return bad("optimizer.eps must be a finite number > 0, got ", eps);
+    }
+  } else if (kind != OptimizerKind::kSgd) {
+    return bad("optimizer.kind must be sgd or adamw");
+  }
   return Status::ok();
 }
 
 Optimizer::Optimizer(const OptimizerOptions& options, std::size_t size) : options_(options) {
   assert(options.validate().isOk());
-  if (options_.momentum > 0.0) buffer_.assign(size, 0.0f);
+  if (options_.kind == OptimizerKind::kAdamw) {
+    buffer_.assign(2 * size, 0.0f);  // m, then v
+  } else if (options_.momentum > 0.0) {
+    buffer_.assign(size, 0.0f);
+  }
 }
 
 void Optimizer::direction(std::span<const float> g, std::span<const float> x, std::span<float> u,
-                          std::int64_t round, std::span<const ValueRange> skip) {
+                          std::int64_t step, std::span<const ValueRange> skip) {
   assert(g.size() == u.size() && x.size() == u.size());
-  (void)round;
+  if (options_.kind == OptimizerKind::kAdamw) {
+    const double t = static_cast<double>(std::max<std::int64_t>(step, 0) + 1);
+    biasCorrection1_ = static_cast<float>(1.0 - std::pow(options_.momentum, t));
+    biasCorrection2_ = static_cast<float>(1.0 - std::pow(options_.beta2, t));
+  }
   std::size_t at = 0;
   for (const ValueRange& r : skip) {
     assert(r.offset >= at && r.offset + r.count <= u.size());
@@ -146,8 +184,31 @@ void Optimizer::direction(std::span<const float> g, std::span<const float> x, st
   directionOn(g, x, u, at, u.size());
 }
 
+void Optimizer::adamwOn(std::span<const float> g, std::span<const float> x, std::span<float> u,
+                        std::size_t begin, std::size_t end) {
+  const std::size_t n = u.size();
+  assert(buffer_.size() == 2 * n);
+  float* m = buffer_.data();
+  float* v = buffer_.data() + n;
+  const float b1 = static_cast<float>(options_.momentum);
+  const float b2 = static_cast<float>(options_.beta2);
+  const float eps = static_cast<float>(options_.eps);
+  const float wd = static_cast<float>(options_.weightDecay);
+  const float c1 = biasCorrection1_, c2 = biasCorrection2_;
+  for (std::size_t i = begin; i < end; ++i) {
+    const float gi = g[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    u[i] = (m[i] / c1) / (std::sqrt(v[i] / c2) + eps) + wd * x[i];
+  }
+}
+
 void Optimizer::directionOn(std::span<const float> g, std::span<const float> x, std::span<float> u,
                             std::size_t begin, std::size_t end) {
+  if (options_.kind == OptimizerKind::kAdamw) {
+    adamwOn(g, x, u, begin, end);
+    return;
+  }
   const float beta = static_cast<float>(options_.momentum);
   const float wd = static_cast<float>(options_.weightDecay);
   if (beta == 0.0f) {

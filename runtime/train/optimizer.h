@@ -20,6 +20,14 @@
 //                 lr * H == 0 leaves mhat unchanged: d is undefined. mhat starts at 0.
 // With beta == 0 both kinds reduce to u = g'.
 //
+// AdamW (kind adamw; Loshchilov & Hutter 2019, as torch.optim.AdamW), with beta1 = momentum and
+// t = the step's number from 1 (the round times algorithm.local_steps, plus the local step):
+//   m <- beta1 m + (1 - beta1) g        v <- beta2 v + (1 - beta2) g^2        (both start at 0)
+//   u = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps) + wd * x      (decoupled decay)
+// so x - lr u is torch's x - lr wd x - lr m_hat / (sqrt(v_hat) + eps). The moments are each
+// peer's own (local, like local momentum: the gossip mixes the parameters only); quasi-global
+// and Nesterov forms are not defined for it. The buffer holds m then v (2 x size).
+//
 // Thread contract: one Optimizer per peer, used from its training thread; no allocation after
 // construction. Arithmetic is in float, element by element, in index order (deterministic).
 #pragma once
@@ -35,11 +43,15 @@
 
 namespace grapevine::train {
 
+enum class OptimizerKind { kSgd, kAdamw };                // "sgd" | "adamw"
 enum class MomentumKind { kLocal, kQuasiGlobal };         // "local" | "quasi-global"
 enum class LrScheduleKind { kConstant, kCosine, kStep };  // "constant" | "cosine" | "step"
 
 // Names as configs spell them (optimizer.momentum_kind, optimizer.schedule). The *Names() lists,
 // in enum order, are the one table; the config schema takes its allowed values from them.
+std::string_view optimizerKindName(OptimizerKind kind);
+std::optional<OptimizerKind> parseOptimizerKind(std::string_view name);
+const std::vector<std::string_view>& optimizerKindNames();
 std::string_view momentumKindName(MomentumKind kind);
 std::optional<MomentumKind> parseMomentumKind(std::string_view name);
 const std::vector<std::string_view>& momentumKindNames();
@@ -68,8 +80,11 @@ struct LrSchedule {
 };
 
 struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;  // optimizer.kind
   LrSchedule schedule;
-  double momentum = 0.0;                             // optimizer.momentum, beta in [0, 1)
+  double momentum = 0.0;                             // optimizer.momentum, beta (adamw: beta1)
+  double beta2 = 0.999;                              // optimizer.beta2 (adamw)
+  double eps = 1e-8;                                 // optimizer.eps (adamw)
   bool nesterov = false;                             // optimizer.nesterov
   double weightDecay = 0.0;                          // optimizer.weight_decay, >= 0
   MomentumKind momentumKind = MomentumKind::kLocal;  // optimizer.momentum_kind
@@ -86,11 +101,12 @@ class Optimizer {
   double lr(std::int64_t round) const { return options_.schedule.at(round); }
 
   // Writes the update direction u for gradient g at model x (all of size `size`; u may alias g).
-  // Local momentum updates its buffer here; the round is accepted for schedules that need it.
+  // Local momentum and AdamW's moments update here; `step` counts the local steps from 0 (the
+  // round times algorithm.local_steps, plus the local step): AdamW's bias correction.
   // `skip` (ascending, disjoint ranges of offsets): u is 0 there and the momentum buffer is left
   // as it was (a parameter without a gradient, as torch treats one).
   void direction(std::span<const float> g, std::span<const float> x, std::span<float> u,
-                 std::int64_t round, std::span<const ValueRange> skip = {});
+                 std::int64_t step, std::span<const ValueRange> skip = {});
 
   // Quasi-global momentum only (a no-op for local): after the algorithm's mixing, with the model
   // before this round's local steps, the model after mixing, the lr those steps used and their
@@ -98,7 +114,8 @@ class Optimizer {
   void afterMixing(std::span<const float> xBeforeSteps, std::span<const float> xAfterMixing,
                    double lr, int localSteps);
 
-  // The momentum buffer (m for local, mhat for quasi-global); empty when momentum == 0.
+  // The momentum buffer (m for local, mhat for quasi-global, m then v for adamw); empty when
+  // momentum == 0 (sgd).
   std::span<const float> momentumBuffer() const { return buffer_; }
   // Replaces the buffer (resync / restore); size must match.
   Status setMomentumBuffer(std::span<const float> values);
@@ -107,6 +124,9 @@ class Optimizer {
   // direction() on [begin, end).
   void directionOn(std::span<const float> g, std::span<const float> x, std::span<float> u,
                    std::size_t begin, std::size_t end);
+  void adamwOn(std::span<const float> g, std::span<const float> x, std::span<float> u,
+               std::size_t begin, std::size_t end);
+  float biasCorrection1_ = 1.0f, biasCorrection2_ = 1.0f;  // of the current step (adamw)
 
   OptimizerOptions options_;
   std::vector<float> buffer_;

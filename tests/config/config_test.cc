@@ -627,3 +627,24 @@ TEST_CASE("gt refuses error feedback, local steps and the external workload, nam
                    "gt_topk.yaml", noEnv())
             .ok());
 }
+
+TEST_CASE("optimizer.kind adamw: Nesterov and quasi-global refused, AdamW keys warned under sgd") {
+  const auto ok = loadString("peers: { count: 2 }\noptimizer: { kind: adamw, beta2: 0.95 }\n",
+                             "a.yaml", noEnv());
+  INFO(allDiagnostics(ok));
+  CHECK(ok.ok());
+  CHECK(ok.config.optimizer.kind == grapevine::train::OptimizerKind::kAdamw);
+  const auto nesterov = loadString(
+      "peers: { count: 2 }\noptimizer: { kind: adamw, nesterov: true }\n", "n.yaml", noEnv());
+  CHECK_FALSE(nesterov.ok());
+  CHECK(contains(allDiagnostics(nesterov), "optimizer.nesterov: optimizer.kind adamw has no"));
+  const auto qg =
+      loadString("peers: { count: 2 }\noptimizer: { kind: adamw, momentum_kind: quasi-global }\n",
+                 "q.yaml", noEnv());
+  CHECK_FALSE(qg.ok());
+  CHECK(contains(allDiagnostics(qg), "optimizer.momentum_kind"));
+  const auto sgd =
+      loadString("peers: { count: 2 }\noptimizer: { beta2: 0.9 }\n", "s.yaml", noEnv());
+  CHECK(sgd.ok());
+  CHECK(contains(allDiagnostics(sgd), "warning: optimizer.beta2: has no effect"));
+}

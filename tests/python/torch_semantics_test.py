@@ -209,3 +209,35 @@ def test_bad_buffer_policies():
                                                buffers=["bn.num_batches_tracked"])
     with pytest.raises(grapevine.InvalidArgumentError, match="'sometimes'"):
         grapevine.torch.DecentralizedOptimizer(model, config=config(23860), buffers="sometimes")
+
+
+def test_grapevine_adamw_matches_torch():
+    """optimizer.kind adamw (optimizer=None): the same parameters as torch.optim.AdamW on the same
+    gradients (two peers on the same data: mixing equal models changes nothing), to float rounding;
+    a parameter without a gradient is left alone by both."""
+    c = config(23880, rounds=20, optimizer={"kind": "adamw", "lr": 0.01, "momentum": 0.9,
+                                            "beta2": 0.99, "weight_decay": 0.1,
+                                            "schedule": "constant"})
+
+    def peer(rank):
+        model = Two()
+        opt = grapevine.torch.DecentralizedOptimizer(model.named_parameters(), None, config=c,
+                                                     rank=rank)
+        with opt:
+            for _ in range(opt.planned_rounds):
+                opt.zero_grad(set_to_none=True)
+                model().backward()
+                opt.step()
+        return model.used.detach().clone(), model.unused.detach().clone()
+
+    reference = Two()
+    adamw = torch.optim.AdamW(reference.parameters(), lr=0.01, betas=(0.9, 0.99), eps=1e-8,
+                              weight_decay=0.1)
+    for _ in range(20):
+        adamw.zero_grad(set_to_none=True)
+        reference().backward()
+        adamw.step()
+    for used, unused in run_threads([lambda: peer(0), lambda: peer(1)]):
+        torch.testing.assert_close(used, reference.used.detach(), rtol=1e-5, atol=1e-6)
+        assert torch.equal(unused, reference.unused.detach())  # never had a gradient
+        assert not torch.equal(used, Two().used.detach())

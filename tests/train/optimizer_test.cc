@@ -190,6 +190,44 @@ TEST_CASE("learning-rate schedules", "[train][lr]") {
   CHECK(opt.lr(15) == Approx(0.1));
 }
 
+TEST_CASE("adamw: bias-corrected moments, decoupled weight decay, skipped values untouched",
+          "[train][optimizer]") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdamw;
+  o.momentum = 0.9;  // beta1
+  o.weightDecay = 0.1;
+  REQUIRE(o.validate().isOk());
+  Optimizer opt(o, 2);
+  CHECK(opt.momentumBuffer().size() == 4);  // m, then v
+  std::vector<float> u(2);
+  // Worked out in double from torch.optim.AdamW's formulas (optimizer.h).
+  opt.direction(kG0, kX0, u, 0);
+  checkVec(u, {1.19999999f, -0.59999999f});
+  opt.direction(kG1, kX1, u, 1);
+  checkVec(u, {0.99857519f, -0.57005825f});
+  checkVec({opt.momentumBuffer().begin(), opt.momentumBuffer().end()},
+           {0.13f, -0.18f, 0.001159f, 0.003996f});
+  // A skipped value: no step, moments as they were.
+  const std::vector<float> before(opt.momentumBuffer().begin(), opt.momentumBuffer().end());
+  const std::vector<ValueRange> skip = {{1, 1}};
+  opt.direction(kG0, kX0, u, 2, skip);
+  CHECK(u[1] == 0.0f);
+  CHECK(opt.momentumBuffer()[1] == before[1]);
+  CHECK(opt.momentumBuffer()[3] == before[3]);
+  CHECK(opt.momentumBuffer()[0] != before[0]);
+
+  o.momentumKind = MomentumKind::kQuasiGlobal;
+  CHECK_THAT(o.validate().message(), Catch::Contains("optimizer.momentum_kind must be local"));
+  o.momentumKind = MomentumKind::kLocal;
+  o.nesterov = true;
+  CHECK_THAT(o.validate().message(), Catch::Contains("no Nesterov form"));
+  o.nesterov = false;
+  o.beta2 = 1.0;
+  CHECK_THAT(o.validate().message(), Catch::Contains("optimizer.beta2"));
+  CHECK(parseOptimizerKind("adamw") == OptimizerKind::kAdamw);
+  CHECK_FALSE(parseOptimizerKind("adam").has_value());
+}
+
 TEST_CASE("optimizer options are validated with the key named", "[train][optimizer]") {
   auto expectError = [](const OptimizerOptions& o, const char* text) {
     const Status st = o.validate();
