@@ -332,8 +332,12 @@ void Peer::start() {
   }
   auto workload = std::make_unique<ExternalWorkload>(layout, buffers);
   m.workload = workload.get();
-  auto core = engine::makePeerWith(*m.plan, m.rank, m.options.incarnation, std::move(workload),
-                                   std::move(x0));
+  const bool resume = m.options.resume || resumeFromEnvironment();
+  // A restart (resume) is a new incarnation, as `grapevine peer --resume` makes it.
+  const std::uint32_t incarnation =
+      resume && m.options.incarnation == 0 ? engine::freshIncarnation() : m.options.incarnation;
+  auto core =
+      engine::makePeerWith(*m.plan, m.rank, incarnation, std::move(workload), std::move(x0));
   check(core.status());
   if ((*core)->algorithm().tracksDirection() &&
       std::find(buffers.begin(), buffers.end(), true) != buffers.end()) {
@@ -346,10 +350,10 @@ void Peer::start() {
   }
   engine::PeerRunOptions ro;
   ro.rank = m.rank;
-  ro.incarnation = m.options.incarnation;
+  ro.incarnation = incarnation;
   ro.outDir = m.outDir;
   ro.external = true;
-  ro.resume = m.options.resume || resumeFromEnvironment();
+  ro.resume = resume;
   m.session = std::make_unique<engine::PeerSession>(*m.plan, ro, std::move(*core));
   check(m.session->open());
   if (m.session->resumedFrom() < 0 && !m.session->joinedRunning()) {

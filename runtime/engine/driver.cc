@@ -1346,6 +1346,13 @@ Status PeerSession::runCollectives(const std::vector<CollectiveKind>& kinds) {
 }
 Status PeerSession::startRound(const RoundInput& input) { return impl_->startRound(input); }
 Status PeerSession::completeRound() { return impl_->completeRound(); }
+std::uint32_t freshIncarnation() {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  return std::max<std::uint32_t>(1, static_cast<std::uint32_t>(us));
+}
+
 std::int64_t PeerSession::roundsDone() const { return impl_->roundsDone(); }
 std::int64_t PeerSession::resumedFrom() const { return impl_->resumedFrom(); }
 std::int64_t PeerSession::lastCheckpointRound() const { return impl_->lastCheckpointRound(); }

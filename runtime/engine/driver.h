@@ -106,4 +106,9 @@ class PeerSession {
 // thread joined before it returns, on every path.
 Status runPeerProcess(const RunPlan& plan, const PeerRunOptions& options);
 
+// The incarnation of a restarted peer (--resume, the API's resume) that was given none: the
+// clock's microseconds, at least 1 — distinct for each restart without any state to keep, so its
+// neighbours drop what its previous incarnation still had in flight.
+std::uint32_t freshIncarnation();
+
 }  // namespace grapevine::engine

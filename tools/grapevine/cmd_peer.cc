@@ -71,14 +71,7 @@ int runPeer(const PeerArgs& a) {
   engine::PeerRunOptions o;
   o.rank = rank;
   o.incarnation = a.incarnation;
-  if (a.resume && a.incarnation == 0) {
-    // A restarted peer is a new incarnation: its neighbours drop what its previous one still had
-    // in flight (the clock's microseconds: distinct for restarts, without any state to keep).
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
-    o.incarnation = std::max<std::uint32_t>(1, static_cast<std::uint32_t>(us));
-  }
+  if (a.resume && a.incarnation == 0) o.incarnation = engine::freshIncarnation();
   o.resume = a.resume;
   o.outDir = a.out;
   o.stop = &g_stop;
