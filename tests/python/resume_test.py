@@ -99,4 +99,3 @@ def test_resume_is_bit_identical(kind, via_launch):
         names = sorted(os.listdir(folder))
         assert [n for n in names if n.endswith(".torch.pt")] == \
             [n.replace(".ckpt", ".torch.pt") for n in names if n.endswith(".ckpt")], names
-
