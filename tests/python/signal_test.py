@@ -21,6 +21,17 @@ from gv_testing import (HERE, PYTHON, Peers, free_base_port, grapevine_bin,  # n
 PEERS = 2
 
 
+# Sends this process SIGINT; prints whether it raised KeyboardInterrupt (the code run_python runs).
+SIGINT_PROBE = """
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+    print("no KeyboardInterrupt")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+
+
 def run_python(code, timeout=120):
     return subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=timeout)
 
@@ -33,12 +44,7 @@ import os, signal, sys, time
 seen = []
 signal.signal(signal.SIGTERM, lambda s, f: seen.append("term"))
 import grapevine.torch
-try:
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(5)
-    print("no KeyboardInterrupt")
-except KeyboardInterrupt:
-    print("KeyboardInterrupt")
+""" + SIGINT_PROBE + """
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(0.2)
 print("handler ran" if seen == ["term"] else "handler did not run")
@@ -68,13 +74,7 @@ with grapevine.Peer(config, rank=0) as peer:
     peer.start()
     maps = open("/proc/self/maps").read()
     print("libfabric loaded" if "libfabric" in maps else "libfabric not loaded")
-try:
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(5)
-    print("no KeyboardInterrupt")
-except KeyboardInterrupt:
-    print("KeyboardInterrupt")
-"""
+""" + SIGINT_PROBE
     r = run_python(code)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.split("\n")[:2] == ["libfabric loaded", "KeyboardInterrupt"], \
