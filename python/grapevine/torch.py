@@ -323,8 +323,10 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self.peer.load_state({name: t.detach().contiguous().numpy()
                               for name, t in g.get("state", {}).items()})
         with torch.no_grad():
-            for p, value in zip(self._tensors, g["params"]):
-                p.copy_(value)  # into Grapevine's buffer: .data is a view of it
+            for p, master, value in zip(self._tensors, self._masters, g["params"]):
+                p.copy_(value)  # fp32: into Grapevine's buffer (.data is a view of it)
+                if master is not None:  # bfloat16/float16: and its fp32 master
+                    master.copy_(value.reshape(-1))
         if self.optimizer is not None and state.get("optimizer") is not None:
             self.optimizer.load_state_dict(state["optimizer"])
 

@@ -917,7 +917,7 @@ TEST_CASE("rejoins free what the old edge held: the survivor's memory does not g
   };
   REQUIRE(waitFor([&] { return !recordRounds(out + "/peer-0.jsonl").empty() && peerPid(1) > 0; },
                   std::chrono::seconds(120)));
-  double warm = 0, last = 0;
+  double warm = 0, mid = 0, last = 0;
   for (std::size_t k = 1; k <= 20; ++k) {
     const pid_t victim = peerPid(1);
     REQUIRE(victim > 0);
@@ -934,11 +934,16 @@ TEST_CASE("rejoins free what the old edge held: the survivor's memory does not g
         std::chrono::seconds(120)));
     last = rss();
     if (k == 4) warm = last;
+    if (k == 12) mid = last;
   }
   kill(launcher->pid(), SIGINT);
   finishLaunch(*launcher);
-  WARN("rank 0 resident memory after rejoin 4: " << warm / 1e6 << " MB, after rejoin 20: "
-                                                 << last / 1e6 << " MB");
+  WARN("rank 0 resident memory after rejoin 4: " << warm / 1e6 << " MB, 12: " << mid / 1e6
+                                                 << " MB, 20: " << last / 1e6 << " MB");
   CHECK(warm > 0);
-  CHECK(last - warm < kModelBytes);
+  // What recurs with rejoins grows both halves (rejoins 4-12 and 12-20): the smaller half's
+  // growth under half a model copy bounds a leak per rejoin to 1/16 of a copy, as 16 rejoins under
+  // one copy did. A one-time allocation (once in CI under load: one model copy between rejoins 4
+  // and 20, 74.8 -> 78.9 MB) grows one half only.
+  CHECK(std::min(mid - warm, last - mid) < kModelBytes / 2);
 }

@@ -77,3 +77,28 @@ def test_grapevine_optimizer_keeps_fp32_master_weights():
     for _ in range(100):
         plain = plain - torch.tensor(1e-4, dtype=torch.bfloat16) * torch.ones(4, dtype=torch.bfloat16)
     assert torch.equal(plain, torch.ones(4, dtype=torch.bfloat16))
+
+
+def test_load_state_dict_sets_the_master():
+    """load_state_dict on bfloat16 parameters under Grapevine's optimizer: the fp32 master takes
+    the loaded values (the next step starts from them, not from the values before loading)."""
+    c = config(23960, rounds=4, optimizer={"lr": 0.0})  # lr 0: steps change nothing
+
+    def peer(rank):
+        w = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+        opt = grapevine.torch.DecentralizedOptimizer([("w", w)], None, config=c, rank=rank)
+        with opt:
+            opt.zero_grad()
+            w.float().sum().backward()
+            opt.step()
+            state = opt.state_dict()
+            state["grapevine"]["params"][0] = torch.full((4,), 2.0, dtype=torch.bfloat16)
+            opt.load_state_dict(state)
+            for _ in range(opt.planned_rounds - 1):
+                opt.zero_grad()
+                w.float().sum().backward()
+                opt.step()
+        return w.detach().clone()
+
+    for w in run_threads([lambda: peer(0), lambda: peer(1)]):
+        assert torch.equal(w, torch.full((4,), 2.0, dtype=torch.bfloat16))
