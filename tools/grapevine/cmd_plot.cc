@@ -21,6 +21,30 @@
 #include "tools/grapevine/plot_run.h"
 
 namespace grapevine::cli {
+
+std::string gpath(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+
+int runGnuplot(const std::filesystem::path& plots, const std::string& text) {
+  const std::filesystem::path script = plots / "plots.gp";
+  {
+    std::ofstream s(script);
+    s << text;
+  }
+  const std::string cmd = "gnuplot " + script.string() + " 2>" + (plots / "gnuplot.log").string();
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::cerr
+        << "grapevine plot: gnuplot failed (is gnuplot-nox installed? tools/install-deps); see "
+        << (plots / "gnuplot.log").string() << " and " << script.string() << "\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -57,13 +81,6 @@ std::vector<std::string> splitCsvLine(const std::string& line) {
   }
   out.push_back(cur);
   return out;
-}
-
-// gnuplot single-quoted string for file names (no escapes inside but '' for a quote).
-std::string gpath(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
-  return q + "'";
 }
 
 // gnuplot string literal for text shown in a plot (enhanced-text control characters escaped).
@@ -374,24 +391,6 @@ std::string gnuplotScript(const fs::path& plots, const Sweep& sweep, Lines& line
     }
   }
   return gp.str();
-}
-
-// Writes PLOTS/plots.gp and runs gnuplot on it; kExitOk, or kExitFailure after a message.
-int runGnuplot(const fs::path& plots, const std::string& text) {
-  const fs::path script = plots / "plots.gp";
-  {
-    std::ofstream s(script);
-    s << text;
-  }
-  const std::string cmd = "gnuplot " + script.string() + " 2>" + (plots / "gnuplot.log").string();
-  const int rc = std::system(cmd.c_str());
-  if (rc != 0) {
-    std::cerr
-        << "grapevine plot: gnuplot failed (is gnuplot-nox installed? tools/install-deps); see "
-        << (plots / "gnuplot.log").string() << " and " << script.string() << "\n";
-    return kExitFailure;
-  }
-  return kExitOk;
 }
 
 void printMade(const Sweep& sweep, const Lines& lines, const std::vector<std::string>& made) {

@@ -1,7 +1,6 @@
 #include "tools/grapevine/plot_run.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -56,12 +55,6 @@ std::map<int, std::vector<Row>> readRecords(const fs::path& dir) {
   return out;
 }
 
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
-  return q + "'";
-}
-
 }  // namespace
 
 int plotRun(const fs::path& dir) {
@@ -103,14 +96,14 @@ int plotRun(const fs::path& dir) {
       const std::string png = std::string(y.name) + "_vs_" + x.name + ".png";
       made.push_back((plots / png).string());
       gp += "reset\nset terminal pngcairo size 800,480 font 'sans,10'\nset output " +
-            quoted((plots / png).string()) + "\nset grid\nset key outside right top\n" +
-            "set datafile missing 'nan'\nset xlabel " + quoted(x.label) + "\nset ylabel " +
-            quoted(y.label) + "\nplot ";
+            gpath((plots / png).string()) + "\nset grid\nset key outside right top\n" +
+            "set datafile missing 'nan'\nset xlabel " + gpath(x.label) + "\nset ylabel " +
+            gpath(y.label) + "\nplot ";
       bool first = true;
       for (const auto& [rank, rows] : records) {
         const std::string file =
             (plots / "data" / ("peer-" + std::to_string(rank) + ".dat")).string();
-        gp += std::string(first ? "" : ", ") + quoted(file) + " using " + std::to_string(x.column) +
+        gp += std::string(first ? "" : ", ") + gpath(file) + " using " + std::to_string(x.column) +
               ":" + std::to_string(y.column) + " with linespoints pt 7 ps 0.4 title 'peer " +
               std::to_string(rank) + "'";
         first = false;
@@ -118,14 +111,7 @@ int plotRun(const fs::path& dir) {
       gp += "\nset output\n";
     }
   }
-  const fs::path script = plots / "plots.gp";
-  std::ofstream(script) << gp;
-  const std::string cmd = "gnuplot " + script.string() + " 2>" + (plots / "gnuplot.log").string();
-  if (std::system(cmd.c_str()) != 0) {
-    std::cerr << "grapevine plot: gnuplot failed (is gnuplot-nox installed? tools/install-deps); "
-              << "see " << (plots / "gnuplot.log").string() << "\n";
-    return kExitFailure;
-  }
+  if (const int rc = runGnuplot(plots, gp); rc != kExitOk) return rc;
   std::cout << "grapevine plot: " << records.size() << " peers' records";
   if (!anyAccuracy && !anyTestLoss) std::cout << " (no test metric recorded: loss plots only)";
   std::cout << "\n";
