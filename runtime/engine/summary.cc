@@ -183,9 +183,9 @@ struct Aggregate {
     hi = std::max(hi, v);
   }
   void write(nlohmann::json& s, const std::string& name) const {
-    s[name + "_mean"] = n ? nlohmann::json(sum / n) : nlohmann::json(nullptr);
-    s[name + "_min"] = n ? nlohmann::json(lo) : nlohmann::json(nullptr);
-    s[name + "_max"] = n ? nlohmann::json(hi) : nlohmann::json(nullptr);
+    s[name + "_mean"] = n ? num(sum / n) : nlohmann::json(nullptr);
+    s[name + "_min"] = n ? num(lo) : nlohmann::json(nullptr);
+    s[name + "_max"] = n ? num(hi) : nlohmann::json(nullptr);
   }
 };
 
@@ -258,9 +258,9 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   const auto analysis = topology::analyze(*plan.schedule, plan.spec);
   s["spectral_gap"] = analysis.spectralGap;
 
-  double accSum = 0, accMin = std::numeric_limits<double>::infinity(), accMax = -accMin;
-  Aggregate testLoss;  // of the peers that finished (a language model reports no accuracy)
-  int finished = 0, withAcc = 0;
+  // Of the peers that finished (a language model reports a test loss and no accuracy).
+  Aggregate accuracy, testLoss;
+  int finished = 0;
   double stepSum = 0, stepMin = std::numeric_limits<double>::infinity(), stepMax = -stepMin;
   double qualitySum = 0;
   int withStep = 0, withQuality = 0;
@@ -298,12 +298,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
       qualitySum += p.compressorQuality;
     }
     done.push_back(&p);
-    if (std::isfinite(p.testAccuracy)) {
-      ++withAcc;
-      accSum += p.testAccuracy;
-      accMin = std::min(accMin, p.testAccuracy);
-      accMax = std::max(accMax, p.testAccuracy);
-    }
+    accuracy.add(p.testAccuracy);
     testLoss.add(p.testLoss);
   }
   s["peers_finished"] = finished;
@@ -314,9 +309,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
     s["diverged_reason"] = firstDivergence->reason;
     s["diverged_message"] = divergenceMessage(*firstDivergence, std::nan(""));
   }
-  s["test_accuracy_mean"] = withAcc ? num(accSum / withAcc) : nlohmann::json(nullptr);
-  s["test_accuracy_min"] = withAcc ? num(accMin) : nlohmann::json(nullptr);
-  s["test_accuracy_max"] = withAcc ? num(accMax) : nlohmann::json(nullptr);
+  accuracy.write(s, "test_accuracy");
   testLoss.write(s, "test_loss");
   s["bytes_sent_total"] = sent;
   s["bytes_received_total"] = received;
