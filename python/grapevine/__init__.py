@@ -181,7 +181,8 @@ class Peer(_Peer):
       overrides  {"optimizer.lr": 0.05} or ["optimizer.lr=0.05"], applied last like `--set`;
       resume     continue from the checkpoints (checkpoint.every) after start(): every peer agrees
                  on the newest round all have; stats().rounds is then where the loop continues.
-                 None: GRAPEVINE_RESUME=1 (`grapevine launch --resume ... -- COMMAND`) says;
+                 None (or False): GRAPEVINE_RESUME=1 (`grapevine launch --resume ... --
+                 COMMAND`) decides, as for every program through the C++ Peer;
       skip_missing_gradients  a None gradient in step() leaves its tensor (and its momentum)
                  alone, as torch does; False: it is a zero gradient;
       kw_overrides  optimizer__lr=0.05 (double underscore = dot), applied after `overrides`.
@@ -202,7 +203,7 @@ class Peer(_Peer):
             rank=-1 if rank is None else rank,
             out_dir="" if out_dir is None else os.fspath(out_dir),
             incarnation=incarnation,
-            resume=os.environ.get("GRAPEVINE_RESUME") == "1" if resume is None else bool(resume),
+            resume=bool(resume),  # the C++ Peer also resumes when GRAPEVINE_RESUME=1
             skip_missing_gradients=bool(skip_missing_gradients),
         )
 

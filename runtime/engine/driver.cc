@@ -1346,13 +1346,6 @@ Status PeerSession::runCollectives(const std::vector<CollectiveKind>& kinds) {
 }
 Status PeerSession::startRound(const RoundInput& input) { return impl_->startRound(input); }
 Status PeerSession::completeRound() { return impl_->completeRound(); }
-std::uint32_t freshIncarnation() {
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
-  return std::max<std::uint32_t>(1, static_cast<std::uint32_t>(us));
-}
-
 std::int64_t PeerSession::roundsDone() const { return impl_->roundsDone(); }
 std::int64_t PeerSession::resumedFrom() const { return impl_->resumedFrom(); }
 std::int64_t PeerSession::lastCheckpointRound() const { return impl_->lastCheckpointRound(); }
@@ -1362,6 +1355,13 @@ Status PeerSession::finish(bool average) { return impl_->finish(average); }
 PeerCore& PeerSession::core() { return impl_->core(); }
 std::vector<SessionEvent> PeerSession::takeEvents() { return impl_->takeEvents(); }
 void PeerSession::addMetrics(const nlohmann::json& metrics) { impl_->addMetrics(metrics); }
+
+std::uint32_t freshIncarnation() {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  return std::max<std::uint32_t>(1, static_cast<std::uint32_t>(us));
+}
 
 Status runPeerProcess(const RunPlan& plan, const PeerRunOptions& options) {
   GV_ASSIGN_OR_RETURN(auto core, makePeer(plan, options.rank, options.incarnation));
