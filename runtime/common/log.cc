@@ -48,4 +48,22 @@ void write(Level level, std::string_view message) {
                static_cast<int>(message.size()), message.data());
 }
 
+bool Throttle::due() {
+  ++total_;
+  const auto now = std::chrono::steady_clock::now();
+  if (total_ > 1 && now - last_ < interval_) {
+    ++quiet_;
+    return false;
+  }
+  last_ = now;
+  skipped_ = quiet_;
+  quiet_ = 0;
+  return true;
+}
+
+std::string Throttle::skipped() const {
+  return skipped_ == 0 ? std::string()
+                       : " (" + std::to_string(skipped_) + " more since the last line)";
+}
+
 }  // namespace grapevine::log

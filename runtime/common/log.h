@@ -2,6 +2,8 @@
 // Thread-safe (one write per line). The level and the peer prefix are set once at start-up.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -49,5 +51,29 @@ template <typename... Args>
 void error(const Args&... a) {
   if (level() <= Level::kError) write(Level::kError, detail::concat(a...));
 }
+
+// How a message that someone else can trigger at will (a stranger's connections, forged frames, a
+// neighbour's malformed messages) is logged: the first occurrence at once, then at most one line
+// per `interval`, each telling how many were not logged since the last. Not thread-safe (one owner:
+// a loop thread or a lock).
+class Throttle {
+ public:
+  explicit Throttle(std::chrono::steady_clock::duration interval = std::chrono::seconds(1))
+      : interval_(interval) {}
+  // Counts one occurrence; true when it is to be logged.
+  bool due();
+  // " (N more since the last line)" when occurrences were not logged before this one, else "".
+  // Meaningful right after due() returned true.
+  std::string skipped() const;
+  // Every occurrence counted.
+  std::uint64_t total() const { return total_; }
+
+ private:
+  std::chrono::steady_clock::duration interval_;
+  std::chrono::steady_clock::time_point last_{};
+  std::uint64_t total_ = 0;
+  std::uint64_t quiet_ = 0;    // not logged since the last line
+  std::uint64_t skipped_ = 0;  // quiet_ when the last line was due
+};
 
 }  // namespace grapevine::log

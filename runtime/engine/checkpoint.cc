@@ -2,20 +2,23 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "kernels/ops.h"
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/common/atomic_file.h"
+#include "runtime/common/bounded_file.h"
 #include "runtime/common/byte_order.h"
 #include "runtime/common/hash.h"
 #include "runtime/common/log.h"
+#include "runtime/config/schema.h"
+#include "runtime/engine/setup.h"
 #include "runtime/train/options.h"
 
 namespace grapevine::engine {
@@ -88,6 +91,31 @@ PeerCounters countersFromJson(const Json& j) {
   return c;
 }
 
+Json configToJson(const std::vector<std::pair<std::string, std::string>>& config) {
+  Json j = Json::object();
+  for (const auto& [path, value] : config) j[path] = value;
+  return j;
+}
+
+// The first key of `ours` the header's "config" gives another value (or none), as "key: the
+// checkpoint's value vs ours"; "" when they agree or the checkpoint has no "config" (older builds).
+std::string configMismatch(const Json& header,
+                           const std::vector<std::pair<std::string, std::string>>& ours) {
+  const auto it = header.find("config");
+  if (it == header.end()) return "";
+  if (!it->is_object()) return "config (not an object)";
+  for (const auto& [path, value] : ours) {
+    const auto theirs = it->find(path);
+    if (theirs == it->end()) return path + ": absent from the checkpoint, " + value + " here";
+    if (!theirs->is_string()) return path + " (not a string)";
+    if (theirs->get<std::string>() != value) {
+      return path + ": " + printable(theirs->get<std::string>()) + " in the checkpoint, " +
+             printable(value) + " here";
+    }
+  }
+  return "";
+}
+
 // A file's bytes as written: small pieces (magic, sizes, the header, section names) each in a
 // buffer of its own (a deque keeps them in place as it grows), and the sections' values written
 // straight from the state's own buffers, not copied (a copy of tens of MB into fresh memory cost
@@ -143,6 +171,11 @@ CheckpointIdentity checkpointIdentity(const config::Config& config, const PeerCo
   id.workload = std::string(train::workloadKindName(config.workload.name));
   id.algorithm = std::string(core.algorithm().name());
   id.parameters = core.model().size();
+  for (const auto& k : config::schema()) {
+    if (mustAgreeKey(k.path) || k.path.starts_with("optimizer.")) {
+      id.config.emplace_back(k.path, k.show(config));
+    }
+  }
   return id;
 }
 
@@ -193,6 +226,7 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
             {"workload", id.workload},
             {"algorithm", id.algorithm},
             {"parameters", id.parameters},
+            {"config", configToJson(id.config)},
             {"round", s.round},
             {"incarnation", incarnation},
             {"workload_step", s.workloadStep},
@@ -362,16 +396,15 @@ std::vector<std::vector<std::uint8_t>> CheckpointKnowledge::takeUpdates(std::siz
 }
 
 Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const CheckpointIdentity& id) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) return notFound(path + ": cannot open");
-  // One read of the whole file (tens of MB; a character iterator took ~0.25 s for 26 MB).
-  const std::streamoff size = f.tellg();
-  if (size < 0) return unavailable(path + ": cannot read its size");
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
-  f.seekg(0);
-  if (!f.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    return unavailable(path + ": read failed");
-  }
+  // One read of the whole file (tens of MB; a character iterator took ~0.25 s for 26 MB), of a
+  // regular file of a size a checkpoint of this peer can have.
+  GV_ASSIGN_OR_RETURN(const std::vector<std::uint8_t> bytes,
+                      readRegularFile(path, checkpointSizeLimit(id)));
+  return parseCheckpoint(bytes, path, id);
+}
+
+Result<LoadedCheckpoint> parseCheckpoint(std::span<const std::uint8_t> bytes,
+                                         const std::string& path, const CheckpointIdentity& id) {
   const auto corrupt = [&](const std::string& why) { return dataLoss(path + ": " + why); };
   const bool version1 = bytes.size() > kVersionByte && bytes[kVersionByte] == kVersion1;
   char expected[sizeof kMagic];
@@ -416,6 +449,10 @@ Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const Checkpoin
     if (h.at("parameters").get<std::uint64_t>() != id.parameters)
       return mismatch("a model of", std::to_string(h.at("parameters").get<std::uint64_t>()),
                       std::to_string(id.parameters) + " parameters");
+    if (const std::string key = configMismatch(h, id.config); !key.empty()) {
+      return invalidArgument(path + ": made by another run (" + key +
+                             "); skipped, as a checkpoint of another config");
+    }
     s.round = h.at("round");
     out.incarnation = h.at("incarnation");
     s.workloadStep = h.at("workload_step");
@@ -438,6 +475,16 @@ Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const Checkpoin
   while (!in.empty()) {
     if (!readSection(in, name, values)) return corrupt("a section runs past the end");
     if (name == "model") {
+      if (values.size() != id.parameters) {
+        return corrupt("the model section holds " + std::to_string(values.size()) +
+                       " values, the header says " + std::to_string(id.parameters));
+      }
+      const auto bad =
+          std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+      if (bad != values.end()) {
+        return corrupt("the model is not finite (" + std::to_string(*bad) + " at parameter " +
+                       std::to_string(bad - values.begin()) + ")");
+      }
       s.model = std::move(values);
       model = true;
     } else if (name == "momentum") {
@@ -453,6 +500,17 @@ Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const Checkpoin
   }
   if (!model) return corrupt("no model section");
   return out;
+}
+
+std::uint64_t checkpointSizeLimit(const CheckpointIdentity& id) {
+  // Model, momentum (two buffers for adamw), gradient, an algorithm's own buffers (a public copy, a
+  // tracker, ...) and up to two replicas per peer, each at most a model; the header and names are
+  // small (64 MiB is far above any real one).
+  const std::uint64_t copies = 8 + 2 * static_cast<std::uint64_t>(std::max(id.peers, 1));
+  const std::uint64_t model = sizeof(float) * id.parameters;
+  constexpr std::uint64_t kSmall = 64ull << 20;
+  if (model > (UINT64_MAX - kSmall) / copies) return UINT64_MAX;
+  return kSmall + copies * model;
 }
 
 std::optional<LoadedCheckpoint> latestCheckpoint(const std::string& folder,

@@ -40,6 +40,11 @@ struct CheckpointIdentity {
   std::string workload;
   std::string algorithm;
   std::uint64_t parameters = 0;
+  // The run's identity: (key path, effective value) of every key the peers must agree on
+  // (mustAgreeKey: graph, algorithm, compression, model shape, run.seed, ...) and of optimizer.*.
+  // A checkpoint written under another value of one of them is another run's (checkpoints of
+  // builds before this field carry none and are not compared).
+  std::vector<std::pair<std::string, std::string>> config;
 };
 CheckpointIdentity checkpointIdentity(const config::Config& config, const PeerCore& core);
 
@@ -137,9 +142,20 @@ struct LoadedCheckpoint {
   std::uint32_t incarnation = 0;
   PeerState state;
 };
-// Reads and verifies one file. kDataLoss (torn, corrupt: what is wrong) or kInvalidArgument (it is
-// another peer's or config's: which field) naming the file.
+// Reads and verifies one file: a regular file no larger than checkpointSizeLimit(id), every
+// section within it, a model of id.parameters finite values. kDataLoss (torn, corrupt: what is
+// wrong), kInvalidArgument (it is another peer's or run's: which field and both values; or not a
+// regular file, or too large) or kNotFound, naming the file.
 Result<LoadedCheckpoint> readCheckpoint(const std::string& path, const CheckpointIdentity& id);
+// The same checks on a file's bytes already read (`path` names it in errors): what readCheckpoint
+// runs after reading, and what fuzz_run_files feeds.
+Result<LoadedCheckpoint> parseCheckpoint(std::span<const std::uint8_t> bytes,
+                                         const std::string& path, const CheckpointIdentity& id);
+
+// The most bytes a checkpoint of `id` can hold (a generous bound: the header, and the model-sized
+// buffers of the optimizer and of an algorithm that keeps one or two replicas per peer); a larger
+// file is refused before anything is allocated.
+std::uint64_t checkpointSizeLimit(const CheckpointIdentity& id);
 
 // The rounds of the checkpoint files in `folder`, ascending (by name; nothing is verified).
 std::vector<std::int64_t> checkpointRounds(const std::string& folder);

@@ -1,17 +1,32 @@
 #include "runtime/engine/records.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "runtime/common/atomic_file.h"
 
 namespace grapevine::engine {
+namespace {
+
+// "cannot write PATH: <the system's reason>" (ENOSPC, EMFILE, EACCES, ...), from errno as the
+// failed call left it.
+Status cannotWrite(const std::string& path) {
+  const int err = errno;
+  return unavailable("cannot write " + path + (err ? std::string(": ") + std::strerror(err) : ""));
+}
+
+}  // namespace
 
 RecordWriter::~RecordWriter() { close(); }
 
 Status RecordWriter::open(const std::string& path) {
   close();
+  errno = 0;
   file_ = std::fopen(path.c_str(), "w");
-  if (!file_) return unavailable("cannot write " + path);
+  if (!file_) return cannotWrite(path);
   path_ = path;
   return Status::ok();
 }
@@ -19,6 +34,12 @@ Status RecordWriter::open(const std::string& path) {
 Status RecordWriter::openResumed(const std::string& path, std::int64_t lastRound) {
   close();
   std::string kept;
+  // Our own file, possibly large (a line per round), but read back only when it is a regular file:
+  // one linked to /dev/zero would be read forever.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return failedPrecondition("cannot resume the records " + path + ": not a regular file");
+  }
   if (std::FILE* in = std::fopen(path.c_str(), "r")) {
     std::string line;
     for (int c; (c = std::fgetc(in)) != EOF;) {
@@ -35,8 +56,9 @@ Status RecordWriter::openResumed(const std::string& path, std::int64_t lastRound
     std::fclose(in);
   }
   GV_RETURN_IF_ERROR(writeFileAtomically(path, kept));
+  errno = 0;
   file_ = std::fopen(path.c_str(), "a");
-  if (!file_) return unavailable("cannot write " + path);
+  if (!file_) return cannotWrite(path);
   path_ = path;
   return Status::ok();
 }
@@ -44,9 +66,10 @@ Status RecordWriter::openResumed(const std::string& path, std::int64_t lastRound
 Status RecordWriter::write(const nlohmann::json& record) {
   if (!file_) return unavailable("records not open");
   const std::string line = record.dump() + "\n";
+  errno = 0;
   const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size();
-  const bool flushed = std::fflush(file_) == 0;
-  if (!written || !flushed) return unavailable("cannot write " + path_);
+  const bool flushed = written && std::fflush(file_) == 0;
+  if (!written || !flushed) return cannotWrite(path_);
   return Status::ok();
 }
 

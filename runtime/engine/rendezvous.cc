@@ -11,12 +11,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "runtime/common/atomic_file.h"
+#include "runtime/common/bounded_file.h"
 #include "runtime/common/log.h"
 
 namespace grapevine::engine {
@@ -53,19 +54,35 @@ std::string rankFile(const std::string& dir, int rank) {
   return dir + "/rank-" + std::to_string(rank);
 }
 
-// The published address of `rank`: "" while its file does not exist yet.
+// Whether `address` is host:port as peers publish it: a host of name or address characters (an
+// IPv6 address in brackets included) and a decimal port 1-65535, nothing after it.
+bool wellFormedAddress(std::string_view address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) return false;
+  const std::string_view host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos) {
+    return false;
+  }
+  const long value = std::strtol(std::string(port).c_str(), nullptr, 10);
+  if (value < 1 || value > 65535) return false;
+  return host.find_first_not_of(
+             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+             "0123456789.-_:[]%") == std::string_view::npos;
+}
+
+// The published address of `rank`: "" while its file does not exist yet. The file is read only
+// when it is a regular one of at most 4 KiB (a rank file linked to /dev/zero was read without
+// limit, a FIFO there hung the peer), and what it holds is quoted printable in an error.
 Result<std::string> readAddress(const std::string& dir, int rank) {
   const std::string path = rankFile(dir, rank);
-  std::ifstream in(path);
-  if (!in) return std::string();
-  std::string line;
-  std::getline(in, line);
-  const auto colon = line.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == line.size()) {
-    return invalidArgument("peers.rendezvous: " + path + " holds '" + line +
-                           "', not host:port (is the folder shared with another run?)");
+  constexpr std::uint64_t kMaxRankFileBytes = 4096;
+  auto text = readRegularTextFile(path, kMaxRankFileBytes);
+  if (!text.isOk()) {
+    if (text.status().code() == ErrorCode::kNotFound) return std::string();
+    return invalidArgument("peers.rendezvous: " + text.status().message() +
+                           " (is the folder shared with another run?)");
   }
-  return line;
+  return parseRankFile(*text, path);
 }
 
 // Binds "ip:port" once and releases it. Errors: kUnavailable naming the address.
@@ -93,6 +110,15 @@ Status checkBindable(const std::string& address) {
 }
 
 }  // namespace
+
+Result<std::string> parseRankFile(std::string_view text, const std::string& path) {
+  const std::string_view line = text.substr(0, text.find('\n'));
+  if (!wellFormedAddress(line)) {
+    return invalidArgument("peers.rendezvous: " + path + " holds '" + printable(line) +
+                           "', not host:port (is the folder shared with another run?)");
+  }
+  return std::string(line);
+}
 
 Result<std::string> resolveHost(const std::string& host) {
   if (host != "auto") return host;

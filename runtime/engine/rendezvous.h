@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/common/status.h"
@@ -39,8 +40,15 @@ struct RendezvousOptions {
 // (creating DIR), then waits until every rank in
 // options.wait has published. Returns "host:port" by rank: this peer's and the waited-for ranks'
 // entries filled, the others empty. Errors: an IPv4 address's port taken here or DIR not writable
-// (kUnavailable), a malformed file (kInvalidArgument, naming it), ranks still missing at the
-// deadline (kDeadlineExceeded, naming them and DIR), a stop request (kCancelled).
+// (kUnavailable), a malformed or hostile file (kInvalidArgument, naming it: parseRankFile), ranks
+// still missing at the deadline (kDeadlineExceeded, naming them and DIR), a stop request
+// (kCancelled).
 Result<std::vector<std::string>> rendezvous(const RendezvousOptions& options);
+
+// A rank file's contents (its first line): "host:port" with a host of name or address characters
+// and a decimal port 1-65535, nothing after it. kInvalidArgument naming `path` and quoting the line
+// printable (runtime/common/bounded_file.h) otherwise. rendezvous() reads each file as a regular
+// file of at most 4 KiB (not a device, not a FIFO) first.
+Result<std::string> parseRankFile(std::string_view text, const std::string& path);
 
 }  // namespace grapevine::engine

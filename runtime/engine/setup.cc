@@ -139,15 +139,12 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
                                     std::move(algorithm), std::move(x));
 }
 
-std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& plan) {
-  // One part per key both ends of an edge must agree on, named by its path so that a mismatch names
-  // the key; hashed over its effective value (through the schema table, so every such key added
-  // later under these prefixes is covered). Deployment details (addresses, ports, timeouts, data
-  // folders, evaluation cadence, output) may differ between peers; these may not: the graph, the
-  // algorithm and its step, when shares are mixed (overlapped push-sum mixes them overlap_rounds
-  // late), the compressor and its shared seed, the model's shape, the frame size limit and the
-  // message seal.
-  static const std::vector<std::string> kMustAgree = {
+bool mustAgreeKey(std::string_view path) {
+  // Deployment details (addresses, ports, timeouts, data folders, evaluation cadence, output) may
+  // differ between peers; these may not: the graph, the algorithm and its step, when shares are
+  // mixed (overlapped push-sum mixes them overlap_rounds late), the compressor and its shared
+  // seed, the model's shape, the frame size limit and the message seal.
+  static const std::vector<std::string_view> kMustAgree = {
       "peers.count",
       "topology.",
       "algorithm.name",
@@ -166,14 +163,19 @@ std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& pl
       "run.seed",
       "run.final_average",
   };
+  for (const auto& p : kMustAgree) {
+    if (path == p || (p.back() == '.' && path.starts_with(p))) return true;
+  }
+  return false;
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> configParts(const RunPlan& plan) {
+  // One part per key both ends of an edge must agree on (mustAgreeKey), named by its path so that a
+  // mismatch names the key; hashed over its effective value (through the schema table, so every
+  // such key added later under the prefixes is covered).
   std::vector<std::pair<std::string, std::uint64_t>> parts;
   for (const auto& k : config::schema()) {
-    for (const auto& p : kMustAgree) {
-      if (k.path == p || (p.back() == '.' && k.path.rfind(p, 0) == 0)) {
-        parts.emplace_back(k.path, fnv1a64(k.show(plan.config)));
-        break;
-      }
-    }
+    if (mustAgreeKey(k.path)) parts.emplace_back(k.path, fnv1a64(k.show(plan.config)));
   }
   return parts;
 }

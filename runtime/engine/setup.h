@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compress/options.h"
@@ -58,6 +59,10 @@ Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
 // algorithm.overlap_rounds rounds late, PeerCoreOptions::mixDelay); the next gradient is not
 // precomputed then, there is no wait to hide it behind.
 bool overlappedPushSum(const config::Config& config);
+
+// Whether the config key at `path` is one both ends of an edge must agree on (the graph,
+// algorithm, compression, model shape, transport.max_frame_bytes, security.encrypt, run.seed).
+bool mustAgreeKey(std::string_view path);
 
 // One (key path, hash of its value) per config key both ends of an edge must agree on (the graph,
 // algorithm, compression, model shape, transport.max_frame_bytes, security.encrypt, run.seed):

@@ -3,10 +3,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 
+#include "kernels/ops.h"
 #include "runtime/common/atomic_file.h"
+#include "runtime/common/bounded_file.h"
+#include "runtime/common/byte_order.h"
 
 namespace grapevine::engine {
 
@@ -468,31 +470,69 @@ std::string summaryTable(const nlohmann::json& s) {
   return out;
 }
 
+namespace {
+constexpr char kModelMagic[8] = {'G', 'V', 'M', 'O', 'D', 'E', 'L', '2'};
+constexpr char kModelMagicV1[8] = {'G', 'V', 'M', 'O', 'D', 'E', 'L', '1'};
+}  // namespace
+
 Status writeModel(const std::string& path, std::span<const float> x) {
-  const char magic[8] = {'G', 'V', 'M', 'O', 'D', 'E', 'L', '1'};
   const std::uint64_t n = x.size();
   auto bytes = [](const void* p, std::size_t size) {
     return std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(p), size);
   };
-  return writeFileAtomically(path,
-                             {bytes(magic, 8), bytes(&n, 8), bytes(x.data(), x.size_bytes())});
+  std::uint8_t count[8];
+  storeLe(count, n);
+  const auto& crc32c = kernels::cpuOps().crc32c;
+  std::uint32_t crc = crc32c(0, reinterpret_cast<const std::uint8_t*>(kModelMagic), 8);
+  crc = crc32c(crc, count, 8);
+  crc = crc32c(crc, reinterpret_cast<const std::uint8_t*>(x.data()), x.size_bytes());
+  std::uint8_t sum[8];
+  storeLe(sum, std::uint64_t{crc});
+  return writeFileAtomically(path, {bytes(kModelMagic, 8), bytes(count, 8),
+                                    bytes(x.data(), x.size_bytes()), bytes(sum, 8)});
 }
 
 Result<std::vector<float>> readModel(const std::string& path, std::size_t expected) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return notFound("cannot open " + path);
-  char magic[8];
-  std::uint64_t n = 0;
-  in.read(magic, 8);
-  in.read(reinterpret_cast<char*>(&n), 8);
-  if (!in || std::memcmp(magic, "GVMODEL1", 8) != 0) return dataLoss(path + ": not a model file");
+  constexpr std::uint64_t kHeader = 16, kTrailer = 8;  // magic + count; CRC32C
+  const std::uint64_t limit = expected > (UINT64_MAX - 64) / sizeof(float)
+                                  ? UINT64_MAX
+                                  : kHeader + kTrailer + sizeof(float) * expected;
+  auto read = readRegularFile(path, limit);
+  if (!read.isOk()) {
+    if (read.status().code() == ErrorCode::kNotFound) return notFound("cannot open " + path);
+    return dataLoss(read.status().message() + " (a model file of " + std::to_string(expected) +
+                    " parameters)");
+  }
+  return parseModel(*read, path, expected);
+}
+
+Result<std::vector<float>> parseModel(std::span<const std::uint8_t> raw, const std::string& path,
+                                      std::size_t expected) {
+  constexpr std::uint64_t kHeader = 16, kTrailer = 8;
+  if (raw.size() < kHeader) return dataLoss(path + ": not a model file (too short)");
+  const bool v1 = std::memcmp(raw.data(), kModelMagicV1, 8) == 0;
+  if (!v1 && std::memcmp(raw.data(), kModelMagic, 8) != 0) {
+    return dataLoss(path + ": not a model file");
+  }
+  const std::uint64_t n = loadLe<std::uint64_t>(raw.data() + 8);
   if (n != expected) {
     return dataLoss(path + ": has " + std::to_string(n) + " parameters, expected " +
                     std::to_string(expected));
   }
+  const std::uint64_t trailer = v1 ? 0 : kTrailer;
+  if (raw.size() != kHeader + sizeof(float) * n + trailer) {
+    return dataLoss(path + ": " + std::to_string(raw.size()) + " bytes, a model of " +
+                    std::to_string(n) + " parameters has " +
+                    std::to_string(kHeader + sizeof(float) * n + trailer) + " (truncated?)");
+  }
+  if (!v1) {
+    const std::size_t body = raw.size() - kTrailer;
+    if (loadLe<std::uint64_t>(raw.data() + body) != kernels::cpuOps().crc32c(0, raw.data(), body)) {
+      return dataLoss(path + ": checksum mismatch (corrupt)");
+    }
+  }
   std::vector<float> x(n);
-  in.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(n * sizeof(float)));
-  if (!in) return dataLoss(path + ": truncated");
+  std::memcpy(x.data(), raw.data() + kHeader, sizeof(float) * n);
   return x;
 }
 
@@ -500,12 +540,13 @@ std::vector<PeerResult> readPeerResults(const std::string& dir, const std::vecto
   std::vector<PeerResult> results;
   for (int rank : ranks) {
     const std::string r = std::to_string(rank);
-    std::ifstream in(dir + "/peer-" + r + ".final.json");
+    // A record of counters and a few maps: 64 MiB is far above a real one.
+    auto text = readRegularTextFile(dir + "/peer-" + r + ".final.json", 64ull << 20);
     PeerResult result;
     result.rank = rank;
-    if (in) {
+    if (text.isOk()) {
       try {
-        result = peerResultFromJson(nlohmann::json::parse(in));
+        result = peerResultFromJson(nlohmann::json::parse(*text));
         auto m =
             readModel(dir + "/model-" + r + ".bin", static_cast<std::size_t>(result.modelSize));
         if (m.isOk())

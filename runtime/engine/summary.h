@@ -93,9 +93,13 @@ Status writeJsonFile(const std::string& path, const nlohmann::json& json);
 // A human table of the summary, for the end of `launch` / `sim`.
 std::string summaryTable(const nlohmann::json& summary);
 
-// Model files: DIR/model-<rank>.bin, raw little-endian fp32 with a 16-byte header, written
-// atomically.
+// Model files: DIR/model-<rank>.bin, written atomically: "GVMODEL2", u64 count, count
+// little-endian fp32 values, u64 CRC32C of the bytes before it. readModel reads a regular file of
+// exactly that size for `expected` values (format 1 of older builds, without the checksum, too)
+// and kDataLoss says what is wrong; parseModel checks bytes already read (fuzz_run_files).
 Status writeModel(const std::string& path, std::span<const float> x);
 Result<std::vector<float>> readModel(const std::string& path, std::size_t expected);
+Result<std::vector<float>> parseModel(std::span<const std::uint8_t> raw, const std::string& path,
+                                      std::size_t expected);
 
 }  // namespace grapevine::engine

@@ -3,10 +3,14 @@
 // `keep` prunes; a state without a neighbour's replica asks it for a snapshot.
 #include "runtime/engine/checkpoint.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,13 +34,15 @@ namespace fs = std::filesystem;
 // Stochastic gradients (minibatches), momentum, CHOCO with the automatic step and top-k: every kind
 // of state a checkpoint must carry (model, momentum, public copies, replicas, the step controller,
 // the minibatch stream's position).
-config::Config chocoConfig() {
+config::Config chocoConfig(const std::string& run = "run: { seed: 5, rounds: 120 }\n") {
   return test_util::loadYaml(
-      "run: { seed: 5, rounds: 120 }\npeers: { count: 5 }\ntopology: { kind: ring }\n"
-      "algorithm: { name: choco, consensus_step: auto }\n"
-      "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, schedule: cosine, batch_size: 16 }\n"
-      "compression: { method: top-k, ratio: 0.1, dense_below: 0 }\n"
-      "workload: { name: fashion-mnist-mlp, hidden: [16], eval_every: 0, eval_samples: 200 }\n",
+      run +
+          "peers: { count: 5 }\ntopology: { kind: ring }\n"
+          "algorithm: { name: choco, consensus_step: auto }\n"
+          "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, schedule: cosine, batch_size: 16 "
+          "}\n"
+          "compression: { method: top-k, ratio: 0.1, dense_below: 0 }\n"
+          "workload: { name: fashion-mnist-mlp, hidden: [16], eval_every: 0, eval_samples: 200 }\n",
       "checkpoint_test.yaml");
 }
 
@@ -165,6 +171,79 @@ TEST_CASE("checkpoint: torn, corrupt and foreign files are refused; the previous
     REQUIRE(engine::runLockstep(peers, 30, 10).isOk());
     REQUIRE(engine::writeCheckpoint(folder, id, 0, peers[0]->saveState(), 2).isOk());
     CHECK(engine::checkpointRounds(folder) == std::vector<std::int64_t>{29, 39});
+  }
+}
+
+TEST_CASE("checkpoint: hostile files named like checkpoints are refused before they are read") {
+  const auto c = chocoConfig();
+  auto plan = test_util::makePlan(c);
+  auto peers = makePeers(*plan);
+  const std::string folder = tempFolder("hostile") + "/rank-0";
+  const auto id = engine::checkpointIdentity(c, *peers[0]);
+  REQUIRE(engine::runLockstep(peers, 0, 10).isOk());
+  REQUIRE(engine::writeCheckpoint(folder, id, 0, peers[0]->saveState(), 3).isOk());
+  REQUIRE(engine::runLockstep(peers, 10, 10).isOk());
+  const std::string newest = engine::checkpointPath(folder, 19);
+  // Each puts something at round 19's name; round 9's must be what loads.
+  const auto fallsBack = [&](const char* why) {
+    INFO(why);
+    const auto r = engine::readCheckpoint(newest, id);
+    REQUIRE_FALSE(r.isOk());
+    CHECK_THAT(r.status().message(), Catch::Contains(newest));
+    CHECK_THAT(r.status().message(), Catch::Contains(why));
+    const auto latest = engine::latestCheckpoint(folder, id);
+    REQUIRE(latest.has_value());
+    CHECK(latest->state.round == 9);
+  };
+  SECTION("another run's checkpoint (run.seed, optimizer.lr) is skipped naming the key") {
+    REQUIRE(engine::writeCheckpoint(folder, id, 0, peers[0]->saveState(), 3).isOk());
+    const auto other = chocoConfig("run: { seed: 6, rounds: 120 }\n");
+    auto otherPeers = makePeers(*test_util::makePlan(other));
+    const auto otherId = engine::checkpointIdentity(other, *otherPeers[0]);
+    auto r = engine::readCheckpoint(newest, otherId);
+    REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains("run.seed: 5 in the checkpoint, 6 here"));
+    auto lr = id;
+    for (auto& [path, value] : lr.config) {
+      if (path == "optimizer.lr") value = "0.5";
+    }
+    r = engine::readCheckpoint(newest, lr);
+    REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains("optimizer.lr"));
+    // A key the run does not depend on (how often to evaluate) may change on resume.
+    const auto evalEvery = chocoConfig("run: { seed: 5, rounds: 200 }\noutput: { log_every: 7 }\n");
+    auto evalPeers = makePeers(*test_util::makePlan(evalEvery));
+    CHECK(engine::readCheckpoint(newest, engine::checkpointIdentity(evalEvery, *evalPeers[0]))
+              .isOk());
+  }
+  SECTION("a directory") {
+    fs::create_directory(newest);
+    fallsBack("a directory");
+  }
+  SECTION("a FIFO (reading it would wait for a writer forever)") {
+    REQUIRE(::mkfifo(newest.c_str(), 0600) == 0);
+    fallsBack("a FIFO");
+  }
+  SECTION("a link to /dev/zero") {
+    fs::create_symlink("/dev/zero", newest);
+    fallsBack("a device");
+  }
+  SECTION("a 64 GB sparse file is not allocated") {
+    std::ofstream(newest) << "GVCKPT2\n";
+    REQUIRE(::truncate(newest.c_str(), 64ll << 30) == 0);
+    fallsBack("bytes; at most");
+  }
+  SECTION("a model section shorter than the model, under a valid checksum") {
+    auto state = peers[0]->saveState();
+    state.model.resize(state.model.size() - 7);
+    REQUIRE(engine::writeCheckpoint(folder, id, 0, state, 3).isOk());
+    fallsBack("the model section holds");
+  }
+  SECTION("a model that is not finite, under a valid checksum") {
+    auto state = peers[0]->saveState();
+    state.model[3] = std::numeric_limits<float>::quiet_NaN();
+    REQUIRE(engine::writeCheckpoint(folder, id, 0, state, 3).isOk());
+    fallsBack("the model is not finite");
   }
 }
 

@@ -136,6 +136,54 @@ TEST_CASE("a write that fails halfway leaves the previous file whole (atomic out
   CHECK(files == 2);
 }
 
+TEST_CASE("model files: checksummed, bounded by the expected size, older format still read") {
+  const std::string dir = freshDir("model_files");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/model-0.bin";
+  const std::vector<float> x = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f};
+  REQUIRE(engine::writeModel(path, x).isOk());
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  REQUIRE(bytes.size() == 16 + 4 * x.size() + 8);
+  CHECK(bytes.substr(0, 8) == "GVMODEL2");
+  REQUIRE(engine::readModel(path, x.size()).isOk());
+  CHECK(*engine::readModel(path, x.size()) == x);
+  const auto refused = [&](const std::string& content, std::size_t expected, const char* why) {
+    INFO(why);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << content;
+    const auto r = engine::readModel(path, expected);
+    REQUIRE_FALSE(r.isOk());
+    CHECK_THAT(r.status().message(), Catch::Contains(why));
+  };
+  std::string flipped = bytes;
+  flipped[20] ^= 0x01;  // 4 bytes changed made summarize report a loss of 6.8e75 before
+  refused(flipped, x.size(), "checksum");
+  // A forged parameter count (final.json's model_size) allocates nothing: the file's own size
+  // bounds the read.
+  refused(bytes, std::size_t{1} << 40, "has 5 parameters, expected");
+  refused(bytes.substr(0, bytes.size() - 3), x.size(), "truncated");
+  // Format 1 (older builds): no checksum, still read.
+  std::string v1 = bytes.substr(0, bytes.size() - 8);
+  v1[7] = '1';
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << v1;
+  REQUIRE(engine::readModel(path, x.size()).isOk());
+  CHECK(*engine::readModel(path, x.size()) == x);
+  std::filesystem::remove(path);
+  std::filesystem::create_directory(path);
+  CHECK_THAT(engine::readModel(path, x.size()).status().message(), Catch::Contains("directory"));
+}
+
+TEST_CASE("a records write that fails says why (ENOSPC, not only 'cannot write')") {
+  engine::RecordWriter w;
+  REQUIRE(w.open("/dev/full").isOk());
+  const Status st = w.write(nlohmann::json{{"round", 0}});
+  REQUIRE_FALSE(st.isOk());
+  CHECK_THAT(st.message(), Catch::Contains("cannot write /dev/full: No space left on device"));
+}
+
 TEST_CASE("a peer process whose output folder cannot be made names the folder") {
   const auto plan = makePlan(loadYaml(twoPeers(31400, 5)));
   engine::PeerRunOptions o;

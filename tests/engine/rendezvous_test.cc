@@ -5,6 +5,7 @@
 #include "runtime/engine/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -92,6 +93,44 @@ TEST_CASE("a malformed rank file is refused, naming it") {
   REQUIRE_FALSE(r.isOk());
   CHECK(r.status().code() == ErrorCode::kInvalidArgument);
   CHECK(r.status().message().find(dir + "/rank-1 holds 'no port here'") != std::string::npos);
+}
+
+TEST_CASE("a hostile rank file is refused promptly, its bytes quoted printable") {
+  const std::string dir = freshFolder("hostile");
+  fs::create_directories(dir);
+  const std::string rank1 = dir + "/rank-1";
+  const auto refused = [&](const std::string& why) {
+    INFO(why);
+    auto o = options(dir, 0, {1});
+    o.timeoutSeconds = 30;  // a hang would show as the deadline, not as the refusal
+    auto r = engine::rendezvous(o);
+    REQUIRE_FALSE(r.isOk());
+    CHECK(r.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Catch::Contains(why));
+    fs::remove(rank1);
+  };
+  SECTION("trailing junk after the port, a port out of range") {
+    std::ofstream(rank1) << "127.0.0.1:21001junk\n";
+    refused("holds '127.0.0.1:21001junk'");
+    std::ofstream(rank1) << "127.0.0.1:70000\n";
+    refused("not host:port");
+  }
+  SECTION("binary bytes are not echoed raw") {
+    std::ofstream(rank1) << std::string("\x1b[2J\x01\xff:1", 8) << "\n";
+    refused("holds '\\x1b[2J\\x01\\xff:1'");
+  }
+  SECTION("a link to /dev/zero is not read") {
+    fs::create_symlink("/dev/zero", rank1);
+    refused("a device, not a regular file");
+  }
+  SECTION("a FIFO does not hang the peer") {
+    REQUIRE(::mkfifo(rank1.c_str(), 0600) == 0);
+    refused("a FIFO, not a regular file");
+  }
+  SECTION("a large file is not read") {
+    std::ofstream(rank1) << "127.0.0.1:2100" << std::string(10000, ' ') << "\n";
+    refused("at most 4096");
+  }
 }
 
 TEST_CASE("a port taken on this machine is refused before it is published") {

@@ -95,11 +95,13 @@ def write_quadratic_data(path, peers, dim):
 
 
 def read_model(path):
-    """A model file of the engine (GVMODEL1, uint64 count, fp32 values)."""
+    """A model file of the engine: GVMODEL2 (uint64 count, fp32 values, uint64 CRC32C of the bytes
+    before it) or GVMODEL1 (the same without the checksum)."""
     with open(path, "rb") as f:
         raw = f.read()
-    assert raw[:8] == b"GVMODEL1", path
+    assert raw[:8] in (b"GVMODEL2", b"GVMODEL1"), path
     n = int(np.frombuffer(raw[8:16], dtype="<u8")[0])
+    assert len(raw) == 16 + 4 * n + (8 if raw[:8] == b"GVMODEL2" else 0), path
     return np.frombuffer(raw[16:], dtype="<f4", count=n)
 
 

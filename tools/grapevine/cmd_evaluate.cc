@@ -9,11 +9,12 @@
 // consensus_distance: (1/n) sum_i |x_i - xbar|^2 / |xbar|^2.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/engine/checkpoint.h"
 #include "runtime/engine/setup.h"
 #include "tools/grapevine/command.h"
@@ -66,15 +67,10 @@ int runEvaluate(const EvaluateArgs& a) {
                  "for the run\n";
     return kExitFailure;
   }
-  std::ofstream file;
-  if (!a.json.empty()) {
-    file.open(a.json);
-    if (!file) {
-      std::cerr << "grapevine evaluate: cannot write " << a.json << "\n";
-      return kExitFailure;
-    }
-  }
-  std::ostream& out = a.json.empty() ? std::cout : file;
+  // --json FILE is written once, atomically, when every round is evaluated: a failure (or a
+  // Ctrl-C) leaves the file as it was, never half of it.
+  std::ostringstream lines;
+  std::ostream& out = a.json.empty() ? static_cast<std::ostream&>(std::cout) : lines;
   const std::size_t size = id0.parameters;
   std::vector<double> mean(size);
   std::vector<std::vector<float>> models(static_cast<std::size_t>(n));
@@ -120,6 +116,12 @@ int runEvaluate(const EvaluateArgs& a) {
       j["peer_accuracy_max"] = hi;
     }
     out << j.dump() << "\n" << std::flush;
+  }
+  if (!a.json.empty()) {
+    if (Status st = writeFileAtomically(a.json, lines.str()); !st.isOk()) {
+      std::cerr << "grapevine evaluate: " << st.message() << "\n";
+      return kExitFailure;
+    }
   }
   return kExitOk;
 }
