@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +80,9 @@ Result<Key> parseKey(std::string_view text) {
     }
     k[i] = static_cast<std::uint8_t>(hi << 4 | lo);
   }
+  if (std::all_of(k.begin(), k.end(), [](std::uint8_t b) { return b == 0; })) {
+    return invalidArgument("the key is all zeros (a placeholder, not a secret): grapevine keygen");
+  }
   return k;
 }
 
@@ -116,29 +120,66 @@ Result<Key> readKeyFile(const std::string& path) {
   return key;
 }
 
-Status writeKeyFile(const std::string& path, const Key& key) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return unavailable("cannot write key file \"" + path + "\": " + std::strerror(errno));
-  // An existing file keeps its mode through O_CREAT: tighten it before the key goes in.
-  if (::fchmod(fd, 0600) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return unavailable("cannot set mode 0600 on \"" + path + "\": " + std::strerror(err));
+Status writeKeyFile(const std::string& path, const Key& key, bool replace) {
+  const std::string who = "key file \"" + path + "\"";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    // Never through a link (it would write where the link points) nor into a device (keygen once
+    // set a device node's mode to 0600), and an existing key only when asked: it may be the one
+    // every peer of a running deployment holds.
+    if (S_ISLNK(st.st_mode)) return failedPrecondition(who + " is a symbolic link; not followed");
+    if (!S_ISREG(st.st_mode)) return failedPrecondition(who + " exists and is not a regular file");
+    if (!replace) {
+      return failedPrecondition(who + " exists (it may be the key a deployment uses): --force " +
+                                "replaces it");
+    }
+  } else if (errno != ENOENT) {
+    return unavailable(who + ": " + std::strerror(errno));
   }
-  const std::string text = formatKey(key);
+  // A new file of mode 0600 beside the target, then renamed over it (replace) or linked to its
+  // name (which fails when the name appeared meanwhile): a reader never sees half a key, and a
+  // crash leaves the old key or the new one.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return unavailable("cannot write " + who + ": " + tmp + ": " + std::strerror(errno));
+  const auto fail = [&](const std::string& what, int err) {
+    ::unlink(tmp.c_str());
+    return unavailable("cannot " + what + " " + who + ": " + std::strerror(err));
+  };
+  std::string text = formatKey(key);
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      const int err = errno;
+      const int err = w < 0 ? errno : EIO;
       ::close(fd);
-      return unavailable("cannot write key file \"" + path + "\": " + std::strerror(err));
+      sodium_memzero(text.data(), text.size());
+      return fail("write", err);
     }
     done += static_cast<std::size_t>(w);
   }
-  if (::close(fd) != 0) {
-    return unavailable("cannot write key file \"" + path + "\": " + std::strerror(errno));
+  sodium_memzero(text.data(), text.size());
+  // fchmod: a umask never loosens 0600, but one could have made it stricter.
+  if (::fchmod(fd, 0600) != 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return fail("write", err);
+  }
+  if (::close(fd) != 0) return fail("write", errno);
+  if (replace) {
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename onto", errno);
+  } else {
+    if (::link(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      if (err == EEXIST) {
+        ::unlink(tmp.c_str());
+        return failedPrecondition(
+            who + " exists (it may be the key a deployment uses): " + "--force replaces it");
+      }
+      return fail("create", err);
+    }
+    ::unlink(tmp.c_str());
   }
   return Status::ok();
 }

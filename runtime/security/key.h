@@ -29,14 +29,16 @@ Key randomKey();
 // "<64 hex digits>\n".
 std::string formatKey(const Key& key);
 // 64 hex digits, optionally surrounded by whitespace (a trailing newline). Errors: kInvalidArgument
-// saying what is wrong (length, a non-hex character).
+// saying what is wrong (length, a non-hex character, an all-zero key).
 Result<Key> parseKey(std::string_view text);
 
 // Reads and checks a key file. Errors name the file and why: kNotFound (missing),
 // kFailedPrecondition (not a regular file; readable or writable by group or others, with its mode),
 // kInvalidArgument (malformed), kUnavailable (cannot be read).
 Result<Key> readKeyFile(const std::string& path);
-// Writes `key` to `path` with mode 0600 (an existing file is truncated and its mode set to 0600).
-Status writeKeyFile(const std::string& path, const Key& key);
+// Writes `key` to `path` with mode 0600, atomically (a temporary file beside it, then renamed or
+// linked into place). Refuses (kFailedPrecondition, naming the file) a symbolic link, anything that
+// is not a regular file, and an existing file unless `replace`.
+Status writeKeyFile(const std::string& path, const Key& key, bool replace = false);
 
 }  // namespace grapevine::security

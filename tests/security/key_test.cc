@@ -28,9 +28,9 @@ void writeText(const std::string& path, const std::string& text, mode_t mode) {
 
 TEST_CASE("key: written with mode 0600, read back equal; two keys differ") {
   const std::string path = tempPath("k1");
-  writeText(path, "old", 0644);  // an existing file is tightened, not kept at 0644
+  writeText(path, "old", 0644);  // replaced: the new file has mode 0600, not the old 0644
   const security::Key key = security::randomKey();
-  REQUIRE(security::writeKeyFile(path, key).isOk());
+  REQUIRE(security::writeKeyFile(path, key, /*replace=*/true).isOk());
   struct stat st {};
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
@@ -67,6 +67,13 @@ TEST_CASE("key: a file group or others can access, a missing or malformed one is
     CHECK(k.status().code() == ErrorCode::kNotFound);
     CHECK(k.status().message().find("does not exist") != std::string::npos);
   }
+  SECTION("all zeros: a placeholder, not a secret") {
+    const std::string path = tempPath("k_zero");
+    writeText(path, std::string(64, '0') + "\n", 0600);
+    auto k = security::readKeyFile(path);
+    REQUIRE(!k.isOk());
+    CHECK(k.status().message().find("all zeros") != std::string::npos);
+  }
   SECTION("malformed: short, non-hex") {
     const std::string shortPath = tempPath("k_short");
     writeText(shortPath, "abcd\n", 0600);
@@ -85,5 +92,53 @@ TEST_CASE("key: a file group or others can access, a missing or malformed one is
     auto k = security::readKeyFile(path);
     REQUIRE(k.isOk());
     CHECK((*k)[0] == 0xaa);
+  }
+}
+
+TEST_CASE("key: keygen's writer refuses links, non-regular files and an existing key") {
+  const security::Key key = security::randomKey();
+  const std::string target = tempPath("k_target");
+  writeText(target, "precious\n", 0644);
+  SECTION("an existing file stays as it was unless replace") {
+    const auto st = security::writeKeyFile(target, key);
+    REQUIRE(!st.isOk());
+    CHECK(st.message().find("exists") != std::string::npos);
+    CHECK(st.message().find("--force") != std::string::npos);
+    std::ifstream in(target);
+    std::string text;
+    std::getline(in, text);
+    CHECK(text == "precious");
+  }
+  SECTION("a symbolic link is not followed, even with replace") {
+    const std::string link = tempPath("k_link");
+    std::filesystem::remove(link);
+    std::filesystem::create_symlink(target, link);
+    const auto st = security::writeKeyFile(link, key, /*replace=*/true);
+    REQUIRE(!st.isOk());
+    CHECK(st.message().find("symbolic link") != std::string::npos);
+    struct stat s {};
+    REQUIRE(::stat(target.c_str(), &s) == 0);
+    CHECK((s.st_mode & 0777) == 0644);  // the link's target untouched, mode included
+  }
+  SECTION("a FIFO or a device is not written into, even with replace") {
+    const std::string fifo = tempPath("k_fifo");
+    std::filesystem::remove(fifo);
+    REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+    const auto st = security::writeKeyFile(fifo, key, /*replace=*/true);
+    REQUIRE(!st.isOk());
+    CHECK(st.message().find("not a regular file") != std::string::npos);
+    CHECK(!security::writeKeyFile("/dev/null", key, /*replace=*/true).isOk());
+  }
+  SECTION("a new file appears whole, and no temporary is left") {
+    const std::string fresh = tempPath("k_new");
+    std::filesystem::remove(fresh);
+    REQUIRE(security::writeKeyFile(fresh, key).isOk());
+    auto back = security::readKeyFile(fresh);
+    REQUIRE(back.isOk());
+    CHECK(*back == key);
+    for (const auto& e :
+         std::filesystem::directory_iterator(std::filesystem::path(fresh).parent_path())) {
+      CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+    }
   }
 }
