@@ -320,6 +320,8 @@ class PeerSession::Impl {
   // checkpoints a whole-run restart needs. The loop thread merges what neighbours send.
   std::mutex knowledgeMu_;
   CheckpointKnowledge knowledge_;  // guarded by knowledgeMu_
+  log::Throttle malformedLog_;     // guarded by knowledgeMu_: malformed checkpoint-round news
+  log::Throttle oversizeLog_;      // loop thread: messages above the maximum
   // checkpoint.every (created at the first checkpoint; after knowledge_, which it uses, so that it
   // is destroyed first).
   std::unique_ptr<CheckpointWriter> checkpointWriter_;
@@ -352,7 +354,10 @@ void PeerSession::Impl::postRecv(int j, int buffer, std::uint64_t gen) {
           item.buffers = set;
           push(std::move(item));
         } else if (st.code() == ErrorCode::kResourceExhausted) {
-          log::warn("peer ", j, " sent a message above the maximum; dropped");
+          if (oversizeLog_.due()) {
+            log::warn("peer ", j, " sent a message above the maximum; dropped",
+                      oversizeLog_.skipped());
+          }
           postRecv(j, buffer, gen);
         } else if (st.code() != ErrorCode::kCancelled) {
           push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString(), gen, 0,
@@ -767,8 +772,8 @@ Status PeerSession::Impl::boot() {
   bo.onMessage = [this](int from, std::uint16_t type, std::span<const std::uint8_t> bytes) {
     if (type != kCheckpointRoundsMessage) return;  // a newer peer's kind: ignored
     std::lock_guard<std::mutex> lock(knowledgeMu_);
-    if (Status st = knowledge_.merge(bytes); !st.isOk())
-      log::warn("neighbour ", from, ": ", st.message(), "; ignored");
+    if (Status st = knowledge_.merge(bytes); !st.isOk() && malformedLog_.due())
+      log::warn("neighbour ", from, ": ", st.message(), "; ignored", malformedLog_.skipped());
   };
   bo.onEvent = [this](const transport::ControlEvent& ev) {
     // Silence drops the edge but keeps its connections (the neighbour may be paused or cut off);

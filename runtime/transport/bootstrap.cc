@@ -256,7 +256,10 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
             const std::string why = "control frame of " + std::to_string(len) +
                                     " bytes exceeds maxControlFrameBytes " +
                                     std::to_string(self->options_->maxControlFrameBytes);
-            log::warn("bootstrap: refused a connection: ", why);
+            if (self->refusedLog_.due()) {
+              log::warn("bootstrap: refused a connection from ", p->from, ": ", why,
+                        self->refusedLog_.skipped());
+            }
             return self->rejectPending(p, why, "too_large");
           }
           p->body.resize(len);
@@ -408,8 +411,12 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     const auto prefix = handshake::decodeHelloPrefix(p->hello ? p->helloBytes : p->body);
     const int claimed = prefix.isOk() ? prefix->sender : -1;
     ++rejected_[reason];
-    log::warn("bootstrap: peer ", options_->rank, " rejected a connection from ", p->from,
-              " claiming rank ", claimed, ": ", why);
+    // Anyone who reaches the port can cause this: logged at most once a second (83k lines in 12 s
+    // from one client slowed the peer 2.5x), counted in rejected() always.
+    if (refusedLog_.due()) {
+      log::warn("bootstrap: peer ", options_->rank, " rejected a connection from ", p->from,
+                " claiming rank ", claimed, ": ", why, refusedLog_.skipped());
+    }
     if (claimed >= 0) rejectedFrom_[claimed] = p->from + ": " + why;
     if (tell.empty()) {
       boost::system::error_code ignored;
@@ -733,6 +740,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
   std::set<int> redialing_;
   std::map<int, Status> unreachable_;  // before the deadline: neighbours we could not reach
   std::map<std::string, std::uint64_t> rejected_;  // rejected(): by reason
+  log::Throttle refusedLog_;                       // refused connections' log lines
   std::map<int, std::string> rejectedFrom_;        // claimed rank -> the last refusal, for errors
 };
 

@@ -246,7 +246,8 @@ void ControlLink::onFrame(std::uint16_t type, std::span<const std::uint8_t> body
     }
     if (!payload) {
       ++unverifiedSinceHeard_;
-      if (droppedFrames_++ % 1000 == 0) {
+      ++droppedFrames_;
+      if (droppedLog_.due()) {
         log::warn("control connection to peer ", peer_, ": dropped a frame whose seal does not ",
                   "verify (forged, altered or replayed; ", droppedFrames_, " so far)");
       }

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/common/log.h"
 #include "runtime/common/status.h"
 #include "runtime/transport/bootstrap.h"
 #include "runtime/transport/handshake.h"
@@ -176,6 +177,7 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   std::uint64_t sealedOut_ = 0;
   std::uint64_t sealedIn_ = 0;
   std::uint64_t droppedFrames_ = 0;  // frames after the handshake whose seal did not verify
+  log::Throttle droppedLog_;         // their log lines
   // Frames refused since the last one that verified (tick() closes a link that only gets those).
   std::uint64_t unverifiedSinceHeard_ = 0;
   Clock::time_point lastVerified_ = Clock::now();  // the last sealed frame that verified

@@ -663,9 +663,7 @@ struct Listener : std::enable_shared_from_this<Listener> {
   void refuseUnbound(int rank, const std::shared_ptr<PendingSocket>& pending) {
     pending->close();
     ++refusedUnbound;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - lastRefusalLog >= std::chrono::seconds(1)) {
-      lastRefusalLog = now;
+    if (refusalLog.due()) {
       log::warn("tcp: closed a data connection claiming to be peer ", rank,
                 " without the token of its handshake (", refusedUnbound, " so far)");
     }
@@ -760,7 +758,7 @@ struct Listener : std::enable_shared_from_this<Listener> {
   std::vector<std::pair<int, std::shared_ptr<PendingSocket>>> parked;
   std::uint64_t parkedCount = 0;
   std::uint64_t refusedUnbound = 0;  // hellos without the handshake's token (refuseUnbound)
-  std::chrono::steady_clock::time_point lastRefusalLog{};
+  log::Throttle refusalLog;
 };
 
 class TcpContext : public Context {
