@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -514,28 +515,44 @@ void checkWorkload(const Config& c, Report& report) {
 std::string faultItem(std::size_t i) { return "item " + std::to_string(i) + " ("; }
 
 // Two events on one peer, or on one link, at the same time; a killed peer takes no later event.
+// O(n log n): the events grouped by what they hit (a peer or a link, counted in rounds or seconds)
+// and sorted by start; each overlaps the one of its group reaching furthest before it, if any does
+// (comparing every pair took 3.2 GB for 3,000 events).
 void checkFaultOverlaps(const std::vector<FaultEvent>& events, Report& report) {
   const Where where = report.keyWhere("faults.events");
   const std::string key = "faults.events";
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    for (std::size_t j = i + 1; j < events.size(); ++j) {
-      const FaultEvent& x = events[i];
-      const FaultEvent& y = events[j];
-      if (x.byRound() != y.byRound()) continue;
-      const bool xl = x.kind == FaultKind::kLinkDown, yl = y.kind == FaultKind::kLinkDown;
-      if (xl != yl) continue;
-      const bool same =
-          xl ? std::minmax(x.linkA, x.linkB) == std::minmax(y.linkA, y.linkB) : x.peer == y.peer;
-      if (!same) continue;
-      if (x.start() < y.end() && y.start() < x.end()) {
-        report.error(where, key,
-                     faultItem(i) + x.describe() + ") and " + faultItem(j) + y.describe() +
-                         ") overlap on " + (xl ? "the same link" : "the same peer") +
-                         (x.kind == FaultKind::kKill || y.kind == FaultKind::kKill
-                              ? " (a killed peer stays dead)"
-                              : ""));
-      }
+  const auto target = [&](std::size_t i) {
+    const FaultEvent& e = events[i];
+    const bool link = e.kind == FaultKind::kLinkDown;
+    const auto [a, b] = link ? std::minmax(e.linkA, e.linkB) : std::minmax(e.peer, e.peer);
+    return std::make_tuple(e.byRound(), link, a, b);
+  };
+  std::vector<std::size_t> order(events.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t i, std::size_t j) {
+    return std::make_tuple(target(i), events[i].start(), i) <
+           std::make_tuple(target(j), events[j].start(), j);
+  });
+  std::size_t furthest = 0;  // of the current group so far: the event that ends last
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t j = order[k];
+    if (k == 0 || target(order[k - 1]) != target(j)) {
+      furthest = j;
+      continue;
     }
+    const FaultEvent& x = events[furthest];
+    const FaultEvent& y = events[j];
+    if (y.start() < x.end() && x.start() < y.end()) {
+      const std::size_t first = std::min(furthest, j), second = std::max(furthest, j);
+      report.error(where, key,
+                   faultItem(first) + events[first].describe() + ") and " + faultItem(second) +
+                       events[second].describe() + ") overlap on " +
+                       (y.kind == FaultKind::kLinkDown ? "the same link" : "the same peer") +
+                       (x.kind == FaultKind::kKill || y.kind == FaultKind::kKill
+                            ? " (a killed peer stays dead)"
+                            : ""));
+    }
+    if (y.end() > x.end()) furthest = j;
   }
 }
 
