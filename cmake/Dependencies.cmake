@@ -11,11 +11,12 @@ pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)  # libsodium-dev (k
 find_package(BLAS REQUIRED)              # libopenblas-dev
 find_package(ZLIB REQUIRED)              # zlib1g-dev (gzip-compressed IDX datasets)
 find_package(Catch2 2 REQUIRED)          # catch2
-# prometheus-cpp-dev: each peer's /metrics (monitoring.prometheus_port). Required like the others;
+# prometheus-cpp-dev: each peer's /metrics (monitoring.prometheus_port; the metrics and their text
+# format; the HTTP endpoint is Grapevine's own, runtime/engine/http_endpoint.h). Required like the others;
 # checked here so that a missing package names itself rather than a CMake search path.
 find_package(prometheus-cpp CONFIG QUIET)
-if(NOT prometheus-cpp_FOUND OR NOT TARGET prometheus-cpp::pull)
-  message(FATAL_ERROR "prometheus-cpp (core + pull) was not found: install the Debian package "
+if(NOT prometheus-cpp_FOUND OR NOT TARGET prometheus-cpp::core)
+  message(FATAL_ERROR "prometheus-cpp (core) was not found: install the Debian package "
                       "'prometheus-cpp-dev' (tools/install-deps)")
 endif()
 

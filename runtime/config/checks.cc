@@ -137,6 +137,15 @@ bool checkPeers(const Config& c, Report& report) {
 // below 65536 and miss the ports the peers reserve on the same host (base_port .. base_port +
 // 2 count - 1 when given by count, as checkPeers() checks; each list entry's port otherwise).
 void checkMonitoring(const Config& c, Report& report) {
+  if (const std::string& h = c.monitoring.prometheusHost; h != "peer") {
+    in_addr ignored{};
+    if (inet_pton(AF_INET, h.c_str(), &ignored) != 1) {
+      report.error(report.keyWhere("monitoring.prometheus_host"), "monitoring.prometheus_host",
+                   "'" + h +
+                       "' is neither a numeric IPv4 address (127.0.0.1, 0.0.0.0, ...) nor peer "
+                       "(the peer's own control host)");
+    }
+  }
   const long long first = c.monitoring.prometheusPort;
   if (first == 0) return;
   const long long n = c.peers.count;

@@ -147,6 +147,8 @@ struct OutputSection {
 
 struct MonitoringSection {
   int prometheusPort = 0;  // 0: off; else peer r serves /metrics on prometheusPort + r
+  std::string prometheusHost = "127.0.0.1";  // address it listens on; "peer": the control host
+  bool prometheusBuildInfo = false;          // grapevine_info's version label
 };
 
 // Periodic checkpoints of each peer's whole state (runtime/engine/checkpoint.h), for --resume.

@@ -342,8 +342,19 @@ std::vector<KeyDef> monitoringKeys() {
       intKey(
           "monitoring.prometheus_port",
           [](Config & c) -> auto& { return c.monitoring.prometheusPort; }, 0, 65535,
-          "Prometheus /metrics of peer r on port prometheus_port + r, at the peer's own host (0: "
-          "off)"),
+          "Prometheus /metrics of peer r on port prometheus_port + r, at "
+          "monitoring.prometheus_host (0: off)"),
+      stringKey(
+          "monitoring.prometheus_host",
+          [](Config & c) -> auto& { return c.monitoring.prometheusHost; },
+          "Address the /metrics endpoints listen on: 127.0.0.1 (this machine only), peer (the "
+          "peer's own control host, where its neighbours reach it) or an IPv4 address (0.0.0.0: "
+          "every interface). Outside the key's protection: anyone who reaches it reads the run"),
+      boolKey(
+          "monitoring.prometheus_build_info",
+          [](Config & c) -> auto& { return c.monitoring.prometheusBuildInfo; },
+          "grapevine_info carries the version label (the build id a keyed hello keeps from "
+          "strangers)"),
   };
 }
 

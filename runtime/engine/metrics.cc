@@ -2,10 +2,10 @@
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,18 +14,11 @@
 #include <mutex>
 
 #include "compress/options.h"
+#include "runtime/engine/http_endpoint.h"
 #include "runtime/transport/socket_util.h"
 
 namespace grapevine::engine {
 namespace {
-
-// civetweb's library set-up and tear-down (mg_init_library / mg_exit_library, run by every server's
-// start and stop) are not thread-safe: two API peers of one process starting their endpoints at
-// the same time crashed in mg_init_library. Every Exposer is made and destroyed under this lock.
-std::mutex& civetwebMutex() {
-  static std::mutex mu;
-  return mu;
-}
 
 // A Prometheus counter that mirrors a cumulative value kept elsewhere (PeerCounters, the driver's
 // phase totals): set() adds the growth since the last call, so the counter equals the value.
@@ -99,7 +92,7 @@ struct PeerMetrics::State {
   std::map<std::string, Mirrored, std::less<>> dropped;  // by reason, as PeerCounters::dropped
 
   // The server last: destroyed first, so no scrape runs while the rest goes.
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<HttpEndpoint> server;
 
   Neighbour* neighbour(int j) {
     auto it = std::lower_bound(neighbours.begin(), neighbours.end(), j,
@@ -129,11 +122,13 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
     return prometheus::BuildGauge().Name(name).Help(help).Labels(rankLabel).Register(reg);
   };
 
-  gauge("grapevine_info", "Constant 1; the labels describe the run")
-      .Add({{"version", GRAPEVINE_VERSION},
-            {"algorithm", std::string(algorithms::algorithmKindName(config.algorithm.name))},
-            {"compression", std::string(compress::methodName(config.compression.method))}})
-      .Set(1);
+  prometheus::Labels info = {
+      {"algorithm", std::string(algorithms::algorithmKindName(config.algorithm.name))},
+      {"compression", std::string(compress::methodName(config.compression.method))}};
+  // The build id only when asked: a keyed hello keeps it from strangers, and the endpoint is
+  // outside the key's protection.
+  if (config.monitoring.prometheusBuildInfo) info["version"] = GRAPEVINE_VERSION;
+  gauge("grapevine_info", "Constant 1; the labels describe the run").Add(info).Set(1);
   s.rounds.counter = &counter("grapevine_rounds_total", "Rounds completed").Add({});
   auto& phaseTotal = counter("grapevine_phase_seconds_total",
                              "Seconds spent in each phase of the rounds: local steps and "
@@ -192,34 +187,36 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
   s.droppedFamily = &counter("grapevine_dropped_frames_total",
                              "Frames dropped on arrival, by reason (crc, duplicate, gap, ...)");
 
-  // The peer's own control host, so the endpoint is reachable where the peer is (and stays on
-  // loopback for local runs).
+  // monitoring.prometheus_host: loopback unless asked; "peer" is the peer's own control host, so
+  // the endpoint is reachable where its neighbours reach the peer.
   const int port = config.monitoring.prometheusPort + rank;
-  const std::string host = config.peers.addresses()[rank].host;
+  const std::string host = config.monitoring.prometheusHost == "peer"
+                               ? config.peers.addresses()[rank].host
+                               : config.monitoring.prometheusHost;
   auto endpoint = transport::parseEndpoint(host + ":" + std::to_string(port));
   if (!endpoint.isOk()) {
     return invalidArgument("monitoring.prometheus_port: " + endpoint.status().message());
   }
   s.address = transport::formatEndpoint(*endpoint);
   s.collectable = std::make_shared<LockedRegistry>(s.mu, s.registry);
-  try {
-    const std::lock_guard<std::mutex> lock(civetwebMutex());
-    s.exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", s.address, "num_threads", "2"});
-  } catch (const std::exception& e) {
-    return unavailable("monitoring.prometheus_port: cannot serve /metrics on " + s.address + ": " +
-                       e.what());
+  HttpEndpoint::Options http;
+  http.host = endpoint->address().to_string();
+  http.port = port;
+  auto server = HttpEndpoint::start(http, [collectable = s.collectable] {
+    return prometheus::TextSerializer().Serialize(collectable->Collect());
+  });
+  if (!server.isOk()) {
+    return unavailable("monitoring.prometheus_port: cannot serve /metrics on " +
+                       server.status().message());
   }
-  s.exposer->RegisterCollectable(s.collectable);
+  s.server = std::move(server).value();
   return std::unique_ptr<PeerMetrics>(new PeerMetrics(std::move(state)));
 }
 
 PeerMetrics::PeerMetrics(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 PeerMetrics::~PeerMetrics() {
-  if (!state_) return;
-  const std::lock_guard<std::mutex> lock(civetwebMutex());
-  state_->exposer.reset();  // stops the server threads and closes the port
+  if (state_) state_->server.reset();  // stops the server's thread and closes the port
 }
 
 const std::string& PeerMetrics::address() const { return state_->address; }

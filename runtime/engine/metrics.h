@@ -1,6 +1,7 @@
 // Prometheus metrics of one peer process (monitoring.prometheus_port; docs/operations.md,
-// "Prometheus"): an HTTP endpoint, /metrics in the Prometheus text format, served by
-// prometheus-cpp's civetweb threads from start() until the object is destroyed. The values mirror
+// "Prometheus"): an HTTP endpoint, /metrics in the Prometheus text format (prometheus-cpp's
+// registry and serializer), served by an HttpEndpoint thread from start() until the object is
+// destroyed. The values mirror
 // what the records carry (records.h): counters and gauges set from PeerCore after every round.
 //
 // Consistency: update() sets every value under one lock, and a scrape collects under the same

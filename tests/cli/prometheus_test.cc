@@ -145,14 +145,26 @@ TEST_CASE(
                                               std::to_string((r + kPeers - 1) % kPeers)};
     // Past round 20 there was an evaluation (eval_every 10) and CHOCO reported its step.
     const Scrape first = scrapeUntil(metricsPort + r, 20);
+    if (r == 0) {
+      // Issue 41: 100 idle connections (which never send a request) made every scrape time out;
+      // the endpoint holds 8 and the newest pushes out the oldest, so a scrape is answered.
+      std::vector<int> idle;
+      for (int k = 0; k < 100; ++k) {
+        const int fd = grapevine::test_util::connectTo(metricsPort);
+        if (fd >= 0) idle.push_back(fd);
+      }
+      CHECK(idle.size() == 100);
+      const auto answered = grapevine::test_util::httpGet(metricsPort);
+      CHECK(answered.has_value());
+      for (int fd : idle) close(fd);
+    }
     for (const auto& [name, type] : kTypes) {
       INFO(name);
       CHECK(first.types.count(name) == 1);
       if (first.types.count(name)) CHECK(first.types.at(name) == type);
       CHECK_FALSE(first.find(name, {{"rank", rank}}).empty());
     }
-    // Every grapevine_ sample is labelled with this peer's rank (prometheus-cpp adds its own
-    // exposer_ series about the scrapes).
+    // Every grapevine_ sample is labelled with this peer's rank.
     for (const auto& s : first.samples) {
       if (s.name.rfind("grapevine_", 0) != 0) continue;
       INFO(s.name);
@@ -164,7 +176,8 @@ TEST_CASE(
     CHECK(info.front()->value == 1);
     CHECK(info.front()->labels.at("algorithm") == "choco");
     CHECK(info.front()->labels.at("compression") == "top-k");
-    CHECK_FALSE(info.front()->labels.at("version").empty());
+    // No build id unless monitoring.prometheus_build_info: the endpoint has no key.
+    CHECK(info.front()->labels.count("version") == 0);
     // Per-neighbour series: exactly the ring neighbours.
     for (const char* name : {"grapevine_sent_bytes_total", "grapevine_received_bytes_total",
                              "grapevine_neighbour_deaths_total"}) {

@@ -584,6 +584,21 @@ TEST_CASE("monitoring.prometheus_port: off by default; refused past 65535 or on 
   auto below = loadString(base + "monitoring: { prometheus_port: 29497 }\n", "m.yaml", noEnv());
   CHECK_FALSE(below.ok());  // 29497..29500 reaches peer 0's control port
 
+  // It listens on loopback unless told otherwise; the build id only when asked.
+  CHECK(off.config.monitoring.prometheusHost == "127.0.0.1");
+  CHECK_FALSE(off.config.monitoring.prometheusBuildInfo);
+  for (const char* host : {"peer", "0.0.0.0", "10.1.2.3"}) {
+    auto h =
+        loadString(base + "monitoring: { prometheus_port: 29508, prometheus_host: " + host + " }\n",
+                   "m.yaml", noEnv());
+    INFO(host << ": " << allDiagnostics(h));
+    CHECK(h.ok());
+  }
+  auto name = loadString(base + "monitoring: { prometheus_port: 29508, prometheus_host: myhost }\n",
+                         "m.yaml", noEnv());
+  CHECK_FALSE(name.ok());
+  CHECK(contains(allDiagnostics(name), "monitoring.prometheus_host: 'myhost' is neither"));
+
   // With a peers list only a port of the same host counts.
   const std::string list =
       "peers:\n  - { host: 10.0.0.1, port: 9001 }\n  - { host: 10.0.0.2, port: 9000 }\n"
