@@ -8,6 +8,7 @@ find_package(nlohmann_json 3 REQUIRED)   # nlohmann-json3-dev
 find_package(Boost 1.74 REQUIRED)        # libboost-dev (Asio is header-only)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)  # libzstd-dev
 pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)  # libsodium-dev (keys, MACs, AEAD)
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # libssl-dev (the seals' ChaCha20-Poly1305)
 find_package(BLAS REQUIRED)              # libopenblas-dev
 find_package(ZLIB REQUIRED)              # zlib1g-dev (gzip-compressed IDX datasets)
 find_package(Catch2 2 REQUIRED)          # catch2

@@ -1,8 +1,12 @@
 #include "runtime/security/auth.h"
 
+#include <openssl/evp.h>
 #include <sodium.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +58,71 @@ void nonceOf(std::uint32_t sender, std::uint64_t sequence,
   static_assert(crypto_aead_chacha20poly1305_IETF_NPUBBYTES == 12);
   storeLe(n, sender);
   storeLe(n + 4, sequence);
+}
+
+// The bulk AEAD of message and control-frame seals: ChaCha20-Poly1305 (RFC 8439), the same
+// construction as libsodium's crypto_aead_chacha20poly1305_ietf, byte for byte (security_test
+// compares the two), computed by OpenSSL's libcrypto, whose AVX-512 / AVX2 code seals 4 MiB
+// about 3x faster here than libsodium's (MAC-only 52 vs 16 Gbit/s, encrypted 12 vs 6 Gbit/s,
+// measured in one process; docs/security.md "Measured"). One context per thread, reused.
+class Aead {
+ public:
+  Aead() : ctx_(EVP_CIPHER_CTX_new()) {
+    if (!ctx_ || !cipher()) std::abort();
+  }
+  ~Aead() { EVP_CIPHER_CTX_free(ctx_); }
+  Aead(const Aead&) = delete;
+  Aead& operator=(const Aead&) = delete;
+
+  // Authenticates aad, encrypts in[0, n) into out (n may be 0), writes the tag.
+  void seal(const Key& key, const std::uint8_t* nonce, std::span<const std::uint8_t> aad,
+            const std::uint8_t* in, std::size_t n, std::uint8_t* out, std::uint8_t* tag) {
+    int len = 0;
+    bool ok = EVP_EncryptInit_ex2(ctx_, cipher(), key.data(), nonce, nullptr) == 1 &&
+              update(true, aad.data(), aad.size(), nullptr) && update(true, in, n, out) &&
+              EVP_EncryptFinal_ex(ctx_, out, &len) == 1 &&
+              EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag) == 1;
+    if (!ok) std::abort();  // only a broken libcrypto fails here
+  }
+  // Checks the tag over aad and in[0, n), decrypting into out; false when it does not verify.
+  bool open(const Key& key, const std::uint8_t* nonce, std::span<const std::uint8_t> aad,
+            const std::uint8_t* in, std::size_t n, std::uint8_t* out, const std::uint8_t* tag) {
+    int len = 0;
+    std::uint8_t t[kSealTagBytes];
+    std::memcpy(t, tag, kSealTagBytes);  // the tag may lie in the buffer being decrypted
+    return EVP_DecryptInit_ex2(ctx_, cipher(), key.data(), nonce, nullptr) == 1 &&
+           update(false, aad.data(), aad.size(), nullptr) && update(false, in, n, out) &&
+           EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, kSealTagBytes, t) == 1 &&
+           EVP_DecryptFinal_ex(ctx_, out, &len) == 1;  // compares the tag in constant time
+  }
+
+ private:
+  static const EVP_CIPHER* cipher() {
+    static EVP_CIPHER* c = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
+    return c;
+  }
+  // In pieces that fit an int; out == nullptr: associated data.
+  bool update(bool encrypt, const std::uint8_t* in, std::size_t n, std::uint8_t* out) {
+    constexpr std::size_t kPiece = std::size_t{1} << 30;
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t k = std::min(kPiece, n - done);
+      int len = 0;
+      const int rc = encrypt ? EVP_EncryptUpdate(ctx_, out ? out + done : nullptr, &len, in + done,
+                                                 static_cast<int>(k))
+                             : EVP_DecryptUpdate(ctx_, out ? out + done : nullptr, &len, in + done,
+                                                 static_cast<int>(k));
+      if (rc != 1) return false;
+      done += k;
+    }
+    return true;
+  }
+
+  EVP_CIPHER_CTX* ctx_;
+};
+
+Aead& aead() {
+  thread_local Aead a;
+  return a;
 }
 
 }  // namespace
@@ -126,13 +195,9 @@ void seal(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequ
   std::uint8_t* tag = message.data() + body;
   if (encrypt) {
     std::uint8_t* payload = message.data() + headerBytes;
-    crypto_aead_chacha20poly1305_ietf_encrypt_detached(payload, tag, nullptr, payload,
-                                                       body - headerBytes, message.data(),
-                                                       headerBytes, nullptr, nonce, key.data());
+    aead().seal(key, nonce, message.first(headerBytes), payload, body - headerBytes, payload, tag);
   } else {
-    std::uint8_t empty[1] = {0};  // no ciphertext, no plaintext: libsodium wants non-null pointers
-    crypto_aead_chacha20poly1305_ietf_encrypt_detached(
-        empty, tag, nullptr, empty, 0, message.data(), body, nullptr, nonce, key.data());
+    aead().seal(key, nonce, message.first(body), nullptr, 0, nullptr, tag);
   }
 }
 
@@ -142,28 +207,19 @@ bool verify(const Key& key, std::uint32_t sender, std::uint64_t sequence,
   std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
   nonceOf(sender, sequence, nonce);
   const std::size_t body = message.size() - kSealTagBytes;
-  std::uint8_t empty[1] = {0};  // no ciphertext: libsodium wants non-null pointers
-  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(empty, nullptr, empty, 0,
-                                                            message.data() + body, message.data(),
-                                                            body, nonce, key.data()) == 0;
+  return aead().open(key, nonce, message.first(body), nullptr, 0, nullptr, message.data() + body);
 }
 
 bool open(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
           std::size_t headerBytes, std::span<std::uint8_t> message) {
   if (message.size() < headerBytes + kSealTagBytes) return false;
+  if (!encrypt) return verify(key, sender, sequence, message);
   std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
   nonceOf(sender, sequence, nonce);
   const std::size_t body = message.size() - kSealTagBytes;
-  const std::uint8_t* tag = message.data() + body;
-  if (encrypt) {
-    std::uint8_t* payload = message.data() + headerBytes;
-    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-               payload, nullptr, payload, body - headerBytes, tag, message.data(), headerBytes,
-               nonce, key.data()) == 0;
-  }
-  std::uint8_t empty[1] = {0};
-  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(
-             empty, nullptr, empty, 0, tag, message.data(), body, nonce, key.data()) == 0;
+  std::uint8_t* payload = message.data() + headerBytes;
+  return aead().open(key, nonce, message.first(headerBytes), payload, body - headerBytes, payload,
+                     message.data() + body);
 }
 
 Key helloKey(const Key& psk) {

@@ -1,4 +1,5 @@
-// The cryptography of an authenticated edge (docs/security.md), all of it libsodium's:
+// The cryptography of an authenticated edge (docs/security.md), all of it libsodium's except the
+// bulk AEAD of the seals, which OpenSSL's libcrypto computes (the same ChaCha20-Poly1305, faster):
 // - the handshake's challenge-response: each side proves knowledge of the pre-shared key by a keyed
 //   BLAKE2b MAC (crypto_generichash) over a transcript that binds both ranks, both incarnations,
 //   both fresh nonces and the config hash, with the prover's rank in the MAC's domain, so a proof
@@ -91,7 +92,7 @@ bool verify(const Key& key, std::uint32_t sender, std::uint64_t sequence,
             std::span<const std::uint8_t> message);
 // The inverse: checks the tag (constant time) and, with encrypt, decrypts the payload in place.
 // False when the tag does not verify; the message is then unchanged without encrypt, and its
-// payload may have been cleared with encrypt (libsodium zeroes the output): decrypt a copy.
+// payload is garbage with encrypt (it is decrypted before the tag is checked): decrypt a copy.
 bool open(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
           std::size_t headerBytes, std::span<std::uint8_t> message);
 

@@ -117,11 +117,13 @@ class Context {
   virtual Result<std::shared_ptr<Connection>> connect(
       int peer, std::span<const std::uint8_t> remoteAddress) = 0;
 
-  // connect(), bound to the edge's authenticated handshake: the backend checks, before it sends or
-  // receives anything on a new link, that the other end presents the token of its rank (tcp: in
-  // the data hello; a stranger's connection claiming the rank is closed unread). The default
-  // ignores the binding (inproc; ucx and libfabric, whose endpoint addresses travel sealed in the
-  // handshake, do not check it yet).
+  // connect(), bound to the edge's authenticated handshake: nothing from a party without the
+  // token of the peer's rank reaches the connection. tcp: the other end presents the token in its
+  // data hello before anything is sent or read (a stranger's connection claiming the rank is
+  // closed unread). ucx, libfabric (whose endpoint addresses travel sealed in the handshake, so we
+  // only ever send to the authenticated peer): every tag is masked with the sender's token
+  // (tagged::tagMask), so a stranger's messages, its goodbye included, match no receive. The
+  // default ignores the binding (inproc: one process).
   virtual Result<std::shared_ptr<Connection>> connectBound(
       int peer, std::span<const std::uint8_t> remoteAddress, const DataBinding& binding) {
     (void)binding;

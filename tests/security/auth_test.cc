@@ -1,6 +1,8 @@
 // Handshake proofs, session keys and message seals: what verifies and what must not.
 #include "runtime/security/auth.h"
 
+#include <sodium.h>
+
 #include <catch2/catch.hpp>
 #include <vector>
 
@@ -82,6 +84,44 @@ TEST_CASE("auth: a sealed message opens once intact and never after a change") {
     CHECK(!open(k, encrypt, 4, 42, 64, a));
     CHECK(!open(k, encrypt, 3, 43, 64, b));
     CHECK(!open(randomKey(), encrypt, 3, 42, 64, c));
+  }
+}
+
+TEST_CASE("auth: seals are libsodium's ChaCha20-Poly1305 (IETF) byte for byte, at every size") {
+  // The seals are computed by OpenSSL's libcrypto for speed; peers of older builds (libsodium) and
+  // newer ones must agree on every byte: the same nonce, associated data, ciphertext and tag.
+  const Key k = randomKey();
+  for (const std::size_t payload : {std::size_t{0}, std::size_t{1}, std::size_t{63},
+                                    std::size_t{64}, std::size_t{1000}, std::size_t{1} << 20}) {
+    for (const bool encrypt : {false, true}) {
+      INFO("payload " << payload << " encrypt " << encrypt);
+      constexpr std::size_t kHeader = 64;
+      std::vector<std::uint8_t> m(kHeader + payload + kSealTagBytes);
+      for (std::size_t i = 0; i < m.size() - kSealTagBytes; ++i) {
+        m[i] = static_cast<std::uint8_t>(i * 31 + 7);
+      }
+      const auto plain = m;
+      seal(k, encrypt, 5, 0x0102030405060708ull, kHeader, m);
+      // libsodium's construction of the same seal.
+      std::uint8_t nonce[12] = {5, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1};
+      std::vector<std::uint8_t> want = plain;
+      const std::size_t body = want.size() - kSealTagBytes;
+      std::uint8_t empty[1] = {0};
+      if (encrypt) {
+        crypto_aead_chacha20poly1305_ietf_encrypt_detached(
+            want.data() + kHeader, want.data() + body, nullptr, plain.data() + kHeader,
+            body - kHeader, plain.data(), kHeader, nullptr, nonce, k.data());
+      } else {
+        crypto_aead_chacha20poly1305_ietf_encrypt_detached(empty, want.data() + body, nullptr,
+                                                           empty, 0, plain.data(), body, nullptr,
+                                                           nonce, k.data());
+      }
+      CHECK(m == want);
+      // And it opens again (the tag stays where it was).
+      auto copy = m;
+      CHECK(open(k, encrypt, 5, 0x0102030405060708ull, kHeader, copy));
+      CHECK(std::equal(copy.begin(), copy.end() - kSealTagBytes, plain.begin()));
+    }
   }
 }
 

@@ -70,15 +70,17 @@ struct Side {
   std::vector<std::uint8_t> remote;  // the other side's address
 };
 
-// Creates the context, swaps addresses over `fd`, connects. Returns an empty string on success.
-std::string setUp(Side& side, int rank, int fd) {
+// Creates the context, swaps addresses over `fd`, connects (bound with `binding` when given).
+// Returns an empty string on success.
+std::string setUp(Side& side, int rank, int fd, const gt::DataBinding* binding = nullptr) {
   auto ctx = gt::testing::makeNativeContext(side.loop, testOptions(rank));
   if (!ctx) return ctx.status().toString();
   side.context = std::move(ctx).value();
   sendBlob(fd, side.context->localAddress());
   side.remote = readBlob(fd);
   if (side.remote.empty()) return "peer sent no address";
-  auto conn = side.context->connect(1 - rank, side.remote);
+  auto conn = binding ? side.context->connectBound(1 - rank, side.remote, *binding)
+                      : side.context->connect(1 - rank, side.remote);
   if (!conn) return conn.status().toString();
   side.conn = std::move(conn).value();
   return "";
@@ -425,6 +427,60 @@ bool exchangeOne(Side& s, std::uint8_t mine, std::uint8_t theirs) {
          std::all_of(in.begin(), in.end(), [&](std::uint8_t b) { return b == theirs; });
 }
 }  // namespace
+
+TEST_CASE("native backend: a bound connection takes nothing from a party without the token") {
+  if (const std::string why = unavailableReason(); !why.empty())
+    GV_SKIP_MISSING(testOptions(0).backend, why);
+  // Issue 41: with a key, a data connection is bound to its edge's handshake. The child's first
+  // connection is a stranger claiming rank 1 without the token (unbound): its message on tag 1 and
+  // its goodbye must not reach the parent's bound connection; the child's bound connection's
+  // message must.
+  static gt::DataBinding binding;
+  for (std::size_t i = 0; i < binding.lower.size(); ++i) {
+    binding.lower[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    binding.higher[i] = static_cast<std::uint8_t>(i * 13 + 5);
+  }
+  auto child = forkChild([](Side& s, int fd) {
+    const auto sendValue = [&](gt::Connection& c, std::uint32_t v) {
+      int done = 0, bad = 0;
+      c.send(1, std::span(reinterpret_cast<const std::uint8_t*>(&v), 4), [&](Status x) {
+        bad += !x.isOk();
+        ++done;
+      });
+      return s.loop.runUntil([&] { return done == 1; }, 10s) && bad == 0;
+    };
+    if (!sendValue(*s.conn, 666)) return 40;  // the stranger's
+    auto bound = s.context->connectBound(0, s.remote, binding);
+    if (!bound) return 41;
+    if (!sendValue(**bound, 7)) return 42;
+    s.conn->close();  // the stranger's goodbye
+    s.loop.runUntil([] { return false; }, 300ms);
+    signalOther(fd);
+    if (!awaitSignal(s, fd, 30s)) return 43;
+    (*bound)->close();
+    return 0;
+  });
+  Side side;
+  REQUIRE(setUp(side, 0, child.fd, &binding) == "");
+  REQUIRE(awaitSignal(side, child.fd, 30s));
+  std::uint32_t got = 0;
+  int calls = 0, bad = 0;
+  side.conn->recv(1, std::span(reinterpret_cast<std::uint8_t*>(&got), 4),
+                  [&](Status x, std::size_t n) {
+                    bad += !x.isOk() || n != 4;
+                    ++calls;
+                  });
+  REQUIRE(side.loop.runUntil([&] { return calls == 1; }, 10s));
+  CHECK(bad == 0);
+  CHECK(got == 7);  // the bound sender's, not the stranger's 666
+  side.loop.runUntil([] { return false; }, 300ms);
+  INFO(side.conn->error().toString());
+  CHECK(side.conn->error().isOk());  // the stranger's goodbye did not end it
+  signalOther(child.fd);
+  side.loop.runUntil([] { return false; }, 50ms);
+  side.context->close();
+  CHECK(waitChild(child.pid) == 0);
+}
 
 TEST_CASE("native backend: a goodbye of an older connection does not end the newer one") {
   if (const std::string why = unavailableReason(); !why.empty())

@@ -251,8 +251,13 @@ class OfiEndpoint : public std::enable_shared_from_this<OfiEndpoint> {
 
 class OfiConnection : public Connection, public std::enable_shared_from_this<OfiConnection> {
  public:
-  OfiConnection(std::shared_ptr<OfiEndpoint> endpoint, int peer, fi_addr_t addr)
-      : endpoint_(std::move(endpoint)), peer_(peer), addr_(addr) {}
+  OfiConnection(std::shared_ptr<OfiEndpoint> endpoint, int peer, fi_addr_t addr,
+                std::uint64_t sendMask = 0, std::uint64_t recvMask = 0)
+      : endpoint_(std::move(endpoint)),
+        peer_(peer),
+        addr_(addr),
+        sendMask_(sendMask),
+        recvMask_(recvMask) {}
   ~OfiConnection() override;
 
   void send(Tag tag, std::span<const std::uint8_t> bytes, SendCallback cb) override;
@@ -294,6 +299,8 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   std::shared_ptr<OfiEndpoint> endpoint_;
   int peer_;
   fi_addr_t addr_;
+  const std::uint64_t sendMask_;  // tagged::tagMask of our binding token (0: unbound)
+  const std::uint64_t recvMask_;  // of the peer's
   Op* controlRecv_ = nullptr;
   Op* announce_ = nullptr;
   Op* goodbye_ = nullptr;
@@ -734,7 +741,8 @@ void OfiConnection::start() {
 
 void OfiConnection::postControlRecv() {
   if (controlRecv_ != nullptr || !error_.isOk() || tornDown_ || !endpoint_->open()) return;
-  Op* op = endpoint_->claimedOrNew(wireTag(static_cast<std::uint64_t>(peer_), kControlTag));
+  Op* op =
+      endpoint_->claimedOrNew(wireTag(static_cast<std::uint64_t>(peer_), kControlTag ^ recvMask_));
   op->kind = Op::Kind::kControlRecv;
   op->conn = shared_from_this();
   op->buffer = controlIn_;
@@ -753,7 +761,7 @@ Op* OfiConnection::sendControl(tagged::ControlKind kind) {
   Op* op = endpoint_->allocOp();
   op->kind = kind == tagged::ControlKind::kAnnounce ? Op::Kind::kAnnounce : Op::Kind::kGoodbye;
   op->conn = shared_from_this();
-  op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), kControlTag);
+  op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), kControlTag ^ sendMask_);
   op->buffer = out;
   op->length = tagged::kControlBytes;
   if (!endpoint_->submit(op).isOk()) {
@@ -892,7 +900,7 @@ void OfiConnection::send(Tag tag, std::span<const std::uint8_t> bytes, SendCallb
   op->kind = Op::Kind::kSend;
   op->conn = shared_from_this();
   op->sendCb = std::move(cb);
-  op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), tag);
+  op->wireTag = wireTag(static_cast<std::uint64_t>(endpoint_->rank()), tag ^ sendMask_);
   op->buffer = const_cast<std::uint8_t*>(bytes.data());  // fi_tsend takes void*; it only reads
   op->length = bytes.size();
   link(op);
@@ -917,7 +925,7 @@ void OfiConnection::recv(Tag tag, std::span<std::uint8_t> buffer, RecvCallback c
     endpoint_->defer([cb = std::move(cb), st] { cb(st, 0); });
     return;
   }
-  Op* op = endpoint_->claimedOrNew(wireTag(static_cast<std::uint64_t>(peer_), tag));
+  Op* op = endpoint_->claimedOrNew(wireTag(static_cast<std::uint64_t>(peer_), tag ^ recvMask_));
   op->kind = Op::Kind::kRecv;
   op->conn = shared_from_this();
   op->recvCb = std::move(cb);
@@ -948,6 +956,12 @@ class OfiContext : public Context {
 
   Result<std::shared_ptr<Connection>> connect(int peer,
                                               std::span<const std::uint8_t> remote) override {
+    return connectBound(peer, remote, DataBinding{});
+  }
+
+  // The tags of the connection are masked with the binding's tokens (tagged::tagMask).
+  Result<std::shared_ptr<Connection>> connectBound(int peer, std::span<const std::uint8_t> remote,
+                                                   const DataBinding& binding) override {
     GV_CHECK_LOOP_THREAD(endpoint_->loop());
     if (!endpoint_->open()) return failedPrecondition("libfabric context is closed");
     GV_RETURN_IF_ERROR(tagged::checkRank("libfabric", "peer rank", peer));
@@ -960,7 +974,10 @@ class OfiContext : public Context {
       return invalidArgument("libfabric: fi_av_insert rejected the address of peer " +
                              std::to_string(peer));
     }
-    auto conn = std::make_shared<OfiConnection>(endpoint_, peer, addr);
+    const bool lower = endpoint_->rank() < peer;
+    auto conn = std::make_shared<OfiConnection>(
+        endpoint_, peer, addr, tagged::tagMask((lower ? binding.lower : binding.higher).data()),
+        tagged::tagMask((lower ? binding.higher : binding.lower).data()));
     if (address.sameHost()) {
       // A dead peer on this host is seen at once through its pid, not only when a send fails.
       GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(address.header.pid)));

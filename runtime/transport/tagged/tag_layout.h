@@ -33,6 +33,18 @@ constexpr std::uint64_t wireTag(std::uint64_t senderRank, std::uint64_t userTag)
   return (senderRank << kUserTagBits) | (userTag & kMaxUserTag);
 }
 constexpr std::uint64_t senderOf(std::uint64_t wire) { return wire >> kUserTagBits; }
+
+// A connection bound to its edge's handshake (Context::connectBound) sends each user tag XORed
+// with a 40-bit mask taken from its own rank's binding token, and receives a peer's with the
+// peer's: a stranger claiming the rank (without the key, so without the token) sends tags no
+// receive of the connection matches (they wait in the early queue, bounded, and are dropped), and
+// its goodbye cannot end the connection. Unbound (no key): mask 0, the tags as they are. The XOR
+// keeps user tags within 40 bits and one to one, so kControlTag and every user tag stay distinct.
+inline std::uint64_t tagMask(const std::uint8_t* token) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | token[i];
+  return v & kMaxUserTag;
+}
 constexpr std::uint64_t userTagOf(std::uint64_t wire) { return wire & kMaxUserTag; }
 
 static_assert(senderOf(wireTag(5, 77)) == 5 && userTagOf(wireTag(5, 77)) == 77);

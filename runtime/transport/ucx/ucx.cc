@@ -203,8 +203,9 @@ class UcxWorker : public std::enable_shared_from_this<UcxWorker> {
 
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
  public:
-  UcxConnection(std::shared_ptr<UcxWorker> worker, int peer)
-      : worker_(std::move(worker)), peer_(peer) {}
+  UcxConnection(std::shared_ptr<UcxWorker> worker, int peer, std::uint64_t sendMask = 0,
+                std::uint64_t recvMask = 0)
+      : worker_(std::move(worker)), peer_(peer), sendMask_(sendMask), recvMask_(recvMask) {}
   ~UcxConnection() override;
 
   Status createEndpoint(const ucp_address_t* address, ucp_err_handling_mode_t mode);
@@ -272,6 +273,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
 
   std::shared_ptr<UcxWorker> worker_;
   int peer_;
+  const std::uint64_t sendMask_;  // tagged::tagMask of our binding token (0: unbound)
+  const std::uint64_t recvMask_;  // of the peer's
   ucp_ep_h ep_ = nullptr;
   tagged::PeerProcessWatch peerWatch_;  // the peer's process (same host), watched for exit
   Op* controlRecv_ = nullptr;
@@ -630,8 +633,8 @@ void* UcxConnection::postSend(Op* op, const void* data, std::size_t n, std::uint
   param.cb.send = &UcxConnection::onSendDone;
   param.user_data = op;
   op->submitting = true;
-  void* req = ucp_tag_send_nbx(ep_, data, n,
-                               wireTag(static_cast<std::uint64_t>(worker_->rank()), tag), &param);
+  void* req = ucp_tag_send_nbx(
+      ep_, data, n, wireTag(static_cast<std::uint64_t>(worker_->rank()), tag ^ sendMask_), &param);
   op->submitting = false;
   return req;
 }
@@ -642,7 +645,7 @@ void* UcxConnection::postRecv(Op* op, void* data, std::size_t n, std::uint64_t t
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = &UcxConnection::onRecvDone;
   param.user_data = op;
-  const std::uint64_t wire = wireTag(static_cast<std::uint64_t>(peer_), tag);
+  const std::uint64_t wire = wireTag(static_cast<std::uint64_t>(peer_), tag ^ recvMask_);
   op->submitting = true;
   void* req;
   if (auto early = worker_->takeEarly(wire)) {
@@ -868,6 +871,12 @@ class UcxContext : public Context {
 
   Result<std::shared_ptr<Connection>> connect(int peer,
                                               std::span<const std::uint8_t> remote) override {
+    return connectBound(peer, remote, DataBinding{});
+  }
+
+  // The tags of the connection are masked with the binding's tokens (tagged::tagMask).
+  Result<std::shared_ptr<Connection>> connectBound(int peer, std::span<const std::uint8_t> remote,
+                                                   const DataBinding& binding) override {
     GV_CHECK_LOOP_THREAD(worker_->loop());
     if (!worker_->open()) return failedPrecondition("ucx context is closed");
     GV_RETURN_IF_ERROR(tagged::checkRank("ucx", "peer rank", peer));
@@ -876,7 +885,10 @@ class UcxContext : public Context {
                         tagged::parseAddress(kAddressFormat, peer, remote));
     const tagged::AddressHeader& header = address.header;
     const auto* ucxAddress = reinterpret_cast<const ucp_address_t*>(address.backendAddress.data());
-    auto conn = std::make_shared<UcxConnection>(worker_, peer);
+    const bool lower = worker_->rank() < peer;
+    auto conn = std::make_shared<UcxConnection>(
+        worker_, peer, tagged::tagMask((lower ? binding.lower : binding.higher).data()),
+        tagged::tagMask((lower ? binding.higher : binding.lower).data()));
     // Prefer UCX's own peer-failure handling. UCX 1.13's shared-memory transports (posix, sysv)
     // have none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer
     // on this host we then use an endpoint without UCX error handling and learn of the peer's death
