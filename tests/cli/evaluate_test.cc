@@ -65,6 +65,35 @@ TEST_CASE("grapevine evaluate: the exact average at every checkpointed round", "
   CHECK(lines[1]["peer_accuracy_mean"].get<double>() ==
         Approx(summary["test_accuracy_mean"].get<double>()).epsilon(1e-12));
 
+  // Issue 41: a failure halfway (round 19 evaluates, rank 2's round-39 checkpoint is corrupt)
+  // leaves --json's file as it was, never half of it; the error names the file. Another seed's
+  // config is refused naming the key.
+  const auto fileText = [](const std::string& path) {
+    std::stringstream ss;
+    ss << std::ifstream(path, std::ios::binary).rdbuf();
+    return ss.str();
+  };
+  const std::string before = fileText(dir + "/eval.jsonl");
+  const std::string seed5 = std::system((bin + " evaluate " + config + " " + dir +
+                                         "/run --set run.seed=5 > /dev/null 2> " + dir +
+                                         "/seed.txt")
+                                            .c_str()) == 0
+                                ? std::string("(exit 0)")
+                                : fileText(dir + "/seed.txt");
+  CHECK(seed5.find("made by another run (run.seed: 4 in the checkpoint, 5 here)") !=
+        std::string::npos);
+  const std::string victim = dir + "/run/checkpoints/rank-2/round-0000000039.ckpt";
+  std::string bytes = fileText(victim);
+  REQUIRE(bytes.size() > 1000);
+  bytes[bytes.size() / 2] ^= 0x20;
+  std::ofstream(victim, std::ios::binary | std::ios::trunc) << bytes;
+  const int half = std::system((bin + " evaluate " + config + " " + dir + "/run --json " + dir +
+                                "/eval.jsonl > /dev/null 2> " + dir + "/half.txt")
+                                   .c_str());
+  CHECK(WEXITSTATUS(half) == 1);
+  CHECK(fileText(dir + "/half.txt").find(victim + ": checksum mismatch") != std::string::npos);
+  CHECK(fileText(dir + "/eval.jsonl") == before);
+
   // A run without checkpoints: refused, saying what to set.
   const int st = std::system(
       (bin + " evaluate " + config + " " + dir + "/nothing > /dev/null 2> " + dir + "/err.txt")
