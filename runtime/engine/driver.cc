@@ -39,6 +39,10 @@ constexpr int kRecvBuffersPerNeighbour = 3;
 // bytes must be for a round to keep waiting for that neighbour past algorithm.round_timeout.
 constexpr auto kArrivalSample = std::chrono::milliseconds(200);
 constexpr auto kArrivalWindow = std::chrono::milliseconds(500);
+// The window counted in samples too: bytes seen by one of the latest samples are recent however
+// late the samples ran (a loop thread starved on a loaded machine samples less often than every
+// kArrivalSample, and a message arriving at full speed then looked stale by the clock).
+constexpr std::uint64_t kArrivalWindowSamples = 2;
 // Control message (ControlChannel::send's type): CheckpointKnowledge updates, each within a control
 // frame (with room for the frame's own bytes).
 constexpr std::uint16_t kCheckpointRoundsMessage = 1;
@@ -214,8 +218,9 @@ class PeerSession::Impl {
   // Every kArrivalSample: notes which neighbours' data connections read bytes since the last
   // sample (arrivingAt_). Loop thread; reschedules itself until shutdown.
   void sampleArrivals();
-  // Neighbours of `missing` whose bytes arrived within the last kArrivalWindow and after `since`
-  // (a round's wait: bytes of an earlier message do not count).
+  // Neighbours of `missing` whose bytes arrived after `since` (a round's wait: bytes of an earlier
+  // message do not count) and recently: within the last kArrivalWindow, or seen by one of the last
+  // kArrivalWindowSamples samples.
   std::vector<int> stillArriving(const std::vector<int>& missing,
                                  Clock::time_point since = Clock::time_point::min());
   // kRecvBuffersPerNeighbour fresh receive buffers of maxWireBytes() each (nothing touched yet).
@@ -289,6 +294,8 @@ class PeerSession::Impl {
   // sampleArrivals(); guarded by mu_), and the count seen then (loop thread). A round waits past
   // algorithm.round_timeout for a neighbour whose message is still arriving.
   std::map<int, Clock::time_point> arrivingAt_;
+  std::map<int, std::uint64_t> arrivingSample_;  // guarded by mu_: the sample that saw them
+  std::uint64_t samples_ = 0;                    // guarded by mu_: samples taken
   std::map<int, std::uint64_t> arrivedSeen_;
   std::shared_ptr<transport::Loop::TimerHandle> arrivalTimer_;  // loop thread
   std::int64_t skippedThisRound_ = 0;  // rounds skipped to reach this one (catching up)
@@ -392,9 +399,13 @@ void PeerSession::Impl::sampleArrivals() {
       grew.push_back(j);
     }
   }
-  if (!grew.empty()) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int j : grew) arrivingAt_[j] = now;
+    ++samples_;
+    for (int j : grew) {
+      arrivingAt_[j] = now;
+      arrivingSample_[j] = samples_;
+    }
   }
   arrivalTimer_ = loop_.after(kArrivalSample, [this] { sampleArrivals(); });
 }
@@ -406,8 +417,11 @@ std::vector<int> PeerSession::Impl::stillArriving(const std::vector<int>& missin
   std::lock_guard<std::mutex> lock(mu_);
   for (int j : missing) {
     auto it = arrivingAt_.find(j);
-    if (it != arrivingAt_.end() && it->second > since && now - it->second <= kArrivalWindow)
+    if (it == arrivingAt_.end() || it->second <= since) continue;
+    if (now - it->second <= kArrivalWindow ||
+        arrivingSample_[j] + kArrivalWindowSamples > samples_) {
       out.push_back(j);
+    }
   }
   return out;
 }
