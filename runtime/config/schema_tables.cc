@@ -430,7 +430,8 @@ std::vector<KeyDef> securityKeys() {
           "every message; relative to the config file. Empty: no authentication"),
       boolKey(
           "security.encrypt", [](Config & c) -> auto& { return c.security.encrypt; },
-          "Also encrypt every message (ChaCha20-Poly1305); needs security.key_file"),
+          "Also encrypt every message (AES-256-GCM where both ends of an edge have AES-NI, else "
+          "ChaCha20-Poly1305); needs security.key_file"),
       doubleKey(
           "security.max_delta_ratio", [](Config & c) -> auto& { return c.security.maxDeltaRatio; },
           0, 1e30,

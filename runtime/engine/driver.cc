@@ -68,6 +68,7 @@ struct InboxItem {
   // hello (-1: not training yet).
   std::uint32_t incarnation = 0;
   std::optional<security::Key> key;
+  security::Cipher cipher = security::Cipher::kChaCha20Poly1305;  // negotiated with it
   std::int64_t theirRound = -1;
   // kMessage: the receive buffers `buffer` is one of. Shared with the receives still posted into
   // them, so that the buffers of connections replaced by a rejoin are freed once the last of their
@@ -383,6 +384,7 @@ void PeerSession::Impl::onRejoin(transport::Neighbour n) {
   InboxItem item{InboxItem::kRejoin, j, -1, 0, "connected again", g, 0, std::nullopt};
   item.incarnation = static_cast<std::uint32_t>(n.incarnation);
   item.key = n.sessionKey;
+  item.cipher = n.cipher;
   item.theirRound = n.runningRound;
   neighbours_[j] = std::move(n);
   push(std::move(item));
@@ -612,7 +614,7 @@ bool PeerSession::Impl::drainInbox() {
   for (auto& item : items) {
     if (item.kind == InboxItem::kRejoin) {
       act(membership_.reconnected(
-          {item.peer, item.gen, item.incarnation, item.key, item.theirRound}));
+          {item.peer, item.gen, item.incarnation, item.key, item.theirRound, item.cipher}));
       continue;
     }
     // Of connections replaced since (a rejoin).
@@ -866,15 +868,27 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
                                        [j](const transport::Neighbour& n) { return n.peer == j; });
     if (!connected) missingAtStart_.push_back(j);
   }
+  std::map<std::string_view, int> ciphers;  // edges per cipher, for the log
   for (auto& n : neighbours) {
     const int j = n.peer;
     // Set before any receive is posted: every message on the edge is sealed from the first one.
-    if (n.sessionKey) core_->setEdgeKey(j, *n.sessionKey, plan_.config.security.encrypt);
+    if (n.sessionKey) {
+      core_->setEdgeKey(j, *n.sessionKey, plan_.config.security.encrypt, n.cipher);
+      ++ciphers[security::cipherName(n.cipher)];
+    }
     core_->setEdgeIncarnation(j, static_cast<std::uint32_t>(n.incarnation));
     neighboursRunning_ = std::max(neighboursRunning_, n.runningRound);
     neighbours_[j] = std::move(n);
     buffers_[j] = newReceiveBuffers();
     for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) postRecv(j, b, 0);
+  }
+  if (plan_.config.security.encrypt && !ciphers.empty()) {
+    std::string list;
+    for (const auto& [name, edges] : ciphers) {
+      list += (list.empty() ? "" : ", ") + std::string(name) + " (" + std::to_string(edges) +
+              (edges == 1 ? " edge)" : " edges)");
+    }
+    log::info("messages encrypted with ", list);
   }
   sampleArrivals();
 }

@@ -39,7 +39,7 @@ void PeerCoreMembership::markDead(int neighbour, bool lost) { core_.markDead(nei
 bool PeerCoreMembership::revive(int neighbour) { return core_.revive(neighbour); }
 
 bool PeerCoreMembership::rejoin(const Reconnection& r) {
-  return core_.rejoin(r.peer, r.incarnation, r.key, encrypt_, r.theirRound);
+  return core_.rejoin(r.peer, r.incarnation, r.key, encrypt_, r.theirRound, r.cipher);
 }
 
 bool Membership::legal(NeighbourState from, NeighbourState to) {

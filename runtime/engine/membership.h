@@ -44,6 +44,7 @@
 #include <set>
 #include <vector>
 
+#include "runtime/security/auth.h"
 #include "runtime/security/key.h"
 
 namespace grapevine::engine {
@@ -72,6 +73,7 @@ struct Reconnection {
   std::uint32_t incarnation = 0;
   std::optional<security::Key> key;  // the new connection's session key
   std::int64_t theirRound = -1;      // its round in its hello (-1: not training yet)
+  security::Cipher cipher = security::Cipher::kChaCha20Poly1305;  // negotiated with the key
 };
 
 // What Membership asks of the round logic (PeerCore; a fake in the tests).

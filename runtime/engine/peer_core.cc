@@ -343,10 +343,12 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   return Status::ok();
 }
 
-void PeerCore::setEdgeKey(int neighbour, const security::Key& key, bool encrypt) {
+void PeerCore::setEdgeKey(int neighbour, const security::Key& key, bool encrypt,
+                          security::Cipher cipher) {
   Edge& e = edges_.at(neighbour);
   e.key = key;
   e.encrypt = encrypt;
+  e.cipher = cipher;
 }
 
 void PeerCore::markSealed(const Edge& e, Envelope& env) const {
@@ -357,7 +359,7 @@ void PeerCore::seal(const Edge& e, const Envelope& env, std::span<std::uint8_t> 
                     std::size_t& bytes) const {
   if (!e.key) return;
   security::seal(*e.key, e.encrypt, env.sender, env.sequence, kEnvelopeBytes,
-                 buf.first(bytes + security::kSealTagBytes));
+                 buf.first(bytes + security::kSealTagBytes), e.cipher);
   bytes += security::kSealTagBytes;
 }
 
@@ -384,7 +386,7 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     const auto sequence = loadLe<std::uint64_t>(bytes.data() + 16);
     if (e.encrypt) {
       opened_.assign(bytes.begin(), bytes.end());
-      if (!security::open(*e.key, true, sender, sequence, kEnvelopeBytes, opened_)) {
+      if (!security::open(*e.key, true, sender, sequence, kEnvelopeBytes, opened_, e.cipher)) {
         drop("auth");
         return;
       }
@@ -903,7 +905,7 @@ void PeerCore::setEdgeIncarnation(int neighbour, std::uint32_t incarnation) {
 }
 
 bool PeerCore::rejoin(int j, std::uint32_t incarnation, const std::optional<security::Key>& key,
-                      bool encrypt, std::int64_t theirRound) {
+                      bool encrypt, std::int64_t theirRound, security::Cipher cipher) {
   const auto it = edges_.find(j);
   if (it == edges_.end() || it->second.quarantined) return false;
   Edge& e = it->second;
@@ -916,6 +918,7 @@ bool PeerCore::rejoin(int j, std::uint32_t incarnation, const std::optional<secu
   e.incarnation = incarnation;
   e.key = key;
   e.encrypt = encrypt;
+  e.cipher = cipher;
   while (!e.ahead.empty()) {
     recycle(e, std::move(e.ahead.front()));
     e.ahead.pop_front();

@@ -34,6 +34,7 @@
 #include "runtime/common/lazy_buffer.h"
 #include "runtime/common/status.h"
 #include "runtime/engine/collectives.h"
+#include "runtime/security/auth.h"
 #include "runtime/security/key.h"
 #include "runtime/train/optimizer.h"
 #include "runtime/train/workload.h"
@@ -184,7 +185,9 @@ class PeerCore {
   // (transport::Neighbour::sessionKey): outgoing envelopes are sealed (kFlagSealed, a tag after the
   // payload; with `encrypt` the payload is encrypted), and an incoming one whose tag does not
   // verify is dropped as `auth` before anything in it is read. Call before the first round.
-  void setEdgeKey(int neighbour, const security::Key& key, bool encrypt);
+  // `cipher`: the AEAD of encrypted messages, as negotiated in the handshake.
+  void setEdgeKey(int neighbour, const security::Key& key, bool encrypt,
+                  security::Cipher cipher = security::Cipher::kChaCha20Poly1305);
   // Fault injection (`faults:` kind corrupt, docs/faults.md): while on, every training message this
   // peer sends from the next beginRound on has one payload byte flipped after its checksum was
   // computed and before it is sealed, as a peer with bad memory or a bad NIC would send it: its
@@ -297,7 +300,8 @@ class PeerCore {
   // ahead, is waited for at once, as before it left.
   // False, changing nothing, for an unknown or quarantined neighbour.
   bool rejoin(int neighbour, std::uint32_t incarnation, const std::optional<security::Key>& key,
-              bool encrypt, std::int64_t theirRound = -1);
+              bool encrypt, std::int64_t theirRound = -1,
+              security::Cipher cipher = security::Cipher::kChaCha20Poly1305);
   // State transfer for a peer that joins a running training without a checkpoint: the first
   // neighbour snapshot of a public copy that arrives (every edge asks for one when it resyncs)
   // becomes this peer's model and own public copy, the momentum starts at zero, and every edge
@@ -385,6 +389,7 @@ class PeerCore {
     std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> collectives;
     std::optional<security::Key> key;  // setEdgeKey
     bool encrypt = false;
+    security::Cipher cipher = security::Cipher::kChaCha20Poly1305;
     // Rounds (of this peer) with a refuse()d message since its last applied one.
     int refusedRounds = 0;
     std::int64_t lastRefusedRound = -2;

@@ -68,38 +68,41 @@ void nonceOf(std::uint32_t sender, std::uint64_t sequence,
 class Aead {
  public:
   Aead() : ctx_(EVP_CIPHER_CTX_new()) {
-    if (!ctx_ || !cipher()) std::abort();
+    if (!ctx_ || !cipher(Cipher::kChaCha20Poly1305) || !cipher(Cipher::kAes256Gcm)) std::abort();
   }
   ~Aead() { EVP_CIPHER_CTX_free(ctx_); }
   Aead(const Aead&) = delete;
   Aead& operator=(const Aead&) = delete;
 
   // Authenticates aad, encrypts in[0, n) into out (n may be 0), writes the tag.
-  void seal(const Key& key, const std::uint8_t* nonce, std::span<const std::uint8_t> aad,
+  void seal(Cipher c, const Key& key, const std::uint8_t* nonce, std::span<const std::uint8_t> aad,
             const std::uint8_t* in, std::size_t n, std::uint8_t* out, std::uint8_t* tag) {
     int len = 0;
-    bool ok = EVP_EncryptInit_ex2(ctx_, cipher(), key.data(), nonce, nullptr) == 1 &&
+    bool ok = EVP_EncryptInit_ex2(ctx_, cipher(c), key.data(), nonce, nullptr) == 1 &&
               update(true, aad.data(), aad.size(), nullptr) && update(true, in, n, out) &&
               EVP_EncryptFinal_ex(ctx_, out, &len) == 1 &&
               EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag) == 1;
     if (!ok) std::abort();  // only a broken libcrypto fails here
   }
   // Checks the tag over aad and in[0, n), decrypting into out; false when it does not verify.
-  bool open(const Key& key, const std::uint8_t* nonce, std::span<const std::uint8_t> aad,
+  bool open(Cipher c, const Key& key, const std::uint8_t* nonce, std::span<const std::uint8_t> aad,
             const std::uint8_t* in, std::size_t n, std::uint8_t* out, const std::uint8_t* tag) {
     int len = 0;
     std::uint8_t t[kSealTagBytes];
     std::memcpy(t, tag, kSealTagBytes);  // the tag may lie in the buffer being decrypted
-    return EVP_DecryptInit_ex2(ctx_, cipher(), key.data(), nonce, nullptr) == 1 &&
+    return EVP_DecryptInit_ex2(ctx_, cipher(c), key.data(), nonce, nullptr) == 1 &&
            update(false, aad.data(), aad.size(), nullptr) && update(false, in, n, out) &&
            EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_SET_TAG, kSealTagBytes, t) == 1 &&
            EVP_DecryptFinal_ex(ctx_, out, &len) == 1;  // compares the tag in constant time
   }
 
  private:
-  static const EVP_CIPHER* cipher() {
-    static EVP_CIPHER* c = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
-    return c;
+  // Fetched once (an implicit fetch per call costs a provider lookup); 12-byte nonces, 16-byte
+  // tags, 32-byte keys for both.
+  static const EVP_CIPHER* cipher(Cipher c) {
+    static EVP_CIPHER* chacha = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
+    static EVP_CIPHER* aes = EVP_CIPHER_fetch(nullptr, "AES-256-GCM", nullptr);
+    return c == Cipher::kAes256Gcm ? aes : chacha;
   }
   // In pieces that fit an int; out == nullptr: associated data.
   bool update(bool encrypt, const std::uint8_t* in, std::size_t n, std::uint8_t* out) {
@@ -185,8 +188,22 @@ std::uint64_t configPartHash(const Key& psk, std::string_view name, std::uint64_
   return loadLe<std::uint64_t>(keyedHash<16>(psk, m).data());  // BLAKE2b gives 16 bytes or more
 }
 
+bool aesGcmAvailable() {
+  static const bool available = [] {
+    if (const char* no = std::getenv("GRAPEVINE_SEAL_NO_AES"); no && std::string_view(no) == "1") {
+      return false;
+    }
+    return initialize().isOk() && crypto_aead_aes256gcm_is_available() == 1;
+  }();
+  return available;
+}
+
+std::string_view cipherName(Cipher cipher) {
+  return cipher == Cipher::kAes256Gcm ? "aes-256-gcm" : "chacha20-poly1305";
+}
+
 void seal(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
-          std::size_t headerBytes, std::span<std::uint8_t> message) {
+          std::size_t headerBytes, std::span<std::uint8_t> message, Cipher cipher) {
   static_assert(crypto_aead_chacha20poly1305_IETF_ABYTES == kSealTagBytes);
   static_assert(crypto_aead_chacha20poly1305_IETF_KEYBYTES == kKeyBytes);
   std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
@@ -195,9 +212,11 @@ void seal(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequ
   std::uint8_t* tag = message.data() + body;
   if (encrypt) {
     std::uint8_t* payload = message.data() + headerBytes;
-    aead().seal(key, nonce, message.first(headerBytes), payload, body - headerBytes, payload, tag);
+    aead().seal(cipher, key, nonce, message.first(headerBytes), payload, body - headerBytes,
+                payload, tag);
   } else {
-    aead().seal(key, nonce, message.first(body), nullptr, 0, nullptr, tag);
+    aead().seal(Cipher::kChaCha20Poly1305, key, nonce, message.first(body), nullptr, 0, nullptr,
+                tag);
   }
 }
 
@@ -207,19 +226,20 @@ bool verify(const Key& key, std::uint32_t sender, std::uint64_t sequence,
   std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
   nonceOf(sender, sequence, nonce);
   const std::size_t body = message.size() - kSealTagBytes;
-  return aead().open(key, nonce, message.first(body), nullptr, 0, nullptr, message.data() + body);
+  return aead().open(Cipher::kChaCha20Poly1305, key, nonce, message.first(body), nullptr, 0,
+                     nullptr, message.data() + body);
 }
 
 bool open(const Key& key, bool encrypt, std::uint32_t sender, std::uint64_t sequence,
-          std::size_t headerBytes, std::span<std::uint8_t> message) {
+          std::size_t headerBytes, std::span<std::uint8_t> message, Cipher cipher) {
   if (message.size() < headerBytes + kSealTagBytes) return false;
   if (!encrypt) return verify(key, sender, sequence, message);
   std::uint8_t nonce[crypto_aead_chacha20poly1305_IETF_NPUBBYTES];
   nonceOf(sender, sequence, nonce);
   const std::size_t body = message.size() - kSealTagBytes;
   std::uint8_t* payload = message.data() + headerBytes;
-  return aead().open(key, nonce, message.first(headerBytes), payload, body - headerBytes, payload,
-                     message.data() + body);
+  return aead().open(cipher, key, nonce, message.first(headerBytes), payload, body - headerBytes,
+                     payload, message.data() + body);
 }
 
 Key helloKey(const Key& psk) {

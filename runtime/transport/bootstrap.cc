@@ -150,6 +150,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
       hello->nonce = security::randomNonce();  // fresh for every handshake
     }
     hello->buildId = std::string(buildId());
+    if (security::aesGcmAvailable()) hello->capabilities |= handshake::kCapabilityAesGcm;
     if (rejoining_ && o.runningRound) hello->runningRound = o.runningRound();
     // With a key the address, build id and round are sealed: nobody learns where our data port
     // is before proving the key.
@@ -517,6 +518,7 @@ class BootstrapImpl : public Bootstrap, public std::enable_shared_from_this<Boot
     Neighbour out{n, l.theirs().incarnation, std::move(conn).value(), l.shared_from_this(),
                   l.sessionKey()};
     out.runningRound = l.theirs().runningRound;
+    out.cipher = handshake::negotiatedCipher(l.ours(), l.theirs());
     return out;
   }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "runtime/common/status.h"
+#include "runtime/security/auth.h"
 #include "runtime/security/key.h"
 #include "runtime/transport/loop.h"
 #include "runtime/transport/transport.h"
@@ -134,6 +135,9 @@ struct Neighbour {
   // With BootstrapOptions::psk: this edge's session key, derived from the key and the handshake's
   // transcript (fresh nonces from both ends), for the engine's message seals.
   std::optional<security::Key> sessionKey;
+  // With a key and security.encrypt: the AEAD both ends chose in the handshake
+  // (handshake::negotiatedCipher).
+  security::Cipher cipher = security::Cipher::kChaCha20Poly1305;
   // The neighbour's round when it was already training (it took us in as a rejoining peer), else
   // -1.
   std::int64_t runningRound = -1;

@@ -59,6 +59,7 @@ class Reader {
     return s;
   }
   std::size_t at() const { return at_; }
+  std::size_t remaining() const { return p_.size() - at_; }
 
  private:
   std::span<const std::uint8_t> p_;
@@ -121,6 +122,7 @@ std::vector<std::uint8_t> privateFields(const Hello& h) {
   append(p, h.buildId.data(), n);
   appendLe(p, static_cast<std::uint8_t>(h.runningRound >= 0 ? 1 : 0));
   if (h.runningRound >= 0) appendLe(p, static_cast<std::uint64_t>(h.runningRound));
+  appendLe(p, h.capabilities);
   return p;
 }
 
@@ -309,12 +311,24 @@ Status openSealedFields(Hello& h, std::span<const std::uint8_t> helloBytes,
     GV_RETURN_IF_ERROR(checkRunningRound(round, h.sender));
     runningRound = static_cast<std::int64_t>(round);
   }
+  // The capabilities byte (absent from builds before it: none).
+  std::uint8_t capabilities = 0;
+  if (r.remaining() > 0) {
+    GV_ASSIGN_OR_RETURN(capabilities, r.le<std::uint8_t>("capabilities"));
+  }
   h.address.assign(address.begin(), address.end());
   h.buildId = text(id);
   h.runningRound = runningRound;
+  h.capabilities = capabilities;
   h.sealed.clear();
   h.sealedAt = 0;
   return Status::ok();
+}
+
+security::Cipher negotiatedCipher(const Hello& ours, const Hello& theirs) {
+  return (ours.capabilities & theirs.capabilities & kCapabilityAesGcm) != 0
+             ? security::Cipher::kAes256Gcm
+             : security::Cipher::kChaCha20Poly1305;
 }
 
 Status compareHellos(const Hello& ours, const Hello& theirs, bool showValues) {

@@ -12,7 +12,8 @@
 // neighbour rejoins it), u8 3 and its current round (u64). Older builds ignore bytes after the
 // parts (and a trailer that does not start with the nonce), so they still read the fields they
 // know. With a key the private fields are not in clear: the address field is empty, and the
-// address blob, the build id and the running round travel in u8 4, u32 length and a box
+// address blob, the build id, the running round and the seal capabilities (u8, then) travel in
+// u8 4, u32 length and a box
 // (security::sealBox under security::helloKey, the hello's bytes before the u8 4 as associated
 // data) that only a key holder opens (openSealedFields), after the proofs. There is no separate
 // "accept" message: the acceptor answers the dialer's hello with its own hello, and each side
@@ -96,11 +97,18 @@ struct Hello : HelloPrefix {
   // -1: the sender is bootstrapping; otherwise it is training, at this round (a neighbour that
   // restarted is rejoining it: bootstrap.h, BootstrapOptions::onRejoin).
   std::int64_t runningRound = -1;
+  // With a key, in the sealed fields: what the sender's seals can do (kCapabilityAesGcm). The
+  // edge encrypts with AES-256-GCM when both hellos have it (negotiatedCipher).
+  std::uint8_t capabilities = 0;
   // As decoded, with a key: the box of the private fields (address, buildId, runningRound) and
   // the offset of its trailer item in the hello's bytes; empty until openSealedFields opens it.
   std::vector<std::uint8_t> sealed;
   std::size_t sealedAt = 0;
 };
+
+inline constexpr std::uint8_t kCapabilityAesGcm = 1;
+// The cipher of an edge whose hellos are `ours` and `theirs` (both ends compute the same).
+security::Cipher negotiatedCipher(const Hello& ours, const Hello& theirs);
 
 // Config parts named "protocol.<name>" carry a protocol version as their value (not a hash):
 // compareHellos names a difference as "<name> protocol version mismatch ... ours A, theirs B".

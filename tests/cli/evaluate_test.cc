@@ -74,12 +74,12 @@ TEST_CASE("grapevine evaluate: the exact average at every checkpointed round", "
     return ss.str();
   };
   const std::string before = fileText(dir + "/eval.jsonl");
-  const std::string seed5 = std::system((bin + " evaluate " + config + " " + dir +
-                                         "/run --set run.seed=5 > /dev/null 2> " + dir +
-                                         "/seed.txt")
-                                            .c_str()) == 0
-                                ? std::string("(exit 0)")
-                                : fileText(dir + "/seed.txt");
+  const std::string seed5 =
+      std::system((bin + " evaluate " + config + " " + dir +
+                   "/run --set run.seed=5 > /dev/null 2> " + dir + "/seed.txt")
+                      .c_str()) == 0
+          ? std::string("(exit 0)")
+          : fileText(dir + "/seed.txt");
   CHECK(seed5.find("made by another run (run.seed: 4 in the checkpoint, 5 here)") !=
         std::string::npos);
   const std::string victim = dir + "/run/checkpoints/rank-2/round-0000000039.ckpt";

@@ -87,6 +87,36 @@ TEST_CASE("auth: a sealed message opens once intact and never after a change") {
   }
 }
 
+TEST_CASE("auth: AES-256-GCM seals open only as AES-256-GCM, intact, under their key") {
+  // Encrypted edges negotiate AES-256-GCM when both ends have AES-NI; a message sealed with one
+  // cipher never opens with the other (both ends must have chosen the same).
+  const Key k = randomKey();
+  std::vector<std::uint8_t> m(64 + 5000 + kSealTagBytes);
+  for (std::size_t i = 0; i < m.size() - kSealTagBytes; ++i) m[i] = static_cast<std::uint8_t>(i);
+  const auto plain = m;
+  seal(k, true, 2, 9, 64, m, Cipher::kAes256Gcm);
+  CHECK(std::equal(m.begin(), m.begin() + 64, plain.begin()));
+  CHECK_FALSE(std::equal(m.begin() + 64, m.end() - kSealTagBytes, plain.begin() + 64));
+  auto copy = m;
+  REQUIRE(open(k, true, 2, 9, 64, copy, Cipher::kAes256Gcm));
+  CHECK(std::equal(copy.begin(), copy.end() - kSealTagBytes, plain.begin()));
+  auto other = m;
+  CHECK_FALSE(open(k, true, 2, 9, 64, other, Cipher::kChaCha20Poly1305));
+  for (std::size_t pos : {std::size_t{0}, std::size_t{70}, m.size() - 1}) {
+    auto bad = m;
+    bad[pos] ^= 4;
+    CHECK_FALSE(open(k, true, 2, 9, 64, bad, Cipher::kAes256Gcm));
+  }
+  auto wrongSequence = m;
+  CHECK_FALSE(open(k, true, 2, 10, 64, wrongSequence, Cipher::kAes256Gcm));
+  // MAC-only seals are ChaCha20-Poly1305 whatever the cipher says (its Poly1305 is the faster MAC).
+  std::vector<std::uint8_t> a = plain, b = plain;
+  seal(k, false, 2, 9, 64, a, Cipher::kAes256Gcm);
+  seal(k, false, 2, 9, 64, b, Cipher::kChaCha20Poly1305);
+  CHECK(a == b);
+  CHECK(cipherName(Cipher::kAes256Gcm) == "aes-256-gcm");
+}
+
 TEST_CASE("auth: seals are libsodium's ChaCha20-Poly1305 (IETF) byte for byte, at every size") {
   // The seals are computed by OpenSSL's libcrypto for speed; peers of older builds (libsodium) and
   // newer ones must agree on every byte: the same nonce, associated data, ciphertext and tag.

@@ -337,6 +337,20 @@ TEST_CASE(
     REQUIRE(openSealedFields(*back, b, key).isOk());
     CHECK(back->runningRound == -1);
     CHECK(back->address == h.address);
+    // The seal capabilities travel in the box; the edge's cipher is AES-256-GCM only when both
+    // hellos offer it (a sealed field: only key holders learn it, and nobody can strip it).
+    CHECK(back->capabilities == 0);
+    Hello aes = h;
+    aes.capabilities = kCapabilityAesGcm;
+    const auto a = *encodeHello(aes, key);
+    auto aesBack = decodeHello(a);
+    REQUIRE(aesBack.isOk());
+    CHECK(aesBack->capabilities == 0);  // not in clear
+    REQUIRE(openSealedFields(*aesBack, a, key).isOk());
+    CHECK(aesBack->capabilities == kCapabilityAesGcm);
+    CHECK(negotiatedCipher(aes, *aesBack) == security::Cipher::kAes256Gcm);
+    CHECK(negotiatedCipher(aes, *back) == security::Cipher::kChaCha20Poly1305);
+    CHECK(negotiatedCipher(*back, *aesBack) == security::Cipher::kChaCha20Poly1305);
   }
   SECTION("another key does not") {
     const Status st = openSealedFields(*seen, *bytes, security::randomKey());

@@ -56,11 +56,14 @@ struct Plan {
   int reps = 3;    // timed repetitions per size (best one counts), after one warm-up
   bool busyPoll = false;
   // security.key_file's cost on the same messages (docs/security.md): 0 off, 1 MAC-only (every
-  // message sealed by the sender, its tag checked by the receiver), 2 encrypted (sealed with
-  // ChaCha20-Poly1305, decrypted into a copy by the receiver, as PeerCore does). Each message
-  // carries its sequence number in its first 8 bytes (the envelope's place for the nonce).
+  // message sealed by the sender, its tag checked by the receiver), 2 encrypted (sealed with the
+  // cipher two peers of this machine negotiate, decrypted into a copy by the receiver, as
+  // PeerCore does). Each message carries its sequence number in its first 8 bytes (the
+  // envelope's place for the nonce).
   int security = 0;
   security::Key key{};
+  security::Cipher cipher = security::aesGcmAvailable() ? security::Cipher::kAes256Gcm
+                                                        : security::Cipher::kChaCha20Poly1305;
   // Messages per repetition: about 256 MiB, at least 8.
   int messages(std::size_t size) const {
     return static_cast<int>(std::max<std::size_t>(8, (std::size_t{256} << 20) / size));
@@ -250,7 +253,7 @@ struct Sink {
           ok = security::verify(plan->key, 0, seq, m);
         } else {
           opened->assign(m.begin(), m.end());
-          ok = security::open(plan->key, true, 0, seq, kSealHeader, *opened);
+          ok = security::open(plan->key, true, 0, seq, kSealHeader, *opened, plan->cipher);
         }
         if (!ok) ++errors;
       }
@@ -359,7 +362,7 @@ Result<Numbers> grapevineClient(const Plan& plan, int rfd, int wfd) {
           if (plan.security != 0) {
             storeLe<std::uint64_t>(out.data(), sequence);
             security::seal(plan.key, plan.security == 2, 0, sequence++, kSealHeader,
-                           std::span(out.data(), size));
+                           std::span(out.data(), size), plan.cipher);
           }
           p.conn->send(tag, std::span(out.data(), size), [&](Status s) {
             if (!s.isOk()) ++errors;
@@ -547,14 +550,17 @@ nlohmann::json benchRows(const Plan& plan, const Numbers& ours, const std::optio
   }
   for (std::size_t m = 0; m < secured.size(); ++m) {
     for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-      rows.push_back({{"backend", plan.backend},
-                      {"bytes", plan.sizes[i]},
-                      {"security", kSecurityModes[m + 1]},
-                      {"grapevine_gbps", secured[m].gbps[i]},
-                      {"security_off_gbps", ours.gbps[i]},
-                      {"ratio_to_off", secured[m].gbps[i] / ours.gbps[i]},
-                      {"in_flight", plan.window},
-                      {"messages", plan.messages(plan.sizes[i])}});
+      rows.push_back(
+          {{"backend", plan.backend},
+           {"bytes", plan.sizes[i]},
+           {"security", kSecurityModes[m + 1]},
+           {"cipher", m + 1 == 2 ? security::cipherName(plan.cipher)
+                                 : security::cipherName(security::Cipher::kChaCha20Poly1305)},
+           {"grapevine_gbps", secured[m].gbps[i]},
+           {"security_off_gbps", ours.gbps[i]},
+           {"ratio_to_off", secured[m].gbps[i] / ours.gbps[i]},
+           {"in_flight", plan.window},
+           {"messages", plan.messages(plan.sizes[i])}});
     }
   }
   return rows;
@@ -580,7 +586,10 @@ void printBench(const Plan& plan, const Numbers& ours, const std::optional<Numbe
     for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
       std::cout << "  security " << std::setw(7) << kSecurityModes[m + 1] << " " << std::setw(8)
                 << plan.sizes[i] << " B  grapevine " << secured[m].gbps[i]
-                << " Gb/s   ratio to off " << secured[m].gbps[i] / ours.gbps[i] << "\n";
+                << " Gb/s   ratio to off " << secured[m].gbps[i] / ours.gbps[i] << "   ("
+                << (m + 1 == 2 ? security::cipherName(plan.cipher)
+                               : security::cipherName(security::Cipher::kChaCha20Poly1305))
+                << ")\n";
     }
   }
 }
