@@ -150,6 +150,35 @@ int dialFrom(const char* source, std::uint16_t port) {
   return fd;
 }
 
+// A well-formed hello claiming rank 0 towards rank 1 whose compression part differs.
+std::vector<std::uint8_t> mismatchingHello() {
+  handshake::Hello h;
+  h.sender = 0;
+  h.receiver = 1;
+  h.backend = "tcp";
+  h.parts = standardParts();
+  h.parts[2].hash = 0x9999;
+  return handshake::encodeHello(h).value();
+}
+
+// Dials `port` from 127.0.0.2, sends `hello` in a frame and reads frames until the reject (type 2)
+// or the end (type 0); the last one read (type 0 when the dial or the write failed). No REQUIRE:
+// it runs off the test's thread.
+std::pair<std::uint16_t, std::string> helloFromStranger(std::uint16_t port,
+                                                        const std::vector<std::uint8_t>& hello) {
+  std::pair<std::uint16_t, std::string> reply{0, ""};
+  const int fd = dialFrom("127.0.0.2", port);
+  if (fd < 0) return reply;
+  const auto frame = handshake::encodeFrame(handshake::kHello, hello);
+  if (test_util::writeAll(fd, frame.data(), frame.size())) {
+    do {
+      reply = readFrame(fd);
+    } while (reply.first != 2 && reply.first != 0);
+  }
+  ::close(fd);
+  return reply;
+}
+
 }  // namespace
 
 TEST_CASE("bootstrap: a stranger's mismatching hello claiming a neighbour's rank is never fatal") {
@@ -166,28 +195,8 @@ TEST_CASE("bootstrap: a stranger's mismatching hello claiming a neighbour's rank
     storeLe16(hellos[0].data() + 4, 2);
     storeLe32(hellos[0].data() + 8, 0);   // sender 0
     storeLe32(hellos[0].data() + 12, 1);  // receiver 1
-    handshake::Hello h;
-    h.sender = 0;
-    h.receiver = 1;
-    h.backend = "tcp";
-    h.parts = standardParts();
-    h.parts[2].hash = 0x9999;  // compression differs
-    hellos[1] = handshake::encodeHello(h).value();
-    for (int i = 0; i < 2; ++i) {
-      // No REQUIRE off the test's thread: a failed dial or write leaves replies[i] empty.
-      const int fd = dialFrom("127.0.0.2", port);
-      if (fd < 0) continue;
-      const auto frame = handshake::encodeFrame(handshake::kHello, hellos[i]);
-      if (!test_util::writeAll(fd, frame.data(), frame.size())) {
-        ::close(fd);
-        continue;
-      }
-      // Frames until the reject (type 2) or the end (type 0).
-      do {
-        replies[i] = readFrame(fd);
-      } while (replies[i].first != 2 && replies[i].first != 0);
-      ::close(fd);
-    }
+    hellos[1] = mismatchingHello();       // compression differs
+    for (int i = 0; i < 2; ++i) replies[i] = helloFromStranger(port, hellos[i]);
   });
   const auto refusedBoth = [&] {
     const auto r = c.boots[1]->rejected();
@@ -236,13 +245,7 @@ TEST_CASE("bootstrap: a flood of refused hellos is counted, and logged at most o
   Cluster c(tcpOptions(), {{}, {0}}, {standardParts(), standardParts()});
   const std::uint16_t port = c.boots[1]->listenPort();
   constexpr int kStrangers = 300;
-  handshake::Hello h;
-  h.sender = 0;
-  h.receiver = 1;
-  h.backend = "tcp";
-  h.parts = standardParts();
-  h.parts[2].hash = 0x9999;  // compression differs
-  const auto frame = handshake::encodeFrame(handshake::kHello, handshake::encodeHello(h).value());
+  const auto hello = mismatchingHello();
   const std::string logPath = std::string(GRAPEVINE_BINARY_DIR) + "/bootstrap_test_flood.log";
   std::fflush(stderr);
   const int savedErr = ::dup(2);
@@ -251,17 +254,7 @@ TEST_CASE("bootstrap: a flood of refused hellos is counted, and logged at most o
   ::dup2(logFd, 2);
   const auto start = Clock::now();
   std::thread strangers([&] {
-    for (int i = 0; i < kStrangers; ++i) {
-      const int fd = dialFrom("127.0.0.2", port);
-      if (fd < 0) continue;
-      if (test_util::writeAll(fd, frame.data(), frame.size())) {
-        std::pair<std::uint16_t, std::string> reply;
-        do {
-          reply = readFrame(fd);
-        } while (reply.first != 2 && reply.first != 0);
-      }
-      ::close(fd);
-    }
+    for (int i = 0; i < kStrangers; ++i) helloFromStranger(port, hello);
   });
   const auto refused = [&] {
     const auto r = c.boots[1]->rejected();
