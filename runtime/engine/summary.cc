@@ -520,7 +520,9 @@ Result<std::vector<float>> parseModel(std::span<const std::uint8_t> raw, const s
                     std::to_string(expected));
   }
   const std::uint64_t trailer = v1 ? 0 : kTrailer;
-  if (raw.size() != kHeader + sizeof(float) * n + trailer) {
+  // n is compared with the bytes there are before any arithmetic on it (a forged count times 4
+  // wraps around).
+  if (n > raw.size() / sizeof(float) || raw.size() != kHeader + sizeof(float) * n + trailer) {
     return dataLoss(path + ": " + std::to_string(raw.size()) + " bytes, a model of " +
                     std::to_string(n) + " parameters has " +
                     std::to_string(kHeader + sizeof(float) * n + trailer) + " (truncated?)");

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -165,6 +166,12 @@ TEST_CASE("model files: checksummed, bounded by the expected size, older format 
   // bounds the read.
   refused(bytes, std::size_t{1} << 40, "has 5 parameters, expected");
   refused(bytes.substr(0, bytes.size() - 3), x.size(), "truncated");
+  // A count of 2^62 in the file and in final.json: 4 x 2^62 wraps to 0, and a 24-byte file would
+  // pass a size check that multiplies first; it must not allocate 2^62 floats.
+  std::string forged = bytes.substr(0, 16) + bytes.substr(bytes.size() - 8);
+  const std::uint64_t huge = std::uint64_t{1} << 62;
+  std::memcpy(forged.data() + 8, &huge, 8);
+  refused(forged, static_cast<std::size_t>(huge), "truncated");
   // Format 1 (older builds): no checksum, still read.
   std::string v1 = bytes.substr(0, bytes.size() - 8);
   v1[7] = '1';
