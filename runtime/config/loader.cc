@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -355,25 +356,27 @@ LoadResult loadString(std::string_view text, const std::string& displayName,
 }
 
 LoadResult loadFile(const std::string& path, const LoadOptions& options) {
+  const auto refuse = [&](const std::string& why) {
+    LoadResult r;
+    r.diagnostics.push_back({path, 0, 0, "", why, false});
+    return r;
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return refuse("is a directory, not a config file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    LoadResult r;
-    r.diagnostics.push_back({path, 0, 0, "", "cannot open the file", false});
-    return r;
+  if (!in) return refuse("cannot open the file");
+  // Read as a stream, at most one byte past the limit: a pipe (`<(...)`) has no size to ask for,
+  // and a device such as /dev/zero never ends.
+  std::string text;
+  char buf[65536];
+  while (text.size() <= options.maxFileBytes &&
+         in.read(buf, static_cast<std::streamsize>(sizeof buf)).gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
   }
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg()));
-  if (size > options.maxFileBytes) {
-    LoadResult r;
-    r.diagnostics.push_back({path, 0, 0, "",
-                             "file is " + std::to_string(size) + " bytes; the limit is " +
-                                 std::to_string(options.maxFileBytes),
-                             false});
-    return r;
+  if (text.size() > options.maxFileBytes) {
+    return refuse("file is more than " + std::to_string(options.maxFileBytes) +
+                  " bytes; the limit is " + std::to_string(options.maxFileBytes));
   }
-  in.seekg(0);
-  std::string text(size, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
   return loadString(text, path, options);
 }
 

@@ -263,6 +263,13 @@ TEST_CASE("tabs, syntax errors, empty files and cross-key rules") {
   CHECK(contains(allDiagnostics(loadInvalid("dsgd_compressed.yaml")),
                  "compression.method: dsgd exchanges full models uncompressed"));
   CHECK(contains(allDiagnostics(loadFile("/nonexistent/x.yaml", noEnv())), "cannot open the file"));
+  // A directory, a device that never ends, a pipe: refused or read within the limit (issue 41).
+  CHECK(contains(allDiagnostics(loadFile("/tmp", noEnv())), "is a directory"));
+  {
+    LoadOptions small = noEnv();
+    small.maxFileBytes = 100000;
+    CHECK(contains(allDiagnostics(loadFile("/dev/zero", small)), "the limit is 100000"));
+  }
 }
 
 TEST_CASE("error feedback is refused where the algorithm already carries the residual") {

@@ -445,4 +445,55 @@ TEST_CASE(
   INFO(strangers.size() << " strangers dialed rank 1's data port " << port);
   CHECK(!strangers.empty());
   CHECK(leaked == 0);
+
+  SECTION("and at a rejoin: new tokens, a stranger parked before the real dialer gets nothing") {
+    // A rejoin connects the edge again with the new handshake's tokens. Strangers claiming rank 0
+    // park their hellos first (with random tokens, and one with the old edge's tokens: a replay
+    // of the previous incarnation); the new connection adopts the real dialer's socket only.
+    const security::Key oldSession = *c.results[0]->value().at(0).sessionKey;
+    std::vector<int> early;
+    for (int i = 0; i < 4; ++i) {
+      const int fd = dialRaw(port);
+      if (fd < 0) continue;
+      std::uint8_t hello[tcp::kHelloBytes];
+      std::uint8_t token[tcp::kBindingBytes];
+      if (i == 0) {
+        const auto old = security::dataBindingToken(oldSession, /*lower=*/true);
+        std::copy(old.begin(), old.end(), token);
+      } else {
+        security::randomBytes(token);
+      }
+      tcp::encodeHello(hello, 0, token);
+      test_util::writeAll(fd, hello, sizeof hello);
+      early.push_back(fd);
+    }
+    c.loop.runUntil([] { return false; }, std::chrono::milliseconds(200));  // they are parked
+    const security::Key session = security::randomKey();
+    DataBinding binding;
+    binding.lower = security::dataBindingToken(session, true);
+    binding.higher = security::dataBindingToken(session, false);
+    auto again1 = c.data[1]->connectBound(0, c.data[0]->localAddress(), binding);
+    auto again0 = c.data[0]->connectBound(1, c.data[1]->localAddress(), binding);
+    REQUIRE(again1.isOk());
+    REQUIRE(again0.isOk());
+    std::vector<std::uint8_t> in(16);
+    std::size_t n = 0;
+    bool ok = false;
+    (*again1)->recv(11, in, [&](Status st, std::size_t k) { ok = st.isOk(), n = k; });
+    (*again0)->send(11, m01, [](Status) {});
+    c.loop.runUntil([&] { return ok; }, std::chrono::seconds(10));
+    CHECK(ok);
+    CHECK(std::vector<std::uint8_t>(in.begin(), in.begin() + n) == m01);
+    std::size_t leakedAtRejoin = 0;
+    for (int fd : early) {
+      const int flags = ::fcntl(fd, F_GETFL);
+      ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+      std::uint8_t b[256];
+      for (ssize_t r; (r = ::read(fd, b, sizeof b)) > 0;)
+        leakedAtRejoin += static_cast<std::size_t>(r);
+      ::close(fd);
+    }
+    CHECK(early.size() == 4);
+    CHECK(leakedAtRejoin == 0);
+  }
 }
