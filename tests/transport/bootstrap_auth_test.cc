@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <span>
 #include <thread>
 
 #include "runtime/common/byte_order.h"
@@ -29,6 +30,36 @@ using namespace grapevine::transport::testing;
 namespace {
 
 using test_util::dialRaw;
+
+// A stranger on a tcp data port: dials `port` and sends a data hello claiming rank 0 with `token`
+// (random when empty); the socket, kept open, or -1.
+int strangerDataHello(std::uint16_t port, std::span<const std::uint8_t> token = {}) {
+  const int fd = dialRaw(port);
+  if (fd < 0) return -1;
+  std::uint8_t hello[tcp::kHelloBytes];
+  std::uint8_t claimed[tcp::kBindingBytes];
+  if (token.size() == sizeof claimed) {
+    std::copy(token.begin(), token.end(), claimed);
+  } else {
+    security::randomBytes(claimed);
+  }
+  tcp::encodeHello(hello, 0, claimed);
+  test_util::writeAll(fd, hello, sizeof hello);
+  return fd;
+}
+
+// Reads, without waiting, whatever each socket received, and closes it: the bytes that reached the
+// strangers.
+std::size_t drainAndClose(const std::vector<int>& fds) {
+  std::size_t bytes = 0;
+  for (int fd : fds) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    std::uint8_t b[256];
+    for (ssize_t r; (r = ::read(fd, b, sizeof b)) > 0;) bytes += static_cast<std::size_t>(r);
+    ::close(fd);
+  }
+  return bytes;
+}
 
 Options tcpOptions() {
   Options o;
@@ -394,14 +425,7 @@ TEST_CASE(
   // open.
   std::vector<int> strangers;
   const auto dialStranger = [&] {
-    const int fd = dialRaw(port);
-    if (fd < 0) return;
-    std::uint8_t hello[tcp::kHelloBytes];
-    std::uint8_t token[tcp::kBindingBytes];
-    security::randomBytes(token);
-    tcp::encodeHello(hello, 0, token);
-    test_util::writeAll(fd, hello, sizeof hello);
-    strangers.push_back(fd);
+    if (const int fd = strangerDataHello(port); fd >= 0) strangers.push_back(fd);
   };
   for (int i = 0; i < 20; ++i) dialStranger();
   std::atomic<bool> stop{false};
@@ -434,14 +458,7 @@ TEST_CASE(
   CHECK(ok0);
   CHECK(std::vector<std::uint8_t>(in0.begin(), in0.begin() + got0) == m10);
   // Not one byte went to a stranger: its socket was closed unread, or is still parked.
-  std::size_t leaked = 0;
-  for (int fd : strangers) {
-    const int flags = ::fcntl(fd, F_GETFL);
-    ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-    std::uint8_t b[256];
-    for (ssize_t r; (r = ::read(fd, b, sizeof b)) > 0;) leaked += static_cast<std::size_t>(r);
-    ::close(fd);
-  }
+  const std::size_t leaked = drainAndClose(strangers);
   INFO(strangers.size() << " strangers dialed rank 1's data port " << port);
   CHECK(!strangers.empty());
   CHECK(leaked == 0);
@@ -452,20 +469,10 @@ TEST_CASE(
     // of the previous incarnation); the new connection adopts the real dialer's socket only.
     const security::Key oldSession = *c.results[0]->value().at(0).sessionKey;
     std::vector<int> early;
+    const auto oldToken = security::dataBindingToken(oldSession, /*lower=*/true);
     for (int i = 0; i < 4; ++i) {
-      const int fd = dialRaw(port);
-      if (fd < 0) continue;
-      std::uint8_t hello[tcp::kHelloBytes];
-      std::uint8_t token[tcp::kBindingBytes];
-      if (i == 0) {
-        const auto old = security::dataBindingToken(oldSession, /*lower=*/true);
-        std::copy(old.begin(), old.end(), token);
-      } else {
-        security::randomBytes(token);
-      }
-      tcp::encodeHello(hello, 0, token);
-      test_util::writeAll(fd, hello, sizeof hello);
-      early.push_back(fd);
+      const int fd = i == 0 ? strangerDataHello(port, oldToken) : strangerDataHello(port);
+      if (fd >= 0) early.push_back(fd);
     }
     c.loop.runUntil([] { return false; }, std::chrono::milliseconds(200));  // they are parked
     const security::Key session = security::randomKey();
@@ -484,15 +491,7 @@ TEST_CASE(
     c.loop.runUntil([&] { return ok; }, std::chrono::seconds(10));
     CHECK(ok);
     CHECK(std::vector<std::uint8_t>(in.begin(), in.begin() + n) == m01);
-    std::size_t leakedAtRejoin = 0;
-    for (int fd : early) {
-      const int flags = ::fcntl(fd, F_GETFL);
-      ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-      std::uint8_t b[256];
-      for (ssize_t r; (r = ::read(fd, b, sizeof b)) > 0;)
-        leakedAtRejoin += static_cast<std::size_t>(r);
-      ::close(fd);
-    }
+    const std::size_t leakedAtRejoin = drainAndClose(early);
     CHECK(early.size() == 4);
     CHECK(leakedAtRejoin == 0);
   }
