@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/common/bounded_file.h"
+
 namespace grapevine::security {
 namespace {
 
@@ -103,25 +105,21 @@ Result<Key> readKeyFile(const std::string& path) {
     return invalidArgument(who + " is malformed: " + std::to_string(st.st_size) +
                            " bytes, a key is one line of 64 hex digits");
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return unavailable(who + ": " + std::strerror(errno));
-  char buf[kMaxKeyFileBytes + 1];
-  std::size_t n = 0;
-  while (n < sizeof buf) {
-    const ssize_t r = ::read(fd, buf + n, sizeof buf - n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    n += static_cast<std::size_t>(r);
-  }
-  ::close(fd);
-  auto key = parseKey(std::string_view(buf, n));
-  sodium_memzero(buf, sizeof buf);
+  // The bounded reader checks the file again as it opens it (it may have been swapped since).
+  auto text = readRegularTextFile(path, kMaxKeyFileBytes);
+  if (!text.isOk()) return unavailable(who + ": " + text.status().message());
+  auto key = parseKey(*text);
+  sodium_memzero(text->data(), text->size());
   if (!key.isOk()) return invalidArgument(who + " is malformed: " + key.status().message());
   return key;
 }
 
 Status writeKeyFile(const std::string& path, const Key& key, bool replace) {
   const std::string who = "key file \"" + path + "\"";
+  const auto exists = [&] {
+    return failedPrecondition(who + " exists (it may be the key a deployment uses): --force " +
+                              "replaces it");
+  };
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     // Never through a link (it would write where the link points) nor into a device (keygen once
@@ -129,10 +127,7 @@ Status writeKeyFile(const std::string& path, const Key& key, bool replace) {
     // every peer of a running deployment holds.
     if (S_ISLNK(st.st_mode)) return failedPrecondition(who + " is a symbolic link; not followed");
     if (!S_ISREG(st.st_mode)) return failedPrecondition(who + " exists and is not a regular file");
-    if (!replace) {
-      return failedPrecondition(who + " exists (it may be the key a deployment uses): --force " +
-                                "replaces it");
-    }
+    if (!replace) return exists();
   } else if (errno != ENOENT) {
     return unavailable(who + ": " + std::strerror(errno));
   }
@@ -174,8 +169,7 @@ Status writeKeyFile(const std::string& path, const Key& key, bool replace) {
       const int err = errno;
       if (err == EEXIST) {
         ::unlink(tmp.c_str());
-        return failedPrecondition(
-            who + " exists (it may be the key a deployment uses): " + "--force replaces it");
+        return exists();
       }
       return fail("create", err);
     }
