@@ -974,10 +974,8 @@ class OfiContext : public Context {
       return invalidArgument("libfabric: fi_av_insert rejected the address of peer " +
                              std::to_string(peer));
     }
-    const bool lower = endpoint_->rank() < peer;
-    auto conn = std::make_shared<OfiConnection>(
-        endpoint_, peer, addr, tagged::tagMask((lower ? binding.lower : binding.higher).data()),
-        tagged::tagMask((lower ? binding.higher : binding.lower).data()));
+    const tagged::TagMasks masks = tagged::tagMasks(binding, endpoint_->rank(), peer);
+    auto conn = std::make_shared<OfiConnection>(endpoint_, peer, addr, masks.send, masks.recv);
     if (address.sameHost()) {
       // A dead peer on this host is seen at once through its pid, not only when a send fails.
       GV_RETURN_IF_ERROR(conn->watchPeerProcess(static_cast<pid_t>(address.header.pid)));

@@ -14,6 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+
+#include "runtime/common/byte_order.h"
+#include "runtime/transport/transport.h"
 
 namespace grapevine::transport::tagged {
 
@@ -40,10 +44,18 @@ constexpr std::uint64_t senderOf(std::uint64_t wire) { return wire >> kUserTagBi
 // receive of the connection matches (they wait in the early queue, bounded, and are dropped), and
 // its goodbye cannot end the connection. Unbound (no key): mask 0, the tags as they are. The XOR
 // keeps user tags within 40 bits and one to one, so kControlTag and every user tag stay distinct.
-inline std::uint64_t tagMask(const std::uint8_t* token) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | token[i];
-  return v & kMaxUserTag;
+inline std::uint64_t tagMask(std::span<const std::uint8_t, 32> token) {
+  return loadLe<std::uint64_t>(token.data()) & kMaxUserTag;
+}
+// The masks of a connection of `rank` to `peer` bound with `binding`: what it sends with (its own
+// rank's token) and what it receives with (the peer's).
+struct TagMasks {
+  std::uint64_t send = 0, recv = 0;
+};
+inline TagMasks tagMasks(const DataBinding& binding, int rank, int peer) {
+  const bool lower = rank < peer;
+  return {tagMask(lower ? binding.lower : binding.higher),
+          tagMask(lower ? binding.higher : binding.lower)};
 }
 constexpr std::uint64_t userTagOf(std::uint64_t wire) { return wire & kMaxUserTag; }
 

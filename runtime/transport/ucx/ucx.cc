@@ -885,10 +885,8 @@ class UcxContext : public Context {
                         tagged::parseAddress(kAddressFormat, peer, remote));
     const tagged::AddressHeader& header = address.header;
     const auto* ucxAddress = reinterpret_cast<const ucp_address_t*>(address.backendAddress.data());
-    const bool lower = worker_->rank() < peer;
-    auto conn = std::make_shared<UcxConnection>(
-        worker_, peer, tagged::tagMask((lower ? binding.lower : binding.higher).data()),
-        tagged::tagMask((lower ? binding.higher : binding.lower).data()));
+    const tagged::TagMasks masks = tagged::tagMasks(binding, worker_->rank(), peer);
+    auto conn = std::make_shared<UcxConnection>(worker_, peer, masks.send, masks.recv);
     // Prefer UCX's own peer-failure handling. UCX 1.13's shared-memory transports (posix, sysv)
     // have none, so with a TLS list of only those, a PEER-mode endpoint is unreachable; for a peer
     // on this host we then use an endpoint without UCX error handling and learn of the peer's death
