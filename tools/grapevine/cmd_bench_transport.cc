@@ -522,6 +522,12 @@ std::vector<Reference> references() {
 // Names of Plan::security's modes.
 constexpr const char* kSecurityModes[] = {"off", "mac", "encrypt"};
 
+// The cipher of a row of security mode `mode` (kSecurityModes' index): MAC-only seals are always
+// ChaCha20-Poly1305, encrypted ones use the plan's.
+std::string_view rowCipher(const Plan& plan, std::size_t mode) {
+  return security::cipherName(mode == 2 ? plan.cipher : security::Cipher::kChaCha20Poly1305);
+}
+
 // The --json rows: 8-byte latency, bandwidth per size, and with --security each mode's bandwidth
 // and its ratio to "off".
 nlohmann::json benchRows(const Plan& plan, const Numbers& ours, const std::optional<Numbers>& ref,
@@ -550,17 +556,15 @@ nlohmann::json benchRows(const Plan& plan, const Numbers& ours, const std::optio
   }
   for (std::size_t m = 0; m < secured.size(); ++m) {
     for (std::size_t i = 0; i < plan.sizes.size(); ++i) {
-      rows.push_back(
-          {{"backend", plan.backend},
-           {"bytes", plan.sizes[i]},
-           {"security", kSecurityModes[m + 1]},
-           {"cipher", m + 1 == 2 ? security::cipherName(plan.cipher)
-                                 : security::cipherName(security::Cipher::kChaCha20Poly1305)},
-           {"grapevine_gbps", secured[m].gbps[i]},
-           {"security_off_gbps", ours.gbps[i]},
-           {"ratio_to_off", secured[m].gbps[i] / ours.gbps[i]},
-           {"in_flight", plan.window},
-           {"messages", plan.messages(plan.sizes[i])}});
+      rows.push_back({{"backend", plan.backend},
+                      {"bytes", plan.sizes[i]},
+                      {"security", kSecurityModes[m + 1]},
+                      {"cipher", rowCipher(plan, m + 1)},
+                      {"grapevine_gbps", secured[m].gbps[i]},
+                      {"security_off_gbps", ours.gbps[i]},
+                      {"ratio_to_off", secured[m].gbps[i] / ours.gbps[i]},
+                      {"in_flight", plan.window},
+                      {"messages", plan.messages(plan.sizes[i])}});
     }
   }
   return rows;
@@ -587,9 +591,7 @@ void printBench(const Plan& plan, const Numbers& ours, const std::optional<Numbe
       std::cout << "  security " << std::setw(7) << kSecurityModes[m + 1] << " " << std::setw(8)
                 << plan.sizes[i] << " B  grapevine " << secured[m].gbps[i]
                 << " Gb/s   ratio to off " << secured[m].gbps[i] / ours.gbps[i] << "   ("
-                << (m + 1 == 2 ? security::cipherName(plan.cipher)
-                               : security::cipherName(security::Cipher::kChaCha20Poly1305))
-                << ")\n";
+                << rowCipher(plan, m + 1) << ")\n";
     }
   }
 }
