@@ -13,6 +13,8 @@
 #include <list>
 #include <vector>
 
+#include "runtime/transport/accept_bounds.h"
+
 namespace grapevine::engine {
 namespace {
 
@@ -80,6 +82,7 @@ HttpEndpoint::~HttpEndpoint() {
 void HttpEndpoint::run() {
   std::list<Client> clients;  // oldest first
   Clock::time_point acceptPausedUntil{};
+  transport::AcceptBackoff backoff;  // the listeners' policy for a shortage of descriptors
   const auto drop = [&](std::list<Client>::iterator it, bool evict) {
     ::close(it->fd);
     if (evict) ++evicted_;
@@ -171,11 +174,12 @@ void HttpEndpoint::run() {
         const int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
           // Out of descriptors: stop accepting for a moment rather than spin on the listener.
-          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            acceptPausedUntil = Clock::now() + std::chrono::milliseconds(100);
+          if (transport::isAcceptShortage({errno, boost::system::system_category()})) {
+            acceptPausedUntil = Clock::now() + backoff.next();
           }
           break;
         }
+        backoff.reset();
         if (static_cast<int>(clients.size()) >= options_.maxClients) drop(clients.begin(), true);
         clients.push_back({fd, Clock::now() + options_.requestTimeout, {}, {}, 0, false});
       }

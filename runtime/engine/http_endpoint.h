@@ -4,7 +4,8 @@
 // connections made every scrape time out; here at most `maxClients` connections are held, a new
 // one pushes out the oldest (an idle flood cannot keep a scraper out: the scraper's connection is
 // the newest when it sends its request), a connection has `requestTimeout` to send its request and
-// `maxRequestBytes` for it, and one GET gets one answer, then the connection closes.
+// `maxRequestBytes` for it, and one GET gets one answer, then the connection closes. Out of
+// descriptors it backs off as the peers' listeners do (transport/accept_bounds.h).
 #pragma once
 
 #include <atomic>
