@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/algorithms/robust.h"
 #include "runtime/common/status.h"
 
 namespace grapevine::algorithms {
@@ -173,12 +174,27 @@ class Algorithm {
   virtual std::size_t maxMessageBytes() const { return codec_->maxMessageBytes(); }
   virtual std::size_t denseBytes() const { return codec_->denseBytes(); }
 
+  // The latest vector held of each neighbour (D-PSGD: its last decoded model; CHOCO: the replica of
+  // its public copy), by increasing rank: what an attacking peer (a behavioural fault) crafts its
+  // message from. Empty for the other algorithms.
+  virtual std::vector<std::span<const float>> neighbourViews() const { return {}; }
+  // Robust mixing (algorithm.robust; D-PSGD and CHOCO): its per-neighbour trust, nullptr without.
+  const RobustMixer* robustMixer() const { return robust_ ? &*robust_ : nullptr; }
+  // Neighbours robust mixing distrusts since the last call (the engine quarantines them).
+  std::vector<int> takeDistrusted() {
+    return robust_ ? robust_->takeDistrusted() : std::vector<int>{};
+  }
+  void setRobust(const RobustOptions& options) {
+    if (options.rule != RobustRule::kNone) robust_.emplace(options);
+  }
+
  protected:
   explicit Algorithm(std::unique_ptr<MessageCodec> codec) : codec_(std::move(codec)) {}
   // stateInto()'s building block: sets out[k] to (name, values), growing `out` when it is shorter.
   static void putBuffer(std::vector<std::pair<std::string, std::vector<float>>>& out, std::size_t k,
                         std::string_view name, std::span<const float> values);
   std::unique_ptr<MessageCodec> codec_;
+  std::optional<RobustMixer> robust_;
 };
 
 // Which gossip algorithm a peer runs (`algorithm.name`).
@@ -206,6 +222,8 @@ struct AlgorithmOptions {
   // push-sum with algorithm.overlap: tau = algorithm.overlap_rounds, the rounds a share stays in
   // flight before it is mixed (0: no overlap). Sizes its state (PushSum::state()).
   int overlapRounds = 0;
+  // algorithm.robust: D-PSGD and CHOCO only (makeAlgorithm refuses the others).
+  RobustOptions robust;
 };
 
 // gt's consensus step under `auto`. Uncompressed: 0.5, DIGing with the lazy matrix (I + W) / 2,

@@ -90,6 +90,22 @@ class ReceivedMessages {
     }
     return out;
   }
+  // The same with each neighbour's rank, for robust mixing.
+  std::vector<RobustMixer::Term> rankedTerms(const MixWeights& arrived) const {
+    std::vector<std::pair<int, double>> byRank = arrived.neighbours;
+    std::sort(byRank.begin(), byRank.end());
+    std::vector<RobustMixer::Term> out;
+    for (const auto& [j, w] : byRank) {
+      const auto it = slots_.find(j);
+      if (it != slots_.end()) out.push_back({j, it->second.data(), w});
+    }
+    return out;
+  }
+  std::vector<std::span<const float>> views() const {
+    std::vector<std::span<const float>> out;
+    for (const auto& [j, v] : slots_) out.emplace_back(v);
+    return out;
+  }
   void drop(int j) { slots_.erase(j); }
   void add(int j, std::size_t dim) { slots_.try_emplace(j, dim, 0.0f); }
 
@@ -134,18 +150,44 @@ class Dsgd final : public Algorithm {
     return Status::ok();  // a past round's model is useless now
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
+    // self_ is what receivers decoded of our message; with the lossless `none` codec it equals x.
+    const float* self = self_.data();
+    if (robust_) {
+      mixRobust(x, arrived);
+      return;
+    }
     double wsum = 0;
     for (const auto& [j, w] : arrived.neighbours) wsum += w;
     const double selfW = 1.0 - wsum;
-    // self_ is what receivers decoded of our message; with the lossless `none` codec it equals x.
-    const float* self = self_.data();
     addWeighted(x, received_.terms(arrived),
                 [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
   }
   void dropNeighbour(int j) override { received_.drop(j); }
   void addNeighbour(int j) override { received_.add(j, self_.size()); }
+  std::vector<std::span<const float>> neighbourViews() const override { return received_.views(); }
 
  private:
+  // algorithm.robust: x <- self + sum_j w_ij clip(x_j - self) (weights scaled by the clip factors;
+  // the rest stays with the own copy), or the coordinate-wise trimmed mean of self and the x_j.
+  void mixRobust(std::span<float> x, const MixWeights& arrived) {
+    auto terms = received_.rankedTerms(arrived);
+    robust_->weigh(self_, terms);
+    if (robust_->trimming(terms.size())) {
+      robust_->trimmedDifference(self_, terms, x);
+      for (std::size_t k = 0; k < x.size(); ++k) x[k] += self_[k];
+      return;
+    }
+    double wsum = 0;
+    std::vector<std::pair<const float*, double>> weighted;
+    for (const auto& t : terms) {
+      wsum += t.weight;
+      weighted.emplace_back(t.vector, t.weight);
+    }
+    const double selfW = 1.0 - wsum;
+    const float* self = self_.data();
+    addWeighted(x, weighted, [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
+  }
+
   ReceivedMessages received_;  // x_half_j of this round, per neighbour
   std::vector<float> self_;    // decoded own message
 };
@@ -197,6 +239,7 @@ class Choco final : public Algorithm {
     // and added once, so x is rounded once per round (the mean of the models drifts only by that
     // rounding).
     std::vector<passes::MixTerm> terms;
+    std::vector<int> ranks;
     double sumW = 0, sumStep = 0;
     // Fixed order (by neighbour rank), whatever order the messages arrived in.
     std::vector<std::size_t> byRank(arrived.neighbours.size());
@@ -215,14 +258,20 @@ class Choco final : public Algorithm {
         g = theirs > 0.0f ? std::min(proposal_, theirs) : proposal_;
       }
       terms.push_back({it->second.data(), g * w, w});
+      ranks.push_back(j);
       sumW += w;
       sumStep += g;
     }
+    if (robust_) weighRobust(terms, ranks);
     if (auto_) step_.observeRow(sumW);
     report_.proposed = auto_ ? proposal_ : gamma_;
     report_.step = terms.empty() ? report_.proposed : sumStep / static_cast<double>(terms.size());
     report_.localConsensus = 0.0;
     if (terms.empty()) return;
+    if (robust_ && robust_->trimming(terms.size())) {
+      mixTrimmed(x, terms, ranks);
+      return;
+    }
     // One sweep: tiles of the model, each replica streamed through in turn (dense_passes.h), with
     // spread = sum_j w_ij |xhat_j - xhat_i|^2 alongside.
     const double spread = passes::mixDifferences(x, xhat_, terms);
@@ -244,6 +293,11 @@ class Choco final : public Algorithm {
   }
   void dropNeighbour(int j) override { replicas_.erase(j); }
   void addNeighbour(int j) override { replicas_.try_emplace(j, xhat_); }
+  std::vector<std::span<const float>> neighbourViews() const override {
+    std::vector<std::span<const float>> out;
+    for (const auto& [j, r] : replicas_) out.emplace_back(r);
+    return out;
+  }
   void stateInto(std::vector<std::pair<std::string, std::vector<float>>>& out) const override {
     std::size_t k = 0;
     putBuffer(out, k++, "public_copy", xhat_);
@@ -288,6 +342,31 @@ class Choco final : public Algorithm {
   }
 
  private:
+  // algorithm.robust on the public copies: clip scales each edge's coefficient g_ij w_ij by its
+  // clip factor (RobustMixer::weigh).
+  void weighRobust(std::vector<passes::MixTerm>& terms, const std::vector<int>& ranks) {
+    std::vector<RobustMixer::Term> rt;
+    for (std::size_t t = 0; t < terms.size(); ++t)
+      rt.push_back({ranks[t], terms[t].replica, terms[t].coefficient});
+    robust_->weigh(xhat_, rt);
+    for (std::size_t t = 0; t < terms.size(); ++t) terms[t].coefficient = rt[t].weight;
+  }
+  // trim: x <- x_half + g (trimmed mean of xhat_i and the replicas - xhat_i), g the smallest step
+  // of the round's edges (a fixed step: gamma).
+  void mixTrimmed(std::span<float> x, const std::vector<passes::MixTerm>& terms,
+                  const std::vector<int>& ranks) {
+    double g = std::numeric_limits<double>::infinity();
+    std::vector<RobustMixer::Term> rt;
+    for (std::size_t t = 0; t < terms.size(); ++t) {
+      rt.push_back({ranks[t], terms[t].replica, terms[t].weight});
+      g = std::min(g, terms[t].weight > 0 ? terms[t].coefficient / terms[t].weight : gamma_);
+    }
+    diff_.resize(x.size());
+    robust_->trimmedDifference(xhat_, rt, diff_);
+    for (std::size_t k = 0; k < x.size(); ++k)
+      x[k] = static_cast<float>(static_cast<double>(x[k]) + g * static_cast<double>(diff_[k]));
+  }
+
   double gamma_;
   bool auto_;
   AutoStep step_;
@@ -707,13 +786,23 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
   if (!o.initialPublicCopy.empty() && o.initialPublicCopy.size() != dim) {
     return invalidArgument("initial public copy has the wrong size");
   }
+  const bool robust = o.robust.rule != RobustRule::kNone;
+  if (robust && o.kind != AlgorithmKind::kDsgd && o.kind != AlgorithmKind::kChoco) {
+    return invalidArgument("algorithm.robust works with dsgd and choco only, not " +
+                           std::string(algorithmKindName(o.kind)));
+  }
   switch (o.kind) {
-    case AlgorithmKind::kDsgd:
-      return std::unique_ptr<Algorithm>(new Dsgd(dim, neighbours, std::move(codec)));
-    case AlgorithmKind::kChoco:
-      return std::unique_ptr<Algorithm>(new Choco(dim, o.consensusStep, o.autoConsensusStep,
-                                                  neighbours, o.initialPublicCopy,
-                                                  std::move(codec)));
+    case AlgorithmKind::kDsgd: {
+      std::unique_ptr<Algorithm> a(new Dsgd(dim, neighbours, std::move(codec)));
+      a->setRobust(o.robust);
+      return a;
+    }
+    case AlgorithmKind::kChoco: {
+      std::unique_ptr<Algorithm> a(new Choco(dim, o.consensusStep, o.autoConsensusStep, neighbours,
+                                             o.initialPublicCopy, std::move(codec)));
+      a->setRobust(o.robust);
+      return a;
+    }
     case AlgorithmKind::kDeepSqueeze:
       return std::unique_ptr<Algorithm>(
           new DeepSqueeze(dim, o.autoConsensusStep ? kDeepSqueezeAutoStep : o.consensusStep,

@@ -416,6 +416,63 @@ void checkAlgorithm(const Config& c, Report& report) {
   }
 }
 
+// algorithm.robust*: the algorithms robust mixing is sound for, a neighbourhood every round, and
+// enough neighbours for the rule to tell b hostile ones from the rest.
+void checkRobust(const Config& c, const topology::Schedule* schedule, Report& report) {
+  const auto rule = c.algorithm.robust;
+  const std::string ruleText(algorithms::robustRuleName(rule));
+  if (rule == algorithms::RobustRule::kNone) {
+    for (const char* key : {"algorithm.robust_byzantine", "algorithm.robust_quarantine"}) {
+      if (report.wasSet(key) && !report.wasSet("algorithm.robust"))
+        report.warning(report.keyWhere(key), key,
+                       "has no effect without algorithm.robust (clip or trim)");
+    }
+    return;
+  }
+  const Where where = report.keyWhere("algorithm.robust");
+  const AlgorithmKind name = c.algorithm.name;
+  if (name != AlgorithmKind::kDsgd && name != AlgorithmKind::kChoco) {
+    const char* why =
+        name == AlgorithmKind::kPushSum
+            ? "push-sum's de-biasing needs every share summed as sent (the mass of x and w is "
+              "conserved); clipping a share loses mass"
+        : name == AlgorithmKind::kGt
+            ? "the tracker must follow the exact network sum of the directions; clipped "
+              "differences bias it for good"
+            : "DeepSqueeze mixes error-compensated compressed models, for which no robust rule "
+              "is derived; use choco";
+    report.error(where, "algorithm.robust",
+                 ruleText + " works with algorithm.name dsgd or choco only, not " +
+                     std::string(algorithms::algorithmKindName(name)) + ": " + why);
+    return;
+  }
+  if (!schedule) return;
+  if (schedule->period() != 1) {
+    report.error(where, "algorithm.robust",
+                 ruleText + " needs a static graph: topology." +
+                     std::string(topology::kindName(c.topology.kind)) +
+                     " changes each round's neighbours, and the radius is taken from the round's "
+                     "neighbourhood");
+    return;
+  }
+  const int b = c.algorithm.robustByzantine;
+  const int need = rule == algorithms::RobustRule::kTrim ? 2 * b + 1 : b + 1;
+  for (int r = 0; r < c.peers.count; ++r) {
+    const int degree = static_cast<int>(schedule->allNeighbours(r).size());
+    if (degree >= need) continue;
+    report.error(where, "algorithm.robust",
+                 ruleText + " with algorithm.robust_byzantine = " + std::to_string(b) +
+                     " needs every peer to have at least " + std::to_string(need) +
+                     " neighbours (" +
+                     (rule == algorithms::RobustRule::kTrim
+                          ? "b of the neighbours' values trimmed at each end and one left; on "
+                            "a ring use clip"
+                          : "more than b, so that the radius is an honest neighbour's distance") +
+                     "); peer " + std::to_string(r) + " has " + std::to_string(degree));
+    return;
+  }
+}
+
 // compression.*: what the algorithm can send. dsgd and push-sum send exact values. Error feedback
 // (a per-sender residual e added to the next delta) helps an algorithm that would otherwise lose
 // the compression error. CHOCO and DeepSqueeze never lose it, so a second residual feeds the same
@@ -647,6 +704,7 @@ void check(const Config& c, Report& report, bool buildTopology) {
   const std::unique_ptr<topology::Schedule> schedule = checkTopology(c, report, buildTopology);
   checkSecurity(c, report);
   checkAlgorithm(c, report);
+  checkRobust(c, schedule.get(), report);
   checkCompression(c, report);
   checkOptimizer(c, report);
   checkWorkload(c, report);

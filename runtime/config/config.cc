@@ -16,7 +16,9 @@ namespace {
 // Indexed by Emulation.
 constexpr std::string_view kEmulationNames[] = {"none", "netns"};
 // Indexed by FaultKind.
-constexpr std::string_view kFaultKindNames[] = {"pause", "kill", "restart", "link-down", "corrupt"};
+constexpr std::string_view kFaultKindNames[] = {"pause",   "kill",      "restart", "link-down",
+                                                "corrupt", "sign-flip", "noise",   "alie",
+                                                "ipm",     "dissensus", "bias",    "replay"};
 
 std::string numberText(double v) {
   char buf[32];
@@ -36,12 +38,31 @@ const std::vector<std::string_view>& faultKindNames() {
   return names;
 }
 
+bool isAttack(FaultKind kind) { return kind >= FaultKind::kSignFlip; }
+
+double defaultAttackScale(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kSignFlip:
+    case FaultKind::kNoise:
+    case FaultKind::kAlie:
+    case FaultKind::kDissensus:
+      return 1.0;
+    case FaultKind::kIpm:
+      return 0.1;
+    case FaultKind::kBias:
+      return 0.1;
+    default:
+      return 0.0;
+  }
+}
+
 double FaultEvent::start() const {
   return atRound ? static_cast<double>(*atRound) : atSeconds.value_or(0.0);
 }
 
 double FaultEvent::end() const {
-  if (kind == FaultKind::kKill) return std::numeric_limits<double>::infinity();
+  if (kind == FaultKind::kKill || (isAttack(kind) && !rounds && !seconds))
+    return std::numeric_limits<double>::infinity();
   return start() + (atRound ? static_cast<double>(rounds.value_or(0)) : seconds.value_or(0.0));
 }
 
@@ -52,7 +73,11 @@ std::string FaultEvent::describe() const {
   else
     s += " peer " + std::to_string(peer);
   s += atRound ? " at round " + std::to_string(*atRound) : " at " + numberText(start()) + " s";
-  if (kind != FaultKind::kKill) {
+  if (isAttack(kind) && kind != FaultKind::kReplay)
+    s += " (scale " + numberText(attackScale()) + ")";
+  if (isAttack(kind) && !rounds && !seconds) {
+    s += " for the rest of the run";
+  } else if (kind != FaultKind::kKill) {
     const std::string len = atRound ? std::to_string(rounds.value_or(0)) + " rounds"
                                     : numberText(seconds.value_or(0.0)) + " s";
     s += (kind == FaultKind::kRestart ? ", back after " : " for ") + len;

@@ -87,6 +87,10 @@ struct AlgorithmSection {
   double roundTimeout = 5.0;
   // push-sum with overlap: tau, the rounds a share stays in flight before it is mixed (OSGP).
   int overlapRounds = 1;
+  // Robust mixing (runtime/algorithms/robust.h): the rule, b, and the quarantine score.
+  algorithms::RobustRule robust = algorithms::RobustRule::kNone;
+  int robustByzantine = 1;
+  double robustQuarantine = 0.8;
 };
 
 struct OptimizerSection {
@@ -235,12 +239,33 @@ struct SecuritySection {
 
 // `faults:`: a schedule of faults that `grapevine sim` (by round) and `grapevine launch --emulate`
 // (by wall time from the first round) execute, for tests and fault studies (docs/faults.md).
-enum class FaultKind { kPause, kKill, kRestart, kLinkDown, kCorrupt };
+// The behavioural faults (kSignFlip..kReplay) make a member an attacker: it publishes a crafted
+// model instead of its own (runtime/engine/attacks.h, docs/faults.md "Attackers").
+enum class FaultKind {
+  kPause,
+  kKill,
+  kRestart,
+  kLinkDown,
+  kCorrupt,
+  kSignFlip,
+  kNoise,
+  kAlie,
+  kIpm,
+  kDissensus,
+  kBias,
+  kReplay
+};
 
-// Names as configs spell them: "pause", "kill", "restart", "link-down", "corrupt", in enum order.
+// Names as configs spell them: "pause", "kill", "restart", "link-down", "corrupt", "sign-flip",
+// "noise", "alie", "ipm", "dissensus", "bias", "replay", in enum order.
 std::string_view faultKindName(FaultKind kind);
 std::optional<FaultKind> parseFaultKind(std::string_view name);
 const std::vector<std::string_view>& faultKindNames();
+// An attack (sign-flip .. replay): executed by the peer itself, like corrupt; its length may be
+// left out (the rest of the run), and it takes a `scale` (not replay).
+bool isAttack(FaultKind kind);
+// The attack's `scale` when the item gives none (docs/faults.md).
+double defaultAttackScale(FaultKind kind);
 
 // One `faults:` item. Exactly one of atRound / atSeconds is set (which one a runner accepts is
 // checked by the runner: sim counts rounds, launch wall time); the length (`rounds` / `seconds`, in
@@ -254,13 +279,15 @@ struct FaultEvent {
   int linkA = -1, linkB = -1;  // link-down: the link between a and b, both directions
   std::optional<std::int64_t> atRound, rounds;
   std::optional<double> atSeconds, seconds;
+  std::optional<double> scale;  // attacks: their strength (defaultAttackScale when not given)
 
   bool byRound() const { return atRound.has_value(); }
-  // [start, end) in the event's unit; kill: end is +infinity.
+  // [start, end) in the event's unit; kill and an attack without a length: end is +infinity.
   double start() const;
   double end() const;
   // "pause peer 3 at round 200 for 50 rounds": for logs and messages.
   std::string describe() const;
+  double attackScale() const { return scale.value_or(defaultAttackScale(kind)); }
 };
 
 struct FaultsSection {

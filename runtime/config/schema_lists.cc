@@ -1,5 +1,6 @@
 // The converters of the keys whose values are lists of structured items (peers.list,
 // topology.edges, network.peers, network.edges, faults.events) and of the optional topology.seed.
+#include <cmath>
 #include <cstddef>
 
 #include "runtime/config/schema_rows.h"
@@ -66,6 +67,11 @@ std::optional<std::string> applyFaultEvent(FaultEvent& ev, const YAML::Node& ite
       if (!v || *v < (key == "rounds" ? 1 : 0) || *v > 1e9)
         return key + (key == "rounds" ? " is not an integer >= 1" : " is not an integer >= 0");
       (key == "at_round" ? ev.atRound : ev.rounds) = *v;
+    } else if (key == "scale") {
+      auto v = toDouble(value);
+      if (!v || !std::isfinite(*v) || *v < 0 || *v > 1e6)
+        return std::string("scale is not a number from 0 to 1e6");
+      ev.scale = *v;
     } else if (key == "at_seconds" || key == "seconds") {
       auto v = toDouble(value);
       if (!v || *v < 0 || *v > 1e7 || (key == "seconds" && *v <= 0))
@@ -86,6 +92,10 @@ std::optional<std::string> applyFaultEvent(FaultEvent& ev, const YAML::Node& ite
   if (ev.atRound && ev.seconds) return "seconds with at_round: give rounds";
   if (ev.atSeconds && ev.rounds) return "rounds with at_seconds: give seconds";
   const bool hasLength = ev.rounds || ev.seconds;
+  if (ev.scale && !isAttack(ev.kind)) return kindText + " takes no scale (an attack's strength)";
+  if (ev.scale && ev.kind == FaultKind::kReplay)
+    return std::string("replay takes no scale (it sends its model of the first round again)");
+  if (isAttack(ev.kind)) return std::nullopt;  // without a length: to the end of the run
   if (ev.kind == FaultKind::kKill && hasLength)
     return "kill takes no length (a killed peer stays dead; use kind: restart)";
   if (ev.kind != FaultKind::kKill && !hasLength)
@@ -293,6 +303,7 @@ std::string showFaults(const Config& c) {
       s += ", peer: " + std::to_string(e.peer);
     if (e.atRound) s += ", at_round: " + std::to_string(*e.atRound);
     if (e.atSeconds) s += ", at_seconds: " + formatNumber(*e.atSeconds);
+    if (e.scale) s += ", scale: " + formatNumber(*e.scale);
     if (e.rounds) s += ", rounds: " + std::to_string(*e.rounds);
     if (e.seconds) s += ", seconds: " + formatNumber(*e.seconds);
     s += "}";

@@ -166,6 +166,25 @@ std::vector<KeyDef> algorithmKeys() {
       intKey(
           "algorithm.check_every", [](Config & c) -> auto& { return c.algorithm.checkEvery; }, 0,
           1e9, "Rounds between replica-hash checks with neighbours (0: never)"),
+      enumKey(
+          "algorithm.robust", [](Config & c) -> auto& { return c.algorithm.robust; },
+          choicesOf(algorithms::robustRuleNames(), algorithms::parseRobustRule),
+          "Robust mixing against members that send finite garbage (dsgd, choco; "
+          "docs/algorithms.md): clip: each neighbour's difference to the own model clipped to a "
+          "radius taken from the round's distances (ClippedGossip); trim: coordinate-wise trimmed "
+          "mean (BRIDGE-T); none: plain weighted mixing"),
+      intKey(
+          "algorithm.robust_byzantine",
+          [](Config & c) -> auto& { return c.algorithm.robustByzantine; }, 1, 16,
+          "Robust mixing: b, the hostile neighbours one peer's neighbourhood may hold (the "
+          "radius is the (n - b)-th smallest distance; trim drops b values at each end); every "
+          "peer needs more than b neighbours (trim: at least 2b + 1)"),
+      doubleKey(
+          "algorithm.robust_quarantine",
+          [](Config & c) -> auto& { return c.algorithm.robustQuarantine; }, 0.0, 1.0,
+          "Robust mixing: the suspicion score (moving average of the fraction of a neighbour's "
+          "difference beyond the radius) at which it is quarantined; its weight shrinks from half "
+          "of it on (clip). 0: never"),
       doubleKey(
           "algorithm.round_timeout", [](Config & c) -> auto& { return c.algorithm.roundTimeout; },
           0.001, 3600,
@@ -445,9 +464,11 @@ std::vector<KeyDef> faultsKeys() {
   return {
       customKey("faults.events", ValueType::kFaultList,
                 "Fault schedule (also `faults:` as a list; docs/faults.md): [{kind: pause, kill, "
-                "restart, link-down or corrupt; peer: R or link: [a, b]; at_round: N (sim) or "
+                "restart, link-down or corrupt, or an attack: sign-flip, noise, alie, ipm, "
+                "dissensus, bias, replay; peer: R or link: [a, b]; at_round: N (sim) or "
                 "at_seconds: S (launch); rounds: N or seconds: S (pause, link-down, corrupt; "
-                "restart: time down)}, ...]",
+                "restart: time down; an attack: optional, the rest of the run without); scale: "
+                "an attack's strength}, ...]",
                 applyFaults, showFaults),
   };
 }

@@ -175,8 +175,9 @@ class PeerSession::Impl {
   void shutdown();
 
   // ---- training thread: one round ----
-  double seconds() const;     // since the rounds started
-  void applyCorruptFaults();  // faults: kind corrupt on this peer (training thread)
+  double seconds() const;  // since the rounds started
+  void applyOwnFaults();   // faults: corrupt and the attacks on this peer (training thread)
+  const config::FaultEvent* attackEvent_ = nullptr;  // the attack applyOwnFaults() runs
   // Waits until no send to a live neighbour is pending: the next round (or collective) rewrites the
   // per-edge buffers those sends read. A neighbour whose send has been pending for longer than
   // transport.io_timeout is marked dead (which closes the edge and cancels the send; a dead edge's
@@ -895,21 +896,39 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
 
 double PeerSession::Impl::seconds() const { return since(roundsStart_); }
 
-// faults: kind corrupt on this peer, which only the peer itself can execute (the launcher
-// executes the other kinds with signals and the emulator): by round, or by this peer's clock from
-// its first round (about the launcher's, which counts from the first round record).
-void PeerSession::Impl::applyCorruptFaults() {
-  bool on = false;
+// faults: kind corrupt and the attacks on this peer, which only the peer itself can execute (the
+// launcher executes the other kinds with signals and the emulator): by round, or by this peer's
+// clock from its first round (about the launcher's, which counts from the first round record).
+void PeerSession::Impl::applyOwnFaults() {
+  bool corrupt = false;
+  const config::FaultEvent* attack = nullptr;
   for (const auto& e : plan_.config.faults.events) {
-    if (e.kind != config::FaultKind::kCorrupt || e.peer != core_->rank()) continue;
+    if (e.peer != core_->rank()) continue;
+    if (e.kind != config::FaultKind::kCorrupt && !config::isAttack(e.kind)) continue;
     const double now = e.byRound() ? static_cast<double>(outcome_.rounds) : seconds();
-    if (now >= e.start() && now < e.end()) on = true;
+    if (now < e.start() || now >= e.end()) continue;
+    if (e.kind == config::FaultKind::kCorrupt)
+      corrupt = true;
+    else
+      attack = &e;
   }
-  if (on != core_->corruptOutgoing()) {
-    log::warn(on ? "fault schedule: this peer's outgoing messages are corrupted from round "
-                 : "fault schedule: this peer's outgoing messages are intact again from round ",
+  if (corrupt != core_->corruptOutgoing()) {
+    log::warn(corrupt
+                  ? "fault schedule: this peer's outgoing messages are corrupted from round "
+                  : "fault schedule: this peer's outgoing messages are intact again from round ",
               outcome_.rounds);
-    core_->setCorruptOutgoing(on);
+    core_->setCorruptOutgoing(corrupt);
+  }
+  if (attack == attackEvent_) return;
+  attackEvent_ = attack;
+  if (attack) {
+    log::warn("fault schedule: this peer attacks from round ", outcome_.rounds, " (",
+              attack->describe(), ")");
+    core_->setAttacker(
+        Attacker(attack->kind, attack->attackScale(), plan_.config.run.seed, core_->rank()));
+  } else {
+    log::warn("fault schedule: this peer sends its own model again from round ", outcome_.rounds);
+    core_->setAttacker(std::nullopt);
   }
 }
 
@@ -1002,7 +1021,7 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
     outcome_.rounds = to;
   }
   runningRound_ = outcome_.rounds;
-  applyCorruptFaults();
+  applyOwnFaults();
   const auto stepStart = Clock::now();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
   stepSeconds_ += since(stepStart);
@@ -1132,6 +1151,8 @@ std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
   const auto mixStart = Clock::now();
   auto suspects = core_->endRound();
   mixSeconds_ += since(mixStart);
+  // Robust mixing may distrust a neighbour in the mix.
+  for (auto& [j, why] : core_->takeQuarantined()) act(membership_.quarantined(j), why);
   if (!suspects.empty()) {
     std::string s;
     for (int j : suspects) s += " " + std::to_string(j);

@@ -86,6 +86,9 @@ struct PeerMetrics::State {
     prometheus::Counter* suspect = nullptr;
     prometheus::Counter* dead = nullptr;
     prometheus::Counter* rejoins = nullptr;
+    // Robust mixing (algorithm.robust): rounds its difference was clipped, and its suspicion.
+    Mirrored clipped;
+    prometheus::Gauge* suspicion = nullptr;
   };
   std::vector<Neighbour> neighbours;
   prometheus::Family<prometheus::Counter>* droppedFamily = nullptr;
@@ -171,6 +174,16 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
   auto& rejoins = counter("grapevine_neighbour_rejoins_total",
                           "Times a neighbour declared dead for its silence came back (heartbeats "
                           "again) and its edge was taken back");
+  const bool robust = core.algorithm().robustMixer() != nullptr;
+  auto* clipped = robust ? &counter("grapevine_neighbour_clipped_rounds_total",
+                                    "algorithm.robust: rounds in which the neighbour's difference "
+                                    "reached beyond the mixing radius")
+                         : nullptr;
+  auto* suspicion = robust ? &gauge("grapevine_neighbour_suspicion",
+                                    "algorithm.robust: moving average of the fraction of the "
+                                    "neighbour's difference far beyond the radius (quarantined at "
+                                    "algorithm.robust_quarantine)")
+                           : nullptr;
   for (int j : core.neighbours()) {
     const prometheus::Labels l = {{"neighbour", std::to_string(j)}};
     State::Neighbour n;
@@ -180,6 +193,10 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
     n.suspect = &suspect.Add(l);
     n.dead = &dead.Add(l);
     n.rejoins = &rejoins.Add(l);
+    if (robust) {
+      n.clipped.counter = &clipped->Add(l);
+      n.suspicion = &suspicion->Add(l);
+    }
     s.neighbours.push_back(n);
   }
   std::sort(s.neighbours.begin(), s.neighbours.end(),
@@ -251,6 +268,14 @@ void PeerMetrics::update(const PeerCore& core, const RoundMetrics& round) {
       n.sent.set(static_cast<double>(it->second));
     if (auto it = c.bytesReceivedFrom.find(n.rank); it != c.bytesReceivedFrom.end())
       n.received.set(static_cast<double>(it->second));
+  }
+  if (const auto* robust = core.algorithm().robustMixer()) {
+    for (const auto& t : robust->trust()) {
+      auto* n = s.neighbour(t.neighbour);
+      if (!n || !n->suspicion) continue;
+      n->clipped.set(static_cast<double>(t.roundsClipped));
+      n->suspicion->Set(t.score);
+    }
   }
   for (const auto& [reason, count] : c.dropped) {
     auto it = s.dropped.find(reason);

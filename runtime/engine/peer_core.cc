@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -283,7 +284,13 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
                 algorithm_->publicCopyHash() != 0;
 
   algorithm_->setRecipients(sendTo_);
-  auto n = algorithm_->prepare(x_, static_cast<std::uint64_t>(round), message_);
+  std::span<const float> published = x_;
+  if (attacker_) {
+    crafted_.resize(x_.size());
+    attacker_->craft(x_, algorithm_->neighbourViews(), round, crafted_);
+    published = crafted_;
+  }
+  auto n = algorithm_->prepare(published, static_cast<std::uint64_t>(round), message_);
   if (!n.isOk()) return n.status();
   messageBytes_ = *n;
   const std::uint64_t publicHash = checkRound_ ? algorithm_->publicCopyHash() : 0;
@@ -666,7 +673,9 @@ std::vector<int> PeerCore::endRound() {
     mw.proposedSteps.push_back(e.stepAt);
   }
   counters_.suspectRounds += suspects.size();
-  algorithm_->mix(x_, mw);
+  // An attacker trains alone: what it crafts comes from a model that learns (attacks.h).
+  if (!attacker_) algorithm_->mix(x_, mw);
+  for (int j : algorithm_->takeDistrusted()) quarantineDistrusted(j);
   // A caller's own optimizer step has no quasi-global momentum of ours to feed.
   if (stepped_) optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
   if (!divergence_) checkHealth(lastLoss_, true);
@@ -976,6 +985,31 @@ void PeerCore::refuse(int j, Edge& e, std::string_view reason) {
   quarantined_.emplace_back(j, "quarantined: its messages were refused in " +
                                    std::to_string(e.refusedRounds) +
                                    " rounds in a row (the last: " + std::string(reason) + ")");
+  markDead(j, /*lost=*/true);
+}
+
+void PeerCore::quarantineDistrusted(int j) {
+  const auto it = edges_.find(j);
+  if (it == edges_.end() || it->second.quarantined || dead_.count(j)) return;
+  const algorithms::RobustMixer* robust = algorithm_->robustMixer();
+  double score = 0.0;
+  std::uint64_t clipped = 0, mixed = 0;
+  for (const auto& t : robust ? robust->trust() : std::vector<algorithms::NeighbourTrust>{}) {
+    if (t.neighbour != j) continue;
+    score = t.score;
+    clipped = t.roundsClipped;
+    mixed = t.roundsMixed;
+  }
+  char why[200];
+  std::snprintf(why, sizeof why,
+                "quarantined: its messages lay beyond the robust mixing radius in %llu of %llu "
+                "rounds (suspicion %.2f >= algorithm.robust_quarantine)",
+                static_cast<unsigned long long>(clipped), static_cast<unsigned long long>(mixed),
+                score);
+  ++counters_.quarantined;
+  ++counters_.distrusted;
+  it->second.quarantined = true;
+  quarantined_.emplace_back(j, why);
   markDead(j, /*lost=*/true);
 }
 

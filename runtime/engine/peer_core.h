@@ -33,6 +33,7 @@
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/common/lazy_buffer.h"
 #include "runtime/common/status.h"
+#include "runtime/engine/attacks.h"
 #include "runtime/engine/collectives.h"
 #include "runtime/security/auth.h"
 #include "runtime/security/key.h"
@@ -117,8 +118,9 @@ struct PeerCounters {
   // Sent and received in collectives (the API's start-up sync and finalize averaging), not in the
   // byte counts above.
   std::uint64_t collectiveBytes = 0;
-  std::uint64_t quarantined = 0;        // neighbours quarantined (PeerCoreOptions::quarantineAfter)
-  std::uint64_t revivedNeighbours = 0;  // dead neighbours taken back (revive())
+  std::uint64_t quarantined = 0;  // neighbours quarantined (PeerCoreOptions::quarantineAfter)
+  std::uint64_t distrusted = 0;  // of these, by robust mixing's trust (algorithm.robust_quarantine)
+  std::uint64_t revivedNeighbours = 0;   // dead neighbours taken back (revive())
   std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (rejoin())
   std::uint64_t roundsSkipped = 0;       // rounds this peer skipped to catch up (skipTo())
   // Rounds begun with neighbours lost (not finished): with none of them live (isolated: training
@@ -194,6 +196,11 @@ class PeerCore {
   // neighbours refuse each one (`crc`) and quarantine it after quarantineAfter rounds.
   void setCorruptOutgoing(bool on) { corruptOutgoing_ = on; }
   bool corruptOutgoing() const { return corruptOutgoing_; }
+  // An attack (`faults:` kinds sign-flip .. replay, runtime/engine/attacks.h): from the next
+  // beginRound on this peer publishes the attacker's crafted vector instead of its model; nullopt
+  // ends it.
+  void setAttacker(std::optional<Attacker> attacker) { attacker_ = std::move(attacker); }
+  const std::optional<Attacker>& attacker() const { return attacker_; }
   static constexpr std::uint64_t kSequenceWindow = std::uint64_t{1} << 20;
   // Bounds on what a neighbour can make this peer hold (docs/security.md, "Bounds"). A training
   // message more than kRoundWindow rounds ahead of this peer's round (round 0 before the first),
@@ -325,6 +332,8 @@ class PeerCore {
   // Neighbours quarantined since the last call (their edges are already dead here), each with why;
   // the driver closes their connections and logs the event.
   std::vector<std::pair<int, std::string>> takeQuarantined();
+  // Robust mixing distrusts j (algorithm.robust_quarantine): quarantined like a refused one.
+  void quarantineDistrusted(int j);
   // The bound shared with the message codec (PeerCoreOptions::deltaLimit), for a replacement
   // algorithm's codec (resetAlgorithm).
   const std::shared_ptr<DeltaLimit>& deltaLimit() const { return options_.deltaLimit; }
@@ -474,8 +483,10 @@ class PeerCore {
   std::size_t wireCapacity_ = 0;
   std::uint32_t degreeAtRound_ = 0;
   bool checkRound_ = false;
-  bool corruptOutgoing_ = false;  // setCorruptOutgoing
-  std::int64_t dueRound_ = -1;    // mixDelay: this round mixes the shares of rounds <= dueRound_
+  bool corruptOutgoing_ = false;      // setCorruptOutgoing
+  std::optional<Attacker> attacker_;  // setAttacker
+  std::vector<float> crafted_;        // the attacker's vector of the round
+  std::int64_t dueRound_ = -1;  // mixDelay: this round mixes the shares of rounds <= dueRound_
   PeerCounters counters_;
   bool stepped_ = true;  // this round took local steps (else the caller stepped: no afterMixing)
   Collectives collectives_;  // the state through a sequence of collectives

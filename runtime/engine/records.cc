@@ -98,7 +98,27 @@ nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vect
   r["dropped"] = dropped;
   r["replica_mismatches"] = c.replicaMismatches;
   r["resyncs"] = c.resyncs;
+  if (const auto* robust = peer.algorithm().robustMixer()) {
+    // The neighbours whose difference reached beyond the radius in the last mix, and how far.
+    nlohmann::json clipped = nlohmann::json::object();
+    for (const auto& [j, f] : robust->clippedThisRound()) clipped[std::to_string(j)] = f;
+    if (!clipped.empty()) r["clipped"] = clipped;
+    r["robust_radius"] = robust->radius();
+  }
   return r;
+}
+
+nlohmann::json trustJson(const algorithms::RobustMixer& robust) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : robust.trust()) {
+    out.push_back({{"neighbour", t.neighbour},
+                   {"rounds_mixed", t.roundsMixed},
+                   {"rounds_clipped", t.roundsClipped},
+                   {"clip_mean", t.roundsClipped ? t.clipSum / double(t.roundsClipped) : 0.0},
+                   {"suspicion", t.score},
+                   {"quarantined", t.distrusted}});
+  }
+  return out;
 }
 
 RoundReport roundReport(const config::Config& config, std::int64_t round) {
@@ -142,6 +162,8 @@ nlohmann::json finalRecord(const PeerCore& peer, double seconds, double testAccu
   if (peer.unlostDegree() > 0) r.erase("isolated");
   if (std::isfinite(testAccuracy)) r["test_accuracy"] = testAccuracy;
   r["test_loss"] = testLoss;
+  if (const auto* robust = peer.algorithm().robustMixer())
+    r["neighbour_trust"] = trustJson(*robust);
   if (divergence) {
     r["diverged"] = true;
     r["diverged_round"] = divergence->round;

@@ -69,6 +69,11 @@ RoundReport roundReport(const config::Config& config, std::int64_t round);
 // proposal under `auto`), compressor_quality (measured delta), public_lag (|x - xhat|^2 /
 // |xhat|^2), local_consensus_distance (sum_j w_ij |xhat_j - xhat_i|^2 / |xhat_i|^2) and
 // step_backoffs (auto, when nonzero).
+// Robust mixing's view of each neighbour (final.json "neighbour_trust", the final record):
+// [{neighbour, rounds_mixed, rounds_clipped, clip_mean (the mean fraction beyond the radius over
+// the clipped rounds), suspicion, quarantined}].
+nlohmann::json trustJson(const algorithms::RobustMixer& robust);
+
 nlohmann::json reportRecord(const PeerCore& peer, double seconds, const std::vector<int>& suspects,
                             const std::vector<int>& deadNow,
                             const train::Workload::Eval* evaluation,

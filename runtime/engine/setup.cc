@@ -91,6 +91,7 @@ Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
   if (c.algorithm.consensusStep) ao.consensusStep = *c.algorithm.consensusStep;
   ao.compressed = c.compression.method != compress::Method::kNone;
   ao.overlapRounds = overlappedPushSum(c) ? c.algorithm.overlapRounds : 0;
+  ao.robust = {c.algorithm.robust, c.algorithm.robustByzantine, c.algorithm.robustQuarantine};
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
   if (c.workload.name != train::WorkloadKind::kConsensus)

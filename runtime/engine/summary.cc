@@ -1,5 +1,6 @@
 #include "runtime/engine/summary.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include "runtime/common/atomic_file.h"
 #include "runtime/common/bounded_file.h"
 #include "runtime/common/byte_order.h"
+#include "runtime/engine/records.h"
 
 namespace grapevine::engine {
 
@@ -40,6 +42,7 @@ PeerResult collectResult(PeerCore& peer, bool finished, bool withModel) {
     r.consensusStep = step->step;
     r.compressorQuality = step->compressorQuality;
   }
+  if (const auto* robust = peer.algorithm().robustMixer()) r.neighbourTrust = trustJson(*robust);
   if (withModel) r.model.assign(peer.model().begin(), peer.model().end());
   r.modelSize = peer.model().size();
   r.divergence = peer.divergence();
@@ -76,6 +79,7 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
                       {"compressor_quality", num(r.compressorQuality)},
                       {"diverged", r.divergence.has_value()}};
   if (r.peakRssBytes > 0) j["peak_rss_bytes"] = r.peakRssBytes;
+  if (!r.neighbourTrust.empty()) j["neighbour_trust"] = r.neighbourTrust;
   if (r.divergence) {
     const Divergence& d = *r.divergence;
     j["diverged_round"] = d.round;
@@ -117,6 +121,8 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.consensusStep = numOr("consensus_step");  // absent from older files
   r.compressorQuality = numOr("compressor_quality");
   r.peakRssBytes = j.value("peak_rss_bytes", std::uint64_t{0});  // absent from older files
+  if (j.contains("neighbour_trust") && j["neighbour_trust"].is_array())
+    r.neighbourTrust = j["neighbour_trust"];
   if (j.value("diverged", false)) {
     Divergence d;
     d.round = j.at("diverged_round").get<std::int64_t>();
@@ -240,6 +246,37 @@ void addAveragedModel(const RunPlan& plan, const std::vector<const PeerResult*>&
   }
 }
 
+// Attacks (faults: sign-flip .. replay): which peers attacked, the accuracy of the others (the
+// honest peers: what a defence is judged by), and the neighbours robust mixing quarantined.
+void addAttackers(const config::Config& c, const std::vector<PeerResult>& peers,
+                  nlohmann::json& s) {
+  std::vector<int> attackers;
+  for (const auto& e : c.faults.events) {
+    if (config::isAttack(e.kind) &&
+        std::find(attackers.begin(), attackers.end(), e.peer) == attackers.end())
+      attackers.push_back(e.peer);
+  }
+  nlohmann::json distrusted = nlohmann::json::array();
+  for (const auto& p : peers) {
+    for (const auto& t : p.neighbourTrust) {
+      if (t.value("quarantined", false))
+        distrusted.push_back({{"peer", p.rank}, {"neighbour", t.value("neighbour", -1)}});
+    }
+  }
+  if (!distrusted.empty() || c.algorithm.robust != algorithms::RobustRule::kNone)
+    s["quarantined_by_trust"] = distrusted;
+  if (attackers.empty()) return;
+  std::sort(attackers.begin(), attackers.end());
+  s["attackers"] = attackers;
+  Aggregate honest;
+  for (const auto& p : peers) {
+    if ((p.finished || p.divergence) && !p.model.empty() &&
+        !std::binary_search(attackers.begin(), attackers.end(), p.rank))
+      honest.add(p.testAccuracy);
+  }
+  honest.write(s, "honest_test_accuracy");
+}
+
 }  // namespace
 
 nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& peers,
@@ -313,6 +350,7 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
   }
   accuracy.write(s, "test_accuracy");
   testLoss.write(s, "test_loss");
+  addAttackers(c, peers, s);
   s["bytes_sent_total"] = sent;
   s["bytes_received_total"] = received;
   s["bytes_dense_equivalent"] = dense;
@@ -348,6 +386,8 @@ nlohmann::json makeSummary(const RunPlan& plan, const std::vector<PeerResult>& p
 nlohmann::json faultEventJson(const config::FaultEvent& e) {
   nlohmann::json j;
   j["kind"] = std::string(config::faultKindName(e.kind));
+  if (config::isAttack(e.kind) && e.kind != config::FaultKind::kReplay)
+    j["scale"] = e.attackScale();
   if (e.kind == config::FaultKind::kLinkDown)
     j["link"] = {e.linkA, e.linkB};
   else
@@ -419,6 +459,18 @@ std::string summaryTable(const nlohmann::json& s) {
   }
   if (s.contains("averaged_model_accuracy") && !s["averaged_model_accuracy"].is_null()) {
     out += "averaged model accuracy       " + pct(s["averaged_model_accuracy"]) + "\n";
+  }
+  if (s.contains("honest_test_accuracy_mean") && !s["honest_test_accuracy_mean"].is_null()) {
+    out += "honest peers' accuracy        " + pct(s["honest_test_accuracy_mean"]) + " / " +
+           pct(s["honest_test_accuracy_min"]) + " / " + pct(s["honest_test_accuracy_max"]) +
+           " (attackers: " + s["attackers"].dump() + ")\n";
+  }
+  if (s.contains("quarantined_by_trust") && !s["quarantined_by_trust"].empty()) {
+    std::string list;
+    for (const auto& q : s["quarantined_by_trust"])
+      list += (list.empty() ? "" : ", ") + std::to_string(q.value("peer", -1)) + " -> " +
+              std::to_string(q.value("neighbour", -1));
+    out += "quarantined by trust          " + list + "\n";
   }
   if (s.contains("consensus_distance_final")) {
     std::snprintf(line, sizeof line, "%-28s  %.3g\n", "consensus distance (final)",

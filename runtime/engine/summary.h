@@ -43,6 +43,8 @@ struct PeerResult {
   std::uint64_t peakRssBytes = 0;
   double consensusStep = std::numeric_limits<double>::quiet_NaN();  // last round's (StepReport)
   double compressorQuality = std::numeric_limits<double>::quiet_NaN();
+  // Robust mixing: what it knows of each neighbour (trustJson, records.h); empty without.
+  nlohmann::json neighbourTrust = nlohmann::json::array();
   std::vector<float> model;  // final parameters (empty when the peer did not finish)
   // Training diverged (here or at a peer whose notice reached this one): the model is the last
   // finite one, from the start of the abandoned round.

@@ -67,6 +67,12 @@ void FaultExecutor::act(Run& f, bool begin, double now) {
     what = "peer " + std::to_string(e.peer) +
            (begin ? " corrupts its outgoing messages" : " sends intact messages again") +
            " (by its own clock)";
+  } else if (config::isAttack(e.kind)) {
+    // The peer crafts its own messages (it reads the same schedule): nothing to send it.
+    what = "peer " + std::to_string(e.peer) +
+           (begin ? " attacks (" + std::string(config::faultKindName(e.kind)) + ")"
+                  : " sends its own model again") +
+           " (by its own clock)";
   } else {
     what = peerAction(e, begin);
   }

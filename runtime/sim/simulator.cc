@@ -46,6 +46,8 @@ struct PeerState {
   std::uint64_t faultDropped = 0;  // messages a fault took (link down, receiver down)
   // Overlapped push-sum (PeerCore::mixDelay): each round's latest arrival, until a mix takes it.
   std::map<std::int64_t, double> arrivalOf;
+  // Neighbours this peer's core quarantined in the last mix (robust mixing's trust), with why.
+  std::vector<std::pair<int, std::string>> quarantined;
   std::vector<int> incoming;
   // With node caps (network.node_bandwidth_mbit): incomingSlot[k] is incoming[k]'s index into its
   // sender's outgoing; outgoing are this round's receivers, egressDone when each message had
@@ -206,11 +208,23 @@ class Simulation {
     const engine::RoundReport due = engine::roundReport(c_, t);
     const double wall = wallSeconds();
     GV_RETURN_IF_ERROR(mixPhase(due, wall));
+    applyQuarantines(t);
     if (stopOnDivergence(true)) return false;
     afterFaults(t);
     if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
     return true;
+  }
+
+  // A peer that quarantined a neighbour closes its connections in a real run: the neighbour finds
+  // it dead (and its redials are refused). Serially, after the parallel mix.
+  void applyQuarantines(std::int64_t t) {
+    for (std::size_t i = 0; i < count_; ++i) {
+      for (const auto& [j, why] : std::exchange(states_[i].quarantined, {})) {
+        log::info("round ", t, ": peer ", i, ": neighbour ", j, " ", why);
+        peers_[static_cast<std::size_t>(j)]->markDead(static_cast<int>(i));
+      }
+    }
   }
 
   void endRounds() {
@@ -344,6 +358,13 @@ class Simulation {
         // Up and running; its messages are damaged (PeerCore, as `grapevine peer` does it).
         if (t == start || t == end)
           peers_[static_cast<std::size_t>(e.peer)]->setCorruptOutgoing(t == start);
+      } else if (config::isAttack(e.kind)) {
+        // Up and running; it publishes a crafted model (PeerCore, as `grapevine peer` does it).
+        auto& p = *peers_[static_cast<std::size_t>(e.peer)];
+        if (t == start)
+          p.setAttacker(engine::Attacker(e.kind, e.attackScale(), c_.run.seed, e.peer));
+        else if (t == end)
+          p.setAttacker(std::nullopt);
       } else if (active) {
         down_[static_cast<std::size_t>(e.peer)] = 1;
       }
@@ -559,6 +580,7 @@ class Simulation {
     if (s.anyLost) end = std::max(end, s.ready + c_.algorithm.roundTimeout);
     s.clock = end;
     const auto suspects = p.endRound();
+    s.quarantined = p.takeQuarantined();
     if (p.divergence()) return;  // the round is abandoned (stopOnDivergence)
     if (due.due(suspects, {})) recordRound(i, due, suspects, wall);
   }

@@ -3,6 +3,7 @@
 // and through --set, which is how a sweep sets it).
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <string>
 
 #include "runtime/config/loader.h"
@@ -205,4 +206,88 @@ faults:
   - { kind: pause, peer: 3, at_round: 40, rounds: 2 }
 )"),
             "item 0 (pause peer 3"));
+}
+
+TEST_CASE("attacks load with their scale, for a length or the rest of the run", "[faults]") {
+  const auto r = load(R"(
+faults:
+  - { kind: sign-flip, peer: 3, at_round: 0 }
+  - { kind: noise, peer: 4, at_round: 10, rounds: 20, scale: 0.5 }
+  - { kind: replay, peer: 5, at_round: 7 }
+  - { kind: ipm, peer: 6, at_round: 0 }
+)");
+  INFO(formatDiagnostics(r.diagnostics));
+  REQUIRE(r.ok());
+  const auto& e = r.config.faults.events;
+  REQUIRE(e.size() == 4);
+  CHECK(e[0].kind == FaultKind::kSignFlip);
+  CHECK(isAttack(e[0].kind));
+  CHECK_FALSE(isAttack(FaultKind::kCorrupt));
+  CHECK(e[0].attackScale() == 1.0);
+  CHECK(std::isinf(e[0].end()));
+  CHECK(e[0].describe() == "sign-flip peer 3 at round 0 (scale 1) for the rest of the run");
+  CHECK(e[1].attackScale() == 0.5);
+  CHECK(e[1].end() == 30.0);
+  CHECK(e[1].describe() == "noise peer 4 at round 10 (scale 0.5) for 20 rounds");
+  CHECK(e[2].describe() == "replay peer 5 at round 7 for the rest of the run");
+  CHECK(e[3].attackScale() == 0.1);  // IPM's epsilon
+  for (const char* kind : {"alie", "dissensus", "bias"}) {
+    const auto k = load(std::string("faults: [{kind: ") + kind + ", peer: 1, at_seconds: 2}]");
+    INFO(kind << "\n" << formatDiagnostics(k.diagnostics));
+    CHECK(k.ok());
+  }
+  // A scale is an attack's, and replay has none; two attacks of one peer overlap.
+  CHECK(has(refused("faults: [{kind: pause, peer: 1, at_round: 3, rounds: 2, scale: 2}]"),
+            "pause takes no scale"));
+  CHECK(has(refused("faults: [{kind: replay, peer: 1, at_round: 3, scale: 2}]"),
+            "replay takes no scale"));
+  CHECK(has(refused("faults: [{kind: bias, peer: 1, at_round: 3, scale: -1}]"),
+            "scale is not a number from 0 to 1e6"));
+  CHECK(has(refused("faults: [{kind: bias, peer: 1, at_round: 3}, "
+                    "{kind: noise, peer: 1, at_round: 50, rounds: 5}]"),
+            "overlap on the same peer"));
+}
+
+TEST_CASE("robust mixing is refused where it cannot work, naming the key and why", "[faults]") {
+  const auto check = [](const std::string& yaml) {
+    LoadOptions o;
+    o.useEnvironment = false;
+    return loadString(yaml, "robust.yaml", o);
+  };
+  const auto refusedRobust = [&](const std::string& yaml) {
+    const auto r = check(yaml);
+    const std::string text = formatDiagnostics(r.diagnostics);
+    INFO(yaml << "\n" << text);
+    CHECK_FALSE(r.ok());
+    CHECK(text.find("algorithm.robust") != std::string::npos);
+    return text;
+  };
+  const std::string torus = "peers: { count: 16 }\ntopology: { kind: torus }\n";
+  const std::string ring = "peers: { count: 8 }\ntopology: { kind: ring }\n";
+  for (const char* rule : {"clip", "trim"}) {
+    for (const char* algo : {"dsgd", "choco"}) {
+      const auto r = check(torus + "algorithm: { name: " + algo + ", robust: " + rule + " }\n");
+      INFO(rule << " " << algo << "\n" << formatDiagnostics(r.diagnostics));
+      CHECK(r.ok());
+      CHECK(r.config.algorithm.robust == (std::string(rule) == "clip"
+                                              ? grapevine::algorithms::RobustRule::kClip
+                                              : grapevine::algorithms::RobustRule::kTrim));
+    }
+  }
+  CHECK(check(ring + "algorithm: { name: choco, robust: clip }\n").ok());
+  CHECK(has(refusedRobust(ring + "algorithm: { name: choco, robust: trim }\n"),
+            "needs every peer to have at least 3 neighbours"));
+  CHECK(
+      has(refusedRobust(torus + "algorithm: { name: choco, robust: clip, robust_byzantine: 4 }\n"),
+          "at least 5 neighbours (more than b"));
+  CHECK(has(refusedRobust(ring + "algorithm: { name: push-sum, robust: clip }\n"), "conserved"));
+  CHECK(has(refusedRobust(ring + "algorithm: { name: gt, robust: clip }\n"), "tracker"));
+  CHECK(has(refusedRobust(ring + "algorithm: { name: deepsqueeze, robust: clip }\n"), "use choco"));
+  CHECK(has(refusedRobust("peers: { count: 16 }\ntopology: { kind: one-peer-exponential }\n"
+                          "algorithm: { name: choco, robust: clip }\n"),
+            "needs a static graph"));
+  // Without a rule its other keys do nothing: warned.
+  const auto idle = check(ring + "algorithm: { name: choco, robust_byzantine: 2 }\n");
+  CHECK(idle.ok());
+  CHECK(has(formatDiagnostics(idle.diagnostics), "has no effect without algorithm.robust"));
 }

@@ -350,7 +350,8 @@ void SweepRun::writeTables() {
       << "status,rounds,sim_time_s,wall_time_s,bytes_sent_per_peer,test_accuracy,averaged_model_"
          "accuracy,"
          "consensus_distance,spectral_gap,target_accuracy,rounds_to_target,sim_time_to_target_s,"
-         "wall_time_to_target_s,bytes_to_target_per_peer,diverged_round\n";
+         "wall_time_to_target_s,bytes_to_target_per_peer,diverged_round,honest_test_accuracy,"
+         "quarantined_by_trust\n";
   for (const auto& c : cells_) {
     if (tabulateCell(c, results, cellsCsv)) ++tabulated_;
   }
@@ -366,7 +367,7 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
   for (const auto& l : c.labels) labels += sweep::csvField(l) + ",";
   if (!fs::exists(dir / "done.json")) {
     cellsCsv << c.id << "," << labels << (gInterrupted ? "interrupted" : "failed")
-             << ",,,,,,,,,,,,,,\n";
+             << ",,,,,,,,,,,,,,,,\n";
     return false;
   }
   std::optional<double> gap;
@@ -377,7 +378,7 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
   }
   auto points = sweep::readEvalPoints(dir.string());
   if (!points.isOk()) {
-    cellsCsv << c.id << "," << labels << "unreadable,,,,,,,,,,,,,,\n";
+    cellsCsv << c.id << "," << labels << "unreadable,,,,,,,,,,,,,,,,\n";
     return false;
   }
   for (const auto& p : *points) {
@@ -408,7 +409,17 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
   } else {
     cellsCsv << ",,,,";
   }
-  cellsCsv << (divergedRound ? std::to_string(*divergedRound) : std::string()) << "\n";
+  cellsCsv << (divergedRound ? std::to_string(*divergedRound) : std::string()) << ",";
+  // Attacks: the peers that did not attack, and the neighbours robust mixing quarantined.
+  std::optional<double> honest;
+  std::optional<double> distrusted;
+  if (summary.is_object() && summary.contains("honest_test_accuracy_mean") &&
+      summary["honest_test_accuracy_mean"].is_number())
+    honest = summary["honest_test_accuracy_mean"].get<double>();
+  if (summary.is_object() && summary.contains("quarantined_by_trust") &&
+      summary["quarantined_by_trust"].is_array())
+    distrusted = static_cast<double>(summary["quarantined_by_trust"].size());
+  cellsCsv << sweep::csvNumber(honest) << "," << sweep::csvNumber(distrusted) << "\n";
   return true;
 }
 
