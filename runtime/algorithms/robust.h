@@ -52,7 +52,7 @@ const std::vector<std::string_view>& robustRuleNames();
 struct RobustOptions {
   RobustRule rule = RobustRule::kNone;
   int byzantine = 1;             // b: hostile neighbours a peer's neighbourhood may hold
-  double quarantineScore = 0.8;  // suspicion at which a neighbour is distrusted (0: never)
+  double quarantineScore = 0.5;  // suspicion at which a neighbour is distrusted (0: never)
 };
 
 // What a peer knows of one neighbour's messages under robust mixing (records, final.json, metrics).
@@ -69,7 +69,8 @@ struct NeighbourTrust {
 class RobustMixer {
  public:
   // Moving average rate of the suspicion score, and the rounds before it may distrust anyone: a
-  // neighbour clipped away entirely from its first round reaches 0.8 after 26 rounds.
+  // neighbour clipped away entirely from its first round reaches the default quarantine score,
+  // 0.5, after 11 rounds, and is distrusted after 32.
   static constexpr double kTrustRate = 1.0 / 16.0;
   static constexpr std::uint64_t kTrustMinRounds = 32;
   // The clip radius is kClipSlack times the (n - b)-th smallest distance; suspicion counts what

@@ -90,7 +90,7 @@ struct AlgorithmSection {
   // Robust mixing (runtime/algorithms/robust.h): the rule, b, and the quarantine score.
   algorithms::RobustRule robust = algorithms::RobustRule::kNone;
   int robustByzantine = 1;
-  double robustQuarantine = 0.8;
+  double robustQuarantine = 0.5;
 };
 
 struct OptimizerSection {

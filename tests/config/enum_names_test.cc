@@ -91,6 +91,9 @@ std::vector<Owner> owners() {
   v.push_back(owner<alg::AlgorithmKind>("algorithm.name", alg::algorithmKindNames(),
                                         alg::parseAlgorithmKind, alg::algorithmKindName,
                                         [](const Config& c) { return c.algorithm.name; }));
+  v.push_back(owner<alg::RobustRule>("algorithm.robust", alg::robustRuleNames(),
+                                     alg::parseRobustRule, alg::robustRuleName,
+                                     [](const Config& c) { return c.algorithm.robust; }));
   v.push_back(owner<train::OptimizerKind>("optimizer.kind", train::optimizerKindNames(),
                                           train::parseOptimizerKind, train::optimizerKindName,
                                           [](const Config& c) { return c.optimizer.kind; }));
