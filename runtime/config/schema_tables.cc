@@ -177,14 +177,14 @@ std::vector<KeyDef> algorithmKeys() {
           "algorithm.robust_byzantine",
           [](Config & c) -> auto& { return c.algorithm.robustByzantine; }, 1, 16,
           "Robust mixing: b, the hostile neighbours one peer's neighbourhood may hold (the "
-          "radius is the (n - b)-th smallest distance; trim drops b values at each end); every "
-          "peer needs more than b neighbours (trim: at least 2b + 1)"),
+          "radius is twice the (n - b)-th smallest distance; trim drops b values at each end); "
+          "every peer needs more than b neighbours (trim: at least 2b + 1)"),
       doubleKey(
           "algorithm.robust_quarantine",
           [](Config & c) -> auto& { return c.algorithm.robustQuarantine; }, 0.0, 1.0,
           "Robust mixing: the suspicion score (moving average of the fraction of a neighbour's "
-          "difference beyond the radius) at which it is quarantined; its weight shrinks from half "
-          "of it on (clip). 0: never"),
+          "difference beyond twice the radius) at which it is quarantined, after 32 rounds at the "
+          "least; its weight shrinks from half of it on (clip). 0: never"),
       doubleKey(
           "algorithm.round_timeout", [](Config & c) -> auto& { return c.algorithm.roundTimeout; },
           0.001, 3600,
