@@ -694,6 +694,11 @@ std::string supervisedConfig(const std::string& dir, int port, const std::string
   return path;
 }
 
+// OUT/peer-<rank>.final.json.
+nlohmann::json peerFinal(const std::string& out, int rank) {
+  return nlohmann::json::parse(readFile(out + "/peer-" + std::to_string(rank) + ".final.json"));
+}
+
 // The lists a peer's records hold under `key` (dead, rejoined, ...), in order, flattened.
 std::vector<int> recordedRanks(const std::string& path, const std::string& key) {
   std::vector<int> out;
@@ -760,8 +765,7 @@ TEST_CASE("launch --max-restarts, default scope: only the killed peer restarts, 
   CHECK(s.value("consensus_distance_final", 1.0) < 1e-3);
   for (int r = 0; r < 4; ++r) {
     INFO("peer " << r);
-    const auto final =
-        nlohmann::json::parse(readFile(out + "/peer-" + std::to_string(r) + ".final.json"));
+    const auto final = peerFinal(out, r);
     CHECK(final.value("finished", false));
     CHECK(final.value("rounds", 0) == 3000);
     if (r == 2) {
@@ -860,7 +864,7 @@ TEST_CASE("a fault schedule's corrupt under launch: the neighbours quarantine th
   for (int r : {1, 3}) {
     INFO("neighbour " << r);
     const std::string rank = std::to_string(r);
-    const auto final = nlohmann::json::parse(readFile(out + "/peer-" + rank + ".final.json"));
+    const auto final = peerFinal(out, r);
     CHECK(final.value("quarantined", 0) == 1);
     CHECK(readFile(out + "/peer-" + rank + ".log")
               .find("neighbour 2 quarantined: its messages were refused in 16 rounds in a row "
@@ -869,8 +873,7 @@ TEST_CASE("a fault schedule's corrupt under launch: the neighbours quarantine th
   }
   for (int r : {0, 2}) {
     INFO("peer " << r);
-    const auto final =
-        nlohmann::json::parse(readFile(out + "/peer-" + std::to_string(r) + ".final.json"));
+    const auto final = peerFinal(out, r);
     CHECK_FALSE(final.contains("quarantined"));
   }
   // Peer 2 was cut off by both neighbours (they closed the edges): it trained on alone.
@@ -943,7 +946,7 @@ TEST_CASE(
   for (int r : {1, 3}) {
     INFO("neighbour " << r);
     const std::string rank = std::to_string(r);
-    const auto final = nlohmann::json::parse(readFile(out + "/peer-" + rank + ".final.json"));
+    const auto final = peerFinal(out, r);
     CHECK(final.value("quarantined", 0) == 1);
     bool seen = false;
     for (const auto& t : final["neighbour_trust"]) {

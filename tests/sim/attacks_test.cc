@@ -11,21 +11,14 @@
 
 #include "runtime/sim/simulator.h"
 #include "tests/test_util/config.h"
+#include "tests/test_util/sim.h"
 
 using namespace grapevine;
 
 namespace {
 
 sim::SimResult simulate(const std::string& yaml, int threads = 2, const std::string& out = "") {
-  const auto c = test_util::loadYaml(yaml, "attacks_test.yaml");
-  auto plan = test_util::makePlan(c);
-  sim::SimOptions o;
-  o.threads = threads;
-  o.outDir = out;
-  auto r = sim::runSimulation(*plan, o);
-  INFO(r.status().toString());
-  REQUIRE(r.isOk());
-  return std::move(*r);
+  return test_util::simulateYaml(yaml, threads, out, "attacks_test.yaml");
 }
 
 bool sameModels(const sim::SimResult& a, const sim::SimResult& b) {

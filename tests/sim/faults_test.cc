@@ -12,6 +12,7 @@
 
 #include "runtime/sim/simulator.h"
 #include "tests/test_util/config.h"
+#include "tests/test_util/sim.h"
 
 using namespace grapevine;
 
@@ -43,15 +44,7 @@ faults:
 )";
 
 sim::SimResult simulate(const std::string& yaml, int threads, const std::string& out = "") {
-  const auto c = test_util::loadYaml(yaml, "faults_test.yaml");
-  auto plan = test_util::makePlan(c);
-  sim::SimOptions o;
-  o.threads = threads;
-  o.outDir = out;
-  auto r = sim::runSimulation(*plan, o);
-  INFO(r.status().toString());
-  REQUIRE(r.isOk());
-  return std::move(*r);
+  return test_util::simulateYaml(yaml, threads, out, "faults_test.yaml");
 }
 
 bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
