@@ -4,6 +4,7 @@
 // sweep reports such a cell as diverged and goes on with the others.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "runtime/engine/summary.h"
 #include "tests/test_util/cli.h"
@@ -127,12 +129,35 @@ TEST_CASE("a sweep reports a diverged cell as such and goes on with the others",
   std::string header, line, text;
   std::getline(in, header);
   CHECK(header.find(",status,") != std::string::npos);
-  CHECK(header.substr(header.size() - 15) == ",diverged_round");
+  // diverged_round, then the columns added after it (attacks: issue 43).
+  CHECK(header.find(",diverged_round,honest_test_accuracy,quarantined_by_trust") !=
+        std::string::npos);
+  const auto fields = [](const std::string& row) {
+    std::vector<std::string> out(1);
+    for (char ch : row) {
+      if (ch == ',')
+        out.emplace_back();
+      else
+        out.back() += ch;
+    }
+    return out;
+  };
+  const auto names = fields(header);
+  const auto column = static_cast<std::size_t>(
+      std::find(names.begin(), names.end(), "diverged_round") - names.begin());
   int done = 0, diverged = 0;
   while (std::getline(in, line)) {
     text += line + "\n";
-    if (line.find(",done,") != std::string::npos) ++done;
-    if (line.find(",diverged,") != std::string::npos) ++diverged;
+    const auto row = fields(line);
+    REQUIRE(row.size() == names.size());
+    if (line.find(",done,") != std::string::npos) {
+      ++done;
+      CHECK(row[column].empty());
+    }
+    if (line.find(",diverged,") != std::string::npos) {
+      ++diverged;
+      CHECK_FALSE(row[column].empty());  // the round it diverged in, in its column
+    }
   }
   INFO(text);
   CHECK(done == 1);
