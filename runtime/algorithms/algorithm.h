@@ -181,8 +181,8 @@ class Algorithm {
   // Robust mixing (algorithm.robust; D-PSGD and CHOCO): its per-neighbour trust, nullptr without.
   const RobustMixer* robustMixer() const { return robust_ ? &*robust_ : nullptr; }
   // Neighbours robust mixing distrusts since the last call (the engine quarantines them).
-  std::vector<int> takeDistrusted() {
-    return robust_ ? robust_->takeDistrusted() : std::vector<int>{};
+  std::vector<NeighbourTrust> takeDistrusted() {
+    return robust_ ? robust_->takeDistrusted() : std::vector<NeighbourTrust>{};
   }
   void setRobust(const RobustOptions& options) {
     if (options.rule != RobustRule::kNone) robust_.emplace(options);

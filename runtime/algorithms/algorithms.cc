@@ -81,14 +81,7 @@ class ReceivedMessages {
   }
   // The (slot, w_ij) of the arrived neighbours, by increasing rank.
   std::vector<std::pair<const float*, double>> terms(const MixWeights& arrived) const {
-    std::vector<std::pair<int, double>> byRank = arrived.neighbours;
-    std::sort(byRank.begin(), byRank.end());
-    std::vector<std::pair<const float*, double>> out;
-    for (const auto& [j, w] : byRank) {
-      const auto it = slots_.find(j);
-      if (it != slots_.end()) out.emplace_back(it->second.data(), w);
-    }
-    return out;
+    return weighted(rankedTerms(arrived));
   }
   // The same with each neighbour's rank, for robust mixing.
   std::vector<RobustMixer::Term> rankedTerms(const MixWeights& arrived) const {
@@ -104,6 +97,14 @@ class ReceivedMessages {
   std::vector<std::span<const float>> views() const {
     std::vector<std::span<const float>> out;
     for (const auto& [j, v] : slots_) out.emplace_back(v);
+    return out;
+  }
+  // (vector, weight) of each term, in their order.
+  static std::vector<std::pair<const float*, double>> weighted(
+      const std::vector<RobustMixer::Term>& terms) {
+    std::vector<std::pair<const float*, double>> out;
+    out.reserve(terms.size());
+    for (const auto& t : terms) out.emplace_back(t.vector, t.weight);
     return out;
   }
   void drop(int j) { slots_.erase(j); }
@@ -150,12 +151,12 @@ class Dsgd final : public Algorithm {
     return Status::ok();  // a past round's model is useless now
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
-    // self_ is what receivers decoded of our message; with the lossless `none` codec it equals x.
-    const float* self = self_.data();
     if (robust_) {
       mixRobust(x, arrived);
       return;
     }
+    // self_ is what receivers decoded of our message; with the lossless `none` codec it equals x.
+    const float* self = self_.data();
     double wsum = 0;
     for (const auto& [j, w] : arrived.neighbours) wsum += w;
     const double selfW = 1.0 - wsum;
@@ -178,14 +179,11 @@ class Dsgd final : public Algorithm {
       return;
     }
     double wsum = 0;
-    std::vector<std::pair<const float*, double>> weighted;
-    for (const auto& t : terms) {
-      wsum += t.weight;
-      weighted.emplace_back(t.vector, t.weight);
-    }
+    for (const auto& t : terms) wsum += t.weight;
     const double selfW = 1.0 - wsum;
     const float* self = self_.data();
-    addWeighted(x, weighted, [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
+    addWeighted(x, ReceivedMessages::weighted(terms),
+                [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
   }
 
   ReceivedMessages received_;  // x_half_j of this round, per neighbour

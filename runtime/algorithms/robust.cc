@@ -61,7 +61,6 @@ void RobustMixer::weigh(std::span<const float> self, std::vector<Term>& terms) {
     NeighbourTrust& tr = trust_[term.neighbour];
     tr.neighbour = term.neighbour;
     ++tr.roundsMixed;
-    tr.lastClip = fraction;
     if (factor < 1.0) {
       ++tr.roundsClipped;
       tr.clipSum += 1.0 - factor;
@@ -72,7 +71,7 @@ void RobustMixer::weigh(std::span<const float> self, std::vector<Term>& terms) {
     if (options_.quarantineScore > 0.0 && !tr.distrusted && tr.roundsMixed >= kTrustMinRounds &&
         tr.score >= options_.quarantineScore) {
       tr.distrusted = true;
-      distrusted_.push_back(term.neighbour);
+      distrusted_.push_back(tr);
     }
   }
 }

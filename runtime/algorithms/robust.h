@@ -61,7 +61,6 @@ struct NeighbourTrust {
   std::uint64_t roundsMixed = 0;    // rounds its message was mixed (robustly)
   std::uint64_t roundsClipped = 0;  // of these, rounds its difference reached beyond the radius
   double clipSum = 0.0;             // sum over those rounds of the fraction beyond the radius
-  double lastClip = 0.0;            // that fraction in the last round it was mixed
   double score = 0.0;               // suspicion: moving average of the fraction
   bool distrusted = false;          // score reached the quarantine score
 };
@@ -102,8 +101,9 @@ class RobustMixer {
   void trimmedDifference(std::span<const float> self, const std::vector<Term>& terms,
                          std::span<float> out) const;
 
-  // Neighbours distrusted since the last call (each once), for the engine to quarantine.
-  std::vector<int> takeDistrusted() { return std::exchange(distrusted_, {}); }
+  // Neighbours distrusted since the last call (each once, as they stood then), for the engine to
+  // quarantine.
+  std::vector<NeighbourTrust> takeDistrusted() { return std::exchange(distrusted_, {}); }
   std::vector<NeighbourTrust> trust() const;
   // (neighbour, fraction beyond the radius) of the last weigh(), for those with one > 0.
   const std::vector<std::pair<int, double>>& clippedThisRound() const { return clipped_; }
@@ -114,7 +114,7 @@ class RobustMixer {
 
   RobustOptions options_;
   std::map<int, NeighbourTrust> trust_;
-  std::vector<int> distrusted_;
+  std::vector<NeighbourTrust> distrusted_;
   std::vector<std::pair<int, double>> clipped_;
   std::vector<double> distances_;  // scratch
   std::optional<double> lastRadius_;

@@ -675,7 +675,7 @@ std::vector<int> PeerCore::endRound() {
   counters_.suspectRounds += suspects.size();
   // An attacker trains alone: what it crafts comes from a model that learns (attacks.h).
   if (!attacker_) algorithm_->mix(x_, mw);
-  for (int j : algorithm_->takeDistrusted()) quarantineDistrusted(j);
+  for (const auto& t : algorithm_->takeDistrusted()) quarantineDistrusted(t);
   // A caller's own optimizer step has no quasi-global momentum of ours to feed.
   if (stepped_) optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
   if (!divergence_) checkHealth(lastLoss_, true);
@@ -980,36 +980,27 @@ void PeerCore::refuse(int j, Edge& e, std::string_view reason) {
   if (options_.quarantineAfter <= 0 || dead_.count(j) || e.lastRefusedRound == round_) return;
   e.lastRefusedRound = round_;
   if (++e.refusedRounds < options_.quarantineAfter) return;
-  ++counters_.quarantined;
-  e.quarantined = true;
-  quarantined_.emplace_back(j, "quarantined: its messages were refused in " +
-                                   std::to_string(e.refusedRounds) +
-                                   " rounds in a row (the last: " + std::string(reason) + ")");
-  markDead(j, /*lost=*/true);
+  quarantine(j, e,
+             "quarantined: its messages were refused in " + std::to_string(e.refusedRounds) +
+                 " rounds in a row (the last: " + std::string(reason) + ")");
 }
 
-void PeerCore::quarantineDistrusted(int j) {
-  const auto it = edges_.find(j);
-  if (it == edges_.end() || it->second.quarantined || dead_.count(j)) return;
-  const algorithms::RobustMixer* robust = algorithm_->robustMixer();
-  double score = 0.0;
-  std::uint64_t clipped = 0, mixed = 0;
-  for (const auto& t : robust ? robust->trust() : std::vector<algorithms::NeighbourTrust>{}) {
-    if (t.neighbour != j) continue;
-    score = t.score;
-    clipped = t.roundsClipped;
-    mixed = t.roundsMixed;
-  }
+void PeerCore::quarantineDistrusted(const algorithms::NeighbourTrust& t) {
+  const auto it = edges_.find(t.neighbour);
+  if (it == edges_.end() || it->second.quarantined || dead_.count(t.neighbour)) return;
   char why[200];
   std::snprintf(why, sizeof why,
                 "quarantined: its messages lay beyond the robust mixing radius in %llu of %llu "
                 "rounds (suspicion %.2f >= algorithm.robust_quarantine)",
-                static_cast<unsigned long long>(clipped), static_cast<unsigned long long>(mixed),
-                score);
+                static_cast<unsigned long long>(t.roundsClipped),
+                static_cast<unsigned long long>(t.roundsMixed), t.score);
+  quarantine(t.neighbour, it->second, why);
+}
+
+void PeerCore::quarantine(int j, Edge& e, std::string why) {
   ++counters_.quarantined;
-  ++counters_.distrusted;
-  it->second.quarantined = true;
-  quarantined_.emplace_back(j, why);
+  e.quarantined = true;
+  quarantined_.emplace_back(j, std::move(why));
   markDead(j, /*lost=*/true);
 }
 

@@ -118,8 +118,8 @@ struct PeerCounters {
   // Sent and received in collectives (the API's start-up sync and finalize averaging), not in the
   // byte counts above.
   std::uint64_t collectiveBytes = 0;
-  std::uint64_t quarantined = 0;  // neighbours quarantined (PeerCoreOptions::quarantineAfter)
-  std::uint64_t distrusted = 0;  // of these, by robust mixing's trust (algorithm.robust_quarantine)
+  // Neighbours quarantined (PeerCoreOptions::quarantineAfter, algorithm.robust_quarantine).
+  std::uint64_t quarantined = 0;
   std::uint64_t revivedNeighbours = 0;   // dead neighbours taken back (revive())
   std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (rejoin())
   std::uint64_t roundsSkipped = 0;       // rounds this peer skipped to catch up (skipTo())
@@ -332,8 +332,9 @@ class PeerCore {
   // Neighbours quarantined since the last call (their edges are already dead here), each with why;
   // the driver closes their connections and logs the event.
   std::vector<std::pair<int, std::string>> takeQuarantined();
-  // Robust mixing distrusts j (algorithm.robust_quarantine): quarantined like a refused one.
-  void quarantineDistrusted(int j);
+  // Robust mixing distrusts a neighbour (algorithm.robust_quarantine): quarantined like a refused
+  // one, the reason from its trust record.
+  void quarantineDistrusted(const algorithms::NeighbourTrust& t);
   // The bound shared with the message codec (PeerCoreOptions::deltaLimit), for a replacement
   // algorithm's codec (resetAlgorithm).
   const std::shared_ptr<DeltaLimit>& deltaLimit() const { return options_.deltaLimit; }
@@ -438,6 +439,8 @@ class PeerCore {
   // drop() for a message of neighbour j's edge that authenticated (or the edge has no key): counts
   // towards j's quarantine.
   void refuse(int j, Edge& e, std::string_view reason);
+  // Drops j's edge for good (refuse(), quarantineDistrusted()), counted and reported with `why`.
+  void quarantine(int j, Edge& e, std::string why);
   std::vector<std::pair<int, std::string>> quarantined_;
   // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.
   bool checkHealth(double loss, bool afterMixing);

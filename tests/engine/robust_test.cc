@@ -82,7 +82,10 @@ TEST_CASE(
     CHECK(terms[1].weight == 0.25);
     const auto out = m.takeDistrusted();
     if (!out.empty()) {
-      CHECK(out == std::vector<int>{3});
+      REQUIRE(out.size() == 1);
+      CHECK(out[0].neighbour == 3);
+      CHECK(out[0].distrusted);
+      CHECK(out[0].roundsMixed == RobustMixer::kTrustMinRounds);
       distrustedAt = round;
     }
     // Its weight shrinks once suspicion passes half the quarantine score.
