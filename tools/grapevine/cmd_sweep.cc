@@ -381,6 +381,29 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
     cellsCsv << c.id << "," << labels << "unreadable,,,,,,,,,,,,,,,,\n";
     return false;
   }
+  // The run's end when no evaluation fell on its last round (run.rounds not a multiple of
+  // workload.eval_every): the summary's final figures, so that a cell's row is where it ended.
+  if (summary.is_object() && summary.contains("rounds") && summary["rounds"].is_number_integer() &&
+      summary.contains("test_accuracy_mean") && summary["test_accuracy_mean"].is_number()) {
+    const auto rounds = summary["rounds"].get<long long>();
+    if (points->empty() || points->back().round < rounds) {
+      const auto num = [&](const char* k) -> std::optional<double> {
+        if (!summary.contains(k) || !summary[k].is_number()) return std::nullopt;
+        return summary[k].get<double>();
+      };
+      sweep::EvalPoint end;
+      end.round = rounds;
+      end.simTime = num("simulated_seconds");
+      end.wallTime = num("wall_seconds");
+      const auto peers = num("peers");
+      if (const auto bytes = num("bytes_sent_total"); bytes && peers && *peers > 0)
+        end.bytesSentPerPeer = *bytes / *peers;
+      end.testAccuracy = num("test_accuracy_mean");
+      end.averagedAccuracy = num("averaged_model_accuracy");
+      end.consensusDistance = num("consensus_distance_final");
+      points->push_back(end);
+    }
+  }
   for (const auto& p : *points) {
     results << c.id << "," << labels << p.round << "," << sweep::csvNumber(p.simTime) << ","
             << sweep::csvNumber(p.wallTime) << "," << sweep::csvNumber(p.bytesSentPerPeer) << ","
