@@ -284,11 +284,11 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
 
     def state_dict(self):
         """Everything needed to continue: the parameters' values, Grapevine's state besides them
-        (its optimizer's momentum, CHOCO's public copy and neighbour replicas, DeepSqueeze's
-        error: Peer.state()), the wrapped optimizer's state and the round count. Restoring every
-        peer's state_dict of the same round continues the run exactly. After finalize() (e.g. a
-        last checkpoint in a `finally` block after Ctrl-C) it holds Grapevine's state as the run
-        ended and the parameters as they are now."""
+        (its optimizer's momentum, the outer optimizer's momentum and anchor, CHOCO's public copy
+        and neighbour replicas, DeepSqueeze's error: Peer.state()), the wrapped optimizer's state
+        and the round count. Restoring every peer's state_dict of the same round continues the run
+        exactly. After finalize() (e.g. a last checkpoint in a `finally` block after Ctrl-C) it
+        holds Grapevine's state as the run ended and the parameters as they are now."""
         if self._finalized and self._final is None:
             raise FailedPreconditionError(
                 "state_dict() after a run that ended by an error of Grapevine's own: its state "

@@ -197,15 +197,23 @@ class Algorithm {
   std::optional<RobustMixer> robust_;
 };
 
-// Which gossip algorithm a peer runs (`algorithm.name`).
-enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze, kPushSum, kGt };
+// Which gossip algorithm a peer runs (`algorithm.name`). kAllreduce and kDiloco are the baselines
+// (issue 40): no gossip message; every round ends with an exact average of the models over a ring
+// (or tree) collective, which the engine runs (PeerCoreOptions::averageEachRound); kDiloco adds
+// its outer optimizer (outer.*) on top.
+enum class AlgorithmKind { kDsgd, kChoco, kDeepSqueeze, kPushSum, kGt, kAllreduce, kDiloco };
 
-// Names as configs spell them: "dsgd", "choco", "deepsqueeze", "push-sum", "gt".
+// Names as configs spell them: "dsgd", "choco", "deepsqueeze", "push-sum", "gt", "allreduce",
+// "diloco".
 // algorithmKindNames(), in enum order, is the one table; the config schema takes its allowed values
 // from it.
 std::string_view algorithmKindName(AlgorithmKind kind);
 std::optional<AlgorithmKind> parseAlgorithmKind(std::string_view name);
 const std::vector<std::string_view>& algorithmKindNames();
+// allreduce and diloco: the models are averaged exactly each round, no gossip.
+inline bool averagesEachRound(AlgorithmKind kind) {
+  return kind == AlgorithmKind::kAllreduce || kind == AlgorithmKind::kDiloco;
+}
 
 struct AlgorithmOptions {
   AlgorithmKind kind = AlgorithmKind::kChoco;

@@ -13,8 +13,8 @@
 namespace grapevine::algorithms {
 namespace {
 // Indexed by AlgorithmKind.
-constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco", "deepsqueeze", "push-sum",
-                                                    "gt"};
+constexpr std::string_view kAlgorithmKindNames[] = {"dsgd", "choco",     "deepsqueeze", "push-sum",
+                                                    "gt",   "allreduce", "diloco"};
 }  // namespace
 
 std::string_view algorithmKindName(AlgorithmKind kind) {
@@ -775,6 +775,32 @@ class Gt final : public Algorithm {
   std::map<int, std::vector<float>> replicas_;  // [xhat_j | yhat_j] per neighbour
 };
 
+// allreduce and diloco: nothing to gossip. The engine averages the models exactly after the round
+// (a ring or tree collective: PeerCoreOptions::averageEachRound); the round's message is empty and
+// goes to nobody.
+class Averaged final : public Algorithm {
+ public:
+  Averaged(AlgorithmKind kind, std::unique_ptr<MessageCodec> codec)
+      : Algorithm(std::move(codec)), kind_(kind) {}
+  std::string_view name() const override { return algorithmKindName(kind_); }
+  std::size_t maxMessageBytes() const override { return 0; }
+  Result<std::size_t> prepare(std::span<const float>, std::uint64_t,
+                              std::span<std::uint8_t>) override {
+    return std::size_t{0};
+  }
+  Status receive(int j, double, std::span<const std::uint8_t>, std::uint64_t) override {
+    return invalidArgument("a round message from " + std::to_string(j) + " under " +
+                           std::string(name()) + ", which sends none");
+  }
+  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
+    return Status::ok();
+  }
+  void mix(std::span<float>, const MixWeights&) override {}
+
+ private:
+  AlgorithmKind kind_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std::size_t dim,
@@ -814,6 +840,9 @@ Result<std::unique_ptr<Algorithm>> makeAlgorithm(const AlgorithmOptions& o, std:
                  o.autoConsensusStep ? (o.compressed ? kGtAutoStep : kGtAutoStepUncompressed)
                                      : o.consensusStep,
                  o.compressed, neighbours, o.initialPublicCopy, std::move(codec)));
+    case AlgorithmKind::kAllreduce:
+    case AlgorithmKind::kDiloco:
+      return std::unique_ptr<Algorithm>(new Averaged(o.kind, std::move(codec)));
   }
   return invalidArgument("unknown algorithm kind " + std::to_string(static_cast<int>(o.kind)));
 }

@@ -30,7 +30,10 @@ class ExternalWorkload final : public train::Workload {
   // `buffers[k]`: tensor k is a buffer (Peer::addBuffer): never stepped, no gradient.
   ExternalWorkload(std::vector<train::TensorInfo> layout, std::vector<bool> buffers)
       : layout_(std::move(layout)), buffers_(std::move(buffers)) {
-    for (const auto& t : layout_) count_ += t.count;
+    for (std::size_t k = 0; k < layout_.size(); ++k) {
+      count_ += layout_[k].count;
+      if (buffers_[k]) bufferRanges_.push_back({layout_[k].offset, layout_[k].count});
+    }
   }
   std::string_view name() const override { return "external"; }
   const std::vector<train::TensorInfo>& layout() const override { return layout_; }
@@ -65,6 +68,7 @@ class ExternalWorkload final : public train::Workload {
     }
   }
   std::span<const train::ValueRange> skippedRanges() const override { return skipped_; }
+  std::span<const train::ValueRange> bufferRanges() const override { return bufferRanges_; }
   void setTest(const std::optional<double>& accuracy, const std::optional<double>& loss) {
     if (accuracy) test_.accuracy = *accuracy;
     if (loss) test_.loss = *loss;
@@ -76,6 +80,7 @@ class ExternalWorkload final : public train::Workload {
   std::size_t count_ = 0;
   std::vector<const float*> grads_;
   std::vector<train::ValueRange> skipped_;
+  std::vector<train::ValueRange> bufferRanges_;
   double loss_ = std::numeric_limits<double>::quiet_NaN();
   Eval test_{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
 };
@@ -456,6 +461,14 @@ std::vector<std::pair<std::string, std::vector<float>>> Peer::state() const {
   const auto momentum = m.core().optimizer().momentumBuffer();
   if (!momentum.empty())
     out.emplace_back("momentum", std::vector<float>(momentum.begin(), momentum.end()));
+  if (auto* outer = m.core().outer()) {
+    // The anchor: the model this round's mix() starts the outer step from (the caller's steps since
+    // the last round moved the parameters away from it).
+    const auto om = outer->momentum();
+    if (!om.empty()) out.emplace_back("outer_momentum", std::vector<float>(om.begin(), om.end()));
+    const auto anchor = m.core().anchor();
+    out.emplace_back("outer_anchor", std::vector<float>(anchor.begin(), anchor.end()));
+  }
   for (auto& b : m.core().algorithm().state()) out.push_back(std::move(b));
   return out;
 }
@@ -471,6 +484,31 @@ void Peer::loadState(const std::vector<std::pair<std::string, std::vector<float>
     }
     check(m.core().optimizer().setMomentumBuffer(rest.front().second));
     rest.erase(rest.begin());
+  }
+  if (auto* outer = m.core().outer()) {
+    // outer_momentum (with outer.momentum > 0), then outer_anchor, as state() lists them; every
+    // size is checked before anything changes.
+    const bool hasOuterMomentum = !outer->momentum().empty();
+    const std::size_t need = hasOuterMomentum ? 2 : 1;
+    const char* names[] = {"outer_momentum", "outer_anchor"};
+    for (std::size_t k = 0; k < need; ++k) {
+      const char* want = names[hasOuterMomentum ? k : 1];
+      if (rest.size() <= k || rest[k].first != want) {
+        throw Error(Code::kInvalidArgument, std::string("loadState: outer.optimizer is on: '") +
+                                                want + "' must follow the optimizer's momentum");
+      }
+      const std::size_t size = k == need - 1 ? m.core().model().size() : outer->momentum().size();
+      if (rest[k].second.size() != size) {
+        throw Error(Code::kInvalidArgument, "loadState: '" + std::string(want) + "' has " +
+                                                std::to_string(rest[k].second.size()) +
+                                                " values, this peer has " + std::to_string(size));
+      }
+    }
+    check(m.core().mutableAlgorithm().loadState(
+        std::vector<std::pair<std::string, std::vector<float>>>(rest.begin() + need, rest.end())));
+    if (hasOuterMomentum) check(outer->setMomentum(rest.front().second));
+    check(m.core().setAnchor(rest[need - 1].second));
+    return;
   }
   check(m.core().mutableAlgorithm().loadState(rest));
 }

@@ -409,6 +409,32 @@ void checkAlgorithm(const Config& c, Report& report) {
     }
     // gt on a directed graph is refused by checkDirected() (symmetric weights needed).
   }
+  if (algorithms::averagesEachRound(name)) {
+    const std::string n(algorithms::algorithmKindName(name));
+    if (c.compression.method != compress::Method::kNone) {
+      report.error(report.keyWhere("compression.method"), "compression.method",
+                   "must be none with algorithm.name " + n +
+                       ": its all-reduce carries the models in f32; a compressed all-reduce (with "
+                       "error feedback) is not built yet");
+    }
+    if (c.algorithm.overlap) {
+      report.error(report.keyWhere("algorithm.overlap"), "algorithm.overlap",
+                   "cannot be used with algorithm.name " + n +
+                       ": the next gradient is taken at the averaged model, which exists only "
+                       "after the round's all-reduce");
+    }
+    if (report.wasSet("algorithm.consensus_step") && c.algorithm.consensusStep &&
+        *c.algorithm.consensusStep != 1.0) {
+      report.warning(report.keyWhere("algorithm.consensus_step"), "algorithm.consensus_step",
+                     "ignored by " + n + ": the models are averaged exactly each round");
+    }
+    if (name == AlgorithmKind::kDiloco && c.outer.optimizer == train::OuterKind::kNone) {
+      report.error(report.keyWhere("algorithm.name"), "algorithm.name",
+                   "diloco is the exact average each round with an outer optimizer: set outer: { "
+                   "optimizer: nesterov, lr: 0.7, momentum: 0.9 } (DiLoCo's published values), "
+                   "or use allreduce");
+    }
+  }
   if (c.workload.name == train::WorkloadKind::kExternal && c.algorithm.localSteps != 1) {
     report.error(report.keyWhere("algorithm.local_steps"), "algorithm.local_steps",
                  "must be 1 with workload.name external: every step() through the API is one "
@@ -439,6 +465,9 @@ void checkRobust(const Config& c, const topology::Schedule* schedule, Report& re
         : name == AlgorithmKind::kGt
             ? "the tracker must follow the exact network sum of the directions; clipped "
               "differences bias it for good"
+        : algorithms::averagesEachRound(name)
+            ? "it averages every model exactly over a collective: there is no neighbour's "
+              "difference to weigh, and one hostile model moves the average for all"
             : "DeepSqueeze mixes error-compensated compressed models, for which no robust rule "
               "is derived; use choco";
     report.error(where, "algorithm.robust",
@@ -470,6 +499,27 @@ void checkRobust(const Config& c, const topology::Schedule* schedule, Report& re
                           : "more than b, so that the radius is an honest neighbour's distance") +
                      "); peer " + std::to_string(r) + " has " + std::to_string(degree));
     return;
+  }
+}
+
+// allreduce, diloco: a graph their collectives run over. Around the ring 0 - 1 - ... - n-1 - 0 when
+// the graph has it (each peer sends 2 (n - 1) / n of the model a round), else up and down a
+// breadth-first spanning tree from rank 0 (the root takes each child's model and sends the average
+// back), which must fit the collectives' window of 64 steps: at most 16 deep.
+void checkAveraged(const Config& c, const topology::Schedule* schedule, Report& report) {
+  if (!algorithms::averagesEachRound(c.algorithm.name) || !schedule) return;
+  const topology::Graph g = topology::unionGraph(*schedule);
+  if (g.n <= 2 || topology::hasRingEdges(g)) return;
+  const topology::SpanningTree tree = topology::breadthFirstTree(g, 0);
+  constexpr int kMaxHeight = 16;
+  if (!tree.spans || tree.height > kMaxHeight) {
+    report.error(report.keyWhere("topology.kind"), "topology.kind",
+                 std::string(algorithms::algorithmKindName(c.algorithm.name)) +
+                     " averages over the ring 0-1-...-n-1 (not in this graph) or a spanning tree "
+                     "at most 16 deep: this graph is " +
+                     (tree.spans ? "deeper (" + std::to_string(tree.height) + ")"
+                                 : std::string("disconnected")) +
+                     "; use topology.kind ring");
   }
 }
 
@@ -563,6 +613,49 @@ void checkOptimizer(const Config& c, Report& report) {
                        "has no effect with optimizer.kind sgd (it is AdamW's)");
       }
     }
+  }
+}
+
+// outer.*: an outer step on the round's pseudo-gradient, where nothing else owns that change.
+void checkOuter(const Config& c, Report& report) {
+  if (c.outer.optimizer == train::OuterKind::kNone) {
+    for (const char* key : {"outer.lr", "outer.momentum"}) {
+      if (report.wasSet(key) && !report.wasSet("outer.optimizer"))
+        report.warning(report.keyWhere(key), key,
+                       "has no effect without outer.optimizer (sgd or nesterov)");
+    }
+    return;
+  }
+  const Where where = report.keyWhere("outer.optimizer");
+  const std::string kind(train::outerKindName(c.outer.optimizer));
+  if (c.algorithm.name == AlgorithmKind::kGt) {
+    report.error(where, "outer.optimizer",
+                 kind +
+                     " cannot be used with algorithm.name gt: the tracker follows the "
+                     "network sum of the local directions, and an outer step moves the model "
+                     "by what the tracker never saw");
+  }
+  if (c.optimizer.momentumKind == train::MomentumKind::kQuasiGlobal && c.optimizer.momentum > 0.0) {
+    report.error(report.keyWhere("optimizer.momentum_kind"), "optimizer.momentum_kind",
+                 "quasi-global momentum and outer.optimizer " + kind +
+                     " are both a momentum over the round's model change across mixing: use "
+                     "one (optimizer.momentum_kind local, or outer.optimizer none)");
+  }
+  if (c.outer.lr == 1.0 && c.outer.momentum == 0.0) {
+    report.warning(where, "outer.optimizer",
+                   "with outer.lr 1 and outer.momentum 0 the outer step is the identity: the "
+                   "run is the one without an outer optimizer");
+  } else if (c.outer.lr == 0.0) {
+    report.error(report.keyWhere("outer.lr"), "outer.lr",
+                 "0 keeps every peer at its initial model: the outer step never moves");
+  } else if (c.workload.name != train::WorkloadKind::kExternal && c.algorithm.localSteps == 1 &&
+             c.outer.momentum > 0.0 && c.optimizer.momentum > 0.0) {
+    // (Through the API the caller's own steps between mix() calls are the inner steps.)
+    report.warning(where, "outer.optimizer",
+                   "with algorithm.local_steps 1 the outer momentum compounds optimizer.momentum "
+                   "on every step (an effective step of about lr * outer.lr / ((1 - momentum) * "
+                   "(1 - outer.momentum))); an outer optimizer is meant for many local steps a "
+                   "round (DiLoCo: tens to hundreds)");
   }
 }
 
@@ -705,8 +798,10 @@ void check(const Config& c, Report& report, bool buildTopology) {
   checkSecurity(c, report);
   checkAlgorithm(c, report);
   checkRobust(c, schedule.get(), report);
+  checkAveraged(c, schedule.get(), report);
   checkCompression(c, report);
   checkOptimizer(c, report);
+  checkOuter(c, report);
   checkWorkload(c, report);
   checkFaults(c, schedule.get(), report);
 }

@@ -23,6 +23,7 @@
 #include "runtime/common/log.h"
 #include "runtime/train/optimizer.h"
 #include "runtime/train/options.h"
+#include "runtime/train/outer.h"
 #include "topology/spec.h"
 
 namespace grapevine::config {
@@ -110,6 +111,13 @@ struct OptimizerSection {
   std::vector<int> stepMilestones;
   double stepGamma = 0.1;
   double minLr = 0.0;
+};
+
+// outer.*: an outer optimizer over each round's gossip-averaged pseudo-gradient (train/outer.h).
+struct OuterSection {
+  train::OuterKind optimizer = train::OuterKind::kNone;
+  double lr = 0.7;        // DiLoCo's outer lr
+  double momentum = 0.9;  // and momentum
 };
 
 struct CompressionSection {
@@ -302,6 +310,7 @@ struct Config {
   TransportSection transport;
   AlgorithmSection algorithm;
   OptimizerSection optimizer;
+  OuterSection outer;
   CompressionSection compression;
   WorkloadSection workload;
   OutputSection output;

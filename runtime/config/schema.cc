@@ -16,9 +16,9 @@ std::vector<KeyDef> buildSchema() {
   std::vector<KeyDef> t;
   for (auto table :
        {rows::runKeys, rows::peersKeys, rows::topologyKeys, rows::transportKeys,
-        rows::algorithmKeys, rows::optimizerKeys, rows::compressionKeys, rows::workloadKeys,
-        rows::outputKeys, rows::monitoringKeys, rows::checkpointKeys, rows::networkKeys,
-        rows::securityKeys, rows::faultsKeys}) {
+        rows::algorithmKeys, rows::optimizerKeys, rows::outerKeys, rows::compressionKeys,
+        rows::workloadKeys, rows::outputKeys, rows::monitoringKeys, rows::checkpointKeys,
+        rows::networkKeys, rows::securityKeys, rows::faultsKeys}) {
     for (KeyDef& k : table()) t.push_back(std::move(k));
   }
   return t;

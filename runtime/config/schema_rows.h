@@ -248,6 +248,7 @@ std::vector<KeyDef> topologyKeys();
 std::vector<KeyDef> transportKeys();
 std::vector<KeyDef> algorithmKeys();
 std::vector<KeyDef> optimizerKeys();
+std::vector<KeyDef> outerKeys();
 std::vector<KeyDef> compressionKeys();
 std::vector<KeyDef> workloadKeys();
 std::vector<KeyDef> outputKeys();

@@ -140,8 +140,11 @@ std::vector<KeyDef> algorithmKeys() {
       enumKey(
           "algorithm.name", [](Config & c) -> auto& { return c.algorithm.name; },
           choicesOf(algorithms::algorithmKindNames(), algorithms::parseAlgorithmKind),
-          "Gossip algorithm: exact D-PSGD, CHOCO-SGD, DeepSqueeze, or gt (gradient tracking: "
-          "DIGing, or BEER with a compressor)"),
+          "Gossip algorithm: exact D-PSGD, CHOCO-SGD, DeepSqueeze, push-sum, or gt (gradient "
+          "tracking: DIGing, or BEER with a compressor); or a baseline without gossip: allreduce "
+          "(every round an exact average of the models over a ring all-reduce: with one local "
+          "step, data-parallel SGD) or diloco (the same average every algorithm.local_steps "
+          "steps, then the outer.* step); docs/algorithms.md"),
       doubleOrAutoKey(
           "algorithm.consensus_step", [](Config & c) -> auto& { return c.algorithm.consensusStep; },
           0.0, 1.0,
@@ -243,6 +246,25 @@ std::vector<KeyDef> optimizerKeys() {
       doubleKey(
           "optimizer.min_lr", [](Config & c) -> auto& { return c.optimizer.minLr; }, 0.0, 1e3,
           "Floor of the cosine schedule"),
+  };
+}
+
+// outer
+std::vector<KeyDef> outerKeys() {
+  return {
+      enumKey(
+          "outer.optimizer", [](Config & c) -> auto& { return c.outer.optimizer; },
+          choicesOf(train::outerKindNames(), train::parseOuterKind),
+          "Outer optimizer over each round's pseudo-gradient (the model the round started from "
+          "minus the mixed model), DiLoCo's outer step on a gossip average, each peer's momentum "
+          "its own: sgd (heavy ball) or nesterov; none: the mixed model is the next round's "
+          "(docs/algorithms.md)"),
+      doubleKey(
+          "outer.lr", [](Config & c) -> auto& { return c.outer.lr; }, 0.0, 10.0,
+          "Outer learning rate eta (1 with momentum 0: no outer step)"),
+      doubleKey(
+          "outer.momentum", [](Config & c) -> auto& { return c.outer.momentum; }, 0.0, 0.999999,
+          "Outer momentum mu"),
   };
 }
 

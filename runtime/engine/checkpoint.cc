@@ -99,6 +99,15 @@ Json configToJson(const std::vector<std::pair<std::string, std::string>>& config
 
 // The first key of `ours` the header's "config" gives another value (or none), as "key: the
 // checkpoint's value vs ours"; "" when they agree or the checkpoint has no "config" (older builds).
+// A key's default value as the identity shows it ("" for a path not in the schema).
+std::string defaultValue(std::string_view path) {
+  static const config::Config defaults;
+  for (const auto& k : config::schema()) {
+    if (k.path == path) return k.show(defaults);
+  }
+  return "";
+}
+
 std::string configMismatch(const Json& header,
                            const std::vector<std::pair<std::string, std::string>>& ours) {
   const auto it = header.find("config");
@@ -106,7 +115,11 @@ std::string configMismatch(const Json& header,
   if (!it->is_object()) return "config (not an object)";
   for (const auto& [path, value] : ours) {
     const auto theirs = it->find(path);
-    if (theirs == it->end()) return path + ": absent from the checkpoint, " + value + " here";
+    if (theirs == it->end()) {
+      // A key newer than the checkpoint's build: the run then had its default.
+      if (value == defaultValue(path)) continue;
+      return path + ": absent from the checkpoint, " + value + " here";
+    }
     if (!theirs->is_string()) return path + " (not a string)";
     if (theirs->get<std::string>() != value) {
       return path + ": " + printable(theirs->get<std::string>()) + " in the checkpoint, " +
@@ -172,7 +185,7 @@ CheckpointIdentity checkpointIdentity(const config::Config& config, const PeerCo
   id.algorithm = std::string(core.algorithm().name());
   id.parameters = core.model().size();
   for (const auto& k : config::schema()) {
-    if (mustAgreeKey(k.path) || k.path.starts_with("optimizer.")) {
+    if (mustAgreeKey(k.path) || k.path.starts_with("optimizer.") || k.path.starts_with("outer.")) {
       id.config.emplace_back(k.path, k.show(config));
     }
   }
@@ -251,6 +264,7 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
   parts.addSection("model", s.model);
   parts.addSection("momentum", s.momentum);
   parts.addSection("gradient", s.gradient);
+  if (!s.outerMomentum.empty()) parts.addSection("outer_momentum", s.outerMomentum);
   for (const auto& [name, values] : s.algorithm) parts.addSection("algorithm/" + name, values);
   std::uint32_t crc = 0;
   for (const auto& part : parts.spans()) {
@@ -491,6 +505,8 @@ Result<LoadedCheckpoint> parseCheckpoint(std::span<const std::uint8_t> bytes,
       s.momentum = std::move(values);
     } else if (name == "gradient") {
       s.gradient = std::move(values);
+    } else if (name == "outer_momentum") {
+      s.outerMomentum = std::move(values);
     } else if (name.rfind("algorithm/", 0) == 0) {
       s.algorithm.emplace_back(name.substr(10), std::move(values));
     } else {

@@ -36,7 +36,33 @@ std::vector<CollectiveKind> ringAgreementCollectives(const RunPlan& plan) {
                                      CollectiveKind::kMinimum);
 }
 
-CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues) {
+bool roundRing(const RunPlan& plan, std::size_t modelValues) {
+  const topology::Graph g = topology::unionGraph(*plan.schedule);
+  return g.n >= 3 && modelValues >= static_cast<std::size_t>(g.n) && topology::hasRingEdges(g);
+}
+
+std::vector<CollectiveKind> roundAveragingCollectives(const RunPlan& plan,
+                                                      std::size_t modelValues) {
+  const topology::Graph g = topology::unionGraph(*plan.schedule);
+  if (g.n <= 1) return {};
+  if (roundRing(plan, modelValues)) {
+    const auto steps = static_cast<std::size_t>(g.n - 1);
+    std::vector<CollectiveKind> kinds(steps, CollectiveKind::kRingSum);
+    kinds.insert(kinds.end(), steps, CollectiveKind::kRingGather);
+    kinds.push_back(CollectiveKind::kRingAck);
+    return kinds;
+  }
+  const CollectiveTree tree = collectiveTree(plan, 0, modelValues, /*roundRing=*/true);
+  if (tree.height < 1 || 2 * (tree.height + tree.chunks - 1) > PeerCore::kRoundWindow / 2)
+    return {};
+  const auto steps = static_cast<std::size_t>(tree.height + tree.chunks - 1);
+  std::vector<CollectiveKind> kinds(steps, CollectiveKind::kTreeSum);
+  kinds.insert(kinds.end(), steps, CollectiveKind::kTreeBroadcast);
+  return kinds;
+}
+
+CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues,
+                              bool roundRingOn) {
   const topology::Graph g = topology::unionGraph(*plan.schedule);
   const topology::SpanningTree s = topology::breadthFirstTree(g, 0);
   if (!s.spans) return CollectiveTree{-1, {}, 0, -1, 1};
@@ -46,7 +72,11 @@ CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelVa
   t.depth = s.depth[static_cast<std::size_t>(rank)];
   t.height = s.height;
   t.chunks = treeChunks(modelValues);
-  if (ringAveraging(plan, modelValues)) {
+  if (roundRingOn && !roundRing(plan, modelValues)) {
+    // A round's tree collectives stay within the collectives' window: fewer chunks on a deep tree.
+    t.chunks = std::clamp(static_cast<int>(PeerCore::kRoundWindow / 4) - t.height + 1, 1, t.chunks);
+  }
+  if (roundRingOn ? roundRing(plan, modelValues) : ringAveraging(plan, modelValues)) {
     t.ringSize = g.n;
     t.ringPrev = (rank + g.n - 1) % g.n;
     t.ringNext = (rank + 1) % g.n;
@@ -260,7 +290,12 @@ bool Collectives::combine(std::span<const std::uint8_t> payload, std::uint32_t t
     return false;  // another collective's size: a peer out of step
   const int origin = static_cast<int>(loadLe<std::uint32_t>(payload.data()));
   const std::uint8_t* values = payload.data() + kCollectiveHeaderBytes;
-  const auto value = [values](std::size_t i) {
+  const auto value = [values, elem](std::size_t i) -> double {
+    if (elem == sizeof(float)) {
+      float f;
+      std::memcpy(&f, values + i * sizeof(float), sizeof f);
+      return f;
+    }
     double v;
     std::memcpy(&v, values + i * sizeof(double), sizeof v);
     return v;
@@ -348,7 +383,7 @@ void Collectives::finish(std::span<float> model) {
   }
   // A model's state (8 bytes per value) is not kept between collectives: it would double a big
   // model's memory for the rest of the run. Small states stay readable (state()).
-  if (onModel_) {
+  if (onModel_ && !roundUse_) {
     std::vector<double>().swap(state_);
     std::vector<double>().swap(next_);
   }

@@ -101,7 +101,16 @@ std::vector<CollectiveKind> ringAgreementCollectives(const RunPlan& plan);
 // `rank`'s place in the breadth-first spanning tree of the union graph from rank 0
 // (topology::breadthFirstTree): the same tree at every peer, with treeChunks(modelValues) chunks.
 // height -1 when the graph is disconnected.
-CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues = 0);
+// `roundRing`: the ring fields whenever roundRing() holds (the rounds of allreduce and diloco),
+// whatever the model's size.
+CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues = 0,
+                              bool roundRing = false);
+// The averaging that ends every round of allreduce and diloco (algorithms::averagesEachRound):
+// around the ring (as finalize's ring kinds, the partial sums in f32: Collectives::setRoundUse)
+// when roundRing(), else the tree kinds; empty for one peer or a graph neither can run over
+// (validate refuses those).
+bool roundRing(const RunPlan& plan, std::size_t modelValues);
+std::vector<CollectiveKind> roundAveragingCollectives(const RunPlan& plan, std::size_t modelValues);
 // Chunks of a tree collective over `modelValues` values: one per kTreeChunkBytes of f64 state
 // (at least 1, at most kMaxTreeChunks). 0 values: 1.
 inline constexpr std::size_t kTreeChunkBytes = std::size_t{1} << 20;
@@ -129,6 +138,11 @@ class Collectives {
   // This peer's place in the tree of kTreeSum / kTreeBroadcast and the ring of kRingSum /
   // kRingGather / kRingAck (set before the first of them).
   void setTree(const CollectiveTree& tree) { tree_ = tree; }
+  // The collectives of a training round (allreduce, diloco: PeerCore::setRoundCollectives): the
+  // model's partial sums travel in f32 as well (the wire of a data-parallel all-reduce; the sums
+  // still accumulate in f64 here), and the f64 state is kept between rounds rather than touched
+  // fresh each round.
+  void setRoundUse(bool on) { roundUse_ = on; }
 
   // Starts the next collective: the first of a sequence from `model` (or from `initial`, at most
   // kMaxSmallCollective values, when not empty), later ones from the previous one's state.
@@ -191,10 +205,12 @@ class Collectives {
   std::pair<std::size_t, std::size_t> messageRange(int c) const;
   // A tree broadcast or ring gather of the model carries f32 (the model's precision: every peer
   // ends with the same float bits either way); everything else f64.
+  // In a training round (setRoundUse) the sums too.
   std::size_t elementBytes() const {
     const bool spread =
         kind_ == CollectiveKind::kTreeBroadcast || kind_ == CollectiveKind::kRingGather;
-    return spread && onModel_ ? sizeof(float) : sizeof(double);
+    const bool sum = kind_ == CollectiveKind::kTreeSum || kind_ == CollectiveKind::kRingSum;
+    return onModel_ && (spread || (sum && roundUse_)) ? sizeof(float) : sizeof(double);
   }
 
   const int rank_;
@@ -202,6 +218,7 @@ class Collectives {
   CollectiveKind kind_ = CollectiveKind::kAverage;
   bool active_ = false;
   bool onModel_ = true;        // the state is the model (else the caller's small state)
+  bool roundUse_ = false;      // setRoundUse
   std::vector<double> state_;  // the collective state
   std::vector<double> next_;   // kAverage: the state being combined
   std::uint32_t degree_ = 0;   // this peer's live degree in this step

@@ -133,8 +133,9 @@ class PeerSession::Impl {
   Status startRound(const RoundInput& input);
   Status completeRound();
   // `initial`: a small state of the caller's instead of the model (PeerCore::beginCollective).
+  // `ofRound`: the averaging of an allreduce or diloco round.
   Status runCollectives(const std::vector<CollectiveKind>& kinds,
-                        std::span<const double> initial = {});
+                        std::span<const double> initial = {}, bool ofRound = false);
   Status finish(bool average);
   std::int64_t roundsDone() const { return outcome_.rounds; }
   std::int64_t resumedFrom() const { return resumedFrom_; }
@@ -1035,6 +1036,16 @@ Status PeerSession::Impl::completeRound() {
   std::vector<int> suspects;
   if (!core_->divergence()) awaitNeighbours(false);
   if (!core_->divergence()) suspects = mixRound(round);
+  if (!core_->divergence() && core_->averagesEachRound()) {
+    // allreduce, diloco: the round ends with the exact average of the models, then the outer step.
+    const auto averageStart = Clock::now();
+    core_->setRoundCollectives(true);
+    const Status st = runCollectives(core_->roundCollectives(), {}, /*ofRound=*/true);
+    core_->setRoundCollectives(false);
+    mixSeconds_ += since(averageStart);
+    GV_RETURN_IF_ERROR(st);
+    core_->outerStep();
+  }
   if (core_->divergence()) {
     core_->abandonRound();
     outcome_.diverged = true;
@@ -1075,14 +1086,16 @@ void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
 }
 
 Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds,
-                                         std::span<const double> initial) {
+                                         std::span<const double> initial, bool ofRound) {
   if (finished_) return failedPrecondition("the run is over");
   // A tree step may wait for as many transfers as the tree is high (its subtree's, one after
-  // another); a lost tree neighbour ends the wait early (heartbeats).
+  // another); a lost tree neighbour ends the wait early (heartbeats). A round's collectives run
+  // over the tree the core holds for them (PeerCore::setRoundCollectives).
   int waitRounds = 1;
   if (usesTree(kinds)) {
-    const CollectiveTree tree = collectiveTree(plan_, options_.rank, core_->model().size());
-    core_->setCollectiveTree(tree);
+    const CollectiveTree tree =
+        collectiveTree(plan_, options_.rank, core_->model().size(), /*roundRing=*/ofRound);
+    if (!ofRound) core_->setCollectiveTree(tree);
     waitRounds = std::max(1, tree.height);
   }
   membership_.beginCollectives();
@@ -1209,6 +1222,14 @@ void PeerSession::Impl::linger(bool finished) {
   // last message is in, and that close is the sender's sign that it arrived: nobody waits on a
   // message that never comes, so a directed cycle does not hold every peer until the deadline.
   const config::Config& c = plan_.config;
+  if (core_->averagesEachRound()) {
+    // allreduce, diloco: no round messages to linger for. The last round's ring ends with an ack
+    // (every peer holds all its ring neighbours sent it); its tree ends with the broadcast, whose
+    // children close once they have it.
+    if (finished && core_->roundTree().ringSize == 0) lingerForChildren();
+    waitSends(Clock::now() + std::chrono::seconds(5));
+    return;
+  }
   const auto lingerEnd = Clock::now() + toDuration(c.algorithm.roundTimeout + c.peers.deadAfter);
   while (finished && Clock::now() < lingerEnd) {
     drainInbox();

@@ -31,6 +31,22 @@ Status runLockstep(std::vector<std::unique_ptr<PeerCore>>& peers, std::int64_t f
     }
     for (auto& p : peers) p->endRound();
     GV_RETURN_IF_ERROR(diverged(true));
+    if (!peers.empty() && peers.front()->averagesEachRound()) {
+      // allreduce, diloco: the round's exact average, then the outer step.
+      for (auto& p : peers) p->setRoundCollectives(true);
+      for (CollectiveKind kind : peers.front()->roundCollectives()) {
+        for (auto& p : peers) p->beginCollective(kind);
+        for (auto& p : peers) {
+          for (int j : p->sendTo()) peers[j]->onMessage(p->rank(), p->outgoing(j));
+        }
+        for (auto& p : peers) p->endCollective();
+      }
+      for (auto& p : peers) {
+        p->finishCollectives();
+        p->setRoundCollectives(false);
+        p->outerStep();
+      }
+    }
     if (hooks.afterRound) hooks.afterRound(t);
   }
   return Status::ok();

@@ -84,6 +84,27 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
     e.out = LazyBuffer(wireCapacity_);
   }
   initialNorm_ = norm(x_);
+  if (options_.outer.active()) {
+    outer_ = std::make_unique<train::OuterOptimizer>(options_.outer, n);
+    xBefore_ = x_;
+  }
+}
+
+void PeerCore::outerStep() {
+  if (!outer_) return;
+  // The outer step from the anchor over the mixed (or averaged) model; the result is the next
+  // anchor.
+  outer_->step(xBefore_, x_, workload_->bufferRanges());
+  std::copy(x_.begin(), x_.end(), xBefore_.begin());
+}
+
+Status PeerCore::setAnchor(std::span<const float> values) {
+  if (values.size() != x_.size()) {
+    return invalidArgument("outer anchor: " + std::to_string(values.size()) +
+                           " values, this peer has " + std::to_string(x_.size()));
+  }
+  std::copy(values.begin(), values.end(), xBefore_.begin());
+  return Status::ok();
 }
 
 bool PeerCore::checkHealth(double loss, bool afterMixing) {
@@ -205,9 +226,10 @@ bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() ==
 
 // Local optimizer step(s): x <- x - lr * u, from the precomputed gradient first (overlap).
 void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
-  std::copy(x_.begin(), x_.end(), xBefore_.begin());
-  lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
   stepped_ = input.localSteps;
+  // The caller's own steps (mix()) moved the model from the anchor, which the outer step needs.
+  if (stepped_ || !outer_) std::copy(x_.begin(), x_.end(), xBefore_.begin());
+  lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
   double loss = 0;
   for (int s = 0; stepped_ && s < options_.localSteps; ++s) {
     if (s == 0 && gradientReady_) {
@@ -254,6 +276,10 @@ void PeerCore::planRecipients(std::int64_t round) {
     for (const auto& [j, e] : edges_) {
       if (e.needRound >= 0 && !dead_.count(j)) expected_.push_back(j);
     }
+  }
+  if (options_.averageEachRound) {  // no gossip: the round ends with the averaging collectives
+    sendTo_.clear();
+    expected_.clear();
   }
   degreeAtRound_ = static_cast<std::uint32_t>(liveDegree());
   if (lostNeighbours() > 0) {
@@ -444,10 +470,9 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     e.resyncRequested = algorithm_->publicCopyHash() != 0;
   }
   e.nextSeqIn = env->sequence + 1;
-  // Collectives (the API's start-up sync and finalize averaging) are counted apart from training.
-  if (env->flags & kFlagCollective) {
-    counters_.collectiveBytes += bytes.size();
-  } else {
+  // Collectives are counted when they are combined (endCollective): apart from training (the
+  // API's start-up sync, finalize averaging), or as the round's own bytes (averageEachRound).
+  if (!(env->flags & kFlagCollective)) {
     counters_.bytesReceived += bytes.size();
     counters_.bytesReceivedFrom[j] += bytes.size();
   }
@@ -655,8 +680,10 @@ std::vector<int> PeerCore::endRound() {
       if (!dead_.count(j) && e.appliedThrough < e.needRound) suspects.push_back(j);
     }
   }
+  // (allreduce and diloco send no round message: nobody is awaited, nobody is suspect.)
   const decltype(plan.weights) none;
-  for (const auto& [j, w] : options_.mixDelay > 0 ? none : plan.weights) {
+  for (const auto& [j, w] :
+       options_.mixDelay > 0 || options_.averageEachRound ? none : plan.weights) {
     const Edge& e = edges_.at(j);
     // A neighbour that died after its message of this round arrived (typically: it finished its
     // last round and closed) still counts in this round's mix, as it does in the simulator.
@@ -678,6 +705,8 @@ std::vector<int> PeerCore::endRound() {
   for (const auto& t : algorithm_->takeDistrusted()) quarantineDistrusted(t);
   // A caller's own optimizer step has no quasi-global momentum of ours to feed.
   if (stepped_) optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
+  // (With averageEachRound the round's average comes later: outerStep() then.)
+  if (!options_.averageEachRound) outerStep();
   if (!divergence_) checkHealth(lastLoss_, true);
   for (int j : pendingDrops_) algorithm_->dropNeighbour(j);
   pendingDrops_.clear();
@@ -714,7 +743,13 @@ void PeerCore::beginCollective(CollectiveKind kind, std::span<const double> init
     markSealed(e, env);
     writeEnvelope(env, e.out.span());
     seal(e, env, e.out.span(), e.outBytes);
-    counters_.collectiveBytes += e.outBytes;
+    if (roundCollectives_) {
+      counters_.bytesSent += e.outBytes;
+      counters_.bytesSentTo[j] += e.outBytes;
+      counters_.bytesDenseEquivalent += e.outBytes;  // uncompressed: its own dense equivalent
+    } else {
+      counters_.collectiveBytes += e.outBytes;
+    }
   }
 }
 
@@ -738,6 +773,12 @@ void PeerCore::endCollective() {
       continue;  // missing (suspect or dead): left out
     std::vector<std::uint8_t> buf = std::move(e.collectives.front().second);
     e.collectives.pop_front();
+    if (roundCollectives_) {
+      counters_.bytesReceived += buf.size();
+      counters_.bytesReceivedFrom[j] += buf.size();
+    } else {
+      counters_.collectiveBytes += buf.size();
+    }
     const auto env = readEnvelope(buf);  // checked on arrival
     if (env.isOk()) {
       const std::size_t room = buf.size() - std::min(buf.size(), kEnvelopeBytes);
@@ -754,6 +795,9 @@ void PeerCore::endCollective() {
 void PeerCore::finishCollectives() {
   if (!collectives_.active()) return;
   collectives_.finish(x_);
+  // A new model outside the rounds (start-up sync, finalize): the new anchor. A round's average
+  // is the mixed model of its round: outerStep() follows.
+  if (outer_ && !roundCollectives_) std::copy(x_.begin(), x_.end(), xBefore_.begin());
   sendTo_.clear();
   expected_.clear();
 }
@@ -770,6 +814,12 @@ void PeerCore::saveState(PeerState& s) const {
   s.model.assign(x_.begin(), x_.end());
   const auto m = optimizer_->momentumBuffer();
   s.momentum.assign(m.begin(), m.end());
+  if (outer_) {
+    const auto om = outer_->momentum();
+    s.outerMomentum.assign(om.begin(), om.end());
+  } else {
+    s.outerMomentum.clear();
+  }
   s.gradientReady = gradientReady_;
   if (gradientReady_) {
     s.gradient.assign(g_.begin(), g_.end());
@@ -798,6 +848,8 @@ Status PeerCore::restoreState(const PeerState& s) {
   GV_RETURN_IF_ERROR(
       size("optimizer momentum", s.momentum.size(), optimizer_->momentumBuffer().size()));
   if (s.gradientReady) GV_RETURN_IF_ERROR(size("overlap gradient", s.gradient.size(), g_.size()));
+  GV_RETURN_IF_ERROR(
+      size("outer momentum", s.outerMomentum.size(), outer_ ? outer_->momentum().size() : 0));
   // The algorithm's buffers: the saved ones by name, the others (neighbours that were dead then)
   // as they start; any other name this peer does not have, or another size, means another config.
   auto buffers = algorithm_->state();
@@ -836,9 +888,11 @@ Status PeerCore::restoreState(const PeerState& s) {
     return st;
   }
   if (!s.momentum.empty()) GV_RETURN_IF_ERROR(optimizer_->setMomentumBuffer(s.momentum));
+  if (!s.outerMomentum.empty()) GV_RETURN_IF_ERROR(outer_->setMomentum(s.outerMomentum));
   round_ = s.round;
   workload_->setStep(s.workloadStep);
   x_ = s.model;
+  if (outer_) xBefore_ = x_;  // a checkpoint is taken between rounds: the anchor is the model
   gradientReady_ = s.gradientReady;
   if (gradientReady_) g_ = s.gradient;
   initialNorm_ = s.initialNorm;

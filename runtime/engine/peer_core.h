@@ -38,6 +38,7 @@
 #include "runtime/security/auth.h"
 #include "runtime/security/key.h"
 #include "runtime/train/optimizer.h"
+#include "runtime/train/outer.h"
 #include "runtime/train/workload.h"
 #include "topology/topology.h"
 
@@ -57,6 +58,15 @@ struct PeerCoreOptions {
   int rank = 0;
   std::uint32_t incarnation = 0;
   int localSteps = 1;
+  // outer.*: an outer step after each round's mixing, from the round's anchor (train/outer.h).
+  train::OuterOptions outer;
+  // allreduce and diloco (algorithms::averagesEachRound): the round sends no gossip message; its
+  // driver runs the averaging collectives (roundAveragingCollectives()) after endRound(), inside
+  // setRoundCollectives(true), then outerStep().
+  bool averageEachRound = false;
+  // ... those collectives and this peer's place in their ring or tree (setup.cc fills them).
+  std::vector<CollectiveKind> roundCollectives;
+  CollectiveTree roundTree;
   int checkEvery = 50;            // replica hash check period in rounds (0: never)
   bool dynamicMetropolis = true;  // recompute Metropolis weights from live degrees (static graphs)
   bool lazyMixing = false;        // with dynamicMetropolis: halve them ((I + W) / 2)
@@ -138,7 +148,8 @@ struct PeerState {
   std::int64_t round = -1;         // the last completed round
   std::uint64_t workloadStep = 0;  // the minibatch stream's position (Workload::step)
   std::vector<float> model;
-  std::vector<float> momentum;  // the optimizer's buffer (empty without momentum)
+  std::vector<float> momentum;       // the optimizer's buffer (empty without momentum)
+  std::vector<float> outerMomentum;  // the outer optimizer's (empty without one or with mu 0)
   // algorithm.overlap: the next round's gradient, computed during this round's communication.
   std::vector<float> gradient;
   bool gradientReady = false;
@@ -363,6 +374,27 @@ class PeerCore {
   const algorithms::Algorithm& algorithm() const { return *algorithm_; }
   algorithms::Algorithm& mutableAlgorithm() { return *algorithm_; }
   train::Optimizer& optimizer() { return *optimizer_; }
+  // The outer optimizer (nullptr without outer.optimizer, or when its step is the identity).
+  train::OuterOptimizer* outer() { return outer_.get(); }
+  // With an outer optimizer: the model the next round's outer step starts from. It is the model
+  // after the last round (or collective, or restore); through the API's mix() the caller's own
+  // steps happen in between, so it is kept apart from the model. setAnchor(): replaces it (the
+  // API's loadState()).
+  std::span<const float> anchor() const { return xBefore_; }
+  Status setAnchor(std::span<const float> values);
+  // The outer step of the round (no-op without an outer optimizer). endRound() takes it, except
+  // with averageEachRound, where the driver calls it after the round's averaging collectives.
+  void outerStep();
+  // While on, collectives are the round's own traffic (averageEachRound): their bytes count in
+  // bytesSent / bytesReceived, and their end is not a new anchor.
+  void setRoundCollectives(bool on) {
+    roundCollectives_ = on;
+    collectives_.setRoundUse(on);
+    if (on) collectives_.setTree(options_.roundTree);
+  }
+  bool averagesEachRound() const { return options_.averageEachRound; }
+  const std::vector<CollectiveKind>& roundCollectives() const { return options_.roundCollectives; }
+  const CollectiveTree& roundTree() const { return options_.roundTree; }
   const PeerCounters& counters() const { return counters_; }
   double lastLoss() const { return lastLoss_; }
   double lastLr() const { return lastLr_; }
@@ -466,8 +498,12 @@ class PeerCore {
   const topology::Schedule& schedule_;
   std::unique_ptr<train::Workload> workload_;
   std::unique_ptr<train::Optimizer> optimizer_;
+  std::unique_ptr<train::OuterOptimizer> outer_;  // outer.optimizer (nullptr: none, or identity)
   std::unique_ptr<algorithms::Algorithm> algorithm_;
-  std::vector<float> x_, g_, xBefore_;  // g_: the gradient, then the step's direction (u)
+  // g_: the gradient, then the step's direction (u). xBefore_: the model before the round's local
+  // steps; with an outer optimizer, the anchor (anchor()), which the caller's own steps (mix())
+  // leave alone.
+  std::vector<float> x_, g_, xBefore_;
   bool gradientReady_ = false;
   double lastLoss_ = 0.0;
   double lastLr_ = 0.0;
@@ -492,7 +528,8 @@ class PeerCore {
   std::int64_t dueRound_ = -1;  // mixDelay: this round mixes the shares of rounds <= dueRound_
   PeerCounters counters_;
   bool stepped_ = true;  // this round took local steps (else the caller stepped: no afterMixing)
-  Collectives collectives_;  // the state through a sequence of collectives
+  bool roundCollectives_ = false;  // setRoundCollectives
+  Collectives collectives_;        // the state through a sequence of collectives
 };
 
 }  // namespace grapevine::engine

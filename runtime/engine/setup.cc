@@ -117,6 +117,12 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   po.rank = rank;
   po.incarnation = incarnation;
   po.localSteps = c.algorithm.localSteps;
+  po.outer = {c.outer.optimizer, c.outer.lr, c.outer.momentum};
+  po.averageEachRound = algorithms::averagesEachRound(c.algorithm.name);
+  if (po.averageEachRound) {
+    po.roundCollectives = roundAveragingCollectives(plan, x.size());
+    po.roundTree = collectiveTree(plan, rank, x.size(), /*roundRing=*/true);
+  }
   po.checkEvery = c.algorithm.checkEvery;
   po.dynamicMetropolis = plan.schedule->period() == 1 &&
                          (c.topology.weights == topology::WeightsKind::kMetropolis ||
@@ -130,7 +136,7 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   // The API's caller may not report its loss, and its finalize() averages over collectives.
   po.lossMayBeUnknown = c.workload.name == train::WorkloadKind::kExternal;
   // run.final_average: the collectives carry the model in double.
-  po.collectives = po.lossMayBeUnknown || c.run.finalAverage;
+  po.collectives = po.lossMayBeUnknown || c.run.finalAverage || po.averageEachRound;
   // How far a neighbour may be ahead in a run where nobody was away: on an undirected graph a round
   // or two; on a directed one up to the directed distance back to this peer (< peers), per round of
   // a time-varying schedule's period. A peer further behind was away (a pause, a partition).

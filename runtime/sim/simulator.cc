@@ -210,6 +210,7 @@ class Simulation {
     GV_RETURN_IF_ERROR(mixPhase(due, wall));
     applyQuarantines(t);
     if (stopOnDivergence(true)) return false;
+    if (averaging_) averagePhase(t, due, wall);
     afterFaults(t);
     if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
@@ -582,8 +583,53 @@ class Simulation {
     const auto suspects = p.endRound();
     s.quarantined = p.takeQuarantined();
     if (p.divergence()) return;  // the round is abandoned (stopOnDivergence)
+    if (averaging_) return;      // recorded after the round's average (averagePhase)
     if (due.due(suspects, {})) recordRound(i, due, suspects, wall);
   }
+
+  // 4. allreduce, diloco: the round's exact average over the collectives the peers run (ring or
+  // tree), in lockstep as finalize averaging runs; each peer's clock follows its messages: a step
+  // ends at a peer when its own previous step ended and each awaited message arrived (its sender's
+  // previous step's end plus the link's delay for its bytes). Node caps are not applied to these
+  // transfers. Then the outer step and the round's record.
+  void averagePhase(std::int64_t t, const engine::RoundReport& due, double wall) {
+    std::vector<double> clock(count_), next(count_);
+    for (std::size_t i = 0; i < count_; ++i) {
+      clock[i] = states_[i].clock;
+      if (live(i)) peers_[i]->setRoundCollectives(true);
+    }
+    for (engine::CollectiveKind kind : peers_.front()->roundCollectives()) {
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (live(i)) peers_[i]->beginCollective(kind);
+      }
+      next = clock;
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (!live(i)) continue;
+        for (int j : peers_[i]->sendTo()) {
+          const auto to = static_cast<std::size_t>(j);
+          if (!live(to) || linkDown(static_cast<int>(i), j)) continue;
+          const auto bytes = peers_[i]->outgoing(j);
+          peers_[to]->onMessage(static_cast<int>(i), bytes);
+          next[to] = std::max(
+              next[to], clock[i] + link_.delaySeconds(static_cast<int>(i), j, t, bytes.size()));
+        }
+      }
+      clock = next;
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (live(i)) peers_[i]->endCollective();
+      }
+    }
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (!live(i)) continue;
+      engine::PeerCore& p = *peers_[i];
+      p.finishCollectives();
+      p.setRoundCollectives(false);
+      p.outerStep();
+      states_[i].clock = clock[i];
+      if (due.due({}, {})) recordRound(i, due, {}, wall);
+    }
+  }
+  bool live(std::size_t i) const { return !down_[i] && !killed_[i]; }
 
   // Appends peer i's round record to its pending text, flushed to its file in large writes.
   void recordRound(std::size_t i, const engine::RoundReport& due, const std::vector<int>& suspects,
@@ -698,6 +744,8 @@ class Simulation {
   // down this round (a < b); restart's in-memory checkpoints; the executed events.
   std::vector<char> down_;
   std::vector<char> killed_;
+  // allreduce, diloco: each round ends with the averaging collectives (averagePhase).
+  const bool averaging_ = algorithms::averagesEachRound(c_.algorithm.name);
   std::set<std::pair<int, int>> linksDown_;
   std::vector<std::optional<engine::PeerState>> saved_;
   nlohmann::json faultLog_ = nlohmann::json::array();

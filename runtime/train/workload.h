@@ -69,6 +69,9 @@ class Workload {
   // ascending offset order: the local step leaves their values and momentum alone. Built-in
   // workloads have a gradient for every value.
   virtual std::span<const ValueRange> skippedRanges() const { return {}; }
+  // Parts of the model that are never stepped (the API's buffers: mixed and averaged only), in
+  // ascending offset order: the outer step (outer.optimizer) leaves them at their mixed values.
+  virtual std::span<const ValueRange> bufferRanges() const { return {}; }
 
   // Number of gradient() calls so far; setStep() repositions the minibatch stream (resume).
   std::uint64_t step() const { return step_; }

@@ -134,6 +134,42 @@ TEST_CASE("sim and launch are bit-identical: quadratic, D-PSGD, lazy Metropolis 
   checkIdentical("lazy", yaml, 16);
 }
 
+TEST_CASE("sim and launch are bit-identical: an outer optimizer (outer.*) over D-PSGD and CHOCO",
+          "[slow]") {
+  std::string yaml = quadratic("local", ", local_steps: 4");
+  checkIdentical("outer-dsgd", yaml + "outer: { optimizer: nesterov, lr: 0.7, momentum: 0.9 }\n",
+                 16, /*tcpOnly=*/true);
+  checkIdentical("outer-choco",
+                 "run: { seed: 5, rounds: 100 }\n"
+                 "peers: { count: 6 }\n"
+                 "topology: { kind: ring }\n"
+                 "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, batch_size: 32 }\n"
+                 "workload: { name: fashion-mnist-mlp, hidden: [32], eval_every: 50, "
+                 "eval_samples: 2000 }\n"
+                 "algorithm: { name: choco, consensus_step: 0.2, local_steps: 8, "
+                 "round_timeout: 120 }\n"
+                 "compression: { method: sign }\n"
+                 "outer: { optimizer: sgd, lr: 1.0, momentum: 0.5 }\n",
+                 6, /*tcpOnly=*/true);
+}
+
+TEST_CASE("sim and launch are bit-identical: the baselines allreduce and diloco", "[slow]") {
+  const std::string common =
+      "run: { seed: 5, rounds: 60 }\n"
+      "peers: { count: 6 }\n"
+      "topology: { kind: ring }\n"
+      "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, batch_size: 32 }\n"
+      "compression: { method: none }\n"
+      "workload: { name: fashion-mnist-mlp, hidden: [32], eval_every: 30, "
+      "eval_samples: 2000 }\n";
+  checkIdentical("allreduce", common + "algorithm: { name: allreduce, round_timeout: 120 }\n", 6);
+  checkIdentical("diloco",
+                 common +
+                     "algorithm: { name: diloco, local_steps: 8, round_timeout: 120 }\n"
+                     "outer: { optimizer: nesterov, lr: 0.7, momentum: 0.9 }\n",
+                 6, /*tcpOnly=*/true);
+}
+
 TEST_CASE("sim and launch are bit-identical: Fashion-MNIST MLP, CHOCO + top-k, DeepSqueeze",
           "[slow]") {
   const std::string common =

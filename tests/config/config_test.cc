@@ -330,6 +330,114 @@ TEST_CASE("algorithm.overlap_rounds outside overlapped push-sum: a warning unles
   CHECK(allDiagnostics(again).empty());
 }
 
+TEST_CASE("outer.*: refused where it cannot work, warned where it does nothing, naming the key") {
+  const auto load = [](const std::string& extra) {
+    return loadString("peers: { count: 4 }\nalgorithm: { name: dsgd, local_steps: 8 }\n" + extra,
+                      "outer.yaml", noEnv());
+  };
+  const auto ok = load("outer: { optimizer: nesterov, lr: 0.7, momentum: 0.9 }\n");
+  CHECK(ok.ok());
+  CHECK(allDiagnostics(ok).empty());
+  CHECK(ok.config.outer.optimizer == grapevine::train::OuterKind::kNesterov);
+  // A resolved config writes every key: it loads without a word, as the run it came from.
+  const auto again = loadString(toYaml(ok.config), "again.yaml", noEnv());
+  CHECK(allDiagnostics(again).empty());
+  CHECK(again.config.outer.lr == 0.7);
+
+  const auto gt =
+      loadString("peers: { count: 4 }\nalgorithm: { name: gt }\nouter: { optimizer: sgd }\n",
+                 "gt.yaml", noEnv());
+  CHECK_FALSE(gt.ok());
+  CHECK(contains(allDiagnostics(gt),
+                 "error: outer.optimizer: sgd cannot be used with "
+                 "algorithm.name gt: the tracker"));
+  const auto qg = load(
+      "optimizer: { momentum_kind: quasi-global, nesterov: false }\n"
+      "outer: { optimizer: nesterov }\n");
+  CHECK_FALSE(qg.ok());
+  CHECK(contains(allDiagnostics(qg),
+                 "error: optimizer.momentum_kind: quasi-global momentum and "
+                 "outer.optimizer nesterov are both"));
+  const auto zero = load("outer: { optimizer: sgd, lr: 0 }\n");
+  CHECK_FALSE(zero.ok());
+  CHECK(contains(allDiagnostics(zero), "error: outer.lr: 0 keeps every peer"));
+  const auto bad = load("outer: { optimizer: adam }\n");
+  CHECK_FALSE(bad.ok());
+  CHECK(contains(allDiagnostics(bad), "outer.optimizer"));
+
+  const auto unused = load("outer: { lr: 0.5, momentum: 0.5 }\n");
+  CHECK(unused.ok());
+  CHECK(
+      contains(allDiagnostics(unused), "warning: outer.lr: has no effect without outer.optimizer"));
+  CHECK(contains(allDiagnostics(unused),
+                 "warning: outer.momentum: has no effect without outer.optimizer"));
+  const auto identity = load("outer: { optimizer: sgd, lr: 1, momentum: 0 }\n");
+  CHECK(identity.ok());
+  CHECK(contains(allDiagnostics(identity),
+                 "warning: outer.optimizer: with outer.lr 1 and "
+                 "outer.momentum 0 the outer step is the identity"));
+  const auto oneStep =
+      loadString("peers: { count: 4 }\nalgorithm: { name: dsgd }\nouter: { optimizer: nesterov }\n",
+                 "one.yaml", noEnv());
+  CHECK(oneStep.ok());
+  CHECK(contains(allDiagnostics(oneStep),
+                 "warning: outer.optimizer: with algorithm.local_steps 1 "
+                 "the outer momentum compounds optimizer.momentum"));
+}
+
+TEST_CASE("allreduce and diloco: refused where they cannot run, naming the key and why") {
+  const auto load = [](const std::string& yaml) { return loadString(yaml, "ar.yaml", noEnv()); };
+  const auto ok =
+      load("peers: { count: 8 }\nalgorithm: { name: allreduce }\ncompression: { method: none }\n");
+  CHECK(ok.ok());
+  CHECK(allDiagnostics(ok).empty());
+  const auto diloco = load(
+      "peers: { count: 8 }\nalgorithm: { name: diloco, local_steps: 50 }\n"
+      "compression: { method: none }\nouter: { optimizer: nesterov }\n");
+  CHECK(diloco.ok());
+  CHECK(allDiagnostics(diloco).empty());
+  const auto again = loadString(toYaml(diloco.config), "again.yaml", noEnv());
+  CHECK(allDiagnostics(again).empty());
+
+  const auto noOuter =
+      load("peers: { count: 8 }\nalgorithm: { name: diloco }\ncompression: { method: none }\n");
+  CHECK_FALSE(noOuter.ok());
+  CHECK(contains(allDiagnostics(noOuter),
+                 "error: algorithm.name: diloco is the exact average "
+                 "each round with an outer optimizer"));
+  const auto compressed =
+      load("peers: { count: 8 }\nalgorithm: { name: allreduce }\ncompression: { method: sign }\n");
+  CHECK_FALSE(compressed.ok());
+  CHECK(contains(allDiagnostics(compressed),
+                 "error: compression.method: must be none with algorithm.name allreduce"));
+  const auto overlap = load(
+      "peers: { count: 8 }\nalgorithm: { name: allreduce, overlap: true }\n"
+      "compression: { method: none }\n");
+  CHECK_FALSE(overlap.ok());
+  CHECK(contains(allDiagnostics(overlap),
+                 "error: algorithm.overlap: cannot be used with "
+                 "algorithm.name allreduce"));
+  const auto robust = load(
+      "peers: { count: 8 }\nalgorithm: { name: allreduce, robust: clip }\n"
+      "compression: { method: none }\n");
+  CHECK_FALSE(robust.ok());
+  CHECK(contains(allDiagnostics(robust), "it averages every model exactly"));
+  // A graph without the ring whose spanning tree is too deep: a path of 20 peers.
+  std::string path =
+      "peers: { count: 20 }\nalgorithm: { name: allreduce }\n"
+      "compression: { method: none }\ntopology: { kind: edges, edges: [";
+  for (int i = 0; i + 1 < 20; ++i)
+    path += (i ? ", [" : "[") + std::to_string(i) + ", " + std::to_string(i + 1) + "]";
+  path += "] }\n";
+  const auto deep = load(path);
+  CHECK_FALSE(deep.ok());
+  CHECK(contains(allDiagnostics(deep), "error: topology.kind: allreduce averages over the ring"));
+  const auto torus = load(
+      "peers: { count: 16 }\nalgorithm: { name: allreduce }\ncompression: { method: none }\n"
+      "topology: { kind: torus }\n");
+  CHECK(torus.ok());  // no ring 0-1-...-15, but a spanning tree 4 deep
+}
+
 TEST_CASE("peers' hosts must be numeric addresses: a hostname is refused, naming the key") {
   const auto named = loadString("peers: { count: 2, host: node1 }\n", "named.yaml", noEnv());
   CHECK_FALSE(named.ok());

@@ -100,6 +100,9 @@ std::vector<Owner> owners() {
   v.push_back(owner<train::MomentumKind>("optimizer.momentum_kind", train::momentumKindNames(),
                                          train::parseMomentumKind, train::momentumKindName,
                                          [](const Config& c) { return c.optimizer.momentumKind; }));
+  v.push_back(owner<train::OuterKind>("outer.optimizer", train::outerKindNames(),
+                                      train::parseOuterKind, train::outerKindName,
+                                      [](const Config& c) { return c.outer.optimizer; }));
   v.push_back(owner<train::LrScheduleKind>("optimizer.schedule", train::lrScheduleKindNames(),
                                            train::parseLrScheduleKind, train::lrScheduleKindName,
                                            [](const Config& c) { return c.optimizer.schedule; }));

@@ -34,9 +34,11 @@ namespace fs = std::filesystem;
 // Stochastic gradients (minibatches), momentum, CHOCO with the automatic step and top-k: every kind
 // of state a checkpoint must carry (model, momentum, public copies, replicas, the step controller,
 // the minibatch stream's position).
-config::Config chocoConfig(const std::string& run = "run: { seed: 5, rounds: 120 }\n") {
+// `extra`: more YAML (the outer optimizer's momentum is state too).
+config::Config chocoConfig(const std::string& run = "run: { seed: 5, rounds: 120 }\n",
+                           const std::string& extra = "") {
   return test_util::loadYaml(
-      run +
+      run + extra +
           "peers: { count: 5 }\ntopology: { kind: ring }\n"
           "algorithm: { name: choco, consensus_step: auto }\n"
           "optimizer: { lr: 0.05, momentum: 0.9, nesterov: true, schedule: cosine, batch_size: 16 "
@@ -66,14 +68,17 @@ void writeBytes(const std::string& path, const std::vector<char>& bytes) {
 }  // namespace
 
 TEST_CASE("checkpoint: a restored run continues bit for bit as the uninterrupted one") {
-  const auto c = chocoConfig();
+  const bool outer = GENERATE(false, true);
+  INFO((outer ? "with" : "without") << " an outer optimizer");
+  const auto c = chocoConfig("run: { seed: 5, rounds: 120 }\n",
+                             outer ? "outer: { optimizer: sgd, lr: 0.5, momentum: 0.5 }\n" : "");
   auto plan = test_util::makePlan(c);
   auto reference = makePeers(*plan);
   REQUIRE(engine::runLockstep(reference, 0, 120).isOk());
 
   auto first = makePeers(*plan);
   REQUIRE(engine::runLockstep(first, 0, 47).isOk());
-  const std::string dir = tempFolder("exact");
+  const std::string dir = tempFolder(outer ? "exact-outer" : "exact");
   for (const auto& p : first) {
     const std::string folder = engine::checkpointFolder(c, dir, p->rank());
     REQUIRE(engine::writeCheckpoint(folder, engine::checkpointIdentity(c, *p), 3, p->saveState(), 2)
@@ -88,6 +93,7 @@ TEST_CASE("checkpoint: a restored run continues bit for bit as the uninterrupted
     REQUIRE(loaded.has_value());
     CHECK(loaded->state.round == 46);
     CHECK(loaded->incarnation == 3);
+    CHECK(loaded->state.outerMomentum.size() == (outer ? p->model().size() : 0));
     const Status st = p->restoreState(loaded->state);
     INFO(st.toString());
     REQUIRE(st.isOk());
@@ -215,6 +221,29 @@ TEST_CASE("checkpoint: hostile files named like checkpoints are refused before t
     auto evalPeers = makePeers(*test_util::makePlan(evalEvery));
     CHECK(engine::readCheckpoint(newest, engine::checkpointIdentity(evalEvery, *evalPeers[0]))
               .isOk());
+  }
+  SECTION(
+      "outer.*: another value is another run's; a checkpoint from before the keys is the "
+      "default's") {
+    const auto outer =
+        chocoConfig("run: { seed: 5, rounds: 120 }\n", "outer: { optimizer: nesterov, lr: 0.7 }\n");
+    auto outerPeers = makePeers(*test_util::makePlan(outer));
+    const auto outerId = engine::checkpointIdentity(outer, *outerPeers[0]);
+    REQUIRE(engine::writeCheckpoint(folder, id, 0, peers[0]->saveState(), 3).isOk());
+    auto r = engine::readCheckpoint(newest, outerId);
+    REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(),
+               Catch::Contains("outer.optimizer: none in the checkpoint, nesterov here"));
+    // A build before outer.* wrote no such keys: it ran without an outer optimizer.
+    auto older = id;
+    std::erase_if(older.config, [](const auto& kv) { return kv.first.starts_with("outer."); });
+    REQUIRE(older.config.size() < id.config.size());
+    REQUIRE(engine::writeCheckpoint(folder, older, 0, peers[0]->saveState(), 3).isOk());
+    CHECK(engine::readCheckpoint(newest, id).isOk());
+    r = engine::readCheckpoint(newest, outerId);
+    REQUIRE(r.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(r.status().message(),
+               Catch::Contains("outer.optimizer: absent from the checkpoint, nesterov here"));
   }
   SECTION("a directory") {
     fs::create_directory(newest);

@@ -159,6 +159,54 @@ def test_two_peers_step_mix_bind_finalize():
     np.testing.assert_array_equal(results[0][4], results[1][4])
 
 
+def test_outer_optimizer_through_mix_steps_from_the_anchor():
+    """outer.optimizer with the caller's own steps (mix()): the outer step starts from the model the
+    last round ended with (the anchor), not from the parameters the caller moved; a buffer keeps
+    its mixed value; state() carries the outer momentum and the anchor, and load_state() restores
+    them. Every value below is exact in float (halves and quarters)."""
+    out = scratch("api-outer")
+    c = config(free_base_port(2, 23190), rounds=2,
+               outer={"optimizer": "nesterov", "lr": 0.5, "momentum": 0.5})
+
+    def peer_main(rank):
+        w = np.full(2, 10.0, dtype=np.float32)
+        stat = np.zeros(1, dtype=np.float32)
+        with grapevine.Peer(c, rank=rank, out_dir=os.path.join(out, f"r{rank}")) as peer:
+            peer.add_tensor("w", w)
+            peer.add_buffer("stat", stat)
+            peer.start()
+            wv, sv = peer.bind("w"), peer.bind("stat")
+            seen = []
+            for _ in range(2):
+                wv -= 1.0 + 2.0 * rank  # the caller's own step: 1 at rank 0, 3 at rank 1
+                sv[:] = 1.0 + 2.0 * rank  # a running statistic
+                peer.mix(loss=1.0)
+                seen.append((wv.copy(), sv.copy()))
+            state = peer.state()
+            # load_state() checks names and order before it changes anything.
+            bad = dict(reversed(list(state.items())))
+            with pytest.raises(grapevine.InvalidArgumentError, match="outer_momentum"):
+                peer.load_state(bad)
+            peer.load_state(state)
+            again = peer.state()
+        return seen, state, again
+
+    results = run_threads([lambda: peer_main(0), lambda: peer_main(1)])
+    for seen, state, again in results:
+        # Round 0: x_half 9 and 7, mixed 8; d = 10 - 8 = 2, m = 2, x = 10 - 0.5 (2 + 0.5 * 2) = 8.5.
+        np.testing.assert_array_equal(seen[0][0], np.full(2, 8.5, dtype=np.float32))
+        # Round 1: x_half 7.5 and 5.5, mixed 6.5; d = 2, m = 3, x = 8.5 - 0.5 (2 + 1.5) = 6.75.
+        np.testing.assert_array_equal(seen[1][0], np.full(2, 6.75, dtype=np.float32))
+        # The buffer is mixed (1 and 3: 2), never outer-stepped.
+        np.testing.assert_array_equal(seen[1][1], np.full(1, 2.0, dtype=np.float32))
+        assert list(state) == ["outer_momentum", "outer_anchor"]
+        np.testing.assert_array_equal(state["outer_momentum"], np.array([3, 3, 0], np.float32))
+        np.testing.assert_array_equal(state["outer_anchor"], np.array([6.75, 6.75, 2], np.float32))
+        assert list(again) == list(state)
+        for name in state:
+            np.testing.assert_array_equal(again[name], state[name])
+
+
 def test_concurrent_calls_on_one_peer_are_refused():
     c = config(free_base_port(2, 23180), peers=2)
     peer = grapevine.Peer(c, rank=0)

@@ -21,7 +21,7 @@ CHECKPOINT = 14  # checkpoint.every 5: rounds 4, 9, 14 before the kill
 SCRIPT = os.path.join(HERE, "peers", "resume_peer.py")
 
 
-def write_config(d, port_hint):
+def write_config(d, port_hint, outer=False):
     config = os.path.join(d, "config.yaml")
     with open(config, "w") as f:
         f.write(f"run: {{ name: resume, seed: 1, rounds: {ROUNDS} }}\n"
@@ -34,7 +34,8 @@ def write_config(d, port_hint):
                 "optimizer: { lr: 0.05, momentum: 0.9, schedule: cosine }\n"
                 "checkpoint: { every: 5, keep: 2, background: false }\n"
                 "workload: { name: external }\n"
-                f"output: {{ dir: {d}, log_every: 1 }}\n")
+                f"output: {{ dir: {d}, log_every: 1 }}\n"
+                + ("outer: { optimizer: nesterov, lr: 0.7, momentum: 0.9 }\n" if outer else ""))
     return config
 
 
@@ -62,17 +63,21 @@ def record_rounds(d, rank):
     return rounds
 
 
-@pytest.mark.parametrize("kind,via_launch", [("adamw", False), ("own", True)])
-def test_resume_is_bit_identical(kind, via_launch):
-    full = scratch(f"resume-{kind}-full")
-    peers, codes = run_peers(full, write_config(full, 24800), [kind])
+# The outer optimizer's momentum and anchor (with the caller's AdamW steps between mix() calls) are
+# state too.
+@pytest.mark.parametrize("kind,via_launch,outer",
+                         [("adamw", False, False), ("own", True, False), ("adamw", False, True)])
+def test_resume_is_bit_identical(kind, via_launch, outer):
+    name = kind + ("-outer" if outer else "")
+    full = scratch(f"resume-{name}-full")
+    peers, codes = run_peers(full, write_config(full, 24800, outer), [kind])
     if codes != [0] * PEERS:
         peers.dump_logs()
     assert codes == [0] * PEERS
     expected = results(full)
 
-    d = scratch(f"resume-{kind}-killed")
-    config = write_config(d, 24900)
+    d = scratch(f"resume-{name}-killed")
+    config = write_config(d, 24900, outer)
     peers, codes = run_peers(d, config, [kind, f"die:{DIE}"])
     assert codes == [1] * PEERS, codes
     if via_launch:

@@ -59,9 +59,10 @@ void printSummary(const config::Config& c, std::ostream& os) {
   if (c.transport.backend == "libfabric")
     os << " (provider " << c.transport.libfabricProvider << ")";
   os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
-  // Neither dsgd nor push-sum has a consensus step.
+  // Neither dsgd nor push-sum has a consensus step, nor the exact averages of allreduce and diloco.
   const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd ||
-                    c.algorithm.name == algorithms::AlgorithmKind::kPushSum;
+                    c.algorithm.name == algorithms::AlgorithmKind::kPushSum ||
+                    algorithms::averagesEachRound(c.algorithm.name);
   os << "  algorithm    " << algorithms::algorithmKindName(c.algorithm.name);
   if (!dsgd && c.algorithm.consensusStep) {
     os << ", consensus step " << fmt(*c.algorithm.consensusStep);
@@ -83,6 +84,12 @@ void printSummary(const config::Config& c, std::ostream& os) {
                    " round" + (c.algorithm.overlapRounds > 1 ? "s" : "") + " late"
              : std::string(", overlapped"))
      << "\n";
+  if (algorithms::averagesEachRound(c.algorithm.name))
+    os << "  averaging    exact, every round (all-reduce over the ring, or a spanning tree)\n";
+  if (c.outer.optimizer != train::OuterKind::kNone) {
+    os << "  outer        " << train::outerKindName(c.outer.optimizer) << ", lr " << fmt(c.outer.lr)
+       << ", momentum " << fmt(c.outer.momentum) << "\n";
+  }
   os << "  optimizer    lr " << fmt(c.optimizer.lr) << " ("
      << train::lrScheduleKindName(c.optimizer.schedule);
   if (c.optimizer.warmupRounds) os << ", " << c.optimizer.warmupRounds << " warm-up rounds";
