@@ -1044,7 +1044,7 @@ Status PeerSession::Impl::completeRound() {
     core_->setRoundCollectives(false);
     mixSeconds_ += since(averageStart);
     GV_RETURN_IF_ERROR(st);
-    core_->outerStep();
+    core_->finishAveragedRound();  // a divergence it finds is handled right below
   }
   if (core_->divergence()) {
     core_->abandonRound();

@@ -44,8 +44,9 @@ Status runLockstep(std::vector<std::unique_ptr<PeerCore>>& peers, std::int64_t f
       for (auto& p : peers) {
         p->finishCollectives();
         p->setRoundCollectives(false);
-        p->outerStep();
+        p->finishAveragedRound();
       }
+      GV_RETURN_IF_ERROR(diverged(true));
     }
     if (hooks.afterRound) hooks.afterRound(t);
   }

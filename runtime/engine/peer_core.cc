@@ -90,12 +90,21 @@ PeerCore::PeerCore(const PeerCoreOptions& options, const topology::Schedule& sch
   }
 }
 
-void PeerCore::outerStep() {
-  if (!outer_) return;
-  // The outer step from the anchor over the mixed (or averaged) model; the result is the next
-  // anchor.
-  outer_->step(xBefore_, x_, workload_->bufferRanges());
-  std::copy(x_.begin(), x_.end(), xBefore_.begin());
+void PeerCore::applyOuterStep() {
+  // The outer step from the anchor over the mixed (or averaged) model.
+  if (outer_) outer_->step(xBefore_, x_, workload_->bufferRanges());
+}
+
+void PeerCore::keepAnchor() {
+  // The round's model is the next anchor; a diverged round keeps the old one, which
+  // abandonRound() restores.
+  if (outer_ && !divergence_) std::copy(x_.begin(), x_.end(), xBefore_.begin());
+}
+
+void PeerCore::finishAveragedRound() {
+  applyOuterStep();
+  if (!divergence_) checkHealth(lastLoss_, true);
+  keepAnchor();
 }
 
 Status PeerCore::setAnchor(std::span<const float> values) {
@@ -705,9 +714,10 @@ std::vector<int> PeerCore::endRound() {
   for (const auto& t : algorithm_->takeDistrusted()) quarantineDistrusted(t);
   // A caller's own optimizer step has no quasi-global momentum of ours to feed.
   if (stepped_) optimizer_->afterMixing(xBefore_, x_, lastLr_, options_.localSteps);
-  // (With averageEachRound the round's average comes later: outerStep() then.)
-  if (!options_.averageEachRound) outerStep();
+  // (With averageEachRound the round's average comes later: finishAveragedRound() then.)
+  if (!options_.averageEachRound) applyOuterStep();
   if (!divergence_) checkHealth(lastLoss_, true);
+  if (!options_.averageEachRound) keepAnchor();
   for (int j : pendingDrops_) algorithm_->dropNeighbour(j);
   pendingDrops_.clear();
   return suspects;
@@ -796,7 +806,7 @@ void PeerCore::finishCollectives() {
   if (!collectives_.active()) return;
   collectives_.finish(x_);
   // A new model outside the rounds (start-up sync, finalize): the new anchor. A round's average
-  // is the mixed model of its round: outerStep() follows.
+  // is the mixed model of its round: finishAveragedRound() follows.
   if (outer_ && !roundCollectives_) std::copy(x_.begin(), x_.end(), xBefore_.begin());
   sendTo_.clear();
   expected_.clear();

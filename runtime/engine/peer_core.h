@@ -62,7 +62,7 @@ struct PeerCoreOptions {
   train::OuterOptions outer;
   // allreduce and diloco (algorithms::averagesEachRound): the round sends no gossip message; its
   // driver runs the averaging collectives (roundAveragingCollectives()) after endRound(), inside
-  // setRoundCollectives(true), then outerStep().
+  // setRoundCollectives(true), then finishAveragedRound().
   bool averageEachRound = false;
   // ... those collectives and this peer's place in their ring or tree (setup.cc fills them).
   std::vector<CollectiveKind> roundCollectives;
@@ -382,9 +382,10 @@ class PeerCore {
   // API's loadState()).
   std::span<const float> anchor() const { return xBefore_; }
   Status setAnchor(std::span<const float> values);
-  // The outer step of the round (no-op without an outer optimizer). endRound() takes it, except
-  // with averageEachRound, where the driver calls it after the round's averaging collectives.
-  void outerStep();
+  // averageEachRound: after the round's averaging collectives, the outer step (without an outer
+  // optimizer: none), the divergence check of the averaged model, and the next anchor. (endRound()
+  // does the same for the other algorithms, right after mixing.)
+  void finishAveragedRound();
   // While on, collectives are the round's own traffic (averageEachRound): their bytes count in
   // bytesSent / bytesReceived, and their end is not a new anchor.
   void setRoundCollectives(bool on) {
@@ -512,6 +513,10 @@ class PeerCore {
   std::map<int, Edge> edges_;
   std::map<int, bool> dead_;  // dropped edges; true: lost before it finished (markDead's `lost`)
   std::optional<Divergence> divergence_;
+  // The round's outer step (no-op without an outer optimizer), and keeping the result as the next
+  // anchor unless the round diverged (finishAveragedRound(), endRound()).
+  void applyOuterStep();
+  void keepAnchor();
   double initialNorm_ = 0.0;
   double firstLoss_ = 0.0, lossEma_ = 0.0, minLossEma_ = 0.0;  // loss history
   bool lossSeen_ = false;                                      // firstLoss_ is set

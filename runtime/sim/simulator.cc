@@ -210,7 +210,10 @@ class Simulation {
     GV_RETURN_IF_ERROR(mixPhase(due, wall));
     applyQuarantines(t);
     if (stopOnDivergence(true)) return false;
-    if (averaging_) averagePhase(t, due, wall);
+    if (averaging_) {
+      averagePhase(t, due, wall);
+      if (stopOnDivergence(true)) return false;
+    }
     afterFaults(t);
     if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
@@ -591,7 +594,7 @@ class Simulation {
   // tree), in lockstep as finalize averaging runs; each peer's clock follows its messages: a step
   // ends at a peer when its own previous step ended and each awaited message arrived (its sender's
   // previous step's end plus the link's delay for its bytes). Node caps are not applied to these
-  // transfers. Then the outer step and the round's record.
+  // transfers. Then the outer step, the divergence check and the round's record.
   void averagePhase(std::int64_t t, const engine::RoundReport& due, double wall) {
     std::vector<double> clock(count_), next(count_);
     for (std::size_t i = 0; i < count_; ++i) {
@@ -624,7 +627,8 @@ class Simulation {
       engine::PeerCore& p = *peers_[i];
       p.finishCollectives();
       p.setRoundCollectives(false);
-      p.outerStep();
+      p.finishAveragedRound();
+      if (p.divergence()) continue;  // the round is abandoned (stopOnDivergence)
       states_[i].clock = clock[i];
       if (due.due({}, {})) recordRound(i, due, {}, wall);
     }

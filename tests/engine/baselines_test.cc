@@ -68,8 +68,7 @@ std::string yamlFor(const std::string& data, const std::string& algorithm, int l
 
 std::vector<std::unique_ptr<PeerCore>> peersFor(const std::string& yaml,
                                                 std::shared_ptr<engine::RunPlan>* plan) {
-  *plan = test_util::makePlan(test_util::loadYaml(yaml, "baselines_test.yaml"));
-  return test_util::makePeers(**plan);
+  return test_util::peersFromYaml(yaml, "baselines_test.yaml", plan);
 }
 
 bool allIdentical(const std::vector<std::unique_ptr<PeerCore>>& peers) {

@@ -51,8 +51,7 @@ std::string yamlFor(const std::string& data, const std::string& algorithm,
 
 std::vector<std::unique_ptr<PeerCore>> peersFor(const std::string& yaml,
                                                 std::shared_ptr<engine::RunPlan>* plan) {
-  *plan = test_util::makePlan(test_util::loadYaml(yaml, "outer_test.yaml"));
-  return test_util::makePeers(**plan);
+  return test_util::peersFromYaml(yaml, "outer_test.yaml", plan);
 }
 
 // The fixed point of H gradient steps then mixing with W_gamma, every coordinate (n x dim).
@@ -181,6 +180,43 @@ TEST_CASE("an outer optimizer reaches gossip's closed-form fixed point, in fewer
       } else {
         CHECK(rounds < plainRounds);
       }
+    }
+  }
+}
+
+TEST_CASE("an outer step that diverges stops the run with the last accepted models") {
+  // outer.lr 10 with momentum 0.99 blows the models up within a few rounds; the divergence
+  // check after the outer step abandons that round, and every peer keeps the model it started it
+  // from (the anchor), within the norm bound, not the blown-up one.
+  const std::string data = quadraticData();
+  for (const std::string algorithm : {"name: dsgd", "name: allreduce"}) {
+    INFO(algorithm);
+    std::shared_ptr<engine::RunPlan> plan;
+    // (A larger inner lr than yamlFor's: the exact average of allreduce has no disagreement for
+    // the outer momentum to amplify, so its pseudo-gradient must be large enough by itself.)
+    std::string yaml =
+        yamlFor(data, algorithm, "outer: { optimizer: nesterov, lr: 10, momentum: 0.99 }\n");
+    const std::string lr = "lr: " + std::to_string(kLr);
+    REQUIRE(yaml.find(lr) != std::string::npos);
+    yaml.replace(yaml.find(lr), lr.size(), "lr: 0.3");
+    auto peers = peersFor(yaml, &plan);
+    std::vector<double> bound;
+    for (const auto& p : peers) {
+      double s = 0;
+      for (float v : p->model()) s += double(v) * v;
+      bound.push_back(1000.0 * std::max(std::sqrt(s), 1.0));
+    }
+    const Status st = engine::runLockstep(peers, 0, 2000);
+    INFO(st.toString());
+    REQUIRE(st.code() == ErrorCode::kAborted);
+    CHECK(st.message().find("diverged at round") != std::string::npos);
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      double s = 0;
+      for (float v : peers[i]->model()) {
+        REQUIRE(std::isfinite(v));
+        s += double(v) * v;
+      }
+      CHECK(std::sqrt(s) <= bound[i]);
     }
   }
 }

@@ -41,4 +41,11 @@ inline std::shared_ptr<engine::RunPlan> makePlan(const config::Config& c) {
   return *plan;
 }
 
+// The plan of a YAML config (into *plan, which the peers refer to) and every peer of it.
+inline std::vector<std::unique_ptr<engine::PeerCore>> peersFromYaml(
+    const std::string& yaml, const std::string& name, std::shared_ptr<engine::RunPlan>* plan) {
+  *plan = makePlan(loadYaml(yaml, name));
+  return makePeers(**plan);
+}
+
 }  // namespace grapevine::test_util
