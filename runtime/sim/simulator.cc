@@ -593,8 +593,9 @@ class Simulation {
   // 4. allreduce, diloco: the round's exact average over the collectives the peers run (ring or
   // tree), in lockstep as finalize averaging runs; each peer's clock follows its messages: a step
   // ends at a peer when its own previous step ended and each awaited message arrived (its sender's
-  // previous step's end plus the link's delay for its bytes). Node caps are not applied to these
-  // transfers. Then the outer step, the divergence check and the round's record.
+  // previous step's end plus the link's delay for its bytes). Node caps and losses are not applied
+  // to these transfers, and a down peer's missing messages cost no wait (a real peer waits up to
+  // algorithm.round_timeout for each). Then the outer step, the divergence check and the record.
   void averagePhase(std::int64_t t, const engine::RoundReport& due, double wall) {
     std::vector<double> clock(count_), next(count_);
     for (std::size_t i = 0; i < count_; ++i) {
