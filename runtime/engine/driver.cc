@@ -1140,8 +1140,11 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       // A slow link is slow, not dead: past the deadline the round still waits for neighbours
       // whose message is arriving (bytes within kArrivalWindow), for as long as they keep coming.
       if (collective) break;
-      // Bytes since the wait began: a stopped (paused) neighbour's earlier bytes do not count.
-      const std::vector<int> arriving = stillArriving(core_->missingThisRound(), waitStart);
+      // Bytes since the wait began: a stopped (paused) neighbour's earlier bytes do not count, nor
+      // those of a neighbour whose messages are being refused (PeerCore::refusing).
+      std::vector<int> missing = core_->missingThisRound();
+      std::erase_if(missing, [this](int j) { return core_->refusing(j); });
+      const std::vector<int> arriving = stillArriving(missing, waitStart);
       if (arriving.empty()) break;
       if (!waitedPast) {
         waitedPast = true;

@@ -233,6 +233,13 @@ class PeerCore {
   bool roundComplete() const;
   // The live neighbours whose message of this round roundComplete() still waits for.
   std::vector<int> missingThisRound() const;
+  // Whether j's last message was refused and none of its messages was applied since (a refusal
+  // streak towards quarantine): bytes still arriving from it are no reason to wait past the round
+  // timeout (a corrupting neighbour's frames, heartbeats included, would hold the round forever).
+  bool refusing(int j) const {
+    const auto it = edges_.find(j);
+    return it != edges_.end() && it->second.refusedRounds > 0;
+  }
   // PeerCoreOptions::mixDelay (0: none).
   int mixDelay() const { return options_.mixDelay; }
   std::int64_t catchUpLag() const { return options_.catchUpLag; }
