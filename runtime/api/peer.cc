@@ -487,26 +487,26 @@ void Peer::loadState(const std::vector<std::pair<std::string, std::vector<float>
   }
   if (auto* outer = m.core().outer()) {
     // outer_momentum (with outer.momentum > 0), then outer_anchor, as state() lists them; every
-    // size is checked before anything changes.
-    const bool hasOuterMomentum = !outer->momentum().empty();
-    const std::size_t need = hasOuterMomentum ? 2 : 1;
-    const char* names[] = {"outer_momentum", "outer_anchor"};
+    // name and size is checked before anything changes.
+    std::vector<std::pair<std::string, std::size_t>> want;
+    if (!outer->momentum().empty()) want.emplace_back("outer_momentum", outer->momentum().size());
+    want.emplace_back("outer_anchor", m.core().model().size());
+    const std::size_t need = want.size();
     for (std::size_t k = 0; k < need; ++k) {
-      const char* want = names[hasOuterMomentum ? k : 1];
-      if (rest.size() <= k || rest[k].first != want) {
-        throw Error(Code::kInvalidArgument, std::string("loadState: outer.optimizer is on: '") +
-                                                want + "' must follow the optimizer's momentum");
+      const auto& [name, size] = want[k];
+      if (rest.size() <= k || rest[k].first != name) {
+        throw Error(Code::kInvalidArgument, "loadState: outer.optimizer is on: '" + name +
+                                                "' must follow the optimizer's momentum");
       }
-      const std::size_t size = k == need - 1 ? m.core().model().size() : outer->momentum().size();
       if (rest[k].second.size() != size) {
-        throw Error(Code::kInvalidArgument, "loadState: '" + std::string(want) + "' has " +
+        throw Error(Code::kInvalidArgument, "loadState: '" + name + "' has " +
                                                 std::to_string(rest[k].second.size()) +
                                                 " values, this peer has " + std::to_string(size));
       }
     }
     check(m.core().mutableAlgorithm().loadState(
         std::vector<std::pair<std::string, std::vector<float>>>(rest.begin() + need, rest.end())));
-    if (hasOuterMomentum) check(outer->setMomentum(rest.front().second));
+    if (need == 2) check(outer->setMomentum(rest.front().second));
     check(m.core().setAnchor(rest[need - 1].second));
     return;
   }

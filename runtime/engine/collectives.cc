@@ -36,6 +36,27 @@ std::vector<CollectiveKind> ringAgreementCollectives(const RunPlan& plan) {
                                      CollectiveKind::kMinimum);
 }
 
+namespace {
+
+// Around a ring of n: n - 1 reduce-scatter steps, n - 1 all-gather steps, the closing ack.
+std::vector<CollectiveKind> ringKinds(int n) {
+  const auto steps = static_cast<std::size_t>(n - 1);
+  std::vector<CollectiveKind> kinds(steps, CollectiveKind::kRingSum);
+  kinds.insert(kinds.end(), steps, CollectiveKind::kRingGather);
+  kinds.push_back(CollectiveKind::kRingAck);
+  return kinds;
+}
+
+// Up and down `tree`, pipelined over its chunks: height + chunks - 1 steps each way.
+std::vector<CollectiveKind> treeKinds(const CollectiveTree& tree) {
+  const auto steps = static_cast<std::size_t>(tree.height + tree.chunks - 1);
+  std::vector<CollectiveKind> kinds(steps, CollectiveKind::kTreeSum);
+  kinds.insert(kinds.end(), steps, CollectiveKind::kTreeBroadcast);
+  return kinds;
+}
+
+}  // namespace
+
 bool roundRing(const RunPlan& plan, std::size_t modelValues) {
   const topology::Graph g = topology::unionGraph(*plan.schedule);
   return g.n >= 3 && modelValues >= static_cast<std::size_t>(g.n) && topology::hasRingEdges(g);
@@ -46,19 +67,12 @@ std::vector<CollectiveKind> roundAveragingCollectives(const RunPlan& plan,
   const topology::Graph g = topology::unionGraph(*plan.schedule);
   if (g.n <= 1) return {};
   if (roundRing(plan, modelValues)) {
-    const auto steps = static_cast<std::size_t>(g.n - 1);
-    std::vector<CollectiveKind> kinds(steps, CollectiveKind::kRingSum);
-    kinds.insert(kinds.end(), steps, CollectiveKind::kRingGather);
-    kinds.push_back(CollectiveKind::kRingAck);
-    return kinds;
+    return ringKinds(g.n);
   }
   const CollectiveTree tree = collectiveTree(plan, 0, modelValues, /*roundRing=*/true);
   if (tree.height < 1 || 2 * (tree.height + tree.chunks - 1) > PeerCore::kRoundWindow / 2)
     return {};
-  const auto steps = static_cast<std::size_t>(tree.height + tree.chunks - 1);
-  std::vector<CollectiveKind> kinds(steps, CollectiveKind::kTreeSum);
-  kinds.insert(kinds.end(), steps, CollectiveKind::kTreeBroadcast);
-  return kinds;
+  return treeKinds(tree);
 }
 
 CollectiveTree collectiveTree(const RunPlan& plan, int rank, std::size_t modelValues,
@@ -89,11 +103,7 @@ std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_
   const topology::Graph g = topology::unionGraph(*plan.schedule);
   if (g.n <= 1) return {};
   if (ring && ringAveraging(plan, modelValues)) {
-    const auto steps = static_cast<std::size_t>(g.n - 1);
-    std::vector<CollectiveKind> kinds(steps, CollectiveKind::kRingSum);
-    kinds.insert(kinds.end(), steps, CollectiveKind::kRingGather);
-    kinds.push_back(CollectiveKind::kRingAck);
-    return kinds;
+    return ringKinds(g.n);
   }
   // A connected graph whose tree is shallow enough for the collectives' window: an exact reduce
   // to rank 0 and a broadcast back, each peer sending its model once or to each child once.
@@ -102,10 +112,7 @@ std::vector<CollectiveKind> averagingCollectives(const RunPlan& plan, std::size_
   const CollectiveTree tree = collectiveTree(plan, 0, modelValues);
   const int height = tree.height;
   if (height >= 1 && 2 * height <= PeerCore::kRoundWindow / 2) {
-    const auto steps = static_cast<std::size_t>(height + tree.chunks - 1);
-    std::vector<CollectiveKind> kinds(steps, CollectiveKind::kTreeSum);
-    kinds.insert(kinds.end(), steps, CollectiveKind::kTreeBroadcast);
-    return kinds;
+    return treeKinds(tree);
   }
   const topology::Weights w = topology::metropolis(g);
   const double lambda = topology::secondLargestModulus(g.n, {&w}).value;
