@@ -109,6 +109,9 @@ Status validate(const Options& o) {
   if (!isFallbackMethod(o.fallback)) {
     return invalidArgument("fallback must be a method other than low-rank");
   }
+  if (!(o.explore >= 0.0 && o.explore <= 0.9)) {
+    return invalidArgument("explore must be in [0, 0.9], got " + std::to_string(o.explore));
+  }
   if (!(o.slack >= 0.0 && o.slack <= 0.5)) {
     return invalidArgument("slack must be in [0, 0.5], got " + std::to_string(o.slack));
   }

@@ -69,6 +69,10 @@ struct Options {
   Method fallback = Method::kTopK;         // low-rank: method for tensors that are not matrices
   Selector selector = Selector::kApprox;   // top-k
   double slack = 0.05;                     // top-k approx: accepted |count - k| / k
+  // top-k: the share of the k values spent on positions drawn at random among the others
+  // (Slim-DP's exploration set, Zhu et al. 2018): round(explore * k) random, the rest the largest.
+  // Same bytes as plain top-k; the receiver decodes it as any top-k payload. 0: plain top-k.
+  double explore = 0.0;
   bool unbiased = false;                   // rand-k: scale kept values by n/k (per stratum)
   Rounding rounding = Rounding::kNearest;  // int8/int4
   bool error_feedback = false;

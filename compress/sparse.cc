@@ -61,19 +61,30 @@ constexpr uint8_t kVarint = 0, kBitmap = 1;
 // top-k by magnitude: biased, delta = k/n (the kept coordinates are the largest, so the error is at
 // most the average (n-k)/n share). The approx selector keeps count in [k(1-slack), k(1+slack)]
 // elements and is still a top set, so delta = floor(k(1-slack))/n.
+// With `explore` (Slim-DP): k = kTop + m, the kTop largest and m positions drawn among the other
+// n - kTop (stratified over them, one per stratum, from the message key): still a superset of a
+// top-kTop set, so delta = kTop/n (floor(kTop(1-slack))/n approx). The payload is top-k's.
 class TopKCompressor final : public Compressor {
  public:
   TopKCompressor(const Options& o, const kernels::Ops& ops)
-      : ratio_(o.ratio), selector_(o.selector), slack_(o.slack), ops_(ops) {}
+      : ratio_(o.ratio), explore_(o.explore), selector_(o.selector), slack_(o.slack), ops_(ops) {}
   Method method() const override { return Method::kTopK; }
   Properties properties(size_t n) const override {
     if (n == 0) return {false, 1.0, 0.0};
-    double k = static_cast<double>(kFor(ratio_, n));
+    double k = static_cast<double>(topCount(n));
     if (selector_ == Selector::kApprox) k = std::floor(k * (1.0 - slack_));
     return {false, k / static_cast<double>(n), 0.0};
   }
+  // The exploration set's size for n elements (at most k - 1: one largest is always kept).
+  size_t exploreCount(size_t n) const {
+    if (explore_ <= 0.0 || n == 0) return 0;
+    const size_t k = kFor(ratio_, n);
+    const auto m = static_cast<size_t>(std::llround(explore_ * static_cast<double>(k)));
+    return std::min(m, k - 1);
+  }
+  size_t topCount(size_t n) const { return kFor(ratio_, n) - exploreCount(n); }
   size_t maxCount(size_t n) const {
-    return kernels::topkMaxCount(n, kFor(ratio_, n), selector_, slack_);
+    return kernels::topkMaxCount(n, topCount(n), selector_, slack_) + exploreCount(n);
   }
   size_t maxEncodedBytes(size_t n) const override {
     const size_t c = maxCount(n);
@@ -83,12 +94,13 @@ class TopKCompressor final : public Compressor {
     const size_t n = x.size();
     if (out.size() < maxEncodedBytes(n)) return invalidArgument("output buffer too small");
     GV_RETURN_IF_ERROR(checkAligned(out.data()));
-    const size_t k = kFor(ratio_, n);
+    const size_t k = topCount(n);
     const size_t wsBytes = ops_.topkWorkspaceBytes(n, k);
     if (workspace_.size() < wsBytes) workspace_.resize(wsBytes);
     if (indices_.size() < maxCount(n)) indices_.resize(maxCount(n));
-    const kernels::TopkStats s =
+    kernels::TopkStats s =
         ops_.topkSelect(x.data(), n, k, selector_, slack_, key, workspace_.data(), indices_.data());
+    if (exploreCount(n) > 0) s.count = addExploration(n, s.count, key);
     stats_ = {s.count, s.countError, s.passes};
     const uint32_t* idx = indices_.data();
     size_t varintBytes = 0;
@@ -125,12 +137,36 @@ class TopKCompressor final : public Compressor {
   EncodeStats lastStats() const override { return stats_; }
 
  private:
+  // Merges m positions drawn among the n - count others into indices_[0, count) (ascending);
+  // returns the new count. Draw j is the r_j-th position not in the top set, r_j one uniform pick
+  // in stratum j of [0, n - count) (randkIndex with a key of its own), so they ascend as well.
+  size_t addExploration(size_t n, size_t count, uint64_t key) {
+    const size_t m = std::min(exploreCount(n), n - count);
+    if (m == 0) return count;
+    top_.assign(indices_.begin(), indices_.begin() + static_cast<std::ptrdiff_t>(count));
+    const uint64_t exploreKey = key ^ 0x9E3779B97F4A7C15ull;
+    explored_.resize(m);
+    size_t t = 0;
+    for (size_t j = 0; j < m; ++j) {
+      const size_t r = randkIndex(exploreKey, n - count, m, j);
+      // The r-th position outside the top set: r + (top indices below it).
+      size_t i = r + t;
+      while (t < count && top_[t] <= i) i = r + ++t;
+      explored_[j] = static_cast<uint32_t>(i);
+    }
+    // Both lists ascend and are disjoint: merge them into indices_.
+    std::merge(top_.begin(), top_.end(), explored_.begin(), explored_.end(), indices_.begin());
+    return count + m;
+  }
+
   double ratio_;
+  double explore_;
   Selector selector_;
   double slack_;
   const kernels::Ops& ops_;
   std::vector<uint8_t> workspace_;
   std::vector<uint32_t> indices_;
+  std::vector<uint32_t> top_, explored_;  // addExploration()'s scratch, reused
   EncodeStats stats_;
 };
 

@@ -193,6 +193,16 @@ void checkNetwork(const Config& c, Report& report) {
                        std::to_string(c.peers.count) + ")");
     }
   }
+  // A real peer plays a slower machine by sleeping; it cannot play a faster one.
+  bool faster = c.network.computeScale < 1.0 && report.wasSet("network.compute_scale");
+  for (const auto& pn : c.network.peers) faster = faster || (pn.computeScale && *pn.computeScale < 1.0);
+  if (faster) {
+    report.warning(report.keyWhere(report.wasSet("network.compute_scale") ? "network.compute_scale"
+                                                                          : "network.peers"),
+                   "network.compute_scale",
+                   "below 1 speeds up grapevine sim only: a real peer (launch, peer) cannot "
+                   "compute faster than its machine, and runs at 1");
+  }
   for (const auto& e : c.network.edges) {
     if (e.a >= c.peers.count || e.b >= c.peers.count) {
       report.error(report.keyWhere("network.edges"), "network.edges",
@@ -507,7 +517,15 @@ void checkRobust(const Config& c, const topology::Schedule* schedule, Report& re
 // breadth-first spanning tree from rank 0 (the root takes each child's model and sends the average
 // back), which must fit the collectives' window of 64 steps: at most 16 deep.
 void checkAveraged(const Config& c, const topology::Schedule* schedule, Report& report) {
-  if (!algorithms::averagesEachRound(c.algorithm.name) || !schedule) return;
+  if (!algorithms::averagesEachRound(c.algorithm.name)) return;
+  if (c.algorithm.adaptiveTimeout && report.wasSet("algorithm.adaptive_timeout")) {
+    report.warning(report.keyWhere("algorithm.adaptive_timeout"), "algorithm.adaptive_timeout",
+                   "has no effect with algorithm.name: " +
+                       std::string(algorithms::algorithmKindName(c.algorithm.name)) +
+                       ": its rounds wait for every message of the average (no round goes on "
+                       "without a neighbour)");
+  }
+  if (!schedule) return;
   const topology::Graph g = topology::unionGraph(*schedule);
   if (g.n <= 2 || topology::hasRingEdges(g)) return;
   const topology::SpanningTree tree = topology::breadthFirstTree(g, 0);
@@ -573,6 +591,16 @@ void checkCompression(const Config& c, Report& report) {
     report.error(report.keyWhere("compression.block_size"), "compression.block_size",
                  std::to_string(c.compression.blockSize) +
                      " is not a multiple of 64 (the quantizers pack whole 64-element words)");
+  }
+  // compression.explore changes which positions top-k sends; another method has none to change.
+  const bool topK = c.compression.method == compress::Method::kTopK ||
+                    (c.compression.method == compress::Method::kLowRank &&
+                     c.compression.fallback == compress::Method::kTopK);
+  if (c.compression.explore > 0.0 && !topK) {
+    report.error(report.keyWhere("compression.explore"), "compression.explore",
+                 "is top-k's exploration set (Slim-DP): it needs compression.method: top-k (or "
+                 "low-rank with fallback: top-k), not " +
+                     method);
   }
   if (c.compression.errorFeedback && dsgd && c.compression.method == compress::Method::kNone) {
     report.warning(report.keyWhere("compression.error_feedback"), "compression.error_feedback",

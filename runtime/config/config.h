@@ -86,6 +86,7 @@ struct AlgorithmSection {
   int localSteps = 1;
   int checkEvery = 50;
   double roundTimeout = 5.0;
+  bool adaptiveTimeout = false;  // each neighbour's deadline follows its arrivals (engine/deadline.h)
   // push-sum with overlap: tau, the rounds a share stays in flight before it is mixed (OSGP).
   int overlapRounds = 1;
   // Robust mixing (runtime/algorithms/robust.h): the rule, b, and the quarantine score.
@@ -124,6 +125,7 @@ struct CompressionSection {
   compress::Method method = compress::Method::kNone;
   double ratio = 0.05;  // top-5%: trains on every graph at the defaults (docs/algorithms.md)
   compress::Selector selector = compress::Selector::kApprox;
+  double explore = 0.0;  // top-k: share of k drawn at random (Slim-DP); 0: plain top-k
   bool unbiased = false;
   int levels = 16;
   int blockSize = 256;

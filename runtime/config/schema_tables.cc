@@ -193,6 +193,11 @@ std::vector<KeyDef> algorithmKeys() {
           0.001, 3600,
           "Seconds to wait for a neighbour's frames before treating it as suspect (a message whose "
           "bytes are still arriving is waited for; tcp)"),
+      boolKey(
+          "algorithm.adaptive_timeout",
+          [](Config & c) -> auto& { return c.algorithm.adaptiveTimeout; },
+          "Each neighbour's deadline follows its own arrival times: 2 x the 75th percentile of "
+          "its last 32 rounds + 0.25 s, at most round_timeout (after 8 rounds)"),
   };
 }
 
@@ -282,6 +287,11 @@ std::vector<KeyDef> compressionKeys() {
           "compression.selector", [](Config & c) -> auto& { return c.compression.selector; },
           choicesOf(compress::selectorNames()),
           "top-k selection: exact, or approximate (sampled threshold, one pass)"),
+      doubleKey(
+          "compression.explore", [](Config & c) -> auto& { return c.compression.explore; }, 0.0,
+          0.9,
+          "top-k: share of the k values sent from positions drawn at random among the rest "
+          "(Slim-DP's exploration set; the rest are the largest). 0: plain top-k"),
       boolKey(
           "compression.unbiased", [](Config & c) -> auto& { return c.compression.unbiased; },
           "rand-k: scale kept values by n/k so the estimate is unbiased"),
@@ -445,7 +455,9 @@ std::vector<KeyDef> networkKeys() {
           "separately (one NIC), on top of each link's bandwidth_mbit (0: no cap)"),
       doubleKey(
           "network.compute_scale", [](Config & c) -> auto& { return c.network.computeScale; }, 1e-3,
-          1e3, "Multiplier of compute time (simulated heterogeneous peers)"),
+          1e3,
+          "Multiplier of compute time (heterogeneous peers): grapevine sim scales its clock; a "
+          "real peer above 1 sleeps (scale - 1) x the CPU time of each of its steps"),
       doubleKey(
           "network.compute_ms", [](Config & c) -> auto& { return c.network.computeMs; }, 0.0, 1e6,
           "Fixed compute time per step in ms for the simulator (0: measured)"),

@@ -197,6 +197,7 @@ Result<compress::Options> compressOptions(const config::Config& c) {
   o.method = c.compression.method;
   o.fallback = c.compression.fallback;
   o.selector = c.compression.selector;
+  o.explore = c.compression.explore;
   o.rounding = c.compression.rounding;
   o.lossless = c.compression.lossless;
   o.ratio = c.compression.ratio;

@@ -1,6 +1,7 @@
 #include "runtime/engine/driver.h"
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "runtime/common/lazy_buffer.h"
 #include "runtime/common/log.h"
 #include "runtime/engine/checkpoint.h"
+#include "runtime/engine/deadline.h"
 #include "runtime/engine/membership.h"
 #include "runtime/engine/metrics.h"
 #include "runtime/engine/process_options.h"
@@ -83,6 +85,12 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+double threadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 Clock::duration toDuration(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -98,7 +106,11 @@ class PeerSession::Impl {
         core_(std::move(core)),
         membershipCore_(*core_, plan.config.run.rounds, plan.config.security.encrypt),
         membership_(options.rank, membershipCore_),
-        knowledge_(plan.config.peers.count) {}
+        knowledge_(plan.config.peers.count) {
+    computeScale_ = plan.config.network.computeScaleOf(options.rank);
+    deadlines_ = ArrivalDeadlines(plan.config.algorithm.roundTimeout,
+                                  plan.config.algorithm.adaptiveTimeout);
+  }
   // Every exit path ends here: an early error return shuts the transports down too.
   ~Impl() { shutdown(); }
   Impl(const Impl&) = delete;
@@ -317,6 +329,20 @@ class PeerSession::Impl {
   // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
   // the neighbours' messages, and mixing them in.
   double stepSeconds_ = 0.0, waitSeconds_ = 0.0, mixSeconds_ = 0.0;
+  // network.compute_scale (or this peer's own in network.peers) above 1: a slower machine, played
+  // by sleeping (scale - 1) x the thread CPU time of each computation the engine runs (the local
+  // steps and the message in beginRound(), the overlapped gradient), the simulator's compute
+  // model. Cumulative seconds slept (in step_seconds too); the records' throttle_seconds.
+  double computeScale_ = 1.0;
+  double throttleSeconds_ = 0.0;
+  // Each neighbour's deadline in a round (algorithm.round_timeout, adaptive_timeout).
+  ArrivalDeadlines deadlines_;
+  void throttle(double cpuSeconds) {
+    if (computeScale_ <= 1.0 || !(cpuSeconds > 0.0)) return;
+    const double s = (computeScale_ - 1.0) * cpuSeconds;
+    std::this_thread::sleep_for(toDuration(s));
+    throttleSeconds_ += s;
+  }
   // Rounds that waited past algorithm.round_timeout for a message still arriving (final.json).
   std::uint64_t roundsWaitedPastTimeout_ = 0;
   // monitoring.prometheus_port (null when 0), and the test evaluation of the latest record (NaN:
@@ -1024,7 +1050,9 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
   runningRound_ = outcome_.rounds;
   applyOwnFaults();
   const auto stepStart = Clock::now();
+  const double cpu0 = threadCpuSeconds();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
+  if (input.localSteps) throttle(threadCpuSeconds() - cpu0);
   stepSeconds_ += since(stepStart);
   sendOutgoing();
   return Status::ok();
@@ -1056,7 +1084,9 @@ Status PeerSession::Impl::completeRound() {
   }
   for (int j : suspects) {
     events_.push_back(
-        {SessionEvent::Kind::kSuspect, j, round, "no message within algorithm.round_timeout"});
+        {SessionEvent::Kind::kSuspect, j, round,
+         deadlines_.adaptive() ? "no message within its adaptive deadline"
+                               : "no message within algorithm.round_timeout"});
   }
   GV_RETURN_IF_ERROR(report(round, suspects));
   checkpointIfDue(round);
@@ -1119,17 +1149,37 @@ Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kind
 
 void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
   const auto waitStart = Clock::now();
-  const auto deadline = waitStart + toDuration(plan_.config.algorithm.roundTimeout * waitRounds);
+  const auto fixedDeadline =
+      waitStart + toDuration(plan_.config.algorithm.roundTimeout * waitRounds);
+  // algorithm.adaptive_timeout: each awaited neighbour's deadline follows its own arrival times
+  // (ArrivalDeadlines); the round waits until the latest deadline of those still missing.
+  const bool adaptive = !collective && deadlines_.adaptive();
+  std::vector<int> unheard;
+  if (adaptive) unheard = core_->expectedFrom();
+  auto deadlineNow = [&] {
+    if (!adaptive) return fixedDeadline;
+    return waitStart + toDuration(deadlines_.latest(core_->missingThisRound()));
+  };
   // Overlap: the next gradient is computed here, while the round's messages are in flight, at the
   // model before mixing (x_half) — always, whatever has arrived yet, as the simulator does. (The
   // API's caller computes its own, between startRound() and completeRound().)
   if (!collective && plan_.config.algorithm.overlap && !options_.external &&
       core_->mixDelay() == 0) {
+    const double cpu0 = threadCpuSeconds();
     core_->precomputeGradient();
+    throttle(threadCpuSeconds() - cpu0);
   }
   bool waitedPast = false;
   for (;;) {
     drainInbox();
+    if (adaptive) {
+      std::erase_if(unheard, [&](int j) {
+        if (!core_->heardThisRound(j)) return false;
+        deadlines_.arrived(j, since(waitStart));
+        return true;
+      });
+    }
+    const auto deadline = deadlineNow();
     if (!collective && core_->divergence()) break;  // a neighbour's notice
     if (collective ? core_->collectiveComplete() : core_->roundComplete()) break;
     // Every message still missing will never come: its sender sent a later round's already
@@ -1160,6 +1210,12 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
     cv_.wait_until(lock, Clock::now() >= deadline ? wakeAt : std::min(deadline, wakeAt),
                    [this] { return !inbox_.empty() || stopRequested(); });
   }
+  // Who the round goes on without pushes its own deadline up (if that happens more than once in a
+  // while); a neighbour that died meanwhile is no longer awaited and counts neither way.
+  const std::vector<int> missing = adaptive ? core_->missingThisRound() : std::vector<int>{};
+  for (int j : unheard) {
+    if (std::find(missing.begin(), missing.end(), j) != missing.end()) deadlines_.missed(j);
+  }
   waitSeconds_ += since(waitStart);
 }
 
@@ -1172,8 +1228,13 @@ std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
   if (!suspects.empty()) {
     std::string s;
     for (int j : suspects) s += " " + std::to_string(j);
-    log::info("round ", round, ": suspect (no message within ", plan_.config.algorithm.roundTimeout,
-              " s):", s);
+    if (deadlines_.adaptive()) {
+      log::info("round ", round, ": suspect (no message within its adaptive deadline, at most ",
+                plan_.config.algorithm.roundTimeout, " s):", s);
+    } else {
+      log::info("round ", round, ": suspect (no message within ",
+                plan_.config.algorithm.roundTimeout, " s):", s);
+    }
   }
   return suspects;
 }
@@ -1204,6 +1265,7 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
   rec["eval_seconds"] = evalSeconds_;
   rec["train_seconds"] = train;
   rec["step_seconds"] = stepSeconds_;
+  if (throttleSeconds_ > 0.0) rec["throttle_seconds"] = throttleSeconds_;
   rec["wait_seconds"] = waitSeconds_;
   rec["mix_seconds"] = mixSeconds_;
   rec.update(metrics_);

@@ -233,6 +233,11 @@ class PeerCore {
   bool roundComplete() const;
   // The live neighbours whose message of this round roundComplete() still waits for.
   std::vector<int> missingThisRound() const;
+  // Whether neighbour j's message of this round came (applied, or held back as `heard`).
+  bool heardThisRound(int j) const {
+    const auto it = edges_.find(j);
+    return it != edges_.end() && (it->second.arrived || it->second.heard);
+  }
   // Whether j's last message was refused and none of its messages was applied since (a refusal
   // streak towards quarantine): bytes still arriving from it are no reason to wait past the round
   // timeout (a corrupting neighbour's frames, heartbeats included, would hold the round forever).

@@ -17,6 +17,7 @@
 
 #include "runtime/common/log.h"
 #include "runtime/engine/collectives.h"
+#include "runtime/engine/deadline.h"
 #include "runtime/engine/records.h"
 #include "runtime/engine/setup.h"
 #include "runtime/engine/summary.h"
@@ -41,6 +42,10 @@ struct PeerState {
   double clock = 0.0;  // simulated seconds at the end of the last round
   double ready = 0.0;  // when this round's message left
   bool anyLost = false;
+  std::vector<int> lostFrom;  // the awaited neighbours whose message never comes this round
+  // When each delivered message of the round arrived (sender, seconds), for adaptive deadlines.
+  std::vector<std::pair<int, double>> arrivedAt;
+  engine::ArrivalDeadlines deadlines;  // algorithm.round_timeout, adaptive_timeout
   std::uint64_t lost = 0;
   double arrival = 0.0;            // latest arrival of a delivered message this round
   std::uint64_t faultDropped = 0;  // messages a fault took (link down, receiver down)
@@ -168,6 +173,10 @@ class Simulation {
   Status createPeers() {
     peers_.resize(count_);
     states_.resize(count_);
+    for (auto& s : states_) {
+      s.deadlines =
+          engine::ArrivalDeadlines(c_.algorithm.roundTimeout, c_.algorithm.adaptiveTimeout);
+    }
     pool_.parallelFor(count_, [&](std::size_t i) {
       auto p = engine::makePeer(plan_, static_cast<int>(i), 0);
       if (p.isOk())
@@ -454,6 +463,8 @@ class Simulation {
         s.ready = s.clock;
         s.incoming.clear();
         s.anyLost = false;
+        s.lostFrom.clear();
+        s.arrivedAt.clear();
         s.arrival = s.ready;
         return;
       }
@@ -463,6 +474,8 @@ class Simulation {
       s.ready = s.clock + compute * c_.network.computeScaleOf(static_cast<int>(i));
       s.incoming.clear();
       s.anyLost = false;
+      s.lostFrom.clear();
+      s.arrivedAt.clear();
       s.arrival = s.ready;
     });
     return firstError(states_);
@@ -516,19 +529,25 @@ class Simulation {
       if (down_[i]) return;
       // A neighbour that is down (paused, restarting) is waited for until the round's deadline.
       for (int j : peers_[i]->expectedFrom()) {
-        if (down_[static_cast<std::size_t>(j)]) s.anyLost = true;
+        if (down_[static_cast<std::size_t>(j)]) {
+          s.anyLost = true;
+          s.lostFrom.push_back(j);
+        }
       }
       const bool capped = link_.nodeCapped();
       std::vector<Transfer> ingress;  // with node caps: the messages through i's interface
+      std::vector<int> ingressFrom;   // ... and their senders
       for (std::size_t k = 0; k < s.incoming.size(); ++k) {
         const int j = s.incoming[k];
         if (linkDown(j, to)) {
           s.anyLost = true;  // waited for until the deadline, as a loss
+          s.lostFrom.push_back(j);
           ++s.faultDropped;
           continue;
         }
         if (link_.lost(j, to, t)) {
           s.anyLost = true;
+          s.lostFrom.push_back(j);
           ++s.lost;
           continue;
         }
@@ -536,7 +555,9 @@ class Simulation {
         peers_[i]->onMessage(j, bytes);
         const PeerState& from = states_[static_cast<std::size_t>(j)];
         if (!capped) {
-          s.arrival = std::max(s.arrival, from.ready + link_.delaySeconds(j, to, t, bytes.size()));
+          const double at = from.ready + link_.delaySeconds(j, to, t, bytes.size());
+          s.arrival = std::max(s.arrival, at);
+          if (s.deadlines.adaptive()) s.arrivedAt.emplace_back(j, at);
           continue;
         }
         // Its first bit reaches i's interface after the latency and jitter; it cannot arrive
@@ -547,10 +568,14 @@ class Simulation {
         const double upstream = from.egressDone[s.incomingSlot[k]] - from.ready;
         if (upstream > 0.0) in.maxBitsPerSecond = in.bits / upstream;
         ingress.push_back(in);
+        ingressFrom.push_back(j);
       }
       if (capped) {
-        for (double done : shareInterface(link_.nodeBitsPerSecond(to), ingress))
-          s.arrival = std::max(s.arrival, done);
+        const std::vector<double> done = shareInterface(link_.nodeBitsPerSecond(to), ingress);
+        for (std::size_t k = 0; k < done.size(); ++k) {
+          s.arrival = std::max(s.arrival, done[k]);
+          if (s.deadlines.adaptive()) s.arrivedAt.emplace_back(ingressFrom[k], done[k]);
+        }
       }
       if (peers_[i]->mixDelay() > 0) s.arrivalOf[t] = s.arrival;
     });
@@ -581,7 +606,15 @@ class Simulation {
       const double g = computeSince(cpu0);
       end = std::max(end, s.ready + g * c_.network.computeScaleOf(static_cast<int>(i)));
     }
-    if (s.anyLost) end = std::max(end, s.ready + c_.algorithm.roundTimeout);
+    if (s.anyLost) {
+      // The round waits for a message that never comes until its deadline (round_timeout, or
+      // with adaptive_timeout the latest of the missing neighbours' own; engine/deadline.h).
+      end = std::max(end, s.ready + s.deadlines.latest(s.lostFrom));
+    }
+    if (s.deadlines.adaptive()) {
+      for (const auto& [j, at] : s.arrivedAt) s.deadlines.arrived(j, at - s.ready);
+      for (int j : s.lostFrom) s.deadlines.missed(j);
+    }
     s.clock = end;
     const auto suspects = p.endRound();
     s.quarantined = p.takeQuarantined();

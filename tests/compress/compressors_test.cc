@@ -59,6 +59,12 @@ std::vector<Case> lossyCases() {
     cs.push_back({"top-k exact", Method::kTopK, o});
     o.selector = Selector::kApprox;
     cs.push_back({"top-k approx", Method::kTopK, o});
+    o.explore = 0.3;  // Slim-DP: 30% of k at random, still a superset of a top set
+    cs.push_back({"top-k approx explore", Method::kTopK, o});
+    o.selector = Selector::kExact;
+    cs.push_back({"top-k exact explore", Method::kTopK, o});
+    o.selector = Selector::kApprox;
+    o.explore = 0.0;
     o.unbiased = false;
     cs.push_back({"rand-k biased", Method::kRandK, o});
     o.unbiased = true;
@@ -164,6 +170,53 @@ TEST_CASE("top-k keeps exactly the largest magnitudes with exact values", "[comp
     CHECK(c->lastStats().selected == k);
     if (n >= 4097) CHECK(bytes < n * 4 / 5);  // 5% of indices + values: well below dense
   }
+}
+
+TEST_CASE("top-k with explore: the largest k - m and m others drawn by the key", "[compress]") {
+  Options o;
+  o.ratio = 0.05;
+  o.selector = Selector::kExact;
+  o.explore = 0.25;
+  for (size_t n : {1, 2, 64, 4097, 300000}) {
+    INFO("n " << n);
+    auto x = gaussian(n, 11 + static_cast<uint32_t>(n));
+    const size_t k = std::max<size_t>(1, static_cast<size_t>(std::llround(0.05 * n)));
+    const size_t m = std::min(k - 1, static_cast<size_t>(std::llround(0.25 * k)));
+    std::vector<float> mags(n);
+    for (size_t i = 0; i < n; ++i) mags[i] = std::fabs(x[i]);
+    std::nth_element(mags.begin(), mags.begin() + (k - m - 1), mags.end(), std::greater<float>());
+    const float kth = mags[k - m - 1];  // the smallest of the top k - m
+    std::vector<std::vector<float>> outs;
+    for (uint64_t key : {5u, 6u}) {
+      auto c = make(Method::kTopK, o);
+      auto y = roundTrip(*c, x, key);
+      size_t kept = 0, above = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (std::fabs(x[i]) > kth) REQUIRE(y[i] == x[i]);  // every one of the top k - m is sent
+        if (y[i] == 0.0f) continue;
+        REQUIRE(y[i] == x[i]);
+        ++kept;
+        if (std::fabs(x[i]) >= kth) ++above;
+      }
+      CHECK(kept == k);
+      CHECK(c->lastStats().selected == k);
+      CHECK(above >= k - m);
+      outs.push_back(std::move(y));
+    }
+    // Another key draws other positions (at this size a collision of every draw is impossible).
+    if (n >= 4097) CHECK(outs[0] != outs[1]);
+  }
+  // The same bytes as plain top-k of the same ratio; explore is a share of k, at most 0.9 (the
+  // config refuses it with a method that is not top-k: config_test).
+  Options plain = o;
+  plain.explore = 0.0;
+  CHECK(make(Method::kTopK, o)->maxEncodedBytes(100000) ==
+        make(Method::kTopK, plain)->maxEncodedBytes(100000));
+  Options bad;
+  bad.explore = 0.9;
+  CHECK(validate(bad).isOk());
+  bad.explore = 0.95;
+  CHECK_FALSE(validate(bad).isOk());
 }
 
 TEST_CASE("top-k picks the smaller index coding (varint vs bitmap)", "[compress]") {

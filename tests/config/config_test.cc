@@ -778,3 +778,43 @@ TEST_CASE("optimizer.kind adamw: Nesterov and quasi-global refused, AdamW keys w
   CHECK(sgd.ok());
   CHECK(contains(allDiagnostics(sgd), "warning: optimizer.beta2: has no effect"));
 }
+
+TEST_CASE("compression.explore: top-k's exploration set, refused with another method") {
+  const auto topk = loadString(
+      "peers: { count: 4 }\ncompression: { method: top-k, ratio: 0.1, explore: 0.2 }\n",
+      "explore.yaml", noEnv());
+  CHECK(topk.ok());
+  CHECK(topk.config.compression.explore == 0.2);
+  const auto lowRank = loadString(
+      "peers: { count: 4 }\ncompression: { method: low-rank, fallback: top-k, explore: 0.2 }\n",
+      "explore.yaml", noEnv());
+  CHECK(lowRank.ok());
+  const auto sign = loadString("peers: { count: 4 }\ncompression: { method: sign, explore: 0.2 }\n",
+                               "explore.yaml", noEnv());
+  CHECK_FALSE(sign.ok());
+  CHECK(contains(allDiagnostics(sign),
+                 "explore.yaml:2:30: error: compression.explore: is top-k's exploration set"));
+  CHECK(contains(allDiagnostics(sign), "not sign"));
+  const auto range = loadString(
+      "peers: { count: 4 }\ncompression: { method: top-k, explore: 0.95 }\n", "explore.yaml",
+      noEnv());
+  CHECK_FALSE(range.ok());
+}
+
+TEST_CASE("algorithm.adaptive_timeout: off by default, a warning where rounds never go on early") {
+  const auto plain = loadString("peers: { count: 4 }\n", "t.yaml", noEnv());
+  CHECK_FALSE(plain.config.algorithm.adaptiveTimeout);
+  const auto choco = loadString(
+      "peers: { count: 4 }\nalgorithm: { name: choco, adaptive_timeout: true }\n", "t.yaml",
+      noEnv());
+  CHECK(choco.ok());
+  CHECK(allDiagnostics(choco).empty());
+  const auto allreduce = loadString(
+      "peers: { count: 4 }\nalgorithm: { name: allreduce, adaptive_timeout: true }\n"
+      "compression: { method: none }\n",
+      "t.yaml", noEnv());
+  CHECK(allreduce.ok());
+  CHECK(contains(allDiagnostics(allreduce),
+                 "warning: algorithm.adaptive_timeout: has no effect with algorithm.name: "
+                 "allreduce"));
+}

@@ -38,8 +38,8 @@ TEST_CASE("compress::Options{} has the compression section's defaults", "[config
   INFO(copied.status().toString());
   REQUIRE(copied.isOk());
   const compress::Options want{};
-  const auto& [method, ratio, bits, block_size, levels, rank, fallback, selector, slack, unbiased,
-               rounding, error_feedback, contractive, lossless, zstd_level, dense_below,
+  const auto& [method, ratio, bits, block_size, levels, rank, fallback, selector, slack, explore,
+               unbiased, rounding, error_feedback, contractive, lossless, zstd_level, dense_below,
                max_frame_bytes, chunk_elements] = *copied;
   CHECK(method == want.method);
   CHECK(ratio == want.ratio);
@@ -50,6 +50,7 @@ TEST_CASE("compress::Options{} has the compression section's defaults", "[config
   CHECK(fallback == want.fallback);
   CHECK(selector == want.selector);
   CHECK(slack == want.slack);
+  CHECK(explore == want.explore);
   CHECK(unbiased == want.unbiased);
   CHECK(rounding == want.rounding);
   CHECK(error_feedback == want.error_feedback);

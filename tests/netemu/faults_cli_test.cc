@@ -206,6 +206,34 @@ TEST_CASE("launch --emulate: a peer paused for less than peers.dead_after stays 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("launch --emulate: with adaptive_timeout a paused peer's neighbours go on without it",
+          "[faults][netemu]") {
+  // Issue 42: a 2 s pause, round_timeout left at 5 s. Fixed, the neighbours wait the pause out in
+  // one round (2 s < 5 s: nobody suspect; measured); adaptive, each waits its deadline for the
+  // paused peer (2 x its usual arrival + 0.25 s, doubling while it stays away) and goes on.
+  requireNetemu();
+  const std::string dir = scratch("pause-adaptive");
+  const auto config =
+      writeConfig(dir, 1500, "faults: [{kind: pause, peer: 3, at_seconds: 0.5, seconds: 2}]\n");
+  const auto [o, s] = launchToEnd({kBin, "launch", config, "--emulate", "--quiet", "--set",
+                                   "peers.dead_after=4", "--set", "algorithm.adaptive_timeout=true"},
+                                  dir, 300);
+  INFO(o.out);
+  INFO(s.dump(2));
+  REQUIRE(s["faults"].size() == 1);
+  CHECK(s["faults"][0]["ended_at"].is_number());
+  CHECK(s["peers_finished"] == 8);
+  for (int r : {2, 4}) {
+    INFO("peer " << r);
+    const auto final = readJson(dir + "/out/peer-" + std::to_string(r) + ".final.json");
+    CHECK(final["suspect_rounds"].get<int>() > 0);
+    CHECK(final["dead_neighbours"] == 0);
+    const auto last = lastRecord(dir + "/out/peer-" + std::to_string(r) + ".jsonl");
+    CHECK(last["live_degree"] == 2);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("launch --emulate: a link taken down carries traffic again once it is up",
           "[faults][netemu]") {
   requireNetemu();

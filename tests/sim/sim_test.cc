@@ -276,6 +276,45 @@ network: { latency_ms: 1, compute_ms: 2, loss_percent: 20 }
   CHECK(suspect == r.messagesLost);
 }
 
+TEST_CASE("algorithm.adaptive_timeout: a lost message costs its sender's own deadline, not more") {
+  // Issue 42: the same losses (draws of (seed, edge, round)) with a 5 s round_timeout, fixed and
+  // adaptive. Adaptive, the receiver waits 2 x the 75th percentile of that neighbour's arrivals
+  // (3 ms apart in step) + 0.25 s, doubled for a miss in a row: the same models, a fraction of the
+  // simulated time.
+  const std::string yaml = R"(
+run: { seed: 3, rounds: 200 }
+peers: { count: 4 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.5, round_timeout: 5 }
+compression: { method: top-k, ratio: 0.2 }
+optimizer: { lr: 0.0, momentum: 0.0, nesterov: false }
+workload: { name: consensus, dim: 100 }
+network: { latency_ms: 1, compute_ms: 2, loss_percent: 3 }
+)";
+  auto fixedConfig = loadYaml(yaml);
+  auto adaptiveConfig = loadYaml(yaml);
+  adaptiveConfig.algorithm.adaptiveTimeout = true;
+  const auto fixed = simulate(*makePlan(fixedConfig), 2);
+  const auto adaptive = simulate(*makePlan(adaptiveConfig), 2);
+  REQUIRE(fixed.messagesLost > 4);
+  CHECK(adaptive.messagesLost == fixed.messagesLost);
+  for (std::size_t i = 0; i < fixed.peers.size(); ++i) {
+    INFO("peer " << i);
+    CHECK(sameBits(adaptive.peers[i].model, fixed.peers[i].model));
+    CHECK(adaptive.peers[i].suspectRounds == fixed.peers[i].suspectRounds);
+  }
+  WARN("200 rounds, " << fixed.messagesLost << " messages lost: " << fixed.simulatedSeconds
+                      << " s with a fixed 5 s timeout, " << adaptive.simulatedSeconds
+                      << " s adaptive");
+  // Fixed: at least one full timeout; adaptive: each loss at most 5 s too, but on average far less.
+  CHECK(fixed.simulatedSeconds >= 5.0);
+  CHECK(adaptive.simulatedSeconds >= 200 * 0.003 + 0.25 - 1e-9);
+  CHECK(adaptive.simulatedSeconds < 0.25 * fixed.simulatedSeconds);
+  // Bit-reproducible: the deadlines follow the simulated clock.
+  const auto again = simulate(*makePlan(adaptiveConfig), 1);
+  CHECK(again.simulatedSeconds == adaptive.simulatedSeconds);
+}
+
 TEST_CASE("models are bit-identical whatever the thread count, and to the lockstep driver") {
   const std::string yaml = R"(
 run: { seed: 11, rounds: 30 }

@@ -103,6 +103,8 @@ void printSummary(const config::Config& c, std::ostream& os) {
     os << " ratio " << fmt(c.compression.ratio);
   }
   if (method == Method::kTopK) os << " (" << compress::selectorName(c.compression.selector) << ")";
+  if (c.compression.explore > 0.0)
+    os << ", " << fmt(c.compression.explore) << " of k explored at random (Slim-DP)";
   if (method == Method::kInt8 || method == Method::kInt4 || method == Method::kSign) {
     os << " block " << c.compression.blockSize;
   }
@@ -130,6 +132,18 @@ void printSummary(const config::Config& c, std::ostream& os) {
     os << " (your model, through the API: grapevine launch CONFIG -- COMMAND, docs/api.md)";
   }
   os << "\n";
+  // Heterogeneous compute: who is slower, and how each command plays it.
+  std::string slower;
+  if (c.network.computeScale != 1.0) slower = "every peer x" + fmt(c.network.computeScale);
+  for (const auto& pn : c.network.peers) {
+    if (pn.computeScale && *pn.computeScale != c.network.computeScale && pn.rank < c.peers.count)
+      slower += (slower.empty() ? "peer " : ", peer ") + std::to_string(pn.rank) + " x" +
+                fmt(*pn.computeScale);
+  }
+  if (!slower.empty()) {
+    os << "  compute      peers' compute time scaled: " << slower
+       << " (sim: its clock; launch/peer: a peer above 1 sleeps the difference after each step)\n";
+  }
   os << "  output       " << c.output.dir << "\n";
 }
 
