@@ -66,9 +66,9 @@ struct Options {
   size_t block_size = 256;  // int8/int4/sign: elements per scale, multiple of 64 in [64, 4096]
   uint32_t levels = 16;     // qsgd s (levels per sign), 1..32767
   uint32_t rank = 2;        // low-rank r
-  Method fallback = Method::kTopK;         // low-rank: method for tensors that are not matrices
-  Selector selector = Selector::kApprox;   // top-k
-  double slack = 0.05;                     // top-k approx: accepted |count - k| / k
+  Method fallback = Method::kTopK;        // low-rank: method for tensors that are not matrices
+  Selector selector = Selector::kApprox;  // top-k
+  double slack = 0.05;                    // top-k approx: accepted |count - k| / k
   // top-k: the share of the k values spent on positions drawn at random among the others
   // (Slim-DP's exploration set, Zhu et al. 2018): round(explore * k) random, the rest the largest.
   // Same bytes as plain top-k; the receiver decodes it as any top-k payload. 0: plain top-k.

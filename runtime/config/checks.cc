@@ -195,7 +195,8 @@ void checkNetwork(const Config& c, Report& report) {
   }
   // A real peer plays a slower machine by sleeping; it cannot play a faster one.
   bool faster = c.network.computeScale < 1.0 && report.wasSet("network.compute_scale");
-  for (const auto& pn : c.network.peers) faster = faster || (pn.computeScale && *pn.computeScale < 1.0);
+  for (const auto& pn : c.network.peers)
+    faster = faster || (pn.computeScale && *pn.computeScale < 1.0);
   if (faster) {
     report.warning(report.keyWhere(report.wasSet("network.compute_scale") ? "network.compute_scale"
                                                                           : "network.peers"),
@@ -816,6 +817,48 @@ void resolve(Config& c, const Report& report) {
   }
 }
 
+// algorithm.staleness: asynchronous rounds are built for CHOCO on a static graph, where a
+// neighbour's replica is exact whatever round it is of; each refusal says why not elsewhere.
+void checkStaleness(const Config& c, const topology::Schedule* schedule, Report& report) {
+  if (c.algorithm.staleness == 0) return;
+  const auto refuse = [&](const std::string& key, const std::string& why) {
+    report.error(report.keyWhere("algorithm.staleness"), "algorithm.staleness",
+                 std::to_string(c.algorithm.staleness) + " (asynchronous rounds) cannot be used " +
+                     why + " (" + key + "); set algorithm.staleness: 0");
+  };
+  if (c.algorithm.name != AlgorithmKind::kChoco) {
+    refuse("algorithm.name",
+           "with algorithm.name " + std::string(algorithms::algorithmKindName(c.algorithm.name)) +
+               ": it is built for choco, which mixes each neighbour's replica, exact whatever "
+               "round its last message was of; the others mix what arrived in the round");
+  }
+  if (c.algorithm.overlap) {
+    refuse("algorithm.overlap",
+           "with overlap: a round that takes no local steps has no gradient "
+           "to have computed ahead");
+  }
+  if (c.algorithm.robust != algorithms::RobustRule::kNone) {
+    refuse("algorithm.robust",
+           "with robust mixing: its radius compares the neighbours of one "
+           "round");
+  }
+  if (c.optimizer.momentumKind != train::MomentumKind::kLocal) {
+    refuse("optimizer.momentum_kind",
+           "with quasi-global momentum: a round without local steps "
+           "would feed it the mixing alone");
+  }
+  if (c.workload.name == train::WorkloadKind::kExternal) {
+    refuse("workload.name",
+           "with the external workload: through the API the caller takes the "
+           "steps, which the engine cannot skip");
+  }
+  if (schedule && schedule->period() != 1) {
+    refuse("topology.kind",
+           "on a time-varying graph: a neighbour behind is of another round's "
+           "graph");
+  }
+}
+
 void check(const Config& c, Report& report, bool buildTopology) {
   // Peers first: without them no other rule means anything. The topology's own keys come after
   // every key the graph depends on, so the graph is built only from keys that passed.
@@ -826,6 +869,7 @@ void check(const Config& c, Report& report, bool buildTopology) {
   checkSecurity(c, report);
   checkAlgorithm(c, report);
   checkRobust(c, schedule.get(), report);
+  checkStaleness(c, schedule.get(), report);
   checkAveraged(c, schedule.get(), report);
   checkCompression(c, report);
   checkOptimizer(c, report);

@@ -86,7 +86,10 @@ struct AlgorithmSection {
   int localSteps = 1;
   int checkEvery = 50;
   double roundTimeout = 5.0;
-  bool adaptiveTimeout = false;  // each neighbour's deadline follows its arrivals (engine/deadline.h)
+  // Each neighbour's deadline follows its own arrival times (engine/deadline.h).
+  bool adaptiveTimeout = false;
+  // CHOCO: rounds a neighbour may lag before a round waits for it (0: synchronous rounds).
+  int staleness = 0;
   // push-sum with overlap: tau, the rounds a share stays in flight before it is mixed (OSGP).
   int overlapRounds = 1;
   // Robust mixing (runtime/algorithms/robust.h): the rule, b, and the quarantine score.

@@ -198,6 +198,11 @@ std::vector<KeyDef> algorithmKeys() {
           [](Config & c) -> auto& { return c.algorithm.adaptiveTimeout; },
           "Each neighbour's deadline follows its own arrival times: 2 x the 75th percentile of "
           "its last 32 rounds + 0.25 s, at most round_timeout (after 8 rounds)"),
+      intKey(
+          "algorithm.staleness", [](Config & c) -> auto& { return c.algorithm.staleness; }, 0, 32,
+          "Asynchronous rounds (choco): a round waits for a neighbour only while it is more than "
+          "this many rounds behind, mixes the others' replicas as they stand, and takes no local "
+          "steps when every neighbour is already ahead. 0: synchronous rounds"),
   };
 }
 
@@ -457,7 +462,7 @@ std::vector<KeyDef> networkKeys() {
           "network.compute_scale", [](Config & c) -> auto& { return c.network.computeScale; }, 1e-3,
           1e3,
           "Multiplier of compute time (heterogeneous peers): grapevine sim scales its clock; a "
-          "real peer above 1 sleeps (scale - 1) x the CPU time of each of its steps"),
+          "real peer above 1 sleeps (scale - 1) x the wall time of each of its steps"),
       doubleKey(
           "network.compute_ms", [](Config & c) -> auto& { return c.network.computeMs; }, 0.0, 1e6,
           "Fixed compute time per step in ms for the simulator (0: measured)"),

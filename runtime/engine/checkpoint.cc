@@ -44,23 +44,26 @@ Json countersToJson(const PeerCounters& c) {
     for (const auto& [peer, n] : m) j[std::to_string(peer)] = n;
     return j;
   };
-  return {{"bytes_sent", c.bytesSent},
-          {"bytes_received", c.bytesReceived},
-          {"bytes_dense_equivalent", c.bytesDenseEquivalent},
-          {"bytes_sent_to", byPeer(c.bytesSentTo)},
-          {"bytes_received_from", byPeer(c.bytesReceivedFrom)},
-          {"messages_applied", c.messagesApplied},
-          {"late_applied", c.lateApplied},
-          {"suspect_rounds", c.suspectRounds},
-          {"dead_neighbours", c.deadNeighbours},
-          {"replica_checks", c.replicaChecks},
-          {"replica_mismatches", c.replicaMismatches},
-          {"resyncs", c.resyncs},
-          {"dropped", c.dropped},
-          {"collective_bytes", c.collectiveBytes},
-          {"revived_neighbours", c.revivedNeighbours},
-          {"rejoined_neighbours", c.rejoinedNeighbours},
-          {"rounds_skipped", c.roundsSkipped}};
+  Json j = {{"bytes_sent", c.bytesSent},
+            {"bytes_received", c.bytesReceived},
+            {"bytes_dense_equivalent", c.bytesDenseEquivalent},
+            {"bytes_sent_to", byPeer(c.bytesSentTo)},
+            {"bytes_received_from", byPeer(c.bytesReceivedFrom)},
+            {"messages_applied", c.messagesApplied},
+            {"late_applied", c.lateApplied},
+            {"suspect_rounds", c.suspectRounds},
+            {"dead_neighbours", c.deadNeighbours},
+            {"replica_checks", c.replicaChecks},
+            {"replica_mismatches", c.replicaMismatches},
+            {"resyncs", c.resyncs},
+            {"dropped", c.dropped},
+            {"collective_bytes", c.collectiveBytes},
+            {"revived_neighbours", c.revivedNeighbours},
+            {"rejoined_neighbours", c.rejoinedNeighbours},
+            {"rounds_skipped", c.roundsSkipped}};
+  if (c.staleMixes > 0) j["stale_mixes"] = c.staleMixes;
+  if (c.roundsComputeSkipped > 0) j["rounds_compute_skipped"] = c.roundsComputeSkipped;
+  return j;
 }
 
 PeerCounters countersFromJson(const Json& j) {
@@ -88,6 +91,8 @@ PeerCounters countersFromJson(const Json& j) {
   c.revivedNeighbours = j.value("revived_neighbours", std::uint64_t{0});
   c.rejoinedNeighbours = j.value("rejoined_neighbours", std::uint64_t{0});
   c.roundsSkipped = j.value("rounds_skipped", std::uint64_t{0});
+  c.staleMixes = j.value("stale_mixes", std::uint64_t{0});
+  c.roundsComputeSkipped = j.value("rounds_compute_skipped", std::uint64_t{0});
   return c;
 }
 

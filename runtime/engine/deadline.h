@@ -45,8 +45,8 @@ class ArrivalDeadlines {
  private:
   struct History {
     std::array<double, kWindow> seconds{};
-    int count = 0;        // samples kept, at most kWindow
-    int next = 0;         // where the next one goes
+    int count = 0;         // samples kept, at most kWindow
+    int next = 0;          // where the next one goes
     double backoff = 1.0;  // 2^(misses in a row)
   };
   void add(int j, double seconds);

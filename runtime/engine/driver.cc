@@ -1,7 +1,6 @@
 #include "runtime/engine/driver.h"
 
 #include <sys/resource.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -85,12 +84,6 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double threadCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
 Clock::duration toDuration(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -108,8 +101,8 @@ class PeerSession::Impl {
         membership_(options.rank, membershipCore_),
         knowledge_(plan.config.peers.count) {
     computeScale_ = plan.config.network.computeScaleOf(options.rank);
-    deadlines_ = ArrivalDeadlines(plan.config.algorithm.roundTimeout,
-                                  plan.config.algorithm.adaptiveTimeout);
+    deadlines_ =
+        ArrivalDeadlines(plan.config.algorithm.roundTimeout, plan.config.algorithm.adaptiveTimeout);
   }
   // Every exit path ends here: an early error return shuts the transports down too.
   ~Impl() { shutdown(); }
@@ -330,16 +323,18 @@ class PeerSession::Impl {
   // the neighbours' messages, and mixing them in.
   double stepSeconds_ = 0.0, waitSeconds_ = 0.0, mixSeconds_ = 0.0;
   // network.compute_scale (or this peer's own in network.peers) above 1: a slower machine, played
-  // by sleeping (scale - 1) x the thread CPU time of each computation the engine runs (the local
-  // steps and the message in beginRound(), the overlapped gradient), the simulator's compute
-  // model. Cumulative seconds slept (in step_seconds too); the records' throttle_seconds.
+  // by sleeping (scale - 1) x the wall time of each computation the engine runs (the local steps
+  // and the message in beginRound(), the overlapped gradient). Wall time, not CPU time: peers that
+  // share a machine's cores run slower than their CPU time, and the slow one must stay scale x
+  // slower than they are (with CPU time, 8 peers on 2 cores made a x4 peer only about x2 slower).
+  // Cumulative seconds slept (in step_seconds too); the records' throttle_seconds.
   double computeScale_ = 1.0;
   double throttleSeconds_ = 0.0;
   // Each neighbour's deadline in a round (algorithm.round_timeout, adaptive_timeout).
   ArrivalDeadlines deadlines_;
-  void throttle(double cpuSeconds) {
-    if (computeScale_ <= 1.0 || !(cpuSeconds > 0.0)) return;
-    const double s = (computeScale_ - 1.0) * cpuSeconds;
+  void throttle(double stepSeconds) {
+    if (computeScale_ <= 1.0 || !(stepSeconds > 0.0)) return;
+    const double s = (computeScale_ - 1.0) * stepSeconds;
     std::this_thread::sleep_for(toDuration(s));
     throttleSeconds_ += s;
   }
@@ -1049,10 +1044,17 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
   }
   runningRound_ = outcome_.rounds;
   applyOwnFaults();
+  RoundInput in = input;
+  if (core_->staleness() > 0 && in.localSteps) {
+    // algorithm.staleness: when every neighbour's message of this round is here already, they
+    // are ahead: this round takes no local steps, so a slower peer keeps up instead of holding
+    // them back.
+    drainInbox();
+    in.skipCompute = core_->neighboursAhead(outcome_.rounds);
+  }
   const auto stepStart = Clock::now();
-  const double cpu0 = threadCpuSeconds();
-  GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, input));
-  if (input.localSteps) throttle(threadCpuSeconds() - cpu0);
+  GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, in));
+  if (in.localSteps && !in.skipCompute) throttle(since(stepStart));
   stepSeconds_ += since(stepStart);
   sendOutgoing();
   return Status::ok();
@@ -1083,10 +1085,9 @@ Status PeerSession::Impl::completeRound() {
     return aborted(message);
   }
   for (int j : suspects) {
-    events_.push_back(
-        {SessionEvent::Kind::kSuspect, j, round,
-         deadlines_.adaptive() ? "no message within its adaptive deadline"
-                               : "no message within algorithm.round_timeout"});
+    events_.push_back({SessionEvent::Kind::kSuspect, j, round,
+                       deadlines_.adaptive() ? "no message within its adaptive deadline"
+                                             : "no message within algorithm.round_timeout"});
   }
   GV_RETURN_IF_ERROR(report(round, suspects));
   checkpointIfDue(round);
@@ -1165,9 +1166,9 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
   // API's caller computes its own, between startRound() and completeRound().)
   if (!collective && plan_.config.algorithm.overlap && !options_.external &&
       core_->mixDelay() == 0) {
-    const double cpu0 = threadCpuSeconds();
+    const auto gradientStart = Clock::now();
     core_->precomputeGradient();
-    throttle(threadCpuSeconds() - cpu0);
+    throttle(since(gradientStart));
   }
   bool waitedPast = false;
   for (;;) {

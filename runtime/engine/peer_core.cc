@@ -236,6 +236,13 @@ bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() ==
 // Local optimizer step(s): x <- x - lr * u, from the precomputed gradient first (overlap).
 void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
   stepped_ = input.localSteps;
+  if (input.skipCompute && input.localSteps) {
+    // The neighbours are ahead (algorithm.staleness): the model goes out as it is.
+    std::copy(x_.begin(), x_.end(), xBefore_.begin());
+    lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
+    ++counters_.roundsComputeSkipped;
+    return;  // lastLoss_ stays the last computed one; a precomputed gradient stays ready
+  }
   // The caller's own steps (mix()) moved the model from the anchor, which the outer step needs.
   if (stepped_ || !outer_) std::copy(x_.begin(), x_.end(), xBefore_.begin());
   lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
@@ -656,7 +663,24 @@ bool PeerCore::waitingFor(int j) const {
   const Edge& e = it->second;
   // Overlapped push-sum waits for the latest round it mixes; every other round for this one's.
   if (options_.mixDelay > 0) return e.appliedThrough < e.needRound;
+  // algorithm.staleness: a neighbour is waited for only while it is more than that many rounds
+  // behind (its messages come in order: one of round r means all before it came).
+  if (options_.staleness > 0 && e.lastRound >= round_ - options_.staleness) return false;
   return !e.arrived && !e.heard && !catchingUp(e);
+}
+
+std::vector<int> PeerCore::liveSenders(std::int64_t round) const {
+  const topology::PeerPlan plan = schedule_.plan(options_.rank, round);
+  return liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.recvFrom);
+}
+
+bool PeerCore::neighboursAhead(std::int64_t round) const {
+  const std::vector<int> from = liveSenders(round);
+  if (from.empty()) return false;
+  return std::all_of(from.begin(), from.end(), [this, round](int j) {
+    const auto it = edges_.find(j);
+    return it != edges_.end() && it->second.lastRound >= round;
+  });
 }
 
 std::vector<int> PeerCore::missingThisRound() const {
@@ -700,8 +724,15 @@ std::vector<int> PeerCore::endRound() {
     // Taken back during this round: it was not in this round's degrees; it mixes from the next.
     if (e.revivedRound == round_) continue;
     if (!e.arrived) {
-      suspects.push_back(j);
-      continue;
+      // algorithm.staleness: within it, the neighbour's replica as it stands (every message of it
+      // applied in order); otherwise (or a replica that waits for its snapshot) suspect.
+      const bool stale = options_.staleness > 0 && !dead_.count(j) && !e.awaitSnapshot &&
+                         e.lastRound >= round_ - options_.staleness;
+      if (!stale) {
+        suspects.push_back(j);
+        continue;
+      }
+      ++counters_.staleMixes;
     }
     double wj = w;
     if (options_.dynamicMetropolis) wj = liveWeight(e.degreeAt);

@@ -99,6 +99,13 @@ struct PeerCoreOptions {
   // is waited for again once it is within this many rounds of ours: were it waited for only at our
   // round, this peer would run at its own pace while the neighbour chases it, skipping rounds.
   std::int64_t catchUpLag = 32;
+  // algorithm.staleness (CHOCO; 0: every round waits for every neighbour's message of the round):
+  // a round waits for neighbour j only while j's newest message is of a round before round -
+  // staleness, and mixes a neighbour whose message of the round has not come with its replica as
+  // it stands (exact: every message of j applied in order). A round whose every neighbour's
+  // message of it already came before it began takes no local steps (RoundInput::skipCompute,
+  // neighboursAhead()): a slower peer computes fewer rounds instead of holding the others back.
+  int staleness = 0;
 };
 
 // What a round starts from. The engine's workloads take their local steps; the API's caller may
@@ -109,6 +116,10 @@ struct RoundInput {
   // The round's lr instead of optimizer.*'s schedule (the API caller's scheduler; with localSteps
   // false the lr its own optimizer used, for the records). NaN: the schedule.
   double lr = std::numeric_limits<double>::quiet_NaN();
+  // algorithm.staleness: the neighbours are ahead (neighboursAhead()): no local steps this round,
+  // the model goes out as it is (the loss reported is the previous round's). Last, so that the
+  // API's {localSteps, loss, lr} stays as it is.
+  bool skipCompute = false;
 };
 
 struct PeerCounters {
@@ -133,6 +144,10 @@ struct PeerCounters {
   std::uint64_t revivedNeighbours = 0;   // dead neighbours taken back (revive())
   std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (rejoin())
   std::uint64_t roundsSkipped = 0;       // rounds this peer skipped to catch up (skipTo())
+  // algorithm.staleness: (neighbour, round) pairs mixed from a replica of an earlier round, and
+  // rounds this peer took no local steps in because its neighbours were ahead.
+  std::uint64_t staleMixes = 0;
+  std::uint64_t roundsComputeSkipped = 0;
   // Rounds begun with neighbours lost (not finished): with none of them live (isolated: training
   // alone), or with fewer than half of its neighbours live.
   std::uint64_t roundsIsolated = 0;
@@ -233,6 +248,12 @@ class PeerCore {
   bool roundComplete() const;
   // The live neighbours whose message of this round roundComplete() still waits for.
   std::vector<int> missingThisRound() const;
+  // algorithm.staleness: whether every live neighbour this peer hears from in `round` has sent a
+  // message of that round or a later one already (false without such neighbours).
+  bool neighboursAhead(std::int64_t round) const;
+  // The live neighbours this peer hears from in `round` (as beginRound() will expect them).
+  std::vector<int> liveSenders(std::int64_t round) const;
+  int staleness() const { return options_.staleness; }
   // Whether neighbour j's message of this round came (applied, or held back as `heard`).
   bool heardThisRound(int j) const {
     const auto it = edges_.find(j);

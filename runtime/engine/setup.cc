@@ -124,6 +124,7 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
     po.roundTree = collectiveTree(plan, rank, x.size(), /*roundRing=*/true);
   }
   po.checkEvery = c.algorithm.checkEvery;
+  po.staleness = c.algorithm.staleness;
   po.dynamicMetropolis = plan.schedule->period() == 1 &&
                          (c.topology.weights == topology::WeightsKind::kMetropolis ||
                           c.topology.weights == topology::WeightsKind::kLazyMetropolis);

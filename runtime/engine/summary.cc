@@ -32,6 +32,8 @@ PeerResult collectResult(PeerCore& peer, bool finished, bool withModel) {
   r.revivedNeighbours = c.revivedNeighbours;
   r.rejoinedNeighbours = c.rejoinedNeighbours;
   r.roundsSkipped = c.roundsSkipped;
+  r.staleMixes = c.staleMixes;
+  r.roundsComputeSkipped = c.roundsComputeSkipped;
   r.roundsIsolated = c.roundsIsolated;
   r.roundsBelowHalfDegree = c.roundsBelowHalfDegree;
   r.neighboursLost = static_cast<std::uint64_t>(peer.lostNeighbours());
@@ -79,6 +81,8 @@ nlohmann::json peerResultToJson(const PeerResult& r) {
                       {"compressor_quality", num(r.compressorQuality)},
                       {"diverged", r.divergence.has_value()}};
   if (r.peakRssBytes > 0) j["peak_rss_bytes"] = r.peakRssBytes;
+  if (r.staleMixes > 0) j["stale_mixes"] = r.staleMixes;
+  if (r.roundsComputeSkipped > 0) j["rounds_compute_skipped"] = r.roundsComputeSkipped;
   if (!r.neighbourTrust.empty()) j["neighbour_trust"] = r.neighbourTrust;
   if (r.divergence) {
     const Divergence& d = *r.divergence;
@@ -111,6 +115,8 @@ PeerResult peerResultFromJson(const nlohmann::json& j) {
   r.revivedNeighbours = j.value("revived_neighbours", std::uint64_t{0});  // absent from older files
   r.rejoinedNeighbours = j.value("rejoined_neighbours", std::uint64_t{0});
   r.roundsSkipped = j.value("rounds_skipped", std::uint64_t{0});
+  r.staleMixes = j.value("stale_mixes", std::uint64_t{0});
+  r.roundsComputeSkipped = j.value("rounds_compute_skipped", std::uint64_t{0});
   r.roundsIsolated = j.value("rounds_isolated", std::uint64_t{0});  // absent from older files
   r.roundsBelowHalfDegree = j.value("rounds_below_half_degree", std::uint64_t{0});
   r.neighboursLost = j.value("neighbours_lost", std::uint64_t{0});

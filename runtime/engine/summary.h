@@ -29,6 +29,10 @@ struct PeerResult {
   std::uint64_t revivedNeighbours = 0;   // dead neighbours that came back (PeerCore::revive)
   std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (PeerCore::rejoin)
   std::uint64_t roundsSkipped = 0;       // rounds skipped to catch up with the neighbours
+  // algorithm.staleness (PeerCounters): neighbours mixed from an earlier round's replica, rounds
+  // without local steps because the neighbours were ahead. In the JSON only when not 0.
+  std::uint64_t staleMixes = 0;
+  std::uint64_t roundsComputeSkipped = 0;
   // How healthy its rounds were (PeerCounters): rounds trained alone or below half its degree
   // because neighbours were lost, and the neighbours lost and never back at the end.
   std::uint64_t roundsIsolated = 0;

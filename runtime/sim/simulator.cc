@@ -46,6 +46,17 @@ struct PeerState {
   // When each delivered message of the round arrived (sender, seconds), for adaptive deadlines.
   std::vector<std::pair<int, double>> arrivedAt;
   engine::ArrivalDeadlines deadlines;  // algorithm.round_timeout, adaptive_timeout
+  // algorithm.staleness: messages on their way to this peer (arrival, sender, round, bytes), and
+  // when each neighbour's message of each recent round arrives (+inf: never).
+  struct InFlight {
+    double arrival = 0.0;
+    int from = 0;
+    std::int64_t round = 0;
+    std::vector<std::uint8_t> bytes;
+  };
+  std::vector<InFlight> inflight;
+  std::map<int, std::map<std::int64_t, double>> arrivals;
+  std::map<int, double> lastArrival;  // per edge: a message never overtakes the one before (TCP)
   std::uint64_t lost = 0;
   double arrival = 0.0;            // latest arrival of a delivered message this round
   std::uint64_t faultDropped = 0;  // messages a fault took (link down, receiver down)
@@ -457,6 +468,7 @@ class Simulation {
 
   // 1. Local steps and messages.
   Status computePhase(std::int64_t t) {
+    if (c_.algorithm.staleness > 0) return computePhaseStale(t);
     pool_.parallelFor(count_, [&](std::size_t i) {
       PeerState& s = states_[i];
       if (down_[i]) {  // computes nothing, sends nothing
@@ -477,6 +489,72 @@ class Simulation {
       s.lostFrom.clear();
       s.arrivedAt.clear();
       s.arrival = s.ready;
+    });
+    return firstError(states_);
+  }
+
+  // algorithm.staleness: a peer whose every neighbour's message of round t reached it before it
+  // began the round takes no local steps (RoundInput::skipCompute), as the driver decides. That
+  // needs those neighbours' messages first: only a peer whose clock is ahead of every neighbour's
+  // can find them all there, and no two neighbours are both, so those peers go second (their
+  // neighbours computed), each checking its neighbours' arrival by the link model (latency, jitter,
+  // bytes over the link's bandwidth; node caps are not applied to this check).
+  Status computePhaseStale(std::int64_t t) {
+    std::vector<std::uint8_t> later(count_, 0);
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (down_[i]) continue;
+      const auto from = peers_[i]->liveSenders(t);
+      later[i] = !from.empty() && std::all_of(from.begin(), from.end(), [&](int j) {
+        const auto k = static_cast<std::size_t>(j);
+        return !down_[k] && states_[k].clock < states_[i].clock;
+      });
+    }
+    auto compute = [&](std::size_t i, bool skip) {
+      PeerState& s = states_[i];
+      const double cpu0 = threadCpuSeconds();
+      engine::RoundInput input;
+      input.skipCompute = skip;
+      s.status = peers_[i]->beginRound(t, input);
+      const double compute = skip ? 0.0 : computeSince(cpu0);
+      s.ready = s.clock + compute * c_.network.computeScaleOf(static_cast<int>(i));
+      s.incoming.clear();
+      s.anyLost = false;
+      s.lostFrom.clear();
+      s.arrivedAt.clear();
+      s.arrival = s.ready;
+    };
+    pool_.parallelFor(count_, [&](std::size_t i) {
+      PeerState& s = states_[i];
+      if (down_[i]) {
+        s.ready = s.clock;
+        s.incoming.clear();
+        s.anyLost = false;
+        s.lostFrom.clear();
+        s.arrivedAt.clear();
+        s.arrival = s.ready;
+        return;
+      }
+      if (!later[i]) compute(i, false);
+    });
+    GV_RETURN_IF_ERROR(firstError(states_));
+    pool_.parallelFor(count_, [&](std::size_t i) {
+      if (!later[i]) return;
+      const int to = static_cast<int>(i);
+      bool ahead = true;
+      for (int j : peers_[i]->liveSenders(t)) {
+        if (linkDown(j, to) || link_.lost(j, to, t)) {
+          ahead = false;
+          break;
+        }
+        const auto bytes = peers_[static_cast<std::size_t>(j)]->outgoing(to);
+        const double at =
+            states_[static_cast<std::size_t>(j)].ready + link_.delaySeconds(j, to, t, bytes.size());
+        if (at > states_[i].clock) {
+          ahead = false;
+          break;
+        }
+      }
+      compute(i, ahead);
     });
     return firstError(states_);
   }
@@ -523,6 +601,7 @@ class Simulation {
 
   // 2. Delivery: a receiver mutates only itself; senders' outgoing buffers are only read.
   void deliveryPhase(std::int64_t t) {
+    const bool stale = c_.algorithm.staleness > 0;
     pool_.parallelFor(count_, [&](std::size_t i) {
       PeerState& s = states_[i];
       const int to = static_cast<int>(i);
@@ -552,12 +631,17 @@ class Simulation {
           continue;
         }
         const auto bytes = peers_[static_cast<std::size_t>(j)]->outgoing(to);
-        peers_[i]->onMessage(j, bytes);
+        // algorithm.staleness: it reaches the core when it arrives (mixPeer), not in its round.
+        if (stale) {
+          s.inflight.push_back({0.0, j, t, std::vector<std::uint8_t>(bytes.begin(), bytes.end())});
+        } else {
+          peers_[i]->onMessage(j, bytes);
+        }
         const PeerState& from = states_[static_cast<std::size_t>(j)];
         if (!capped) {
           const double at = from.ready + link_.delaySeconds(j, to, t, bytes.size());
           s.arrival = std::max(s.arrival, at);
-          if (s.deadlines.adaptive()) s.arrivedAt.emplace_back(j, at);
+          if (s.deadlines.adaptive() || stale) s.arrivedAt.emplace_back(j, at);
           continue;
         }
         // Its first bit reaches i's interface after the latency and jitter; it cannot arrive
@@ -574,8 +658,20 @@ class Simulation {
         const std::vector<double> done = shareInterface(link_.nodeBitsPerSecond(to), ingress);
         for (std::size_t k = 0; k < done.size(); ++k) {
           s.arrival = std::max(s.arrival, done[k]);
-          if (s.deadlines.adaptive()) s.arrivedAt.emplace_back(ingressFrom[k], done[k]);
+          if (s.deadlines.adaptive() || stale) s.arrivedAt.emplace_back(ingressFrom[k], done[k]);
         }
+      }
+      if (stale) {
+        // The queued messages of this round (in arrivedAt's order) get their arrival times.
+        std::size_t q = s.inflight.size() - s.arrivedAt.size();
+        for (auto& [j, at] : s.arrivedAt) {
+          double& last = s.lastArrival[j];
+          at = std::max(at, last);
+          last = at;
+          s.inflight[q++].arrival = at;
+          s.arrivals[j][t] = at;
+        }
+        for (int j : s.lostFrom) s.arrivals[j][t] = std::numeric_limits<double>::infinity();
       }
       if (peers_[i]->mixDelay() > 0) s.arrivalOf[t] = s.arrival;
     });
@@ -606,7 +702,9 @@ class Simulation {
       const double g = computeSince(cpu0);
       end = std::max(end, s.ready + g * c_.network.computeScaleOf(static_cast<int>(i)));
     }
-    if (s.anyLost) {
+    if (c_.algorithm.staleness > 0) {
+      end = staleRoundEnd(i);
+    } else if (s.anyLost) {
       // The round waits for a message that never comes until its deadline (round_timeout, or
       // with adaptive_timeout the latest of the missing neighbours' own; engine/deadline.h).
       end = std::max(end, s.ready + s.deadlines.latest(s.lostFrom));
@@ -621,6 +719,43 @@ class Simulation {
     if (p.divergence()) return;  // the round is abandoned (stopOnDivergence)
     if (averaging_) return;      // recorded after the round's average (averagePhase)
     if (due.due(suspects, {})) recordRound(i, due, suspects, wall);
+  }
+
+  // algorithm.staleness: the round waits for each neighbour j it hears from until a message of j
+  // of round t - staleness or later has arrived (PeerCore::waitingFor), or until j's deadline when
+  // none of those will (lost, or j down). Then every queued message that has arrived by then goes
+  // to the core, per edge in order; the rest wait for a later round's mix.
+  double staleRoundEnd(std::size_t i) {
+    PeerState& s = states_[i];
+    engine::PeerCore& p = *peers_[i];
+    const std::int64_t t = p.round(), need = t - c_.algorithm.staleness;
+    double end = s.ready;
+    for (int j : p.expectedFrom()) {
+      if (need < 0 || p.lastRoundFrom(j) >= need) continue;  // it had one already
+      double first = std::numeric_limits<double>::infinity();
+      auto& byRound = s.arrivals[j];
+      for (auto it = byRound.lower_bound(need); it != byRound.end(); ++it)
+        first = std::min(first, it->second);
+      end = std::max(end, std::isfinite(first) ? first : s.ready + s.deadlines.deadline(j));
+    }
+    // Deliver what has arrived by `end`, by sender, each edge in round order (stable sort).
+    std::stable_sort(s.inflight.begin(), s.inflight.end(),
+                     [](const PeerState::InFlight& a, const PeerState::InFlight& b) {
+                       return a.from != b.from ? a.from < b.from : a.round < b.round;
+                     });
+    std::vector<PeerState::InFlight> keep;
+    for (auto& m : s.inflight) {
+      // In order per edge: once one of j's messages is still on its way, so are j's later ones.
+      const bool blocked = !keep.empty() && keep.back().from == m.from;
+      if (!blocked && m.arrival <= end) {
+        p.onMessage(m.from, m.bytes);
+      } else {
+        keep.push_back(std::move(m));
+      }
+    }
+    s.inflight = std::move(keep);
+    for (auto& [j, byRound] : s.arrivals) byRound.erase(byRound.begin(), byRound.lower_bound(need));
+    return end;
   }
 
   // 4. allreduce, diloco: the round's exact average over the collectives the peers run (ring or

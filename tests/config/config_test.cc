@@ -780,9 +780,9 @@ TEST_CASE("optimizer.kind adamw: Nesterov and quasi-global refused, AdamW keys w
 }
 
 TEST_CASE("compression.explore: top-k's exploration set, refused with another method") {
-  const auto topk = loadString(
-      "peers: { count: 4 }\ncompression: { method: top-k, ratio: 0.1, explore: 0.2 }\n",
-      "explore.yaml", noEnv());
+  const auto topk =
+      loadString("peers: { count: 4 }\ncompression: { method: top-k, ratio: 0.1, explore: 0.2 }\n",
+                 "explore.yaml", noEnv());
   CHECK(topk.ok());
   CHECK(topk.config.compression.explore == 0.2);
   const auto lowRank = loadString(
@@ -795,18 +795,18 @@ TEST_CASE("compression.explore: top-k's exploration set, refused with another me
   CHECK(contains(allDiagnostics(sign),
                  "explore.yaml:2:30: error: compression.explore: is top-k's exploration set"));
   CHECK(contains(allDiagnostics(sign), "not sign"));
-  const auto range = loadString(
-      "peers: { count: 4 }\ncompression: { method: top-k, explore: 0.95 }\n", "explore.yaml",
-      noEnv());
+  const auto range =
+      loadString("peers: { count: 4 }\ncompression: { method: top-k, explore: 0.95 }\n",
+                 "explore.yaml", noEnv());
   CHECK_FALSE(range.ok());
 }
 
 TEST_CASE("algorithm.adaptive_timeout: off by default, a warning where rounds never go on early") {
   const auto plain = loadString("peers: { count: 4 }\n", "t.yaml", noEnv());
   CHECK_FALSE(plain.config.algorithm.adaptiveTimeout);
-  const auto choco = loadString(
-      "peers: { count: 4 }\nalgorithm: { name: choco, adaptive_timeout: true }\n", "t.yaml",
-      noEnv());
+  const auto choco =
+      loadString("peers: { count: 4 }\nalgorithm: { name: choco, adaptive_timeout: true }\n",
+                 "t.yaml", noEnv());
   CHECK(choco.ok());
   CHECK(allDiagnostics(choco).empty());
   const auto allreduce = loadString(
@@ -817,4 +817,29 @@ TEST_CASE("algorithm.adaptive_timeout: off by default, a warning where rounds ne
   CHECK(contains(allDiagnostics(allreduce),
                  "warning: algorithm.adaptive_timeout: has no effect with algorithm.name: "
                  "allreduce"));
+}
+
+TEST_CASE(
+    "algorithm.staleness: choco on a static graph, refused elsewhere naming the key and why") {
+  const auto load = [](const std::string& yaml) { return loadString(yaml, "s.yaml", noEnv()); };
+  const auto ok = load("peers: { count: 4 }\nalgorithm: { name: choco, staleness: 4 }\n");
+  CHECK(ok.ok());
+  CHECK(allDiagnostics(ok).empty());
+  CHECK(ok.config.algorithm.staleness == 4);
+  const auto dsgd = load("peers: { count: 4 }\nalgorithm: { name: dsgd, staleness: 2 }\n");
+  CHECK_FALSE(dsgd.ok());
+  CHECK(contains(allDiagnostics(dsgd),
+                 "error: algorithm.staleness: 2 (asynchronous rounds) cannot be used with "
+                 "algorithm.name dsgd"));
+  const auto overlap =
+      load("peers: { count: 4 }\nalgorithm: { name: choco, staleness: 2, overlap: true }\n");
+  CHECK_FALSE(overlap.ok());
+  CHECK(contains(allDiagnostics(overlap), "(algorithm.overlap)"));
+  const auto varying = load(
+      "peers: { count: 8 }\ntopology: { kind: one-peer-exponential }\n"
+      "algorithm: { name: choco, staleness: 2 }\n");
+  CHECK_FALSE(varying.ok());
+  CHECK(contains(allDiagnostics(varying), "time-varying"));
+  const auto tooMany = load("peers: { count: 4 }\nalgorithm: { name: choco, staleness: 40 }\n");
+  CHECK_FALSE(tooMany.ok());
 }

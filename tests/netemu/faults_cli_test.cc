@@ -215,9 +215,10 @@ TEST_CASE("launch --emulate: with adaptive_timeout a paused peer's neighbours go
   const std::string dir = scratch("pause-adaptive");
   const auto config =
       writeConfig(dir, 1500, "faults: [{kind: pause, peer: 3, at_seconds: 0.5, seconds: 2}]\n");
-  const auto [o, s] = launchToEnd({kBin, "launch", config, "--emulate", "--quiet", "--set",
-                                   "peers.dead_after=4", "--set", "algorithm.adaptive_timeout=true"},
-                                  dir, 300);
+  const auto [o, s] =
+      launchToEnd({kBin, "launch", config, "--emulate", "--quiet", "--set", "peers.dead_after=4",
+                   "--set", "algorithm.adaptive_timeout=true"},
+                  dir, 300);
   INFO(o.out);
   INFO(s.dump(2));
   REQUIRE(s["faults"].size() == 1);

@@ -315,6 +315,59 @@ network: { latency_ms: 1, compute_ms: 2, loss_percent: 3 }
   CHECK(again.simulatedSeconds == adaptive.simulatedSeconds);
 }
 
+TEST_CASE(
+    "algorithm.staleness: a 4x slower peer computes fewer rounds instead of pacing the rest") {
+  // Issue 42. 8-peer ring, CHOCO + top-10%, fixed compute (5 ms a step), peer 3 four times slower.
+  // Synchronous, every round waits for peer 3's 20 ms; with staleness 4 the others wait for it only
+  // when it is more than 4 rounds behind, and peer 3 skips the local steps of the rounds whose
+  // every neighbour's message reached it before it began them. Deterministic on the simulated
+  // clock.
+  const std::string yaml = R"(
+run: { seed: 2, rounds: 120 }
+peers: { count: 8 }
+topology: { kind: ring }
+algorithm: { name: choco, consensus_step: 0.3 }
+compression: { method: top-k, ratio: 0.1 }
+optimizer: { lr: 0.05 }
+workload: { name: consensus, dim: 200 }
+network: { latency_ms: 1, compute_ms: 5, peers: [{rank: 3, compute_scale: 4}] }
+)";
+  auto syncConfig = loadYaml(yaml);
+  auto asyncConfig = loadYaml(yaml);
+  asyncConfig.algorithm.staleness = 4;
+  const auto sync = simulate(*makePlan(syncConfig), 2);
+  const auto async = simulate(*makePlan(asyncConfig), 2);
+  // Synchronous: every round lasts the slow peer's compute at least (its neighbours' messages are
+  // there before it finishes: their latency overlaps its compute).
+  CHECK(sync.simulatedSeconds >= 120 * 0.020 - 1e-9);
+  // Asynchronous: the fast peers' pace (5 ms + what the skipped rounds cost), well under half.
+  WARN("120 rounds: " << sync.simulatedSeconds << " simulated s synchronous, "
+                      << async.simulatedSeconds << " s with staleness 4");
+  CHECK(async.simulatedSeconds < 0.5 * sync.simulatedSeconds);
+  for (std::size_t i = 0; i < async.peers.size(); ++i) {
+    INFO("peer " << i);
+    const auto& r = async.peers[i];
+    CHECK(r.finished);
+    CHECK(r.suspectRounds == 0);
+    CHECK(r.resyncs == 0);
+    CHECK(r.replicaMismatches == 0);
+    // Only the slow peer skips computing; its neighbours mix its replica in the rounds it is late.
+    if (i == 3) {
+      CHECK(r.roundsComputeSkipped > 60);
+    } else {
+      CHECK(r.roundsComputeSkipped == 0);
+    }
+    if (i == 2 || i == 4) CHECK(r.staleMixes > 0);
+    CHECK(sync.peers[i].roundsComputeSkipped == 0);
+    CHECK(sync.peers[i].staleMixes == 0);
+  }
+  // Bit-reproducible whatever the thread count.
+  const auto again = simulate(*makePlan(asyncConfig), 1);
+  CHECK(again.simulatedSeconds == async.simulatedSeconds);
+  for (std::size_t i = 0; i < async.peers.size(); ++i)
+    CHECK(sameBits(again.peers[i].model, async.peers[i].model));
+}
+
 TEST_CASE("models are bit-identical whatever the thread count, and to the lockstep driver") {
   const std::string yaml = R"(
 run: { seed: 11, rounds: 30 }

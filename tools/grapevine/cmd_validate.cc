@@ -83,6 +83,13 @@ void printSummary(const config::Config& c, std::ostream& os) {
              ? ", overlapped: shares mixed " + std::to_string(c.algorithm.overlapRounds) +
                    " round" + (c.algorithm.overlapRounds > 1 ? "s" : "") + " late"
              : std::string(", overlapped"))
+     << (c.algorithm.staleness > 0
+             ? ", asynchronous: a neighbour up to " + std::to_string(c.algorithm.staleness) +
+                   " rounds behind is not waited for"
+             : std::string())
+     << (c.algorithm.adaptiveTimeout
+             ? ", adaptive deadlines (at most " + fmt(c.algorithm.roundTimeout) + " s)"
+             : std::string())
      << "\n";
   if (algorithms::averagesEachRound(c.algorithm.name))
     os << "  averaging    exact, every round (all-reduce over the ring, or a spanning tree)\n";
