@@ -470,27 +470,35 @@ class Simulation {
   Status computePhase(std::int64_t t) {
     if (c_.algorithm.staleness > 0) return computePhaseStale(t);
     pool_.parallelFor(count_, [&](std::size_t i) {
-      PeerState& s = states_[i];
-      if (down_[i]) {  // computes nothing, sends nothing
-        s.ready = s.clock;
-        s.incoming.clear();
-        s.anyLost = false;
-        s.lostFrom.clear();
-        s.arrivedAt.clear();
-        s.arrival = s.ready;
-        return;
+      if (down_[i]) {
+        startRound(states_[i], states_[i].clock);  // computes nothing, sends nothing
+      } else {
+        computePeer(i, t, false);
       }
-      const double cpu0 = threadCpuSeconds();
-      s.status = peers_[i]->beginRound(t);
-      const double compute = computeSince(cpu0);
-      s.ready = s.clock + compute * c_.network.computeScaleOf(static_cast<int>(i));
-      s.incoming.clear();
-      s.anyLost = false;
-      s.lostFrom.clear();
-      s.arrivedAt.clear();
-      s.arrival = s.ready;
     });
     return firstError(states_);
+  }
+
+  // Round t begins for a peer: its message leaves at `ready`, nothing has come yet.
+  static void startRound(PeerState& s, double ready) {
+    s.ready = ready;
+    s.incoming.clear();
+    s.anyLost = false;
+    s.lostFrom.clear();
+    s.arrivedAt.clear();
+    s.arrival = ready;
+  }
+
+  // Peer i's local steps (none when `skip`: algorithm.staleness) and message of round t; its
+  // compute time, scaled by its compute_scale, sets when the message leaves.
+  void computePeer(std::size_t i, std::int64_t t, bool skip) {
+    PeerState& s = states_[i];
+    const double cpu0 = threadCpuSeconds();
+    engine::RoundInput input;
+    input.skipCompute = skip;
+    s.status = peers_[i]->beginRound(t, input);
+    const double compute = skip ? 0.0 : computeSince(cpu0);
+    startRound(s, s.clock + compute * c_.network.computeScaleOf(static_cast<int>(i)));
   }
 
   // algorithm.staleness: a peer whose every neighbour's message of round t reached it before it
@@ -509,32 +517,12 @@ class Simulation {
         return !down_[k] && states_[k].clock < states_[i].clock;
       });
     }
-    auto compute = [&](std::size_t i, bool skip) {
-      PeerState& s = states_[i];
-      const double cpu0 = threadCpuSeconds();
-      engine::RoundInput input;
-      input.skipCompute = skip;
-      s.status = peers_[i]->beginRound(t, input);
-      const double compute = skip ? 0.0 : computeSince(cpu0);
-      s.ready = s.clock + compute * c_.network.computeScaleOf(static_cast<int>(i));
-      s.incoming.clear();
-      s.anyLost = false;
-      s.lostFrom.clear();
-      s.arrivedAt.clear();
-      s.arrival = s.ready;
-    };
     pool_.parallelFor(count_, [&](std::size_t i) {
-      PeerState& s = states_[i];
       if (down_[i]) {
-        s.ready = s.clock;
-        s.incoming.clear();
-        s.anyLost = false;
-        s.lostFrom.clear();
-        s.arrivedAt.clear();
-        s.arrival = s.ready;
-        return;
+        startRound(states_[i], states_[i].clock);
+      } else if (!later[i]) {
+        computePeer(i, t, false);
       }
-      if (!later[i]) compute(i, false);
     });
     GV_RETURN_IF_ERROR(firstError(states_));
     pool_.parallelFor(count_, [&](std::size_t i) {
@@ -554,7 +542,7 @@ class Simulation {
           break;
         }
       }
-      compute(i, ahead);
+      computePeer(i, t, ahead);
     });
     return firstError(states_);
   }
