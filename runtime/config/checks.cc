@@ -834,28 +834,26 @@ void checkStaleness(const Config& c, const topology::Schedule* schedule, Report&
   }
   if (c.algorithm.overlap) {
     refuse("algorithm.overlap",
-           "with overlap: a round that takes no local steps has no gradient "
-           "to have computed ahead");
+           "with overlap: a round that takes no local steps has no gradient to have computed "
+           "ahead");
   }
   if (c.algorithm.robust != algorithms::RobustRule::kNone) {
     refuse("algorithm.robust",
-           "with robust mixing: its radius compares the neighbours of one "
-           "round");
+           "with robust mixing: its radius compares the neighbours of one round");
   }
   if (c.optimizer.momentumKind != train::MomentumKind::kLocal) {
     refuse("optimizer.momentum_kind",
-           "with quasi-global momentum: a round without local steps "
-           "would feed it the mixing alone");
+           "with quasi-global momentum: a round without local steps would feed it the "
+           "mixing alone");
   }
   if (c.workload.name == train::WorkloadKind::kExternal) {
     refuse("workload.name",
-           "with the external workload: through the API the caller takes the "
-           "steps, which the engine cannot skip");
+           "with the external workload: through the API the caller takes the steps, which "
+           "the engine cannot skip");
   }
   if (schedule && schedule->period() != 1) {
     refuse("topology.kind",
-           "on a time-varying graph: a neighbour behind is of another round's "
-           "graph");
+           "on a time-varying graph: a neighbour behind is of another round's graph");
   }
 }
 

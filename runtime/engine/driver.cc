@@ -1229,13 +1229,9 @@ std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
   if (!suspects.empty()) {
     std::string s;
     for (int j : suspects) s += " " + std::to_string(j);
-    if (deadlines_.adaptive()) {
-      log::info("round ", round, ": suspect (no message within its adaptive deadline, at most ",
-                plan_.config.algorithm.roundTimeout, " s):", s);
-    } else {
-      log::info("round ", round, ": suspect (no message within ",
-                plan_.config.algorithm.roundTimeout, " s):", s);
-    }
+    log::info("round ", round, ": suspect (no message within ",
+              deadlines_.adaptive() ? "its adaptive deadline, at most " : "",
+              plan_.config.algorithm.roundTimeout, " s):", s);
   }
   return suspects;
 }

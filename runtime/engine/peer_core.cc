@@ -236,16 +236,14 @@ bool PeerCore::isolated() const { return !neighbours_.empty() && liveDegree() ==
 // Local optimizer step(s): x <- x - lr * u, from the precomputed gradient first (overlap).
 void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
   stepped_ = input.localSteps;
-  if (input.skipCompute && input.localSteps) {
-    // The neighbours are ahead (algorithm.staleness): the model goes out as it is.
-    std::copy(x_.begin(), x_.end(), xBefore_.begin());
-    lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
-    ++counters_.roundsComputeSkipped;
-    return;  // lastLoss_ stays the last computed one; a precomputed gradient stays ready
-  }
   // The caller's own steps (mix()) moved the model from the anchor, which the outer step needs.
   if (stepped_ || !outer_) std::copy(x_.begin(), x_.end(), xBefore_.begin());
   lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
+  if (stepped_ && input.skipCompute) {
+    // The neighbours are ahead (algorithm.staleness): the model goes out as it is.
+    ++counters_.roundsComputeSkipped;
+    return;  // lastLoss_ stays the last computed one
+  }
   double loss = 0;
   for (int s = 0; stepped_ && s < options_.localSteps; ++s) {
     if (s == 0 && gradientReady_) {
@@ -275,7 +273,7 @@ void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
 void PeerCore::planRecipients(std::int64_t round) {
   const topology::PeerPlan plan = schedule_.plan(options_.rank, round);
   sendTo_ = liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.sendTo);
-  expected_ = liveOf(options_.sendToAllNeighbours ? neighbours_ : plan.recvFrom);
+  expected_ = liveSenders(round);
   if (options_.mixDelay > 0) {
     // Overlapped push-sum: wait for each in-neighbour's message of the latest round in
     // [round - mixDelay, dueRound_] in which it sends here (earlier rounds were waited for by
@@ -665,7 +663,7 @@ bool PeerCore::waitingFor(int j) const {
   if (options_.mixDelay > 0) return e.appliedThrough < e.needRound;
   // algorithm.staleness: a neighbour is waited for only while it is more than that many rounds
   // behind (its messages come in order: one of round r means all before it came).
-  if (options_.staleness > 0 && e.lastRound >= round_ - options_.staleness) return false;
+  if (withinStaleness(e)) return false;
   return !e.arrived && !e.heard && !catchingUp(e);
 }
 
@@ -726,8 +724,7 @@ std::vector<int> PeerCore::endRound() {
     if (!e.arrived) {
       // algorithm.staleness: within it, the neighbour's replica as it stands (every message of it
       // applied in order); otherwise (or a replica that waits for its snapshot) suspect.
-      const bool stale = options_.staleness > 0 && !dead_.count(j) && !e.awaitSnapshot &&
-                         e.lastRound >= round_ - options_.staleness;
+      const bool stale = withinStaleness(e) && !dead_.count(j) && !e.awaitSnapshot;
       if (!stale) {
         suspects.push_back(j);
         continue;

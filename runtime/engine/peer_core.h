@@ -489,6 +489,11 @@ class PeerCore {
   // Whether this round still waits for expected neighbour j's message (roundComplete(),
   // missingThisRound()).
   bool waitingFor(int j) const;
+  // algorithm.staleness: the neighbour of `e` is at most that many rounds behind this one (its
+  // messages come in order: one of round r means all before it came). False without staleness.
+  bool withinStaleness(const Edge& e) const {
+    return options_.staleness > 0 && e.lastRound >= round_ - options_.staleness;
+  }
   bool catchingUp(const Edge& e) const {
     return e.catchingUp && e.newestRound < round_ - options_.catchUpLag;
   }

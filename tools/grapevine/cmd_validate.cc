@@ -22,43 +22,8 @@ std::string fmt(double v, const char* f = "%.4g") {
   return buf;
 }
 
-void printSummary(const config::Config& c, std::ostream& os) {
-  const auto addrs = c.peers.addresses();
-  os << "  run          " << c.run.name << ", seed " << c.run.seed << ", " << c.run.rounds
-     << " rounds\n";
-  os << "  peers        " << c.peers.count << " (";
-  if (c.peers.list.empty()) {
-    os << c.peers.host << ":" << c.peers.basePort << "-" << c.peers.basePort + c.peers.count - 1;
-    if (!c.peers.rendezvous.empty()) os << ", hosts through the rendezvous " << c.peers.rendezvous;
-  } else {
-    os << addrs.front().host << ":" << addrs.front().port << " ... " << addrs.back().host << ":"
-       << addrs.back().port;
-  }
-  os << ")\n";
-  const topology::Spec spec = c.topologySpec();
-  auto schedule = topology::makeSchedule(spec);
-  if (schedule.isOk()) {
-    const topology::Analysis a = topology::analyze(**schedule, spec);
-    os << "  topology     " << topology::kindName(c.topology.kind) << ", "
-       << topology::weightsName(c.topology.weights) << " weights: degree " << a.degreeMin;
-    if (a.degreeMax != a.degreeMin) os << "-" << a.degreeMax;
-    os << ", " << a.edges << " edges, diameter " << a.diameter;
-    if (a.directed) {
-      os << ", directed: in-degree " << a.inDegreeMin << "-" << a.inDegreeMax << ", out-degree "
-         << a.outDegreeMin << "-" << a.outDegreeMax
-         << (a.stronglyConnected ? ", strongly connected" : ", NOT strongly connected");
-    } else {
-      os << ", spectral gap " << fmt(a.spectralGap) << " (lambda2 " << fmt(a.lambda2) << ")";
-    }
-    if (a.period > 1) os << ", period " << a.period << " with gap " << fmt(a.periodGap);
-    os << "\n";
-  }
-  os << "  transport    " << c.transport.backend;
-  if (c.transport.backend == "ucx" && !c.transport.ucxTls.empty())
-    os << " (UCX_TLS=" << c.transport.ucxTls << ")";
-  if (c.transport.backend == "libfabric")
-    os << " (provider " << c.transport.libfabricProvider << ")";
-  os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
+// The algorithm line and what goes with it: the averaging, the outer and the inner optimizer.
+void printAlgorithm(const config::Config& c, std::ostream& os) {
   // Neither dsgd nor push-sum has a consensus step, nor the exact averages of allreduce and diloco.
   const bool dsgd = c.algorithm.name == algorithms::AlgorithmKind::kDsgd ||
                     c.algorithm.name == algorithms::AlgorithmKind::kPushSum ||
@@ -103,6 +68,9 @@ void printSummary(const config::Config& c, std::ostream& os) {
   os << "), momentum " << fmt(c.optimizer.momentum) << (c.optimizer.nesterov ? " nesterov" : "")
      << " (" << train::momentumKindName(c.optimizer.momentumKind) << "), batch "
      << c.optimizer.batchSize << "\n";
+}
+
+void printCompression(const config::Config& c, std::ostream& os) {
   using compress::Method;
   const Method method = c.compression.method;
   os << "  compression  " << compress::methodName(method);
@@ -119,6 +87,9 @@ void printSummary(const config::Config& c, std::ostream& os) {
   if (method == Method::kLowRank) os << " rank " << c.compression.rank;
   os << ", error feedback " << (c.compression.errorFeedback ? "on" : "off") << ", lossless "
      << compress::losslessName(c.compression.lossless) << "\n";
+}
+
+void printWorkload(const config::Config& c, std::ostream& os) {
   using train::WorkloadKind;
   const WorkloadKind workload = c.workload.name;
   os << "  workload     " << train::workloadKindName(workload);
@@ -139,7 +110,10 @@ void printSummary(const config::Config& c, std::ostream& os) {
     os << " (your model, through the API: grapevine launch CONFIG -- COMMAND, docs/api.md)";
   }
   os << "\n";
-  // Heterogeneous compute: who is slower, and how each command plays it.
+}
+
+// Heterogeneous compute: who is slower, and how each command plays it (nothing when no one is).
+void printCompute(const config::Config& c, std::ostream& os) {
   std::string slower;
   if (c.network.computeScale != 1.0) slower = "every peer x" + fmt(c.network.computeScale);
   for (const auto& pn : c.network.peers) {
@@ -151,6 +125,49 @@ void printSummary(const config::Config& c, std::ostream& os) {
     os << "  compute      peers' compute time scaled: " << slower
        << " (sim: its clock; launch/peer: a peer above 1 sleeps the difference after each step)\n";
   }
+}
+
+void printSummary(const config::Config& c, std::ostream& os) {
+  const auto addrs = c.peers.addresses();
+  os << "  run          " << c.run.name << ", seed " << c.run.seed << ", " << c.run.rounds
+     << " rounds\n";
+  os << "  peers        " << c.peers.count << " (";
+  if (c.peers.list.empty()) {
+    os << c.peers.host << ":" << c.peers.basePort << "-" << c.peers.basePort + c.peers.count - 1;
+    if (!c.peers.rendezvous.empty()) os << ", hosts through the rendezvous " << c.peers.rendezvous;
+  } else {
+    os << addrs.front().host << ":" << addrs.front().port << " ... " << addrs.back().host << ":"
+       << addrs.back().port;
+  }
+  os << ")\n";
+  const topology::Spec spec = c.topologySpec();
+  auto schedule = topology::makeSchedule(spec);
+  if (schedule.isOk()) {
+    const topology::Analysis a = topology::analyze(**schedule, spec);
+    os << "  topology     " << topology::kindName(c.topology.kind) << ", "
+       << topology::weightsName(c.topology.weights) << " weights: degree " << a.degreeMin;
+    if (a.degreeMax != a.degreeMin) os << "-" << a.degreeMax;
+    os << ", " << a.edges << " edges, diameter " << a.diameter;
+    if (a.directed) {
+      os << ", directed: in-degree " << a.inDegreeMin << "-" << a.inDegreeMax << ", out-degree "
+         << a.outDegreeMin << "-" << a.outDegreeMax
+         << (a.stronglyConnected ? ", strongly connected" : ", NOT strongly connected");
+    } else {
+      os << ", spectral gap " << fmt(a.spectralGap) << " (lambda2 " << fmt(a.lambda2) << ")";
+    }
+    if (a.period > 1) os << ", period " << a.period << " with gap " << fmt(a.periodGap);
+    os << "\n";
+  }
+  os << "  transport    " << c.transport.backend;
+  if (c.transport.backend == "ucx" && !c.transport.ucxTls.empty())
+    os << " (UCX_TLS=" << c.transport.ucxTls << ")";
+  if (c.transport.backend == "libfabric")
+    os << " (provider " << c.transport.libfabricProvider << ")";
+  os << (c.transport.busyPoll ? ", busy polling" : "") << "\n";
+  printAlgorithm(c, os);
+  printCompression(c, os);
+  printWorkload(c, os);
+  printCompute(c, os);
   os << "  output       " << c.output.dir << "\n";
 }
 
