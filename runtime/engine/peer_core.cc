@@ -239,11 +239,14 @@ void PeerCore::takeLocalSteps(std::int64_t round, const RoundInput& input) {
   // The caller's own steps (mix()) moved the model from the anchor, which the outer step needs.
   if (stepped_ || !outer_) std::copy(x_.begin(), x_.end(), xBefore_.begin());
   lastLr_ = std::isnan(input.lr) ? optimizer_->lr(round) : input.lr;
-  if (stepped_ && input.skipCompute) {
-    // The neighbours are ahead (algorithm.staleness): the model goes out as it is.
+  // The neighbours are ahead (algorithm.staleness): the model goes out as it is. Never before
+  // this peer's first computed round: until then there is no loss to report, and a 0 would enter
+  // the divergence check's history as its lowest (a false "grew 1000x" seen under CI load).
+  if (stepped_ && input.skipCompute && stepTaken_) {
     ++counters_.roundsComputeSkipped;
     return;  // lastLoss_ stays the last computed one
   }
+  stepTaken_ = stepTaken_ || stepped_;
   double loss = 0;
   for (int s = 0; stepped_ && s < options_.localSteps; ++s) {
     if (s == 0 && gradientReady_) {

@@ -544,6 +544,7 @@ class PeerCore {
   // leave alone.
   std::vector<float> x_, g_, xBefore_;
   bool gradientReady_ = false;
+  bool stepTaken_ = false;  // a round of this core took its local steps (algorithm.staleness)
   double lastLoss_ = 0.0;
   double lastLr_ = 0.0;
   std::int64_t round_ = -1;
