@@ -184,6 +184,10 @@ class Algorithm {
   std::vector<NeighbourTrust> takeDistrusted() {
     return robust_ ? robust_->takeDistrusted() : std::vector<NeighbourTrust>{};
   }
+  // A restarted peer's robust mixing trust (PeerState::trust; nothing without robust mixing).
+  void restoreTrust(const std::vector<NeighbourTrust>& trust) {
+    if (robust_) robust_->restoreTrust(trust);
+  }
   void setRobust(const RobustOptions& options) {
     if (options.rule != RobustRule::kNone) robust_.emplace(options);
   }

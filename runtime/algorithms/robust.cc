@@ -29,14 +29,38 @@ double RobustMixer::trustFactor(const NeighbourTrust& t) const {
   return std::clamp((q - t.score) / (q / 2), 0.0, 1.0);
 }
 
+double RobustMixer::lossFraction(NeighbourTrust& t, double ownLoss, std::span<const float> v) {
+  const double loss = options_.lossProbe(v);
+  if (!std::isfinite(loss)) {
+    ++t.roundsLossy;
+    return 1.0;
+  }
+  if (ownLoss > 0.0) lossRatios_.emplace_back(t.neighbour, loss / ownLoss);
+  const double bound = kLossSlack * ownLoss + kLossFloor;
+  if (!(loss > bound)) return 0.0;  // a non-finite own loss tells nothing of the neighbour
+  ++t.roundsLossy;
+  return 1.0 - bound / loss;
+}
+
 void RobustMixer::weigh(std::span<const float> self, std::vector<Term>& terms) {
   clipped_.clear();
-  const std::size_t n = terms.size();
-  distances_.resize(n);
-  for (std::size_t t = 0; t < n; ++t) {
-    const std::span<const float> v(terms[t].vector, self.size());
-    distances_[t] = std::sqrt(passes::distanceAndNorm(v, self).distance2);
+  lossRatios_.clear();
+  const double ownLoss = options_.lossProbe ? options_.lossProbe(self) : 0.0;
+  // A neighbour distrusted before a restart (restoreTrust) and mixed again: weight 0, out of the
+  // radius, distrusted again (the engine quarantines it).
+  std::vector<double> sorted;
+  for (Term& term : terms) {
+    const auto it = trust_.find(term.neighbour);
+    if (it == trust_.end() || !it->second.distrusted) {
+      const std::span<const float> v(term.vector, self.size());
+      sorted.push_back(std::sqrt(passes::distanceAndNorm(v, self).distance2));
+      continue;
+    }
+    term.weight = 0.0;
+    distrusted_.push_back(it->second);
   }
+  distances_ = sorted;
+  const std::size_t n = sorted.size();
   // b hostile neighbours at most: each one distrusted already leaves one fewer among the rest.
   std::size_t found = 0;
   for (const auto& [j, t] : trust_) found += t.distrusted ? 1 : 0;
@@ -44,23 +68,27 @@ void RobustMixer::weigh(std::span<const float> self, std::vector<Term>& terms) {
   const std::size_t left = b > found ? b - found : 0;
   left_ = left;
   if (n > left) {
-    std::vector<double> sorted = distances_;
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n - 1 - left),
                      sorted.end());
     lastRadius_ = sorted[n - 1 - left];
   }
   radius_ = kClipSlack * lastRadius_.value_or(0.0);
-  for (std::size_t t = 0; t < n; ++t) {
-    Term& term = terms[t];
-    const double d = distances_[t];
+  std::size_t measured = 0;
+  for (Term& term : terms) {
+    if (trust_.count(term.neighbour) && trust_.at(term.neighbour).distrusted) continue;
+    const double d = distances_[measured++];
     const double factor = d > radius_ ? radius_ / d : 1.0;
     // Suspicion counts only what lies beyond kSuspectSlack radii: an honest neighbour a little
     // farther than the radius is clipped, not suspected.
     const double far = kSuspectSlack * radius_;
-    const double fraction = d > far ? 1.0 - far / d : 0.0;
+    double fraction = d > far ? 1.0 - far / d : 0.0;
     NeighbourTrust& tr = trust_[term.neighbour];
     tr.neighbour = term.neighbour;
     ++tr.roundsMixed;
+    if (options_.lossProbe) {
+      fraction = std::max(
+          fraction, lossFraction(tr, ownLoss, std::span<const float>(term.vector, self.size())));
+    }
     if (factor < 1.0) {
       ++tr.roundsClipped;
       tr.clipSum += 1.0 - factor;
@@ -95,6 +123,15 @@ void RobustMixer::trimmedDifference(std::span<const float> self, const std::vect
     double sum = self[k];
     for (std::size_t a = b; a < n - b; ++a) sum += values[a];
     out[k] = static_cast<float>(sum / keep - static_cast<double>(self[k]));
+  }
+}
+
+void RobustMixer::restoreTrust(const std::vector<NeighbourTrust>& trust) {
+  trust_.clear();
+  distrusted_.clear();
+  for (NeighbourTrust t : trust) {
+    t.restored = t.distrusted;
+    trust_[t.neighbour] = t;
   }
 }
 

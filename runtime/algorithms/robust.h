@@ -28,11 +28,19 @@
 // suspicion score. Under clip a score above half the quarantine score scales the neighbour's
 // weight down linearly, to 0 at the quarantine score; a score at the quarantine score (after at
 // least kTrustMinRounds rounds: never for one round) distrusts it, and the engine quarantines it.
+// Loss screening (algorithm.robust_probe; the performance test of UBAR, Guo et al. 2021, used as
+// evidence, not as a per-round filter): each round the own vector and each neighbour's are
+// evaluated on a fixed sample of the own shard, and the fraction of the neighbour's loss beyond
+// kLossSlack x the own + kLossFloor, max(0, 1 - (kLossSlack l_s + kLossFloor) / l_j), enters the
+// suspicion when it exceeds the distance's. It catches what drags slowly and so never stands out
+// by distance on a graph of degree 2, where the other neighbour is dragged along too (a replayed
+// old model, the dissensus attack): their models are far worse on the own data than the own one.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -53,6 +61,8 @@ struct RobustOptions {
   RobustRule rule = RobustRule::kNone;
   int byzantine = 1;             // b: hostile neighbours a peer's neighbourhood may hold
   double quarantineScore = 0.5;  // suspicion at which a neighbour is distrusted (0: never)
+  // Loss screening: the mean loss of a vector on a fixed sample of the own shard; empty: off.
+  std::function<double(std::span<const float>)> lossProbe;
 };
 
 // What a peer knows of one neighbour's messages under robust mixing (records, final.json, metrics).
@@ -63,6 +73,10 @@ struct NeighbourTrust {
   double clipSum = 0.0;             // sum over those rounds of the fraction beyond the radius
   double score = 0.0;               // suspicion: moving average of the fraction
   bool distrusted = false;          // score reached the quarantine score
+  // Loss screening: rounds its vector's loss on the own probe was beyond the slack.
+  std::uint64_t roundsLossy = 0;
+  // Distrusted before a restart (RobustMixer::restoreTrust), and quarantined again since.
+  bool restored = false;
 };
 
 class RobustMixer {
@@ -76,6 +90,10 @@ class RobustMixer {
   // lies beyond kSuspectSlack clip radii.
   static constexpr double kClipSlack = 2.0;
   static constexpr double kSuspectSlack = 2.0;
+  // Loss screening counts a neighbour's loss beyond kLossSlack x the own + kLossFloor (nats: a
+  // model that fits the probe almost perfectly leaves room for an honest neighbour's noise).
+  static constexpr double kLossSlack = 1.5;
+  static constexpr double kLossFloor = 0.05;
 
   explicit RobustMixer(const RobustOptions& options) : options_(options) {}
   RobustRule rule() const { return options_.rule; }
@@ -105,17 +123,28 @@ class RobustMixer {
   // quarantine.
   std::vector<NeighbourTrust> takeDistrusted() { return std::exchange(distrusted_, {}); }
   std::vector<NeighbourTrust> trust() const;
+  // A restarted peer's trust from its checkpoint (PeerState::trust): the scores and counts go on,
+  // and a neighbour distrusted before is distrusted again the first time it is mixed (weight 0
+  // under clip, out of the radius; under trim its values enter that one round's trimmed mean, which
+  // bounds them) instead of after kTrustMinRounds more rounds.
+  void restoreTrust(const std::vector<NeighbourTrust>& trust);
   // (neighbour, fraction beyond the radius) of the last weigh(), for those with one > 0.
   const std::vector<std::pair<int, double>>& clippedThisRound() const { return clipped_; }
   double radius() const { return radius_; }  // tau of the last weigh()
+  bool screensLoss() const { return static_cast<bool>(options_.lossProbe); }
+  // Loss screening: (neighbour, its loss / the own on the probe) of the last weigh().
+  const std::vector<std::pair<int, double>>& lossRatios() const { return lossRatios_; }
 
  private:
   double trustFactor(const NeighbourTrust& t) const;
+  // The fraction of a neighbour's loss beyond the slack (1 for a non-finite loss), noted.
+  double lossFraction(NeighbourTrust& t, double ownLoss, std::span<const float> v);
 
   RobustOptions options_;
   std::map<int, NeighbourTrust> trust_;
   std::vector<NeighbourTrust> distrusted_;
   std::vector<std::pair<int, double>> clipped_;
+  std::vector<std::pair<int, double>> lossRatios_;
   std::vector<double> distances_;  // scratch
   std::optional<double> lastRadius_;
   std::size_t left_ = 0;  // b less the neighbours distrusted, as of the last weigh()

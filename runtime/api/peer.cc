@@ -547,6 +547,14 @@ void Peer::finalize(bool average) {
     m.state = Impl::State::kFinalized;
     return;
   }
+  if (average && m.plan->config.algorithm.robust != algorithms::RobustRule::kNone) {
+    // Every peer has the same config: all of them keep their own, none waits in the collective
+    // (an error here would end a long run's `with` block with nothing saved).
+    log::warn(
+        "finalize(average=True) with algorithm.robust: each peer keeps its own model (an exact "
+        "average would sum every member's model, a hostile or quarantined one's too)");
+    average = false;
+  }
   if (m.state == Impl::State::kRoundOpen) {
     // Close the open round first; its failure (a divergence) is reported by finish() below.
     (void)m.session->completeRound();

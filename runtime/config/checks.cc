@@ -459,7 +459,8 @@ void checkRobust(const Config& c, const topology::Schedule* schedule, Report& re
   const auto rule = c.algorithm.robust;
   const std::string ruleText(algorithms::robustRuleName(rule));
   if (rule == algorithms::RobustRule::kNone) {
-    for (const char* key : {"algorithm.robust_byzantine", "algorithm.robust_quarantine"}) {
+    for (const char* key :
+         {"algorithm.robust_byzantine", "algorithm.robust_quarantine", "algorithm.robust_probe"}) {
       if (report.wasSet(key) && !report.wasSet("algorithm.robust"))
         report.warning(report.keyWhere(key), key,
                        "has no effect without algorithm.robust (clip or trim)");
@@ -485,6 +486,21 @@ void checkRobust(const Config& c, const topology::Schedule* schedule, Report& re
                  ruleText + " works with algorithm.name dsgd or choco only, not " +
                      std::string(algorithms::algorithmKindName(name)) + ": " + why);
     return;
+  }
+  if (c.run.finalAverage) {
+    report.error(report.keyWhere("run.final_average"), "run.final_average",
+                 "cannot be used with algorithm.robust " + ruleText +
+                     ": the exact final average sums every member's model, a hostile or "
+                     "quarantined one's too, and one hostile model moves it for all");
+  }
+  const train::WorkloadKind w = c.workload.name;
+  if (c.algorithm.robustProbe > 0 && w != train::WorkloadKind::kFashionMnistSoftmax &&
+      w != train::WorkloadKind::kFashionMnistMlp && w != train::WorkloadKind::kFashionMnistCnn) {
+    report.error(report.keyWhere("algorithm.robust_probe"), "algorithm.robust_probe",
+                 "loss screening evaluates models on the peer's own training shard, and "
+                 "workload.name " +
+                     std::string(train::workloadKindName(w)) +
+                     " has none (only the Fashion-MNIST workloads do; set it to 0)");
   }
   if (!schedule) return;
   if (schedule->period() != 1) {

@@ -92,10 +92,11 @@ struct AlgorithmSection {
   int staleness = 0;
   // push-sum with overlap: tau, the rounds a share stays in flight before it is mixed (OSGP).
   int overlapRounds = 1;
-  // Robust mixing (runtime/algorithms/robust.h): the rule, b, and the quarantine score.
+  // Robust mixing (runtime/algorithms/robust.h): the rule, b, the quarantine score, loss screening.
   algorithms::RobustRule robust = algorithms::RobustRule::kNone;
   int robustByzantine = 1;
   double robustQuarantine = 0.5;
+  int robustProbe = 0;  // loss screening: samples of the own shard (0: off)
 };
 
 struct OptimizerSection {

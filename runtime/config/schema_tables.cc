@@ -188,6 +188,14 @@ std::vector<KeyDef> algorithmKeys() {
           "Robust mixing: the suspicion score (moving average of the fraction of a neighbour's "
           "difference beyond twice the radius) at which it is quarantined, after 32 rounds at the "
           "least; its weight shrinks from half of it on (clip). 0: never"),
+      intKey(
+          "algorithm.robust_probe", [](Config & c) -> auto& { return c.algorithm.robustProbe; }, 0,
+          60000,
+          "Robust mixing's loss screening: samples of the own training shard on which each "
+          "neighbour's model and the own are evaluated every round; a neighbour's loss beyond "
+          "1.5 x the own + 0.05 counts towards its suspicion like a distance beyond the radius "
+          "(catches slow drags, e.g. a replayed old model on a ring). Fashion-MNIST workloads. "
+          "0: off"),
       doubleKey(
           "algorithm.round_timeout", [](Config & c) -> auto& { return c.algorithm.roundTimeout; },
           0.001, 3600,

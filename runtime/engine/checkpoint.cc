@@ -96,6 +96,37 @@ PeerCounters countersFromJson(const Json& j) {
   return c;
 }
 
+// Robust mixing's trust per neighbour (PeerState::trust), the doubles as their bits.
+Json trustToJson(const std::vector<algorithms::NeighbourTrust>& trust) {
+  Json j = Json::array();
+  for (const auto& t : trust) {
+    j.push_back({{"neighbour", t.neighbour},
+                 {"rounds_mixed", t.roundsMixed},
+                 {"rounds_clipped", t.roundsClipped},
+                 {"clip_sum", bits(t.clipSum)},
+                 {"score", bits(t.score)},
+                 {"distrusted", t.distrusted},
+                 {"rounds_lossy", t.roundsLossy}});
+  }
+  return j;
+}
+
+std::vector<algorithms::NeighbourTrust> trustFromJson(const Json& j) {
+  std::vector<algorithms::NeighbourTrust> out;
+  for (const auto& e : j) {
+    algorithms::NeighbourTrust t;
+    t.neighbour = e.at("neighbour");
+    t.roundsMixed = e.at("rounds_mixed");
+    t.roundsClipped = e.at("rounds_clipped");
+    t.clipSum = fromBits(e.at("clip_sum"));
+    t.score = fromBits(e.at("score"));
+    t.distrusted = e.at("distrusted");
+    t.roundsLossy = e.at("rounds_lossy");
+    out.push_back(t);
+  }
+  return out;
+}
+
 Json configToJson(const std::vector<std::pair<std::string, std::string>>& config) {
   Json j = Json::object();
   for (const auto& [path, value] : config) j[path] = value;
@@ -260,6 +291,7 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
   Json scalars = Json::array();
   for (double v : s.algorithmScalars) scalars.push_back(bits(v));
   h["algorithm_scalars"] = scalars;
+  if (!s.trust.empty()) h["trust"] = trustToJson(s.trust);
   const std::string header = h.dump();
 
   CheckpointParts parts;
@@ -485,6 +517,7 @@ Result<LoadedCheckpoint> parseCheckpoint(std::span<const std::uint8_t> bytes,
     s.lastLr = fromBits(h.at("last_lr"));
     s.counters = countersFromJson(h.at("counters"));
     for (const auto& v : h.at("algorithm_scalars")) s.algorithmScalars.push_back(fromBits(v));
+    if (h.contains("trust")) s.trust = trustFromJson(h.at("trust"));  // absent before robust mixing
   } catch (const Json::exception& e) {
     return corrupt(std::string("header: ") + e.what());
   }

@@ -6,7 +6,8 @@
 //   "GVCKPT2\n"                      8-byte magic (the format version is its 7th byte)
 //   u64 header bytes, header         JSON: rank, round, incarnation, workload, algorithm, peers,
 //                                    parameters, workload step, divergence history (doubles as
-//                                    their IEEE bit patterns, exact and NaN-safe), counters
+//                                    their IEEE bit patterns, exact and NaN-safe), counters,
+//                                    robust mixing's trust per neighbour (when it has any)
 //   sections                         u32 name bytes, name, u64 count, count float32 values
 //   u64 checksum                     CRC32C of every byte before it (version 1, still read:
 //                                    FNV-1a 64)

@@ -877,6 +877,8 @@ void PeerCore::saveState(PeerState& s) const {
   s.lastLoss = lastLoss_;
   s.lastLr = lastLr_;
   s.counters = counters_;
+  const auto* robust = algorithm_->robustMixer();
+  s.trust = robust ? robust->trust() : std::vector<algorithms::NeighbourTrust>{};
 }
 
 Status PeerCore::restoreState(const PeerState& s) {
@@ -944,6 +946,12 @@ Status PeerCore::restoreState(const PeerState& s) {
   lastLoss_ = s.lastLoss;
   lastLr_ = s.lastLr;
   counters_ = s.counters;
+  // Only this peer's neighbours' (a file names any number).
+  std::vector<algorithms::NeighbourTrust> trust;
+  for (const auto& t : s.trust) {
+    if (edges_.count(t.neighbour)) trust.push_back(t);
+  }
+  algorithm_->restoreTrust(trust);
   // Every share of the rounds up to the saved one is in the algorithm's state (a checkpointed
   // round waits for them all: PeerCoreOptions::syncEvery); none is awaited again.
   for (auto& [j, e] : edges_) e.appliedThrough = std::max(e.appliedThrough, s.round);
@@ -1083,12 +1091,27 @@ void PeerCore::refuse(int j, Edge& e, std::string_view reason) {
 void PeerCore::quarantineDistrusted(const algorithms::NeighbourTrust& t) {
   const auto it = edges_.find(t.neighbour);
   if (it == edges_.end() || it->second.quarantined || dead_.count(t.neighbour)) return;
-  char why[200];
-  std::snprintf(why, sizeof why,
-                "quarantined: its messages lay beyond the robust mixing radius in %llu of %llu "
-                "rounds (suspicion %.2f >= algorithm.robust_quarantine)",
-                static_cast<unsigned long long>(t.roundsClipped),
-                static_cast<unsigned long long>(t.roundsMixed), t.score);
+  char why[300];
+  const auto clipped = static_cast<unsigned long long>(t.roundsClipped);
+  const auto mixed = static_cast<unsigned long long>(t.roundsMixed);
+  if (t.restored) {
+    std::snprintf(why, sizeof why,
+                  "quarantined again: this peer had quarantined it before its restart (the "
+                  "checkpoint's trust: suspicion %.2f after %llu rounds)",
+                  t.score, mixed);
+  } else if (t.roundsLossy == 0) {
+    std::snprintf(why, sizeof why,
+                  "quarantined: its messages lay beyond the robust mixing radius in %llu of %llu "
+                  "rounds (suspicion %.2f >= algorithm.robust_quarantine)",
+                  clipped, mixed, t.score);
+  } else {
+    std::snprintf(why, sizeof why,
+                  "quarantined: of %llu rounds, its messages lay beyond the robust mixing radius "
+                  "in %llu and its model's loss on this peer's probe beyond %.1fx its own in %llu "
+                  "(suspicion %.2f >= algorithm.robust_quarantine)",
+                  mixed, clipped, algorithms::RobustMixer::kLossSlack,
+                  static_cast<unsigned long long>(t.roundsLossy), t.score);
+  }
   quarantine(t.neighbour, it->second, why);
 }
 

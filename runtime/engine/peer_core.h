@@ -175,6 +175,9 @@ struct PeerState {
   bool lossSeen = false;
   double lastLoss = 0.0, lastLr = 0.0;
   PeerCounters counters;
+  // Robust mixing's trust in each neighbour (algorithm.robust): a restarted peer goes on from it
+  // and quarantines a neighbour it had quarantined as soon as that one is mixed again.
+  std::vector<algorithms::NeighbourTrust> trust;
 };
 
 // Why a run stops early: training diverged, here (origin == this peer's rank) or at a peer whose

@@ -104,6 +104,12 @@ nlohmann::json roundRecord(const PeerCore& peer, double seconds, const std::vect
     for (const auto& [j, f] : robust->clippedThisRound()) clipped[std::to_string(j)] = f;
     if (!clipped.empty()) r["clipped"] = clipped;
     r["robust_radius"] = robust->radius();
+    if (robust->screensLoss()) {
+      // Loss screening: each neighbour's loss on the own probe over the own model's.
+      nlohmann::json ratios = nlohmann::json::object();
+      for (const auto& [j, q] : robust->lossRatios()) ratios[std::to_string(j)] = q;
+      r["probe_loss_ratio"] = ratios;
+    }
   }
   return r;
 }
@@ -117,6 +123,7 @@ nlohmann::json trustJson(const algorithms::RobustMixer& robust) {
                    {"clip_mean", t.roundsClipped ? t.clipSum / double(t.roundsClipped) : 0.0},
                    {"suspicion", t.score},
                    {"quarantined", t.distrusted}});
+    if (robust.screensLoss()) out.back()["rounds_loss_flagged"] = t.roundsLossy;
   }
   return out;
 }

@@ -82,7 +82,8 @@ bool overlappedPushSum(const config::Config& c) {
 
 Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
-    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit) {
+    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit,
+    train::Workload::LossProbe lossProbe) {
   const config::Config& c = plan.config;
   GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank, std::move(deltaLimit)));
   algorithms::AlgorithmOptions ao;
@@ -91,7 +92,8 @@ Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
   if (c.algorithm.consensusStep) ao.consensusStep = *c.algorithm.consensusStep;
   ao.compressed = c.compression.method != compress::Method::kNone;
   ao.overlapRounds = overlappedPushSum(c) ? c.algorithm.overlapRounds : 0;
-  ao.robust = {c.algorithm.robust, c.algorithm.robustByzantine, c.algorithm.robustQuarantine};
+  ao.robust = {c.algorithm.robust, c.algorithm.robustByzantine, c.algorithm.robustQuarantine,
+               std::move(lossProbe)};
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
   if (c.workload.name != train::WorkloadKind::kConsensus)
@@ -109,8 +111,12 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   GV_RETURN_IF_ERROR(oo.validate());
   auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
   auto deltaLimit = c.security.maxDeltaRatio > 0 ? std::make_shared<DeltaLimit>() : nullptr;
-  GV_ASSIGN_OR_RETURN(auto algorithm,
-                      makePeerAlgorithm(plan, rank, workload->layout(), x, deltaLimit));
+  auto lossProbe =
+      c.algorithm.robust != algorithms::RobustRule::kNone && c.algorithm.robustProbe > 0
+          ? workload->makeLossProbe(c.algorithm.robustProbe)
+          : train::Workload::LossProbe{};
+  GV_ASSIGN_OR_RETURN(auto algorithm, makePeerAlgorithm(plan, rank, workload->layout(), x,
+                                                        deltaLimit, std::move(lossProbe)));
   PeerCoreOptions po;
   po.maxDeltaRatio = c.security.maxDeltaRatio;
   po.deltaLimit = std::move(deltaLimit);

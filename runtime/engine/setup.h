@@ -50,10 +50,11 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
                                                std::unique_ptr<train::Workload> workload,
                                                std::vector<float> x);
 // The algorithm of peer `rank` for a model laid out as `layout` starting at x0 (its public copies
-// start there).
+// start there); lossProbe: the workload's, for robust mixing's loss screening (empty: none).
 Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
-    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit = nullptr);
+    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit = nullptr,
+    train::Workload::LossProbe lossProbe = {});
 
 // algorithm.name push-sum with algorithm.overlap: overlapped SGP (shares mixed
 // algorithm.overlap_rounds rounds late, PeerCoreOptions::mixDelay); the next gradient is not

@@ -20,6 +20,7 @@ constexpr std::uint64_t kEvalTestStream = 0xe7e5;
 constexpr std::uint64_t kEvalTrainStream = 0xe7a1;
 constexpr std::uint64_t kNoiseStream = 0x9015;
 constexpr std::uint64_t kConsensusStream = 0xc095;
+constexpr std::uint64_t kProbeStream = 0x960b;
 
 // The first k of a seeded permutation of `items`, sorted (k == 0 or k >= size: all of them).
 std::vector<std::uint32_t> subsample(std::vector<std::uint32_t> items, std::int64_t k,
@@ -42,14 +43,15 @@ std::vector<TensorInfo> vectorLayout(std::int64_t dim) {
 class ClassifierWorkload final : public Workload {
  public:
   ClassifierWorkload(const WorkloadOptions& options, int rank, std::uint64_t seed,
-                     std::shared_ptr<const SharedData> shared, Network network,
+                     std::shared_ptr<const SharedData> shared, std::function<Network()> makeNetwork,
                      std::vector<std::uint32_t> shard)
       : kind_(options.kind),
         rank_(rank),
         seed_(seed),
         batch_(options.batchSize),
         shared_(std::move(shared)),
-        network_(std::move(network)),
+        makeNetwork_(std::move(makeNetwork)),
+        network_(makeNetwork_()),
         shard_(std::move(shard)) {
     network_.reserve(batch_);
     labels_.assign(batch_, 0);
@@ -88,6 +90,28 @@ class ClassifierWorkload final : public Workload {
   }
   Eval evaluateTrain(std::span<const float> x) const override {
     return evaluate(shared_->fashion.train, trainEval_, x);
+  }
+
+  // Its own network, with the sample's inputs written once: each call is one forward pass.
+  LossProbe makeLossProbe(int samples) const override {
+    const auto sample = subsample(shard_, samples, deriveSeed(seed_, kProbeStream, rank_));
+    if (sample.empty()) return {};
+    auto network = std::make_shared<Network>(makeNetwork_());
+    const int n = static_cast<int>(sample.size());
+    network->reserve(n);
+    auto labels = std::make_shared<std::vector<std::uint8_t>>(sample.size());
+    const ImageSet& train = shared_->fashion.train;
+    const std::int64_t f = train.features();
+    const auto& table = shared_->pixelTable;
+    for (int j = 0; j < n; ++j) {
+      const std::uint8_t* src = train.image(sample[j]);
+      float* dst = network->input() + static_cast<std::size_t>(j) * f;
+      for (std::int64_t i = 0; i < f; ++i) dst[i] = table[src[i]];
+      (*labels)[j] = train.labels[sample[j]];
+    }
+    return [network, labels, n](std::span<const float> x) {
+      return network->forward(x, labels->data(), n, nullptr);
+    };
   }
 
  private:
@@ -134,6 +158,7 @@ class ClassifierWorkload final : public Workload {
   std::uint64_t seed_;
   int batch_;
   std::shared_ptr<const SharedData> shared_;
+  std::function<Network()> makeNetwork_;  // the model's architecture (probes build their own)
   mutable Network network_;  // activations are scratch shared by gradient() and the evaluations
   mutable std::vector<std::uint8_t> labels_;
   std::vector<std::uint32_t> shard_;
@@ -350,15 +375,17 @@ Result<std::unique_ptr<Workload>> makeWorkload(const WorkloadOptions& options, i
       if (!shards.isOk()) return shards.status();
       std::vector<std::uint32_t> mine = std::move(shards.value()[rank]);
       const int inputs = static_cast<int>(train.features());
-      Network network =
-          options.kind == WorkloadKind::kFashionMnistSoftmax
-              ? Network::softmaxRegression(inputs, shared->classes)
-          : options.kind == WorkloadKind::kFashionMnistMlp
-              ? Network::mlp(inputs, options.hidden, shared->classes)
-              : Network::cnn(static_cast<int>(train.rows), static_cast<int>(train.cols),
-                             options.cnnChannels, options.cnnHidden, shared->classes);
+      const int classes = shared->classes;
+      auto makeNetwork = [options, inputs, classes, rows = static_cast<int>(train.rows),
+                          cols = static_cast<int>(train.cols)] {
+        return options.kind == WorkloadKind::kFashionMnistSoftmax
+                   ? Network::softmaxRegression(inputs, classes)
+               : options.kind == WorkloadKind::kFashionMnistMlp
+                   ? Network::mlp(inputs, options.hidden, classes)
+                   : Network::cnn(rows, cols, options.cnnChannels, options.cnnHidden, classes);
+      };
       return std::unique_ptr<Workload>(std::make_unique<ClassifierWorkload>(
-          options, rank, seed, std::move(shared), std::move(network), std::move(mine)));
+          options, rank, seed, std::move(shared), std::move(makeNetwork), std::move(mine)));
     }
     case WorkloadKind::kQuadratic: {
       const auto n = static_cast<int>(shared->quadratic.a.size());

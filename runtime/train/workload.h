@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -72,6 +73,14 @@ class Workload {
   // Parts of the model that are never stepped (the API's buffers: mixed and averaged only), in
   // ascending offset order: the outer step (outer.optimizer) leaves them at their mixed values.
   virtual std::span<const ValueRange> bufferRanges() const { return {}; }
+
+  // The mean loss of any model on a fixed seeded sample of this peer's shard (robust mixing's loss
+  // screening, algorithm.robust_probe). It has its own scratch: it may run on another thread than
+  // gradient()'s, and it never moves the minibatch stream (a run stays bit-reproducible).
+  using LossProbe = std::function<double(std::span<const float>)>;
+  // A probe over `samples` training samples of the shard (all of them when it has fewer); empty
+  // where the workload has no shard to evaluate on (quadratic, consensus, the API's external).
+  virtual LossProbe makeLossProbe(int /*samples*/) const { return {}; }
 
   // Number of gradient() calls so far; setStep() repositions the minibatch stream (resume).
   std::uint64_t step() const { return step_; }

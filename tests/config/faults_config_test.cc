@@ -286,8 +286,31 @@ TEST_CASE("robust mixing is refused where it cannot work, naming the key and why
   CHECK(has(refusedRobust("peers: { count: 16 }\ntopology: { kind: one-peer-exponential }\n"
                           "algorithm: { name: choco, robust: clip }\n"),
             "needs a static graph"));
+  // The exact final average would sum a hostile member's model too.
+  CHECK(has(refusedRobust(ring + "run: { final_average: true }\n" +
+                          "algorithm: { name: choco, robust: clip }\n"),
+            "run.final_average: cannot be used with algorithm.robust clip"));
   // Without a rule its other keys do nothing: warned.
   const auto idle = check(ring + "algorithm: { name: choco, robust_byzantine: 2 }\n");
   CHECK(idle.ok());
   CHECK(has(formatDiagnostics(idle.diagnostics), "has no effect without algorithm.robust"));
+  const auto idleProbe = check(ring + "algorithm: { name: choco, robust_probe: 64 }\n");
+  CHECK(idleProbe.ok());
+  CHECK(has(formatDiagnostics(idleProbe.diagnostics),
+            "algorithm.robust_probe: has no effect without algorithm.robust"));
+  // Loss screening needs a shard to evaluate models on: the Fashion-MNIST workloads.
+  const auto probe = check(ring + "algorithm: { name: choco, robust: clip, robust_probe: 64 }\n" +
+                           "workload: { name: fashion-mnist-mlp }\n");
+  INFO(formatDiagnostics(probe.diagnostics));
+  CHECK(probe.ok());
+  CHECK(probe.config.algorithm.robustProbe == 64);
+  for (const char* workload : {"consensus", "quadratic"}) {
+    const auto r = check(ring + "algorithm: { name: choco, robust: clip, robust_probe: 64 }\n" +
+                         "workload: { name: " + workload + " }\n");
+    const std::string text = formatDiagnostics(r.diagnostics);
+    INFO(text);
+    CHECK_FALSE(r.ok());
+    CHECK(has(text, "algorithm.robust_probe"));
+    CHECK(has(text, std::string("workload.name ") + workload + " has none"));
+  }
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -72,4 +73,25 @@ TEST_CASE(
     CHECK(o.err.find("transport.backend is 'inproc', which connects peers inside one process "
                      "only") != std::string::npos);
   }
+}
+
+TEST_CASE("validate prints robust mixing: the rule, b, the quarantine score, loss screening") {
+  const auto config = std::filesystem::temp_directory_path() /
+                      ("gv_validate_robust_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(config);
+    out << "peers: { count: 8 }\ntopology: { kind: ring }\n"
+           "algorithm: { name: choco, robust: clip, robust_quarantine: 0.6, robust_probe: 64 }\n";
+  }
+  const std::string bin = std::string(GRAPEVINE_BINARY_DIR) + "/bin/grapevine";
+  FILE* pipe = ::popen((bin + " validate " + config.string() + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string text;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe)) text += buffer;
+  CHECK(::pclose(pipe) == 0);
+  std::filesystem::remove(config);
+  INFO(text);
+  CHECK(text.find("  robust       clip, b 1, quarantine at suspicion 0.6, loss screening on 64 "
+                  "samples of the own shard\n") != std::string::npos);
 }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/common/byte_order.h"
@@ -437,4 +438,67 @@ TEST_CASE("checkpoint: a file of format 1 (older builds: FNV-1a checksum) is sti
   const auto torn = engine::readCheckpoint(path, id);
   REQUIRE(!torn.isOk());
   CHECK(torn.status().message().find("checksum mismatch") != std::string::npos);
+}
+
+TEST_CASE(
+    "checkpoint: robust mixing's trust goes on after a restore; a distrusted neighbour is "
+    "quarantined again when it is next mixed") {
+  const auto c = test_util::loadYaml(
+      "run: { seed: 5, rounds: 60 }\npeers: { count: 5 }\ntopology: { kind: ring }\n"
+      "algorithm: { name: choco, consensus_step: 0.3, robust: clip }\n"
+      "optimizer: { lr: 0.05, batch_size: 16 }\n"
+      "compression: { method: top-k, ratio: 0.1, dense_below: 0 }\n"
+      "workload: { name: fashion-mnist-mlp, hidden: [16], eval_every: 0, eval_samples: 200 }\n",
+      "checkpoint_trust_test.yaml");
+  auto plan = test_util::makePlan(c);
+  auto reference = makePeers(*plan);
+  REQUIRE(engine::runLockstep(reference, 0, 60).isOk());
+  auto first = makePeers(*plan);
+  REQUIRE(engine::runLockstep(first, 0, 30).isOk());
+  const std::string dir = tempFolder("trust");
+  const auto trustOf = [](const PeerCore& p) {
+    std::vector<std::tuple<int, std::uint64_t, std::uint64_t, double, double, bool>> out;
+    for (const auto& t : p.algorithm().robustMixer()->trust())
+      out.emplace_back(t.neighbour, t.roundsMixed, t.roundsClipped, t.clipSum, t.score,
+                       t.distrusted);
+    return out;
+  };
+  for (const auto& p : first) {
+    engine::PeerState s = p->saveState();
+    REQUIRE(s.trust.size() == 2);
+    CHECK(s.trust[0].roundsMixed == 30);
+    if (p->rank() == 0) {
+      // As if neighbour 1 had been distrusted, and a file naming a peer that is no neighbour.
+      s.trust[0].distrusted = true;
+      s.trust[0].score = 0.75;
+      s.trust.push_back({.neighbour = 3, .roundsMixed = 40, .score = 0.9, .distrusted = true});
+    }
+    REQUIRE(engine::writeCheckpoint(engine::checkpointFolder(c, dir, p->rank()),
+                                    engine::checkpointIdentity(c, *p), 1, s, 2)
+                .isOk());
+  }
+  auto resumed = makePeers(*plan);
+  for (auto& p : resumed) {
+    auto loaded = engine::latestCheckpoint(engine::checkpointFolder(c, dir, p->rank()),
+                                           engine::checkpointIdentity(c, *p));
+    REQUIRE(loaded.has_value());
+    CHECK(loaded->state.trust.size() == (p->rank() == 0 ? 3u : 2u));
+    REQUIRE(p->restoreState(loaded->state).isOk());
+  }
+  const auto restored = resumed[0]->algorithm().robustMixer()->trust();
+  REQUIRE(restored.size() == 2);  // 3 is not its neighbour
+  CHECK(restored[0].neighbour == 1);
+  CHECK(restored[0].distrusted);
+  CHECK(restored[0].score == 0.75);
+  CHECK(trustOf(*resumed[2]) == trustOf(*first[2]));  // bit for bit
+  REQUIRE(engine::runLockstep(resumed, 30, 1).isOk());
+  // Peer 0 quarantined 1 again in its first mix, naming the restart.
+  const auto quarantined = resumed[0]->takeQuarantined();
+  REQUIRE(quarantined.size() == 1);
+  CHECK(quarantined[0].first == 1);
+  CHECK_THAT(quarantined[0].second, Catch::Contains("quarantined again: this peer had "
+                                                    "quarantined it before its restart"));
+  // The others go on as the uninterrupted run.
+  REQUIRE(engine::runLockstep(resumed, 31, 29).isOk());
+  CHECK(trustOf(*resumed[3]) == trustOf(*reference[3]));
 }

@@ -2,11 +2,14 @@
 // vectors small enough to check by hand: the clip radius is the (n - b)-th smallest distance, a far
 // neighbour's weight shrinks to radius / distance, trust builds over rounds (never one), a
 // distrusted neighbour leaves b - 1 to find, BRIDGE-T trims b values of each end of the neighbours'
-// and keeps the own, and each attack publishes what docs/faults.md says.
+// and keeps the own, loss screening counts a neighbour far worse on the own probe, and each attack
+// publishes what docs/faults.md says.
 #include "runtime/algorithms/robust.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
+#include <span>
 #include <vector>
 
 #include "runtime/engine/attacks.h"
@@ -142,6 +145,83 @@ TEST_CASE("clip with no more neighbours than b keeps the last radius (0 before a
   m.weigh(self, alone);
   CHECK(m.radius() == Approx(4.0));
   CHECK(alone[0].weight == Approx(0.25));
+}
+
+TEST_CASE(
+    "loss screening: a neighbour close by distance but far worse on the own probe is "
+    "distrusted after 32 rounds, one within the slack never",
+    "[robust]") {
+  RobustOptions o;
+  o.rule = RobustRule::kClip;
+  o.quarantineScore = 0.5;
+  // The loss of a vector: 1 + 100 x its first value (the second sets its distance, about 1).
+  int probes = 0;
+  o.lossProbe = [&probes](std::span<const float> v) {
+    ++probes;
+    return 1.0 + 100.0 * static_cast<double>(v[0]);
+  };
+  RobustMixer m(o);
+  CHECK(m.screensLoss());
+  const std::vector<float> self = {0, 0};
+  const std::vector<float> honest = {0.004f, 1};  // loss 1.4: within 1.5 x 1 + 0.05
+  const std::vector<float> worse = {0.03f, 1};    // loss 4: 1 - 1.55 / 4 counts
+  const std::vector<float> other = {0.001f, -1};
+  std::uint64_t distrustedAt = 0;
+  for (std::uint64_t round = 1; round <= 40 && distrustedAt == 0; ++round) {
+    std::vector<RobustMixer::Term> terms = {
+        {1, honest.data(), 0.3}, {2, worse.data(), 0.3}, {3, other.data(), 0.3}};
+    m.weigh(self, terms);
+    // Its distance never stands out: nothing is clipped, and the honest weights stay.
+    CHECK(m.clippedThisRound().empty());
+    CHECK(terms[0].weight == Approx(0.3));
+    CHECK(terms[2].weight == Approx(0.3));
+    REQUIRE(m.lossRatios().size() == 3);
+    CHECK(m.lossRatios()[1].first == 2);
+    CHECK(m.lossRatios()[1].second == Approx(4.0));
+    // Once its suspicion passes half the quarantine score its weight shrinks.
+    if (round == 1) CHECK(terms[1].weight == Approx(0.3));
+    if (round == 31) CHECK(terms[1].weight < 0.3 * 0.5);
+    for (const auto& t : m.takeDistrusted()) {
+      CHECK(t.neighbour == 2);
+      distrustedAt = round;
+    }
+  }
+  CHECK(probes == 4 * static_cast<int>(distrustedAt));  // the own vector and each neighbour's
+  CHECK(distrustedAt == RobustMixer::kTrustMinRounds);
+  const auto trust = m.trust();
+  REQUIRE(trust.size() == 3);
+  CHECK(trust[0].roundsLossy == 0);
+  CHECK(trust[1].roundsLossy == distrustedAt);
+  CHECK(trust[1].score > 0.5);
+  CHECK(trust[1].roundsClipped == 0);
+  CHECK_FALSE(trust[0].distrusted);
+  CHECK_FALSE(trust[2].distrusted);
+}
+
+TEST_CASE("loss screening: a non-finite loss counts whole, a non-finite own loss tells nothing",
+          "[robust]") {
+  RobustOptions o;
+  o.rule = RobustRule::kClip;
+  o.lossProbe = [](std::span<const float> v) { return static_cast<double>(v[0]); };
+  RobustMixer m(o);
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> self = {1.0f}, broken = {inf}, fine = {1.2f};
+  std::vector<RobustMixer::Term> terms = {{1, broken.data(), 0.3}, {2, fine.data(), 0.3}};
+  m.weigh(self, terms);
+  auto trust = m.trust();
+  CHECK(trust[0].roundsLossy == 1);
+  CHECK(trust[0].score == Approx(RobustMixer::kTrustRate));
+  CHECK(trust[1].roundsLossy == 0);
+  const std::vector<float> nanSelf = {std::numeric_limits<float>::quiet_NaN()};
+  std::vector<RobustMixer::Term> again = {{2, fine.data(), 0.3}};
+  m.weigh(nanSelf, again);
+  CHECK(m.trust()[1].roundsLossy == 0);
+  CHECK(m.lossRatios().empty());
+  // Without a probe nothing is evaluated and no ratio is kept.
+  RobustOptions plain;
+  plain.rule = RobustRule::kClip;
+  RobustMixer p(plain);
+  CHECK_FALSE(p.screensLoss());
 }
 
 TEST_CASE("trim: BRIDGE-T drops b of each end of the neighbours' values and keeps the own",

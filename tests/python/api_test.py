@@ -159,6 +159,33 @@ def test_two_peers_step_mix_bind_finalize():
     np.testing.assert_array_equal(results[0][4], results[1][4])
 
 
+def test_finalize_average_with_robust_mixing_keeps_each_peers_model():
+    """algorithm.robust: finalize(average=True) keeps each peer's own model (an exact average would
+    sum a hostile or quarantined member's model too); run.final_average is refused by validate."""
+    out = scratch("api-robust-finalize")
+    c = config(free_base_port(4, 23230), peers=4, rounds=1,
+               algorithm={"name": "dsgd", "round_timeout": 60, "robust": "clip"})
+
+    def peer_main(rank):
+        w = np.zeros(3, dtype=np.float32)
+        with grapevine.Peer(c, rank=rank, out_dir=os.path.join(out, f"r{rank}")) as peer:
+            peer.add_tensor("w", w)
+            peer.start()
+            wv = peer.bind("w")
+            peer.step([np.full(3, float(rank), dtype=np.float32)])
+            mixed = wv.copy()
+            peer.finalize(average=True)
+            return mixed, wv.copy()
+
+    results = run_threads([lambda r=r: peer_main(r) for r in range(4)])
+    for mixed, final in results:
+        np.testing.assert_array_equal(final, mixed)
+    assert len({tuple(final) for _, final in results}) > 1  # not averaged
+    c["run"]["final_average"] = True
+    with pytest.raises(grapevine.InvalidArgumentError, match="run.final_average"):
+        grapevine.Peer(c, rank=0)
+
+
 def test_outer_optimizer_through_mix_steps_from_the_anchor():
     """outer.optimizer with the caller's own steps (mix()): the outer step starts from the model the
     last round ended with (the anchor), not from the parameters the caller moved; a buffer keeps

@@ -1,7 +1,9 @@
 // Attackers and robust mixing in the simulator (issue 43): an attack runs deterministically (the
 // same bits with 1 or 2 threads, another attack another result); on Fashion-MNIST a member that
 // flips its model's sign wrecks plain mixing, and clip keeps the honest peers within a point of the
-// clean run, its two neighbours quarantine it (and nobody else), and the records show the clipping.
+// clean run, its two neighbours quarantine it (and nobody else), and the records show the clipping;
+// a replayed initial model, which distance never tells on a ring, is caught by loss screening.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -116,4 +118,45 @@ TEST_CASE("a sign-flipping member: plain mixing is wrecked, clip holds and quara
     if (r.contains("clipped") && r["clipped"].contains("5")) ++clippedRounds;
   }
   CHECK(clippedRounds > 0);
+}
+
+TEST_CASE(
+    "a replayed initial model on a ring: distance alone misses it, loss screening "
+    "quarantines it",
+    "[attacks]") {
+  const std::string attack = "faults: [{ kind: replay, peer: 5, at_round: 0 }]\n";
+  const std::string dir = (std::filesystem::temp_directory_path() / "attacks_test_probe").string();
+  std::filesystem::remove_all(dir);
+  const auto clean = simulate(mlp("clip, robust_probe: 64", ""));
+  const auto clipOnly = simulate(mlp("clip", attack));
+  const auto screened = simulate(mlp("clip, robust_probe: 64", attack), 2, dir);
+  const double cleanAccuracy = number(clean.summary, "test_accuracy_mean");
+  const double clipHonest = number(clipOnly.summary, "honest_test_accuracy_mean");
+  const double screenedHonest = number(screened.summary, "honest_test_accuracy_mean");
+  INFO("clean " << cleanAccuracy << ", replayed: clip " << clipHonest << ", clip + probe "
+                << screenedHonest);
+  CHECK(cleanAccuracy > 0.8);
+  // The clean run quarantines nobody; distance alone never catches the replay.
+  CHECK(clean.summary["quarantined_by_trust"].empty());
+  CHECK(clipHonest < cleanAccuracy - 0.02);
+  for (const auto& q : clipOnly.summary["quarantined_by_trust"]) CHECK(q["neighbour"] != 5);
+  CHECK(screenedHonest > cleanAccuracy - 0.01);
+  INFO(screened.summary.dump());
+  CHECK(screened.summary["quarantined_by_trust"] ==
+        nlohmann::json::parse(R"([{"peer": 4, "neighbour": 5}, {"peer": 6, "neighbour": 5}])"));
+  for (const auto& t : screened.peers[6].neighbourTrust) {
+    if (t["neighbour"] != 5) continue;
+    CHECK(t["quarantined"] == true);
+    CHECK(t["rounds_loss_flagged"].get<int>() >= 16);
+  }
+  // The records carry each neighbour's loss ratio on the probe, the replayer's far above 1.
+  std::ifstream records(dir + "/peer-6.jsonl");
+  std::string line;
+  double highest = 0.0;
+  while (std::getline(records, line)) {
+    const auto r = nlohmann::json::parse(line);
+    if (r.contains("probe_loss_ratio") && r["probe_loss_ratio"].contains("5"))
+      highest = std::max(highest, r["probe_loss_ratio"]["5"].get<double>());
+  }
+  CHECK(highest > 2.0);
 }

@@ -58,6 +58,18 @@ void printAlgorithm(const config::Config& c, std::ostream& os) {
      << "\n";
   if (algorithms::averagesEachRound(c.algorithm.name))
     os << "  averaging    exact, every round (all-reduce over the ring, or a spanning tree)\n";
+  if (c.algorithm.robust != algorithms::RobustRule::kNone) {
+    os << "  robust       " << algorithms::robustRuleName(c.algorithm.robust) << ", b "
+       << c.algorithm.robustByzantine << ", "
+       << (c.algorithm.robustQuarantine > 0
+               ? "quarantine at suspicion " + fmt(c.algorithm.robustQuarantine)
+               : std::string("never quarantines"))
+       << (c.algorithm.robustProbe > 0
+               ? ", loss screening on " + std::to_string(c.algorithm.robustProbe) +
+                     " samples of the own shard"
+               : std::string())
+       << "\n";
+  }
   if (c.outer.optimizer != train::OuterKind::kNone) {
     os << "  outer        " << train::outerKindName(c.outer.optimizer) << ", lr " << fmt(c.outer.lr)
        << ", momentum " << fmt(c.outer.momentum) << "\n";
