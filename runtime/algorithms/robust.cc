@@ -47,19 +47,22 @@ void RobustMixer::weigh(std::span<const float> self, std::vector<Term>& terms) {
   lossRatios_.clear();
   const double ownLoss = options_.lossProbe ? options_.lossProbe(self) : 0.0;
   // A neighbour distrusted before a restart (restoreTrust) and mixed again: weight 0, out of the
-  // radius, distrusted again (the engine quarantines it).
+  // radius (its distance stays kUnmeasured), distrusted again (the engine quarantines it).
+  constexpr double kUnmeasured = -1.0;
+  distances_.assign(terms.size(), kUnmeasured);
   std::vector<double> sorted;
-  for (Term& term : terms) {
+  for (std::size_t t = 0; t < terms.size(); ++t) {
+    Term& term = terms[t];
     const auto it = trust_.find(term.neighbour);
-    if (it == trust_.end() || !it->second.distrusted) {
-      const std::span<const float> v(term.vector, self.size());
-      sorted.push_back(std::sqrt(passes::distanceAndNorm(v, self).distance2));
+    if (it != trust_.end() && it->second.distrusted) {
+      term.weight = 0.0;
+      distrusted_.push_back(it->second);
       continue;
     }
-    term.weight = 0.0;
-    distrusted_.push_back(it->second);
+    const std::span<const float> v(term.vector, self.size());
+    distances_[t] = std::sqrt(passes::distanceAndNorm(v, self).distance2);
+    sorted.push_back(distances_[t]);
   }
-  distances_ = sorted;
   const std::size_t n = sorted.size();
   // b hostile neighbours at most: each one distrusted already leaves one fewer among the rest.
   std::size_t found = 0;
@@ -73,10 +76,10 @@ void RobustMixer::weigh(std::span<const float> self, std::vector<Term>& terms) {
     lastRadius_ = sorted[n - 1 - left];
   }
   radius_ = kClipSlack * lastRadius_.value_or(0.0);
-  std::size_t measured = 0;
-  for (Term& term : terms) {
-    if (trust_.count(term.neighbour) && trust_.at(term.neighbour).distrusted) continue;
-    const double d = distances_[measured++];
+  for (std::size_t t = 0; t < terms.size(); ++t) {
+    Term& term = terms[t];
+    const double d = distances_[t];
+    if (d == kUnmeasured) continue;
     const double factor = d > radius_ ? radius_ / d : 1.0;
     // Suspicion counts only what lies beyond kSuspectSlack radii: an honest neighbour a little
     // farther than the radius is clipped, not suspected.

@@ -493,13 +493,11 @@ void checkRobust(const Config& c, const topology::Schedule* schedule, Report& re
                      ": the exact final average sums every member's model, a hostile or "
                      "quarantined one's too, and one hostile model moves it for all");
   }
-  const train::WorkloadKind w = c.workload.name;
-  if (c.algorithm.robustProbe > 0 && w != train::WorkloadKind::kFashionMnistSoftmax &&
-      w != train::WorkloadKind::kFashionMnistMlp && w != train::WorkloadKind::kFashionMnistCnn) {
+  if (c.algorithm.robustProbe > 0 && !train::isFashionMnist(c.workload.name)) {
     report.error(report.keyWhere("algorithm.robust_probe"), "algorithm.robust_probe",
                  "loss screening evaluates models on the peer's own training shard, and "
                  "workload.name " +
-                     std::string(train::workloadKindName(w)) +
+                     std::string(train::workloadKindName(c.workload.name)) +
                      " has none (only the Fashion-MNIST workloads do; set it to 0)");
   }
   if (!schedule) return;

@@ -85,7 +85,7 @@ const std::vector<std::string_view>& partitionKindNames() {
   return names;
 }
 
-bool WorkloadOptions::isFashionMnist() const {
+bool isFashionMnist(WorkloadKind kind) {
   return kind == WorkloadKind::kFashionMnistSoftmax || kind == WorkloadKind::kFashionMnistMlp ||
          kind == WorkloadKind::kFashionMnistCnn;
 }

@@ -36,6 +36,9 @@ const std::vector<std::string_view>& partitionKindNames();
 
 inline constexpr const char* kDefaultFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
+// The Fashion-MNIST classifiers (softmax, MLP, CNN): the workloads with a data shard per peer.
+bool isFashionMnist(WorkloadKind kind);
+
 struct WorkloadOptions {
   WorkloadKind kind = WorkloadKind::kFashionMnistMlp;  // workload.name
   std::vector<int> hidden = {128};         // workload.hidden: MLP hidden layer sizes (>= 0 layers)
@@ -52,7 +55,7 @@ struct WorkloadOptions {
   std::int64_t evalTrainSamples = 0;              // workload.eval_train_samples (0 = whole shard)
   int threads = 1;                                // workload.threads: BLAS threads (process-wide)
 
-  bool isFashionMnist() const;
+  bool isFashionMnist() const { return train::isFashionMnist(kind); }
   Status validate() const;
 };
 

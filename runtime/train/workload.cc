@@ -100,15 +100,7 @@ class ClassifierWorkload final : public Workload {
     const int n = static_cast<int>(sample.size());
     network->reserve(n);
     auto labels = std::make_shared<std::vector<std::uint8_t>>(sample.size());
-    const ImageSet& train = shared_->fashion.train;
-    const std::int64_t f = train.features();
-    const auto& table = shared_->pixelTable;
-    for (int j = 0; j < n; ++j) {
-      const std::uint8_t* src = train.image(sample[j]);
-      float* dst = network->input() + static_cast<std::size_t>(j) * f;
-      for (std::int64_t i = 0; i < f; ++i) dst[i] = table[src[i]];
-      (*labels)[j] = train.labels[sample[j]];
-    }
+    for (int j = 0; j < n; ++j) loadInto(shared_->fashion.train, sample[j], j, *network, *labels);
     return [network, labels, n](std::span<const float> x) {
       return network->forward(x, labels->data(), n, nullptr);
     };
@@ -132,12 +124,17 @@ class ClassifierWorkload final : public Workload {
 
   // Standardised pixels of set[index] into network input row `row`, label into labels_[row].
   void load(const ImageSet& set, std::uint32_t index, int row) const {
+    loadInto(set, index, row, network_, labels_);
+  }
+  // The same into another network's input row and label vector (a loss probe's).
+  void loadInto(const ImageSet& set, std::uint32_t index, int row, Network& network,
+                std::vector<std::uint8_t>& labels) const {
     const std::int64_t f = set.features();
     const std::uint8_t* src = set.image(index);
-    float* dst = network_.input() + static_cast<std::size_t>(row) * f;
+    float* dst = network.input() + static_cast<std::size_t>(row) * f;
     const auto& table = shared_->pixelTable;
     for (std::int64_t i = 0; i < f; ++i) dst[i] = table[src[i]];
-    labels_[row] = set.labels[index];
+    labels[row] = set.labels[index];
   }
 
   Eval evaluate(const ImageSet& set, const std::vector<std::uint32_t>& indices,

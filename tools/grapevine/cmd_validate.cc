@@ -111,8 +111,7 @@ void printWorkload(const config::Config& c, std::ostream& os) {
       os << (i ? ", " : "") << c.workload.hidden[i];
     os << "]";
   }
-  if (workload == WorkloadKind::kFashionMnistSoftmax ||
-      workload == WorkloadKind::kFashionMnistMlp || workload == WorkloadKind::kFashionMnistCnn) {
+  if (train::isFashionMnist(workload)) {
     os << ", " << train::partitionKindName(c.workload.partition) << " partition";
     if (c.workload.partition == train::PartitionKind::kDirichlet) {
       os << " (alpha " << fmt(c.workload.alpha) << ")";
