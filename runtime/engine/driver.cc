@@ -22,6 +22,7 @@
 #include "runtime/engine/deadline.h"
 #include "runtime/engine/membership.h"
 #include "runtime/engine/metrics.h"
+#include "runtime/engine/neighbour_links.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/records.h"
 #include "runtime/engine/rendezvous.h"
@@ -34,51 +35,11 @@ namespace grapevine::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr transport::Tag kDataTag = 1;
-constexpr int kRecvBuffersPerNeighbour = 3;
-// How often the loop thread looks at the bytes arriving per neighbour, and how recent the last
-// bytes must be for a round to keep waiting for that neighbour past algorithm.round_timeout.
-constexpr auto kArrivalSample = std::chrono::milliseconds(200);
-constexpr auto kArrivalWindow = std::chrono::milliseconds(500);
-// The window counted in samples too: bytes seen by one of the latest samples are recent however
-// late the samples ran (a loop thread starved on a loaded machine samples less often than every
-// kArrivalSample, and a message arriving at full speed then looked stale by the clock).
-constexpr std::uint64_t kArrivalWindowSamples = 2;
 // Control message (ControlChannel::send's type): CheckpointKnowledge updates, each within a control
 // frame (with room for the frame's own bytes).
 constexpr std::uint16_t kCheckpointRoundsMessage = 1;
 const std::size_t kCheckpointRoundsMessageBytes =
     transport::BootstrapOptions{}.maxControlFrameBytes - 64;
-
-// What the loop thread hands the training thread, in arrival order per neighbour.
-struct InboxItem {
-  // kDead: the edge failed (closed, a send failed): dropped and closed. kSilent: no heartbeat for
-  // peers.dead_after: dropped, its connections kept open. kBack: heartbeats again: a kSilent edge
-  // is taken back (PeerCore::revive).
-  // kRejoin: the neighbour connected again over new connections (it restarted, or a redial after
-  // its connection failed): the edge starts afresh (PeerCore::rejoin).
-  enum Kind { kMessage, kDead, kSilent, kBack, kRejoin } kind = kMessage;
-  int peer = -1;
-  int buffer = -1;
-  std::size_t bytes = 0;
-  std::string why;
-  // The neighbour's connections this item is of: each rejoin begins a new generation, and items of
-  // older ones are ignored.
-  std::uint64_t gen = 0;
-  // kRejoin: the neighbour's incarnation, the new connection's session key, and its round in its
-  // hello (-1: not training yet).
-  std::uint32_t incarnation = 0;
-  std::optional<security::Key> key;
-  security::Cipher cipher = security::Cipher::kChaCha20Poly1305;  // negotiated with it
-  std::int64_t theirRound = -1;
-  // kMessage: the receive buffers `buffer` is one of. Shared with the receives still posted into
-  // them, so that the buffers of connections replaced by a rejoin are freed once the last of their
-  // receives completed and the last message in them was applied.
-  std::shared_ptr<std::vector<LazyBuffer>> buffers = nullptr;
-  // kDead: raised by the control connection closing (the data connection may still deliver the
-  // neighbour's last messages: a finished peer's close overtakes its data on a slow link).
-  bool controlClosed = false;
-};
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -90,7 +51,9 @@ Clock::duration toDuration(double seconds) {
 
 }  // namespace
 
-// Everything one peer process shares between its loop thread and its training thread.
+// One peer process: the training thread's rounds, membership and records, the loop thread that
+// runs the transports, and between them the Inbox and the loop-confined NeighbourLinks
+// (neighbour_links.h).
 class PeerSession::Impl {
  public:
   Impl(const RunPlan& plan, const PeerRunOptions& options, std::unique_ptr<PeerCore> core)
@@ -99,6 +62,7 @@ class PeerSession::Impl {
         core_(std::move(core)),
         membershipCore_(*core_, plan.config.run.rounds, plan.config.security.encrypt),
         membership_(options.rank, membershipCore_),
+        links_(loop_, inbox_, core_->maxWireBytes()),
         knowledge_(plan.config.peers.count) {
     computeScale_ = plan.config.network.computeScaleOf(options.rank);
     deadlines_ =
@@ -194,7 +158,7 @@ class PeerSession::Impl {
   void sendOutgoing();
   // Counts `sends` as pending and hands them to the loop, each with the generation of its
   // neighbour's connections that this thread knows.
-  void postSends(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends);
+  void postSends(SendList sends);
   // Applies neighbour messages until the round (or collective) is complete, stopped, or past its
   // deadline.
   void awaitNeighbours(bool collective, int waitRounds = 1);
@@ -208,38 +172,13 @@ class PeerSession::Impl {
   void updateMetrics(const std::vector<int>& suspects);
 
   // ---- loop thread ----
-  // Hands an item to the training thread (thread-safe; the loop thread's callbacks call it).
-  void push(InboxItem item);
-  // The operations the training thread asks for carry the generation of the neighbour's
-  // connections it knows (gen()); for an older one they do nothing (a send completes as if the
-  // neighbour were gone).
-  void postRecv(int j, int buffer, std::uint64_t gen);
-  void sendRound(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends,
-                 std::map<int, std::uint64_t> gens);
-  void closeNeighbour(int j, std::uint64_t gen);
-  // A neighbour connected again (Bootstrap's onRejoin): closes its old connections, keeps the new
-  // ones (no receive posted yet) and tells the training thread (kRejoin).
-  void onRejoin(transport::Neighbour n);
-  // After the training thread took the rejoin: receives on the new data connection, into fresh
-  // buffers (a cancelled receive of the old connection may still be finishing with the old ones).
-  void startReceiving(int j, std::uint64_t gen);
-  // Every kArrivalSample: notes which neighbours' data connections read bytes since the last
-  // sample (arrivingAt_). Loop thread; reschedules itself until shutdown.
-  void sampleArrivals();
-  // Neighbours of `missing` whose bytes arrived after `since` (a round's wait: bytes of an earlier
-  // message do not count) and recently: within the last kArrivalWindow, or seen by one of the last
-  // kArrivalWindowSamples samples.
-  std::vector<int> stillArriving(const std::vector<int>& missing,
-                                 Clock::time_point since = Clock::time_point::min());
-  // kRecvBuffersPerNeighbour fresh receive buffers of maxWireBytes() each (nothing touched yet).
-  std::shared_ptr<std::vector<LazyBuffer>> newReceiveBuffers() const;
-  // Bootstrap completion: keeps the connections and posts the first receives.
+  // Bootstrap completion: sets the edges' keys and incarnations, notes the missing neighbours and
+  // hands the connections to links_.
   void onConnected(std::vector<transport::Neighbour> neighbours);
   // ---- training thread ----
   // Applies everything in the inbox; returns false if nothing was there.
   bool drainInbox();
-  bool waitSends(Clock::time_point deadline);
-  void countPending(const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends);
+  bool waitSends(Clock::time_point deadline) { return inbox_.waitSends(deadline); }
   // The edge to j failed (Membership::connectionFailed): dropped and closed, or finished.
   void markDead(int j, const std::string& why) { act(membership_.connectionFailed(j), why); }
   // Carries out what the membership decided: closes, redials, receives on new connections (posted
@@ -272,13 +211,6 @@ class PeerSession::Impl {
   std::thread loopThread_;
   std::unique_ptr<transport::Context> context_;
   std::shared_ptr<transport::Bootstrap> bootstrap_;
-  std::map<int, transport::Neighbour> neighbours_;  // loop thread after bootstrap
-  // Per neighbour, the receive buffers of its current connections (loop thread): sized for the
-  // largest message, resident only as far as messages filled them (LazyBuffer).
-  std::map<int, std::shared_ptr<std::vector<LazyBuffer>>> buffers_;
-  // Rejoins: the generation of each neighbour's connections (loop thread; the training thread's
-  // view is membership_.gen()).
-  std::map<int, std::uint64_t> loopGen_;
   // The highest round a neighbour said it trains at in its hello (-1: none; set by the
   // bootstrap's completion), and ours for the hellos of rejoins (-1 before the rounds start).
   std::int64_t neighboursRunning_ = -1;
@@ -290,23 +222,11 @@ class PeerSession::Impl {
   PeerCoreMembership membershipCore_;
   Membership membership_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<InboxItem> inbox_;            // guarded by mu_
+  // The hand-over between the threads, and the connections (loop thread; see neighbour_links.h).
+  Inbox inbox_;
+  NeighbourLinks links_;
   std::vector<InboxItem> deferredDeaths_;  // training thread (drainInbox)
-  int pendingSends_ = 0;                   // guarded by mu_
-  // Per neighbour: sends not completed yet, and since when the count has been above zero.
-  std::map<int, int> pendingTo_;                   // guarded by mu_
-  std::map<int, Clock::time_point> pendingSince_;  // guarded by mu_
-  // Per neighbour: when bytes last arrived on its data connection (sampled on the loop thread by
-  // sampleArrivals(); guarded by mu_), and the count seen then (loop thread). A round waits past
-  // algorithm.round_timeout for a neighbour whose message is still arriving.
-  std::map<int, Clock::time_point> arrivingAt_;
-  std::map<int, std::uint64_t> arrivingSample_;  // guarded by mu_: the sample that saw them
-  std::uint64_t samples_ = 0;                    // guarded by mu_: samples taken
-  std::map<int, std::uint64_t> arrivedSeen_;
-  std::shared_ptr<transport::Loop::TimerHandle> arrivalTimer_;  // loop thread
-  std::int64_t skippedThisRound_ = 0;  // rounds skipped to reach this one (catching up)
+  std::int64_t skippedThisRound_ = 0;      // rounds skipped to reach this one (catching up)
 
   // Training thread.
   RoundsOutcome outcome_;
@@ -352,154 +272,16 @@ class PeerSession::Impl {
   std::mutex knowledgeMu_;
   CheckpointKnowledge knowledge_;  // guarded by knowledgeMu_
   log::Throttle malformedLog_;     // guarded by knowledgeMu_: malformed checkpoint-round news
-  log::Throttle oversizeLog_;      // loop thread: messages above the maximum
   // checkpoint.every (created at the first checkpoint; after knowledge_, which it uses, so that it
   // is destroyed first).
   std::unique_ptr<CheckpointWriter> checkpointWriter_;
   double checkpointSeconds_ = 0.0;
 };
 
-void PeerSession::Impl::push(InboxItem item) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    inbox_.push_back(std::move(item));
-  }
-  cv_.notify_one();
-}
-
-void PeerSession::Impl::postRecv(int j, int buffer, std::uint64_t gen) {
-  auto it = neighbours_.find(j);
-  if (it == neighbours_.end() || !it->second.data || loopGen_[j] != gen) return;
-  std::shared_ptr<std::vector<LazyBuffer>> set = buffers_[j];
-  auto& buf = set->at(static_cast<std::size_t>(buffer));
-  it->second.data->recv(
-      kDataTag, buf.span(), [this, j, buffer, gen, set](Status st, std::size_t n) {
-        if (st.isOk()) {
-          // Data from the neighbour is a sign of life as good as a heartbeat (which may wait behind
-          // it).
-          if (auto nb = neighbours_.find(j);
-              nb != neighbours_.end() && nb->second.control && loopGen_[j] == gen) {
-            nb->second.control->heardFrom();
-          }
-          InboxItem item{InboxItem::kMessage, j, buffer, n, "", gen, 0, std::nullopt};
-          item.buffers = set;
-          push(std::move(item));
-        } else if (st.code() == ErrorCode::kResourceExhausted) {
-          if (oversizeLog_.due()) {
-            log::warn("peer ", j, " sent a message above the maximum; dropped",
-                      oversizeLog_.skipped());
-          }
-          postRecv(j, buffer, gen);
-        } else if (st.code() != ErrorCode::kCancelled) {
-          push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString(), gen, 0,
-                std::nullopt});
-        }
-      });
-}
-
-void PeerSession::Impl::onRejoin(transport::Neighbour n) {
-  const int j = n.peer;
-  if (auto it = neighbours_.find(j); it != neighbours_.end()) {
-    if (it->second.data) it->second.data->close();
-    if (it->second.control) it->second.control->close();
-  }
-  const std::uint64_t g = ++loopGen_[j];
-  InboxItem item{InboxItem::kRejoin, j, -1, 0, "connected again", g, 0, std::nullopt};
-  item.incarnation = static_cast<std::uint32_t>(n.incarnation);
-  item.key = n.sessionKey;
-  item.cipher = n.cipher;
-  item.theirRound = n.runningRound;
-  neighbours_[j] = std::move(n);
-  push(std::move(item));
-}
-
-void PeerSession::Impl::sampleArrivals() {
-  const auto now = Clock::now();
-  std::vector<int> grew;
-  for (auto& [j, n] : neighbours_) {
-    if (!n.data) continue;
-    const std::uint64_t a = n.data->bytesArrived();
-    if (a != arrivedSeen_[j]) {
-      arrivedSeen_[j] = a;
-      grew.push_back(j);
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++samples_;
-    for (int j : grew) {
-      arrivingAt_[j] = now;
-      arrivingSample_[j] = samples_;
-    }
-  }
-  arrivalTimer_ = loop_.after(kArrivalSample, [this] { sampleArrivals(); });
-}
-
-std::vector<int> PeerSession::Impl::stillArriving(const std::vector<int>& missing,
-                                                  Clock::time_point since) {
-  const auto now = Clock::now();
-  std::vector<int> out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (int j : missing) {
-    auto it = arrivingAt_.find(j);
-    if (it == arrivingAt_.end() || it->second <= since) continue;
-    if (now - it->second <= kArrivalWindow ||
-        arrivingSample_[j] + kArrivalWindowSamples > samples_) {
-      out.push_back(j);
-    }
-  }
-  return out;
-}
-
-std::shared_ptr<std::vector<LazyBuffer>> PeerSession::Impl::newReceiveBuffers() const {
-  auto set = std::make_shared<std::vector<LazyBuffer>>();
-  set->reserve(kRecvBuffersPerNeighbour);
-  for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) set->emplace_back(core_->maxWireBytes());
-  return set;
-}
-
-void PeerSession::Impl::startReceiving(int j, std::uint64_t gen) {
-  if (loopGen_[j] != gen) return;
-  // The old connection's buffers go once its last receive completed (they hold a reference).
-  buffers_[j] = newReceiveBuffers();
-  for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) postRecv(j, b, gen);
-}
-
-void PeerSession::Impl::sendRound(std::vector<std::pair<int, std::span<const std::uint8_t>>> sends,
-                                  std::map<int, std::uint64_t> gens) {
-  for (auto& [j, bytes] : sends) {
-    auto it = neighbours_.find(j);
-    if (it == neighbours_.end() || !it->second.data || loopGen_[j] != gens[j]) {
-      std::lock_guard<std::mutex> lock(mu_);
-      --pendingSends_;
-      --pendingTo_[j];
-      continue;
-    }
-    it->second.data->send(kDataTag, bytes, [this, j = j, gen = gens[j]](Status st) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        --pendingSends_;
-        --pendingTo_[j];
-      }
-      cv_.notify_one();
-      if (!st.isOk() && st.code() != ErrorCode::kCancelled) {
-        push({InboxItem::kDead, j, -1, 0, "send failed: " + st.toString(), gen, 0, std::nullopt});
-      }
-    });
-  }
-}
-
-void PeerSession::Impl::closeNeighbour(int j, std::uint64_t gen) {
-  auto it = neighbours_.find(j);
-  if (it == neighbours_.end() || loopGen_[j] != gen) return;
-  if (it->second.data) it->second.data->close();
-  if (it->second.control) it->second.control->close();
-}
-
 void PeerSession::Impl::act(const MembershipAction& a, const std::string& why) {
   using Kind = MembershipAction::Kind;
   const int j = a.peer;
-  if (a.close) loop_.post([this, j, g = *a.close] { closeNeighbour(j, g); });
+  if (a.close) loop_.post([this, j, g = *a.close] { links_.close(j, g); });
   if (a.redial) {
     // The lower rank dials a neighbour lost with its connections again until it answers (a
     // restarted peer, a healed partition); the higher rank's listener takes it in. Not when the
@@ -511,15 +293,16 @@ void PeerSession::Impl::act(const MembershipAction& a, const std::string& why) {
     // restarted on one connection were dropped as duplicates, its snapshot with them, and the
     // replica stayed off).
     loop_.post([this, j, g = *a.redial] {
-      if (bootstrap_ && loopGen_[j] == g) bootstrap_->redial(j);
+      if (bootstrap_ && links_.gen(j) == g) bootstrap_->redial(j);
     });
   }
   if (a.restartSendClock) {
     // A send to it still pending from before it was dropped counts from now (its io_timeout).
-    std::lock_guard<std::mutex> lock(mu_);
-    pendingSince_[j] = Clock::now();
+    inbox_.restartSendClock(j);
   }
-  if (a.startReceiving) loop_.post([this, j, g = *a.startReceiving] { startReceiving(j, g); });
+  if (a.startReceiving) {
+    loop_.post([this, j, g = *a.startReceiving] { links_.startReceiving(j, g); });
+  }
   switch (a.kind) {
     case Kind::kNone:
     case Kind::kDeferred:
@@ -616,16 +399,12 @@ Status PeerSession::Impl::joinRunning() {
 }
 
 bool PeerSession::Impl::drainInbox() {
-  std::deque<InboxItem> items;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    items.swap(inbox_);
-  }
+  std::deque<InboxItem> items = inbox_.takeAll();
   // Deaths held back while the neighbour's data was still arriving go first, once it stopped.
   std::vector<InboxItem> held;
   std::deque<InboxItem> due;
   for (auto& d : deferredDeaths_) {
-    if (stillArriving({d.peer}).empty()) {
+    if (links_.stillArriving({d.peer}).empty()) {
       due.push_back(std::move(d));
     } else {
       held.push_back(std::move(d));
@@ -645,7 +424,7 @@ bool PeerSession::Impl::drainInbox() {
     if (item.kind == InboxItem::kDead) {
       // The control connection closed while the data connection still delivers: the neighbour
       // finished (or failed) with messages in flight; they are taken first.
-      if (item.controlClosed && !stillArriving({item.peer}).empty()) {
+      if (item.controlClosed && !links_.stillArriving({item.peer}).empty()) {
         deferredDeaths_.push_back(std::move(item));
         continue;
       }
@@ -665,14 +444,9 @@ bool PeerSession::Impl::drainInbox() {
     // A message larger than a round's (a snapshot, a collective) leaves no resident pages behind.
     buf.trim(item.bytes, core_->roundWireBytes());
     for (auto& [j, why] : core_->takeQuarantined()) act(membership_.quarantined(j), why);
-    loop_.post([this, j = item.peer, b = item.buffer, g = item.gen] { postRecv(j, b, g); });
+    loop_.post([this, j = item.peer, b = item.buffer, g = item.gen] { links_.receive(j, b, g); });
   }
   return !items.empty();
-}
-
-bool PeerSession::Impl::waitSends(Clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_until(lock, deadline, [this] { return pendingSends_ <= 0; });
 }
 
 Status PeerSession::Impl::openOutput() {
@@ -769,12 +543,7 @@ void PeerSession::Impl::shareCheckpointKnowledge() {
     updates = knowledge_.takeUpdates(kCheckpointRoundsMessageBytes);
   }
   if (updates.empty()) return;
-  loop_.post([this, u = std::move(updates)] {
-    for (auto& [j, n] : neighbours_) {
-      if (!n.control) continue;
-      for (const auto& m : u) (void)n.control->send(kCheckpointRoundsMessage, m);  // closed: gone
-    }
-  });
+  loop_.post([this, u = std::move(updates)] { links_.sendControl(kCheckpointRoundsMessage, u); });
 }
 
 Status PeerSession::Impl::startMetrics() {
@@ -814,20 +583,8 @@ Status PeerSession::Impl::boot() {
     if (Status st = knowledge_.merge(bytes); !st.isOk() && malformedLog_.due())
       log::warn("neighbour ", from, ": ", st.message(), "; ignored", malformedLog_.skipped());
   };
-  bo.onEvent = [this](const transport::ControlEvent& ev) {
-    // Silence drops the edge but keeps its connections (the neighbour may be paused or cut off);
-    // heartbeats again take it back; a closed control connection is the end.
-    InboxItem::Kind kind = InboxItem::kDead;
-    if (ev.kind == transport::ControlEventKind::kMissedHeartbeats) kind = InboxItem::kSilent;
-    if (ev.kind == transport::ControlEventKind::kHeartbeatsResumed) kind = InboxItem::kBack;
-    // Events of a control connection replaced by a rejoin are the old one's.
-    auto it = neighbours_.find(ev.peer);
-    if (it != neighbours_.end() && it->second.control.get() != ev.channel) return;
-    InboxItem item{kind, ev.peer, -1, 0, ev.message, loopGen_[ev.peer], 0, std::nullopt};
-    item.controlClosed = kind == InboxItem::kDead;
-    push(std::move(item));
-  };
-  bo.onRejoin = [this](transport::Neighbour n) { onRejoin(std::move(n)); };
+  bo.onEvent = [this](const transport::ControlEvent& ev) { links_.controlEvent(ev); };
+  bo.onRejoin = [this](transport::Neighbour n) { links_.rejoined(std::move(n)); };
   bo.completeAlone = options_.resume;
   bo.runningRound = [this] { return runningRound_.load(); };
 
@@ -901,9 +658,6 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
     }
     core_->setEdgeIncarnation(j, static_cast<std::uint32_t>(n.incarnation));
     neighboursRunning_ = std::max(neighboursRunning_, n.runningRound);
-    neighbours_[j] = std::move(n);
-    buffers_[j] = newReceiveBuffers();
-    for (int b = 0; b < kRecvBuffersPerNeighbour; ++b) postRecv(j, b, 0);
   }
   if (plan_.config.security.encrypt && !ciphers.empty()) {
     std::string list;
@@ -913,7 +667,7 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
     }
     log::info("messages encrypted with ", list);
   }
-  sampleArrivals();
+  links_.connected(std::move(neighbours));
 }
 
 double PeerSession::Impl::seconds() const { return since(roundsStart_); }
@@ -954,45 +708,26 @@ void PeerSession::Impl::applyOwnFaults() {
   }
 }
 
-void PeerSession::Impl::countPending(
-    const std::vector<std::pair<int, std::span<const std::uint8_t>>>& sends) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto now = Clock::now();
-  pendingSends_ += static_cast<int>(sends.size());
-  for (const auto& [j, bytes] : sends) {
-    if (pendingTo_[j]++ == 0) pendingSince_[j] = now;
-  }
-}
-
 Status PeerSession::Impl::waitPreviousSends(const char* what) {
   const config::Config& c = plan_.config;
   const auto start = Clock::now();
   const auto ioTimeout = toDuration(c.transport.ioTimeout);
   bool warned = false;
   for (;;) {
-    std::vector<int> stuck;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      const auto now = Clock::now();
-      bool busy = false;
-      for (const auto& [j, n] : pendingTo_) {
-        if (n <= 0 || core_->isDead(j)) continue;
-        busy = true;
-        if (now - pendingSince_[j] >= ioTimeout) stuck.push_back(j);
+    const auto now = Clock::now();
+    const Inbox::Pending pending =
+        inbox_.pendingSends(now - ioTimeout, [this](int j) { return core_->isDead(j); });
+    if (!pending.any) return Status::ok();
+    if (pending.stuck.empty()) {
+      if (stopRequested()) return cancelled("stopped while sends were pending");
+      if (!warned && now - start >= toDuration(c.peers.deadAfter)) {
+        warned = true;
+        log::warn("sends of the previous ", what, " still pending after ", c.peers.deadAfter, " s");
       }
-      if (!busy) return Status::ok();
-      if (stuck.empty()) {
-        if (stopRequested()) return cancelled("stopped while sends were pending");
-        if (!warned && now - start >= toDuration(c.peers.deadAfter)) {
-          warned = true;
-          log::warn("sends of the previous ", what, " still pending after ", c.peers.deadAfter,
-                    " s");
-        }
-        cv_.wait_for(lock, std::chrono::milliseconds(100));
-        continue;
-      }
+      inbox_.waitSendDone(pending.done, std::chrono::milliseconds(100));
+      continue;
     }
-    for (int j : stuck) {
+    for (int j : pending.stuck) {
       char why[96];
       std::snprintf(why, sizeof why,
                     "a send to it was pending for more than transport.io_timeout = %g s",
@@ -1004,18 +739,17 @@ Status PeerSession::Impl::waitPreviousSends(const char* what) {
   }
 }
 
-void PeerSession::Impl::postSends(
-    std::vector<std::pair<int, std::span<const std::uint8_t>>> sends) {
-  countPending(sends);
+void PeerSession::Impl::postSends(SendList sends) {
+  inbox_.countSends(sends);
   std::map<int, std::uint64_t> gens;
   for (const auto& [j, bytes] : sends) gens[j] = gen(j);
   loop_.post([this, s = std::move(sends), g = std::move(gens)]() mutable {
-    sendRound(std::move(s), std::move(g));
+    links_.send(std::move(s), std::move(g));
   });
 }
 
 void PeerSession::Impl::sendOutgoing() {
-  std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
+  SendList sends;
   for (int j : core_->sendTo()) sends.emplace_back(j, core_->outgoing(j));
   postSends(std::move(sends));
 }
@@ -1195,7 +929,7 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       // those of a neighbour whose messages are being refused (PeerCore::refusing).
       std::vector<int> missing = core_->missingThisRound();
       std::erase_if(missing, [this](int j) { return core_->refusing(j); });
-      const std::vector<int> arriving = stillArriving(missing, waitStart);
+      const std::vector<int> arriving = links_.stillArriving(missing, waitStart);
       if (arriving.empty()) break;
       if (!waitedPast) {
         waitedPast = true;
@@ -1206,10 +940,9 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
                    "arriving from:", list);
       }
     }
-    std::unique_lock<std::mutex> lock(mu_);
     const auto wakeAt = Clock::now() + std::chrono::milliseconds(250);
-    cv_.wait_until(lock, Clock::now() >= deadline ? wakeAt : std::min(deadline, wakeAt),
-                   [this] { return !inbox_.empty() || stopRequested(); });
+    inbox_.waitForItem(Clock::now() >= deadline ? wakeAt : std::min(deadline, wakeAt),
+                       [this] { return stopRequested(); });
   }
   // Who the round goes on without pushes its own deadline up (if that happens more than once in a
   // while); a neighbour that died meanwhile is no longer awaited and counts neither way.
@@ -1308,8 +1041,7 @@ void PeerSession::Impl::linger(bool finished) {
       if (!heardLast) all = false;
     }
     if (all) break;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return !inbox_.empty(); });
+    inbox_.waitForItem(Clock::now() + std::chrono::milliseconds(50));
   }
   waitSends(Clock::now() + std::chrono::seconds(5));
 }
@@ -1330,13 +1062,12 @@ void PeerSession::Impl::lingerForChildren() {
     bool all = true;
     for (int j : tree.children) all = all && core_->isDead(j);
     if (all) break;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return !inbox_.empty(); });
+    inbox_.waitForItem(Clock::now() + std::chrono::milliseconds(50));
   }
 }
 
 void PeerSession::Impl::sendDivergenceNotices() {
-  std::vector<std::pair<int, std::span<const std::uint8_t>>> sends;
+  SendList sends;
   for (int j : core_->neighbours()) {
     if (!core_->isDead(j)) sends.emplace_back(j, core_->divergenceNotice(j));
   }
@@ -1455,9 +1186,8 @@ void PeerSession::Impl::shutdown() {
   // loop first could drop the close unrun.
   std::promise<void> closed;
   loop_.post([&] {
-    if (arrivalTimer_) loop_.cancel(arrivalTimer_);
     if (bootstrap_) bootstrap_->close();
-    for (auto& [j, n] : neighbours_) closeNeighbour(j, loopGen_[j]);
+    links_.closeAll();
     if (context_) context_->close();
     closed.set_value();
   });
@@ -1468,7 +1198,7 @@ void PeerSession::Impl::shutdown() {
   // nothing touches them concurrently; they are closed already; and loop_, declared before them,
   // is still alive for destructors that deregister from it. Handlers that close() queued and the
   // loop never ran are dropped with loop_ without running.
-  neighbours_.clear();
+  links_.release();
   bootstrap_.reset();
   context_.reset();
 }
