@@ -22,6 +22,7 @@
 #include "runtime/engine/setup.h"
 #include "runtime/engine/summary.h"
 #include "runtime/sim/link_model.h"
+#include "runtime/sim/liveness.h"
 #include "runtime/sim/worker_pool.h"
 
 namespace grapevine::sim {
@@ -195,7 +196,9 @@ class Simulation {
       else
         states_[i].status = p.status();
     });
-    return firstError(states_);
+    GV_RETURN_IF_ERROR(firstError(states_));
+    liveness_ = std::make_unique<Liveness>(peers_, c_.run.rounds, c_.peers.deadAfter);
+    return Status::ok();
   }
 
   // Creates outDir, truncates every peer's records and removes an old evals.jsonl.
@@ -241,12 +244,13 @@ class Simulation {
   }
 
   // A peer that quarantined a neighbour closes its connections in a real run: the neighbour finds
-  // it dead (and its redials are refused). Serially, after the parallel mix.
+  // it dead (and its redials are refused). Serially, after the parallel mix (which recorded the
+  // quarantine at the peer itself).
   void applyQuarantines(std::int64_t t) {
     for (std::size_t i = 0; i < count_; ++i) {
       for (const auto& [j, why] : std::exchange(states_[i].quarantined, {})) {
         log::info("round ", t, ": peer ", i, ": neighbour ", j, " ", why);
-        peers_[static_cast<std::size_t>(j)]->markDead(static_cast<int>(i));
+        liveness_->connectionFailed(j, static_cast<int>(i));
       }
     }
   }
@@ -393,27 +397,67 @@ class Simulation {
         down_[static_cast<std::size_t>(e.peer)] = 1;
       }
       if (t == start) logFault(e, t, nullptr);
-      if (e.kind == config::FaultKind::kKill && t == start) {
-        const auto p = static_cast<std::size_t>(e.peer);
-        killed_[p] = 1;
-        // Its neighbours find it dead at once (a real peer: after peers.dead_after).
-        for (std::size_t q = 0; q < count_; ++q) {
-          if (q != p && !killed_[q]) peers_[q]->markDead(e.peer);
+      const bool stops =
+          e.kind == config::FaultKind::kKill || e.kind == config::FaultKind::kRestart;
+      if (stops && t == start) {
+        // The process ends: its neighbours' connections to it close at once.
+        if (e.kind == config::FaultKind::kKill) killed_[static_cast<std::size_t>(e.peer)] = 1;
+        for (int q : neighboursOf(e.peer)) {
+          if (!killed_[static_cast<std::size_t>(q)]) liveness_->connectionFailed(q, e.peer);
         }
       }
-      if (e.kind == config::FaultKind::kRestart && t == end) {
-        // Back from its last checkpoint (kept in memory); it continues at round t, its neighbours'
-        // round, and resyncs every edge.
-        const auto p = static_cast<std::size_t>(e.peer);
-        if (!saved_[p])
-          return failedPrecondition("restart of peer " + std::to_string(e.peer) + " at round " +
-                                    std::to_string(t) + ": no checkpoint kept");
-        GV_RETURN_IF_ERROR(peers_[p]->restoreState(*saved_[p]));
-        peers_[p]->resyncAllEdges();
-        logFault(e, t, &*saved_[p]);
+      if (e.kind == config::FaultKind::kRestart && t == end) GV_RETURN_IF_ERROR(restart(e, t));
+    }
+    updateHearing();
+    return Status::ok();
+  }
+
+  // The ranks that have `p` as a neighbour.
+  std::vector<int> neighboursOf(int p) const {
+    std::vector<int> out;
+    for (std::size_t q = 0; q < count_; ++q) {
+      const auto& nb = peers_[q]->neighbours();
+      if (std::find(nb.begin(), nb.end(), p) != nb.end()) out.push_back(static_cast<int>(q));
+    }
+    return out;
+  }
+
+  // The end of a restart, as `grapevine launch` runs it: a new process (a new core, the next
+  // incarnation) loads its last checkpoint (kept in memory), joins the running training (every
+  // edge resyncs both ways before anything of a neighbour is mixed) and continues at round t, its
+  // neighbours' round; each neighbour takes it back over new connections (a rejoin).
+  Status restart(const config::FaultEvent& e, std::int64_t t) {
+    const auto p = static_cast<std::size_t>(e.peer);
+    if (!saved_[p])
+      return failedPrecondition("restart of peer " + std::to_string(e.peer) + " at round " +
+                                std::to_string(t) + ": no checkpoint kept");
+    const std::uint32_t incarnation = ++incarnation_[p];
+    GV_ASSIGN_OR_RETURN(auto core, engine::makePeer(plan_, e.peer, incarnation));
+    GV_RETURN_IF_ERROR(core->restoreState(*saved_[p]));
+    core->resyncAllEdges(/*await=*/true);
+    peers_[p] = std::move(core);
+    liveness_->restarted(e.peer, *peers_[p]);
+    for (int q : neighboursOf(e.peer)) {
+      if (!killed_[static_cast<std::size_t>(q)]) liveness_->reconnected(q, e.peer, incarnation);
+    }
+    logFault(e, t, &*saved_[p]);
+    return Status::ok();
+  }
+
+  // Who hears whose heartbeats this round: a peer that is up hears each neighbour that is up over
+  // a link that is up. A silence begins when the neighbour stopped (its clock when it went down) or
+  // when the link went down (the later of the two clocks); a peer that is down notices nothing.
+  void updateHearing() {
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (down_[i]) continue;
+      const int me = static_cast<int>(i);
+      for (int j : peers_[i]->neighbours()) {
+        const auto k = static_cast<std::size_t>(j);
+        const double at =
+            down_[k] ? states_[k].clock : std::max(states_[i].clock, states_[k].clock);
+        liveness_->setHeard(me, j, !down_[k] && !linkDown(me, j), at);
       }
     }
-    return Status::ok();
   }
 
   // After round t: in-memory checkpoints of the peers a restart will bring back (as
@@ -493,6 +537,8 @@ class Simulation {
   // compute time, scaled by its compute_scale, sets when the message leaves.
   void computePeer(std::size_t i, std::int64_t t, bool skip) {
     PeerState& s = states_[i];
+    // Neighbours silent for peers.dead_after by the time the round begins are dropped first.
+    liveness_->noticeSilence(static_cast<int>(i), s.clock);
     const double cpu0 = threadCpuSeconds();
     engine::RoundInput input;
     input.skipCompute = skip;
@@ -693,20 +739,43 @@ class Simulation {
     if (c_.algorithm.staleness > 0) {
       end = staleRoundEnd(i);
     } else if (s.anyLost) {
-      // The round waits for a message that never comes until its deadline (round_timeout, or
-      // with adaptive_timeout the latest of the missing neighbours' own; engine/deadline.h).
-      end = std::max(end, s.ready + s.deadlines.latest(s.lostFrom));
+      end = std::max(end, lostWaitEnd(i));
     }
+    // A neighbour dropped for its silence meanwhile is no longer awaited (its message is no
+    // suspect) and counts neither way for the adaptive deadlines, as in the driver.
+    liveness_->noticeSilence(static_cast<int>(i), end);
     if (s.deadlines.adaptive()) {
       for (const auto& [j, at] : s.arrivedAt) s.deadlines.arrived(j, at - s.ready);
-      for (int j : s.lostFrom) s.deadlines.missed(j);
+      for (int j : s.lostFrom) {
+        if (!p.isDead(j)) s.deadlines.missed(j);
+      }
     }
     s.clock = end;
     const auto suspects = p.endRound();
     s.quarantined = p.takeQuarantined();
+    for (const auto& [j, why] : s.quarantined) liveness_->quarantined(static_cast<int>(i), j);
     if (p.divergence()) return;  // the round is abandoned (stopOnDivergence)
     if (averaging_) return;      // recorded after the round's average (averagePhase)
-    if (due.due(suspects, {})) recordRound(i, due, suspects, wall);
+    recordIfDue(i, due, suspects, wall);
+  }
+
+  // The round waits for a message that never comes until its deadline (round_timeout, or with
+  // adaptive_timeout the latest of the missing neighbours' own; engine/deadline.h), or until its
+  // sender is dropped for silence (Liveness::deathAt), whichever comes first.
+  double lostWaitEnd(std::size_t i) const {
+    const PeerState& s = states_[i];
+    double end = s.ready;
+    std::vector<int> waited;
+    for (int j : s.lostFrom) {
+      const double death = liveness_->deathAt(static_cast<int>(i), j);
+      if (death < s.ready + s.deadlines.deadline(j)) {
+        end = std::max(end, death);
+      } else {
+        waited.push_back(j);
+      }
+    }
+    if (!waited.empty()) end = std::max(end, s.ready + s.deadlines.latest(waited));
+    return end;
   }
 
   // algorithm.staleness: the round waits for each neighbour j it hears from until a message of j
@@ -724,7 +793,9 @@ class Simulation {
       auto& byRound = s.arrivals[j];
       for (auto it = byRound.lower_bound(need); it != byRound.end(); ++it)
         first = std::min(first, it->second);
-      end = std::max(end, std::isfinite(first) ? first : s.ready + s.deadlines.deadline(j));
+      const double given = std::min(s.ready + s.deadlines.deadline(j),
+                                    std::max(s.ready, liveness_->deathAt(static_cast<int>(i), j)));
+      end = std::max(end, std::isfinite(first) ? first : given);
     }
     // Deliver what has arrived by `end`, by sender, each edge in round order (stable sort).
     std::stable_sort(s.inflight.begin(), s.inflight.end(),
@@ -787,14 +858,29 @@ class Simulation {
       p.finishAveragedRound();
       if (p.divergence()) continue;  // the round is abandoned (stopOnDivergence)
       states_[i].clock = clock[i];
-      if (due.due({}, {})) recordRound(i, due, {}, wall);
+      recordIfDue(i, due, {}, wall);
     }
   }
   bool live(std::size_t i) const { return !down_[i] && !killed_[i]; }
 
-  // Appends peer i's round record to its pending text, flushed to its file in large writes.
-  void recordRound(std::size_t i, const engine::RoundReport& due, const std::vector<int>& suspects,
+  // When the round is due (logged, evaluated, or an event: suspects, deaths, revivals, rejoins),
+  // appends peer i's round record to its pending text, flushed to its file in large writes; then
+  // the round's membership moves are done with.
+  void recordIfDue(std::size_t i, const engine::RoundReport& due, const std::vector<int>& suspects,
                    double wall) {
+    const int me = static_cast<int>(i);
+    const auto& dead = liveness_->deadThisRound(me);
+    const auto& revived = liveness_->revivedThisRound(me);
+    const auto& rejoined = liveness_->rejoinedThisRound(me);
+    if (due.due(suspects, dead, revived) || !rejoined.empty()) {
+      recordRound(i, due, suspects, dead, revived, rejoined, wall);
+    }
+    liveness_->endRound(me);
+  }
+
+  void recordRound(std::size_t i, const engine::RoundReport& due, const std::vector<int>& suspects,
+                   const std::vector<int>& dead, const std::vector<int>& revived,
+                   const std::vector<int>& rejoined, double wall) {
     PeerState& s = states_[i];
     engine::PeerCore& p = *peers_[i];
     std::optional<train::Workload::Eval> ev;
@@ -803,7 +889,8 @@ class Simulation {
       s.testAccuracy = ev->accuracy;
       s.testLoss = ev->loss;
     }
-    auto rec = engine::reportRecord(p, wall, suspects, {}, ev ? &*ev : nullptr);
+    auto rec = engine::reportRecord(p, wall, suspects, dead, ev ? &*ev : nullptr, revived);
+    if (!rejoined.empty()) rec["rejoined"] = rejoined;
     rec["sim_time"] = s.clock;
     s.pending += rec.dump();
     s.pending += '\n';
@@ -909,6 +996,9 @@ class Simulation {
   const bool averaging_ = algorithms::averagesEachRound(c_.algorithm.name);
   std::set<std::pair<int, int>> linksDown_;
   std::vector<std::optional<engine::PeerState>> saved_;
+  std::vector<std::uint32_t> incarnation_ = std::vector<std::uint32_t>(count_, 0);  // restarts
+  // Every peer's membership of its neighbours, on the virtual clock (liveness.h).
+  std::unique_ptr<Liveness> liveness_;
   nlohmann::json faultLog_ = nlohmann::json::array();
 };
 

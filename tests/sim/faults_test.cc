@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -88,19 +89,31 @@ TEST_CASE("each fault does what it says, and the run heals", "[faults]") {
   const auto& s = r.summary;
   INFO(s.dump(2));
 
-  // kill: peer 7 did not finish and is dead to its neighbours 6 and 0 (only to them).
+  // kill: peer 7 did not finish and is dead to its neighbours 6 and 0 (only to them); 6 lost 5
+  // too (its restart closed its connections), 0 lost 1 (the link down).
   CHECK_FALSE(r.peers[7].finished);
   CHECK(r.peers[7].model.empty());
   CHECK(s["peers_finished"] == 7);
-  CHECK(r.peers[6].deadNeighbours == 1);
-  CHECK(r.peers[0].deadNeighbours == 1);
+  CHECK(r.peers[6].deadNeighbours == 2);
+  CHECK(r.peers[0].deadNeighbours == 2);
   CHECK(r.peers[3].deadNeighbours == 0);
   CHECK(calm.peers[6].deadNeighbours == 0);
 
-  // pause: peer 3's neighbours mixed without it for the 15 rounds (suspect), the others did not.
-  CHECK(r.peers[2].suspectRounds >= 15);
-  CHECK(r.peers[4].suspectRounds >= 15);
+  // pause: peer 3's neighbours dropped it once it had been silent for peers.dead_after and took it
+  // back when it continued (suspect only in the rounds its edges took to resync, not through the
+  // pause); the paused peer itself noticed nothing; the link's ends did the same as each other.
+  for (int n : {2, 4}) {
+    INFO("peer " << n);
+    CHECK(r.peers[n].revivedNeighbours == 1);
+    CHECK(r.peers[n].suspectRounds < 15);
+  }
+  CHECK(r.peers[2].deadNeighbours == 1);
+  CHECK(r.peers[3].revivedNeighbours == 0);
+  CHECK(r.peers[0].revivedNeighbours == 1);
+  CHECK(r.peers[1].revivedNeighbours == 1);
+  CHECK(r.peers[1].deadNeighbours == 1);
   CHECK(calm.peers[2].suspectRounds == 0);
+  CHECK(calm.peers[2].revivedNeighbours == 0);
 
   // link down and the receivers of a paused peer's neighbours: messages taken by the faults.
   CHECK(r.messagesFaultDropped > 0);
@@ -120,6 +133,10 @@ TEST_CASE("each fault does what it says, and the run heals", "[faults]") {
     }
   }
   CHECK(back);
+  // Its neighbours found its connections closed (dead) and took it back over new ones (rejoined).
+  CHECK(r.peers[4].rejoinedNeighbours == 1);
+  CHECK(r.peers[6].rejoinedNeighbours == 1);
+  CHECK(r.peers[4].deadNeighbours == 2);  // its pause's silence too
   CHECK(r.peers[5].resyncs > 0);
   CHECK(r.peers[4].resyncs > 0);
   CHECK(r.peers[6].resyncs > 0);
@@ -151,6 +168,90 @@ TEST_CASE("each fault does what it says, and the run heals", "[faults]") {
                                         << " after 240; undisturbed " << spread(calm)
                                         << " after 120");
   CHECK(spread(longer) < 1e-2 * spread(r));
+}
+
+namespace {
+
+// Peer r's records (DIR/peer-<r>.jsonl) by round, the final one left out.
+std::map<std::int64_t, nlohmann::json> recordsByRound(const std::string& dir, int r) {
+  std::map<std::int64_t, nlohmann::json> out;
+  std::ifstream in(dir + "/peer-" + std::to_string(r) + ".jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto rec = nlohmann::json::parse(line);
+    if (rec.value("final", false)) continue;
+    const auto round = rec.at("round").get<std::int64_t>();
+    out[round] = std::move(rec);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the simulator runs the driver's membership on its virtual clock", "[faults]") {
+  // Issue 37: the moves a real peer's transports cause (silent -> dead -> revived; connections
+  // closed -> lost -> rejoined) come from engine::Membership in the simulator too, at the times
+  // the schedule makes them happen (peers.dead_after 2 s, round_timeout 5 s by default).
+  const auto dir = (std::filesystem::temp_directory_path() /
+                    ("grapevine-membership-test-" + std::to_string(::getpid())))
+                       .string();
+  std::filesystem::remove_all(dir);
+  const auto r = simulate(ring8(kSchedule), 2, dir);
+  // pause of peer 3 at round 20: its neighbours wait for its message until it has been silent for
+  // dead_after (2 s after it stopped, not the 5 s round_timeout), drop it in that round, and take
+  // it back in round 35, when it continues.
+  for (int n : {2, 4}) {
+    INFO("peer " << n);
+    const auto recs = recordsByRound(dir, n);
+    REQUIRE(recs.count(20));
+    CHECK(recs.at(20)["dead"] == nlohmann::json::array({3}));
+    CHECK_FALSE(recs.at(20).contains("suspect"));
+    CHECK(recs.at(20)["sim_time"].get<double>() ==
+          Approx(recs.at(19)["sim_time"].get<double>() + 2.0).margin(0.01));
+    REQUIRE(recs.count(35));
+    CHECK(recs.at(35)["revived"] == nlohmann::json::array({3}));
+    for (std::int64_t t = 21; t < 35; ++t) {
+      if (recs.count(t)) CHECK_FALSE(recs.at(t).contains("suspect"));  // not awaited while dead
+    }
+  }
+  // link [0, 1] down at round 30: both ends fall silent to each other, dead, back at round 40.
+  for (const auto& [n, other] : {std::pair{0, 1}, std::pair{1, 0}}) {
+    INFO("peer " << n);
+    const auto recs = recordsByRound(dir, n);
+    CHECK(recs.at(30)["dead"] == nlohmann::json::array({other}));
+    CHECK(recs.at(40)["revived"] == nlohmann::json::array({other}));
+  }
+  // restart of peer 5 at round 50 (SIGKILL: its connections close at once, no wait) and back at
+  // round 60 over new connections: a rejoin, the edge afresh.
+  for (int n : {4, 6}) {
+    INFO("peer " << n);
+    const auto recs = recordsByRound(dir, n);
+    CHECK(recs.at(50)["dead"] == nlohmann::json::array({5}));
+    CHECK(recs.at(50)["sim_time"].get<double>() ==
+          Approx(recs.at(49)["sim_time"].get<double>()).margin(0.01));
+    CHECK(recs.at(60)["rejoined"] == nlohmann::json::array({5}));
+    CHECK(r.peers[n].replicaMismatches == 0);
+  }
+  // kill of peer 7 at round 90: dead to 6 and 0 at once.
+  CHECK(recordsByRound(dir, 6).at(90)["dead"] == nlohmann::json::array({7}));
+  CHECK(recordsByRound(dir, 0).at(90)["dead"] == nlohmann::json::array({7}));
+  // The paused peer noticed nothing: its neighbours' heartbeats wait in its sockets.
+  for (const auto& [t, rec] : recordsByRound(dir, 3)) {
+    INFO("round " << t);
+    CHECK_FALSE(rec.contains("dead"));
+  }
+  std::filesystem::remove_all(dir);
+
+  // A pause shorter than dead_after (2 rounds of at most round_timeout = 0.3 s each, dead_after
+  // 1 s): its neighbours wait for it until the deadline each round (suspect), and drop nobody.
+  std::string yaml = ring8("faults: [{ kind: pause, peer: 3, at_round: 20, rounds: 2 }]\n");
+  yaml.replace(yaml.find("count: 8 }"), 10, "count: 8, dead_after: 1 }");
+  yaml.replace(yaml.find("check_every: 0 }"), 16, "check_every: 0, round_timeout: 0.3 }");
+  const auto brief = simulate(yaml, 2);
+  for (int n : {2, 4}) {
+    INFO("peer " << n);
+    CHECK(brief.peers[n].suspectRounds == 2);
+    CHECK(brief.peers[n].deadNeighbours == 0);
+  }
 }
 
 TEST_CASE("grapevine sim writes the executed faults to summary.json", "[faults]") {
