@@ -60,9 +60,8 @@ inline config::Config codecConfig(algorithms::AlgorithmKind algorithm, unsigned 
 }
 
 // The codec of peer `rank` (a bug in the harness's config aborts).
-inline std::unique_ptr<algorithms::MessageCodec> messageCodec(
-    const config::Config& c, int rank, std::shared_ptr<const engine::DeltaLimit> limit = nullptr) {
-  auto codec = engine::makeMessageCodec(c, engineLayout(), rank, std::move(limit));
+inline std::unique_ptr<algorithms::MessageCodec> messageCodec(const config::Config& c, int rank) {
+  auto codec = engine::makeMessageCodec(c, engineLayout(), rank);
   if (!codec.isOk()) std::abort();
   return std::move(codec).value();
 }

@@ -72,18 +72,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto gt = gtPeer(c, compressed);
   const std::uint64_t before = gt->replicaHash(fuzz::kSender);
-  const Status st = gt->receive(fuzz::kSender, 0.5, message, fuzz::kRound);
+  const Status st = gt->receive(fuzz::kSender, 0.5, message, fuzz::kRound, 0.0f);
 
   bool firstOk = false, secondOk = false;
   if (lengthOk) {
     std::vector<float> scratch(fuzz::kEngineModel, 0.0f);
-    firstOk =
-        checker
-            ->decodeAccumulate(message.subspan(4, n1), fuzz::kRound, fuzz::kSender, 1.0f, scratch)
-            .isOk();
+    firstOk = checker
+                  ->decodeAccumulate(message.subspan(4, n1), fuzz::kRound, fuzz::kSender, 1.0f,
+                                     scratch, 0.0f)
+                  .isOk();
     secondOk = firstOk && checker
                               ->decodeAccumulate(message.subspan(4 + n1), fuzz::kRound,
-                                                 fuzz::kSender, 1.0f, scratch)
+                                                 fuzz::kSender, 1.0f, scratch, 0.0f)
                               .isOk();
   }
   if (st.isOk() != secondOk) std::abort();
@@ -93,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   auto twin = gtPeer(c, compressed);
-  if (!twin->receive(fuzz::kSender, 0.5, message, fuzz::kRound).isOk()) std::abort();
+  if (!twin->receive(fuzz::kSender, 0.5, message, fuzz::kRound, 0.0f).isOk()) std::abort();
   if (twin->replicaHash(fuzz::kSender) != gt->replicaHash(fuzz::kSender)) std::abort();
   const auto x = mixed(*gt);
   const auto y = mixed(*twin);

@@ -40,7 +40,6 @@ std::vector<float> startingValues() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  static const auto limit = std::make_shared<engine::DeltaLimit>(engine::DeltaLimit{kLimit});
   static std::unique_ptr<algorithms::MessageCodec> codecs[2][4];
   const unsigned variant = data[0] & 3;
   const bool bounded = data[0] & 4;
@@ -48,15 +47,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto& codec = codecs[bounded][variant];
   if (!codec) {
     codec = fuzz::messageCodec(fuzz::codecConfig(algorithms::AlgorithmKind::kChoco, variant),
-                               fuzz::kReceiver, bounded ? limit : nullptr);
+                               fuzz::kReceiver);
   }
   fuzz::AlignedCopy message(data + 1, size - 1);
   if (fixup) fuzz::fixMessageCrcs(message.bytes());
 
   static const std::vector<float> start = startingValues();
   std::vector<float> acc = start;
+  const float limit = bounded ? kLimit : 0.0f;
   const Status st = codec->decodeAccumulate({message.data(), message.size}, fuzz::kRound,
-                                            fuzz::kSender, 1.0f, acc);
+                                            fuzz::kSender, 1.0f, acc, limit);
   if (!st.isOk()) {
     if (st.message().empty()) std::abort();
     if (std::memcmp(acc.data(), start.data(), acc.size() * sizeof(float)) != 0) std::abort();
@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<float> again = start;
   if (!codec
            ->decodeAccumulate({message.data(), message.size}, fuzz::kRound, fuzz::kSender, 1.0f,
-                              again)
+                              again, limit)
            .isOk() ||
       std::memcmp(acc.data(), again.data(), acc.size() * sizeof(float)) != 0) {
     std::abort();

@@ -84,8 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto peer = pushSumPeer(c, overlap);
   const State before = peer->state();
-  const Status st = late ? peer->receiveLate(fuzz::kSender, message, round)
-                         : peer->receive(fuzz::kSender, 0.5, message, round);
+  const Status st = late ? peer->receiveLate(fuzz::kSender, message, round, 0.0f)
+                         : peer->receive(fuzz::kSender, 0.5, message, round, 0.0f);
   if (!st.isOk()) {
     if (st.message().empty()) std::abort();
     if (!sameState(peer->state(), before)) std::abort();
@@ -93,10 +93,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The message's share of the weight, decoded apart (the layout's last value).
   std::vector<float> share(fuzz::kEngineModel + 1, 0.0f);
-  if (!checker->decodeAccumulate(message, round, fuzz::kSender, 1.0f, share).isOk()) std::abort();
+  if (!checker->decodeAccumulate(message, round, fuzz::kSender, 1.0f, share, 0.0f).isOk())
+    std::abort();
   auto twin = pushSumPeer(c, overlap);
-  if (!(late ? twin->receiveLate(fuzz::kSender, message, round)
-             : twin->receive(fuzz::kSender, 0.5, message, round))
+  if (!(late ? twin->receiveLate(fuzz::kSender, message, round, 0.0f)
+             : twin->receive(fuzz::kSender, 0.5, message, round, 0.0f))
            .isOk()) {
     std::abort();
   }

@@ -62,9 +62,12 @@ class MessageCodec {
     std::fill(decodedSelf.begin(), decodedSelf.end(), 0.0f);
     return encodeAccumulate(v, round, out, decodedSelf);
   }
-  // acc += weight * decode(message). Checks every frame; on error acc is unchanged.
+  // acc += weight * decode(message). Checks every frame; on error acc is unchanged. `maxDelta`
+  // (security.max_delta_ratio's bound for this message, PeerCore's per round; 0: none): a message
+  // that would change any value of acc by more is refused (dataLoss "magnitude"), acc unchanged.
   virtual Status decodeAccumulate(std::span<const std::uint8_t> message, std::uint64_t round,
-                                  int sender, float weight, std::span<float> acc) = 0;
+                                  int sender, float weight, std::span<float> acc,
+                                  float maxDelta) = 0;
   // Bytes the same vector would take as dense fp32 frames (for bytes_dense_equivalent).
   virtual std::size_t denseBytes() const = 0;
 };
@@ -109,14 +112,15 @@ class Algorithm {
   // of neighbours and ignore it. Dead out-neighbours are not in the list, so their share stays
   // with the sender.
   virtual void setRecipients(std::span<const int> sendTo) {}
-  // Applies neighbour j's message of the current round (weight w_ij of this round).
+  // Applies neighbour j's message of the current round (weight w_ij of this round); `maxDelta`:
+  // the bound on what it may change (MessageCodec::decodeAccumulate; 0: none).
   virtual Status receive(int neighbour, double weight, std::span<const std::uint8_t> message,
-                         std::uint64_t round) = 0;
+                         std::uint64_t round, float maxDelta) = 0;
   // Applies neighbour j's message of an earlier round that arrived late (the neighbour was
   // suspect). CHOCO applies it to j's public copy (replicas must see every delta in order); the
   // others drop it.
   virtual Status receiveLate(int neighbour, std::span<const std::uint8_t> message,
-                             std::uint64_t round) = 0;
+                             std::uint64_t round, float maxDelta) = 0;
   // Ends the round: x <- mixed model, over the neighbours in `arrived` (with their weights).
   virtual void mix(std::span<float> x, const MixWeights& arrived) = 0;
 

@@ -73,11 +73,12 @@ class ReceivedMessages {
     for (int j : neighbours) slots_[j].assign(dim, 0.0f);
   }
   // Decodes neighbour j's message into its slot (weight 1). On error the slot holds zeros.
-  Status decode(MessageCodec& codec, int j, std::span<const std::uint8_t> m, std::uint64_t round) {
+  Status decode(MessageCodec& codec, int j, std::span<const std::uint8_t> m, std::uint64_t round,
+                float maxDelta) {
     auto it = slots_.find(j);
     if (it == slots_.end()) return invalidArgument("no slot for peer " + std::to_string(j));
     std::fill(it->second.begin(), it->second.end(), 0.0f);
-    return codec.decodeAccumulate(m, round, j, 1.0f, it->second);
+    return codec.decodeAccumulate(m, round, j, 1.0f, it->second, maxDelta);
   }
   // The (slot, w_ij) of the arrived neighbours, by increasing rank.
   std::vector<std::pair<const float*, double>> terms(const MixWeights& arrived) const {
@@ -144,10 +145,11 @@ class Dsgd final : public Algorithm {
                               std::span<std::uint8_t> out) override {
     return codec_->encode(x, round, out, self_);
   }
-  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
-    return received_.decode(*codec_, j, m, round);
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round,
+                 float maxDelta) override {
+    return received_.decode(*codec_, j, m, round, maxDelta);
   }
-  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
+  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t, float) override {
     return Status::ok();  // a past round's model is useless now
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
@@ -224,13 +226,15 @@ class Choco final : public Algorithm {
     if (auto_) proposal_ = static_cast<float>(step_.proposal());  // as neighbours will read it
     return n;
   }
-  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
-    return receiveLate(j, m, round);
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round,
+                 float maxDelta) override {
+    return receiveLate(j, m, round, maxDelta);
   }
-  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round) override {
+  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round,
+                     float maxDelta) override {
     auto it = replicas_.find(j);
     if (it == replicas_.end()) return invalidArgument("no replica for peer " + std::to_string(j));
-    return codec_->decodeAccumulate(m, round, j, 1.0f, it->second);
+    return codec_->decodeAccumulate(m, round, j, 1.0f, it->second, maxDelta);
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
     // x <- x_half + sum_j g_ij w_ij (xhat_j - xhat_i). The consensus term is summed in double
@@ -397,10 +401,11 @@ class DeepSqueeze final : public Algorithm {
     for (std::size_t k = 0; k < x.size(); ++k) e_[k] = v_[k] - c_[k];
     return n;
   }
-  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
-    return received_.decode(*codec_, j, m, round);
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round,
+                 float maxDelta) override {
+    return received_.decode(*codec_, j, m, round, maxDelta);
   }
-  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
+  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t, float) override {
     return Status::ok();
   }
   std::optional<StepReport> stepReport() const override {
@@ -498,17 +503,19 @@ class PushSum final : public Algorithm {
     // kept_ is what every receiver decodes: the peer keeps exactly one more of the same share.
     return codec_->encode(m_, round, out, kept_);
   }
-  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
-    return receiveLate(j, m, round);
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round,
+                 float maxDelta) override {
+    return receiveLate(j, m, round, maxDelta);
   }
   // A late share is as good as a punctual one: it is added at the next mix whose dueRound has
   // reached its round (no mass is dropped, none is added twice).
-  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round) override {
+  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round,
+                     float maxDelta) override {
     auto it = inbox_.find(j);
     if (it == inbox_.end()) return invalidArgument("no inbox for peer " + std::to_string(j));
     auto [slot, fresh] = it->second.try_emplace(static_cast<std::int64_t>(round));
     if (fresh) slot->second.assign(x_.size() + 1, 0.0f);
-    Status st = codec_->decodeAccumulate(m, round, j, 1.0f, slot->second);
+    Status st = codec_->decodeAccumulate(m, round, j, 1.0f, slot->second, maxDelta);
     if (!st.isOk() && fresh) it->second.erase(slot);
     return st;
   }
@@ -665,18 +672,20 @@ class Gt final : public Algorithm {
     storeLe32(out.data(), static_cast<std::uint32_t>(n1));
     return 4 + n1 + n2;
   }
-  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round) override {
+  Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round,
+                 float maxDelta) override {
     auto it = replicas_.find(j);
     if (it == replicas_.end()) return invalidArgument("no replica for peer " + std::to_string(j));
     // Uncompressed: this round's x_j and y_j replace the slot; compressed: deltas add to it.
     if (!compressed_) std::fill(it->second.begin(), it->second.end(), 0.0f);
-    return apply(j, it->second, m, round);
+    return apply(j, it->second, m, round, maxDelta);
   }
-  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round) override {
+  Status receiveLate(int j, std::span<const std::uint8_t> m, std::uint64_t round,
+                     float maxDelta) override {
     if (!compressed_) return Status::ok();  // a past round's x_j, y_j are useless now
     auto it = replicas_.find(j);
     if (it == replicas_.end()) return invalidArgument("no replica for peer " + std::to_string(j));
-    return apply(j, it->second, m, round);
+    return apply(j, it->second, m, round, maxDelta);
   }
   void mix(std::span<float> x, const MixWeights& arrived) override {
     std::vector<std::pair<int, double>> byRank = arrived.neighbours;
@@ -754,13 +763,13 @@ class Gt final : public Algorithm {
  private:
   // Adds (compressed) or writes (uncompressed, into a zeroed slot) both parts of j's message.
   Status apply(int j, std::vector<float>& slot, std::span<const std::uint8_t> m,
-               std::uint64_t round) {
+               std::uint64_t round, float maxDelta) {
     if (m.size() < 4) return dataLoss("gt: message of " + std::to_string(m.size()) + " bytes");
     const std::uint32_t n1 = loadLe32(m.data());
     if (n1 > m.size() - 4) return dataLoss("gt: first part of " + std::to_string(n1) + " bytes");
     const std::span<float> xs(slot.data(), dim_), ys(slot.data() + dim_, dim_);
-    GV_RETURN_IF_ERROR(codec_->decodeAccumulate(m.subspan(4, n1), round, j, 1.0f, xs));
-    return codec_->decodeAccumulate(m.subspan(4 + n1), round, j, 1.0f, ys);
+    GV_RETURN_IF_ERROR(codec_->decodeAccumulate(m.subspan(4, n1), round, j, 1.0f, xs, maxDelta));
+    return codec_->decodeAccumulate(m.subspan(4 + n1), round, j, 1.0f, ys, maxDelta);
   }
 
   std::size_t dim_;
@@ -788,11 +797,11 @@ class Averaged final : public Algorithm {
                               std::span<std::uint8_t>) override {
     return std::size_t{0};
   }
-  Status receive(int j, double, std::span<const std::uint8_t>, std::uint64_t) override {
+  Status receive(int j, double, std::span<const std::uint8_t>, std::uint64_t, float) override {
     return invalidArgument("a round message from " + std::to_string(j) + " under " +
                            std::string(name()) + ", which sends none");
   }
-  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t) override {
+  Status receiveLate(int, std::span<const std::uint8_t>, std::uint64_t, float) override {
     return Status::ok();
   }
   void mix(std::span<float>, const MixWeights&) override {}

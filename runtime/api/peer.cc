@@ -366,8 +366,7 @@ void Peer::start() {
     // them. (A restored checkpoint holds both; a peer joining a training under way keeps its own
     // and its edges resync: its neighbours run no collective now.)
     check(m.session->runCollectives(engine::adoptLowestCollectives(*m.plan)));
-    auto algorithm = engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model(),
-                                               m.session->core().deltaLimit());
+    auto algorithm = engine::makePeerAlgorithm(*m.plan, m.rank, layout, m.session->core().model());
     check(algorithm.status());
     m.session->core().resetAlgorithm(std::move(*algorithm));
   }

@@ -22,12 +22,11 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
  public:
   // `denseBytes`: what the same vector takes as dense fp32 frames (denseMessageBytes below).
   ModelMessageCodec(compress::ModelCodec codec, std::size_t denseBytes, std::uint64_t seed,
-                    std::size_t maxFrameBytes, std::shared_ptr<const DeltaLimit> deltaLimit)
+                    std::size_t maxFrameBytes)
       : codec_(std::move(codec)),
         seed_(seed),
         maxFrameBytes_(maxFrameBytes),
-        denseBytes_(denseBytes),
-        deltaLimit_(std::move(deltaLimit)) {
+        denseBytes_(denseBytes) {
     maxBytes_ = codec_.chunkCount() * (4 + codec_.maxFrameBytes());
   }
 
@@ -56,7 +55,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   }
 
   Status decodeAccumulate(std::span<const std::uint8_t> message, std::uint64_t round, int sender,
-                          float weight, std::span<float> acc) override {
+                          float weight, std::span<float> acc, float maxDelta) override {
     // Check every frame completely first (checkFrame: header, CRC, layout, payload invariants;
     // nothing added), then add them all: a bad frame anywhere leaves acc unchanged, and the work
     // stays proportional to the payload (a top-1% message touches 1% of acc, no dense scratch).
@@ -98,7 +97,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
                         " and " + std::to_string(ranges_[i].first) + ".. overlap");
       }
     }
-    const float limit = deltaLimit_ ? deltaLimit_->value : 0.0f;
+    const float limit = maxDelta;
     if (!(limit > 0)) return applyChecked(weight, acc);
     // security.max_delta_ratio: keep what the frames touch, add, measure the change; restore on a
     // change above the limit (the sum is computed exactly as without the bound).
@@ -165,7 +164,6 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::size_t maxBytes_ = 0;
   std::size_t denseBytes_ = 0;
   std::uint64_t sequence_ = 0;
-  std::shared_ptr<const DeltaLimit> deltaLimit_;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // (offset, count) of each frame
   std::vector<compress::CheckedFrame> checked_;              // the frames of the message, checked
   std::vector<float> kept_;  // acc's values in ranges_ before a bounded decode
@@ -215,8 +213,7 @@ Result<compress::Options> compressOptions(const config::Config& c) {
 }
 
 Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
-    const config::Config& c, const std::vector<train::TensorInfo>& layout, int rank,
-    std::shared_ptr<const DeltaLimit> deltaLimit) {
+    const config::Config& c, const std::vector<train::TensorInfo>& layout, int rank) {
   std::vector<compress::TensorLayout> tl;
   for (const auto& t : layout) {
     compress::TensorLayout x;
@@ -246,8 +243,8 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
   GV_ASSIGN_OR_RETURN(auto codec,
                       compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
   GV_ASSIGN_OR_RETURN(const std::size_t denseBytes, denseMessageBytes(tl, o, rank));
-  return std::unique_ptr<algorithms::MessageCodec>(new ModelMessageCodec(
-      std::move(codec), denseBytes, c.run.seed, o.max_frame_bytes, std::move(deltaLimit)));
+  return std::unique_ptr<algorithms::MessageCodec>(
+      new ModelMessageCodec(std::move(codec), denseBytes, c.run.seed, o.max_frame_bytes));
 }
 
 }  // namespace grapevine::engine

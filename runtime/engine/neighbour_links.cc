@@ -103,26 +103,29 @@ void NeighbourLinks::receive(int j, int buffer, std::uint64_t gen) {
   if (it == neighbours_.end() || !it->second.data || gen_[j] != gen) return;
   std::shared_ptr<std::vector<LazyBuffer>> set = buffers_[j];
   auto& buf = set->at(static_cast<std::size_t>(buffer));
-  it->second.data->recv(kDataTag, buf.span(), [this, j, buffer, gen, set](Status st, std::size_t n) {
-    if (st.isOk()) {
-      // Data from the neighbour is a sign of life as good as a heartbeat (which may wait behind it).
-      if (auto nb = neighbours_.find(j);
-          nb != neighbours_.end() && nb->second.control && gen_[j] == gen) {
-        nb->second.control->heardFrom();
-      }
-      InboxItem item{InboxItem::kMessage, j, buffer, n, "", gen, 0, std::nullopt};
-      item.buffers = set;
-      inbox_.push(std::move(item));
-    } else if (st.code() == ErrorCode::kResourceExhausted) {
-      if (oversizeLog_.due()) {
-        log::warn("peer ", j, " sent a message above the maximum; dropped", oversizeLog_.skipped());
-      }
-      receive(j, buffer, gen);
-    } else if (st.code() != ErrorCode::kCancelled) {
-      inbox_.push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString(), gen, 0,
-                   std::nullopt});
-    }
-  });
+  it->second.data->recv(
+      kDataTag, buf.span(), [this, j, buffer, gen, set](Status st, std::size_t n) {
+        if (st.isOk()) {
+          // Data from the neighbour is a sign of life as good as a heartbeat (which may wait behind
+          // it).
+          if (auto nb = neighbours_.find(j);
+              nb != neighbours_.end() && nb->second.control && gen_[j] == gen) {
+            nb->second.control->heardFrom();
+          }
+          InboxItem item{InboxItem::kMessage, j, buffer, n, "", gen, 0, std::nullopt};
+          item.buffers = set;
+          inbox_.push(std::move(item));
+        } else if (st.code() == ErrorCode::kResourceExhausted) {
+          if (oversizeLog_.due()) {
+            log::warn("peer ", j, " sent a message above the maximum; dropped",
+                      oversizeLog_.skipped());
+          }
+          receive(j, buffer, gen);
+        } else if (st.code() != ErrorCode::kCancelled) {
+          inbox_.push({InboxItem::kDead, j, -1, 0, "data connection: " + st.toString(), gen, 0,
+                       std::nullopt});
+        }
+      });
 }
 
 void NeighbourLinks::rejoined(transport::Neighbour n) {
@@ -246,7 +249,8 @@ std::vector<int> NeighbourLinks::stillArriving(const std::vector<int>& missing,
   for (int j : missing) {
     auto it = arrivingAt_.find(j);
     if (it == arrivingAt_.end() || it->second <= since) continue;
-    if (now - it->second <= kArrivalWindow || arrivingSample_[j] + kArrivalWindowSamples > samples_) {
+    if (now - it->second <= kArrivalWindow ||
+        arrivingSample_[j] + kArrivalWindowSamples > samples_) {
       out.push_back(j);
     }
   }

@@ -308,11 +308,10 @@ void PeerCore::planRecipients(std::int64_t round) {
 Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   round_ = round;
   for (auto& [j, e] : edges_) e.arrived = e.heard = false;
-  if (options_.deltaLimit && options_.maxDeltaRatio > 0) {
+  if (options_.maxDeltaRatio > 0) {
     // What this round's messages may change (security.max_delta_ratio), relative to the model.
     const double scale = std::max(1.0, double(kernels::cpuOps().maxAbs(x_.data(), x_.size())));
-    options_.deltaLimit->value =
-        static_cast<float>(std::min(options_.maxDeltaRatio * scale, 3.0e38));
+    deltaLimit_ = static_cast<float>(std::min(options_.maxDeltaRatio * scale, 3.0e38));
   }
 
   takeLocalSteps(round, input);
@@ -572,7 +571,7 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
       if (k == j) w = wk;
     }
     if (options_.dynamicMetropolis && w > 0) w = liveWeight(env->liveDegree);
-    st = algorithm_->receive(j, w, message, env->round);
+    st = algorithm_->receive(j, w, message, env->round, deltaLimit_);
     if (st.isOk()) {
       e.arrived = true;
       e.degreeAt = env->liveDegree;
@@ -580,7 +579,7 @@ void PeerCore::apply(int j, Edge& e, const Envelope& header, std::span<const std
       ++counters_.messagesApplied;
     }
   } else if (round < round_) {
-    st = algorithm_->receiveLate(j, message, env->round);
+    st = algorithm_->receiveLate(j, message, env->round, deltaLimit_);
     if (st.isOk()) ++counters_.lateApplied;
   } else {
     drop("duplicate_round");

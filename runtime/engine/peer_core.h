@@ -46,14 +46,6 @@ namespace grapevine::engine {
 
 struct Envelope;  // envelope.h
 
-// What one received message may change (security.max_delta_ratio): PeerCore sets `value` at the
-// start of every round to ratio * max(1, largest |x_i|); the message codec (makeMessageCodec)
-// refuses a message that would change any value of its buffer by more. 0: no bound. Shared by the
-// core and its codec; the training thread only.
-struct DeltaLimit {
-  float value = 0.0f;
-};
-
 struct PeerCoreOptions {
   int rank = 0;
   std::uint32_t incarnation = 0;
@@ -85,9 +77,9 @@ struct PeerCoreOptions {
   // ((t + 1) % syncEvery == 0, so a checkpoint holds every share sent to the peer). 0: none.
   std::int64_t rounds = 0;
   std::int64_t syncEvery = 0;
-  // security.max_delta_ratio and the limit shared with the codec (nullptr: no bound).
+  // security.max_delta_ratio (0: no bound): what one received message may change, relative to the
+  // model (deltaLimit()).
   double maxDeltaRatio = 0.0;
-  std::shared_ptr<DeltaLimit> deltaLimit;
   // A neighbour whose messages are refused in this many rounds in a row (rounds of this peer with
   // a refused message and none of its messages applied since; a refusal after authentication only:
   // a forgery by a third party does not count) is quarantined: its edge dropped for good
@@ -382,9 +374,10 @@ class PeerCore {
   // Robust mixing distrusts a neighbour (algorithm.robust_quarantine): quarantined like a refused
   // one, the reason from its trust record.
   void quarantineDistrusted(const algorithms::NeighbourTrust& t);
-  // The bound shared with the message codec (PeerCoreOptions::deltaLimit), for a replacement
-  // algorithm's codec (resetAlgorithm).
-  const std::shared_ptr<DeltaLimit>& deltaLimit() const { return options_.deltaLimit; }
+  // What one message received this round may change (security.max_delta_ratio): set when the
+  // round begins to ratio * max(1, largest |x_i|), and passed with every message to the algorithm,
+  // whose codec refuses a message that would change any value of its buffer by more. 0: no bound.
+  float deltaLimit() const { return deltaLimit_; }
   bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
   // The latest round of any message received from `neighbour` (-1: none yet).
   std::int64_t lastRoundFrom(int neighbour) const;
@@ -549,6 +542,7 @@ class PeerCore {
   bool gradientReady_ = false;
   bool stepTaken_ = false;  // a round of this core took its local steps (algorithm.staleness)
   double lastLoss_ = 0.0;
+  float deltaLimit_ = 0.0f;  // deltaLimit(): this round's bound (0: none)
   double lastLr_ = 0.0;
   std::int64_t round_ = -1;
   std::vector<int> neighbours_;  // union over the schedule

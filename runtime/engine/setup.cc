@@ -82,10 +82,9 @@ bool overlappedPushSum(const config::Config& c) {
 
 Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
-    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit,
-    train::Workload::LossProbe lossProbe) {
+    std::span<const float> x0, train::Workload::LossProbe lossProbe) {
   const config::Config& c = plan.config;
-  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank, std::move(deltaLimit)));
+  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank));
   algorithms::AlgorithmOptions ao;
   ao.kind = c.algorithm.name;
   ao.autoConsensusStep = !c.algorithm.consensusStep.has_value();
@@ -110,16 +109,14 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   const auto oo = optimizerOptions(c);
   GV_RETURN_IF_ERROR(oo.validate());
   auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
-  auto deltaLimit = c.security.maxDeltaRatio > 0 ? std::make_shared<DeltaLimit>() : nullptr;
   auto lossProbe =
       c.algorithm.robust != algorithms::RobustRule::kNone && c.algorithm.robustProbe > 0
           ? workload->makeLossProbe(c.algorithm.robustProbe)
           : train::Workload::LossProbe{};
-  GV_ASSIGN_OR_RETURN(auto algorithm, makePeerAlgorithm(plan, rank, workload->layout(), x,
-                                                        deltaLimit, std::move(lossProbe)));
+  GV_ASSIGN_OR_RETURN(auto algorithm,
+                      makePeerAlgorithm(plan, rank, workload->layout(), x, std::move(lossProbe)));
   PeerCoreOptions po;
   po.maxDeltaRatio = c.security.maxDeltaRatio;
-  po.deltaLimit = std::move(deltaLimit);
   po.rank = rank;
   po.incarnation = incarnation;
   po.localSteps = c.algorithm.localSteps;

@@ -35,11 +35,10 @@ train::OptimizerOptions optimizerOptions(const config::Config& config);
 Result<compress::Options> compressOptions(const config::Config& config);
 
 // The compressor + wire codec of one peer, behind the algorithm's MessageCodec interface. Its
-// decode refuses a message with two frames for the same (or overlapping) elements, and, with
-// `deltaLimit` set above 0, one that changes any value of its buffer by more than the limit.
+// decode refuses a message with two frames for the same (or overlapping) elements, and one that
+// changes any value of its buffer by more than the bound its caller passes (maxDelta above 0).
 Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
-    const config::Config& config, const std::vector<train::TensorInfo>& layout, int rank,
-    std::shared_ptr<const DeltaLimit> deltaLimit = nullptr);
+    const config::Config& config, const std::vector<train::TensorInfo>& layout, int rank);
 
 // Peer `rank` of a built-in workload (workload.name, initial model from run.seed).
 Result<std::unique_ptr<PeerCore>> makePeer(const RunPlan& plan, int rank,
@@ -53,8 +52,7 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
 // start there); lossProbe: the workload's, for robust mixing's loss screening (empty: none).
 Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
     const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
-    std::span<const float> x0, std::shared_ptr<const DeltaLimit> deltaLimit = nullptr,
-    train::Workload::LossProbe lossProbe = {});
+    std::span<const float> x0, train::Workload::LossProbe lossProbe = {});
 
 // algorithm.name push-sum with algorithm.overlap: overlapped SGP (shares mixed
 // algorithm.overlap_rounds rounds late, PeerCoreOptions::mixDelay); the next gradient is not

@@ -9,8 +9,8 @@ namespace grapevine::sim {
 using engine::MembershipAction;
 using engine::NeighbourState;
 
-Liveness::Liveness(const std::vector<std::unique_ptr<engine::PeerCore>>& peers,
-                   std::int64_t rounds, double deadAfter)
+Liveness::Liveness(const std::vector<std::unique_ptr<engine::PeerCore>>& peers, std::int64_t rounds,
+                   double deadAfter)
     : rounds_(rounds), deadAfter_(deadAfter), peers_(peers.size()) {
   for (std::size_t i = 0; i < peers.size(); ++i) restarted(static_cast<int>(i), *peers[i]);
 }

@@ -134,7 +134,7 @@ TEST_CASE("CHOCO's public copy, decoded straight into, equals the neighbour's re
       const std::vector<float> old(before.begin(), before.end());
       auto n = (*a)->prepare(x, round, out);
       REQUIRE(n.isOk());
-      REQUIRE((*b)->receive(0, 0.5, std::span(out).first(*n), round).isOk());
+      REQUIRE((*b)->receive(0, 0.5, std::span(out).first(*n), round, 0.0f).isOk());
       INFO("round " << round);
       CHECK((*a)->publicCopyHash() == (*b)->replicaHash(0));
       // The copy moved towards x (a contractive compressor leaves a smaller residual).

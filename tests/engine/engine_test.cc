@@ -631,7 +631,7 @@ workload: { name: consensus, dim: 4096 }
 
     // The good message adds exactly what the sender decoded for itself, weighted.
     std::vector<float> acc(4096, 0.25f);
-    REQUIRE((*receiver)->decodeAccumulate(msg, 0, 1, 0.5f, acc).isOk());
+    REQUIRE((*receiver)->decodeAccumulate(msg, 0, 1, 0.5f, acc, 0.0f).isOk());
     for (std::size_t k = 0; k < acc.size(); ++k) REQUIRE(acc[k] == 0.25f + 0.5f * self[k]);
 
     // The last frame's payload broken behind a recomputed CRC: rejected, nothing added.
@@ -650,7 +650,7 @@ workload: { name: consensus, dim: 4096 }
                                          f + compress::kHeaderBytes, flen - compress::kHeaderBytes);
     std::memcpy(f + compress::kCrcOffset, &crc, 4);
     std::vector<float> acc2(4096, 0.25f);
-    const Status s = (*receiver)->decodeAccumulate(bad, 0, 1, 0.5f, acc2);
+    const Status s = (*receiver)->decodeAccumulate(bad, 0, 1, 0.5f, acc2, 0.0f);
     INFO(s.toString());
     REQUIRE_FALSE(s.isOk());
     for (float x : acc2) REQUIRE(x == 0.25f);

@@ -129,7 +129,8 @@ int runBenchRound(const RoundFlags& f) {
       const auto it = std::find_if(members.begin(), members.end(),
                                    [j = j](const Member& m) { return m.rank == j; });
       if (it == members.end()) continue;
-      Status st = members[0].algorithm->receive(j, w, std::span(it->out).first(it->bytes), round);
+      Status st =
+          members[0].algorithm->receive(j, w, std::span(it->out).first(it->bytes), round, 0.0f);
       if (!st.isOk()) {
         std::cerr << "bench round: receive from peer " << j << ": " << st.toString() << "\n";
         return kExitFailure;
