@@ -21,6 +21,7 @@
 #include "runtime/engine/records.h"
 #include "runtime/engine/setup.h"
 #include "runtime/engine/summary.h"
+#include "runtime/sim/faults.h"
 #include "runtime/sim/link_model.h"
 #include "runtime/sim/liveness.h"
 #include "runtime/sim/worker_pool.h"
@@ -173,10 +174,7 @@ class Simulation {
         fixedCompute_(c_.network.computeMs > 0.0
                           ? c_.network.computeMs * 1e-3 * std::max(1, c_.algorithm.localSteps)
                           : -1.0),
-        pool_(options.threads),
-        down_(count_, 0),
-        killed_(count_, 0),
-        saved_(count_) {
+        pool_(options.threads) {
     result_.threads = pool_.threads();
     result_.rssBeforePeers = residentBytes();
   }
@@ -198,6 +196,7 @@ class Simulation {
     });
     GV_RETURN_IF_ERROR(firstError(states_));
     liveness_ = std::make_unique<Liveness>(peers_, c_.run.rounds, c_.peers.deadAfter);
+    faults_ = std::make_unique<FaultRunner>(plan_, peers_, *liveness_);
     return Status::ok();
   }
 
@@ -222,7 +221,7 @@ class Simulation {
 
   // One round; false when training diverged in it (the run stops).
   Result<bool> runRound(std::int64_t t) {
-    GV_RETURN_IF_ERROR(applyFaults(t));
+    if (!c_.faults.events.empty()) GV_RETURN_IF_ERROR(faults_->before(t, clocks()));
     GV_RETURN_IF_ERROR(computePhase(t));
     if (stopOnDivergence(false)) return false;
     routeMessages();
@@ -237,7 +236,11 @@ class Simulation {
       averagePhase(t, due, wall);
       if (stopOnDivergence(true)) return false;
     }
-    afterFaults(t);
+    if (!c_.faults.events.empty()) {
+      std::vector<double> c = clocks();
+      faults_->after(t, c);
+      for (std::size_t i = 0; i < count_; ++i) states_[i].clock = c[i];
+    }
     if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
     return true;
@@ -297,7 +300,7 @@ class Simulation {
       }
       runCollectives(engine::ringAgreementCollectives(plan_), &intact);
       for (std::size_t i = 0; i < count_; ++i) {
-        if (!killed_[i] && peers_[i]->collectiveState().at(0) < 1.0) ring = false;
+        if (!faults_->killed(i) && peers_[i]->collectiveState().at(0) < 1.0) ring = false;
       }
     }
     const auto kinds = engine::averagingCollectives(plan_, values, ring);
@@ -315,7 +318,7 @@ class Simulation {
     bool first = true;
     for (engine::CollectiveKind kind : kinds) {
       for (std::size_t i = 0; i < count_; ++i) {
-        if (killed_[i]) continue;
+        if (faults_->killed(i)) continue;
         if (first && initial) {
           peers_[i]->beginCollective(kind, std::span<const double>(&(*initial)[i], 1));
         } else {
@@ -324,18 +327,19 @@ class Simulation {
       }
       first = false;
       for (std::size_t i = 0; i < count_; ++i) {
-        if (killed_[i]) continue;
+        if (faults_->killed(i)) continue;
         for (int j : peers_[i]->sendTo()) {
           const auto to = static_cast<std::size_t>(j);
-          if (!killed_[to]) peers_[to]->onMessage(static_cast<int>(i), peers_[i]->outgoing(j));
+          if (!faults_->killed(to))
+            peers_[to]->onMessage(static_cast<int>(i), peers_[i]->outgoing(j));
         }
       }
       for (std::size_t i = 0; i < count_; ++i) {
-        if (!killed_[i]) peers_[i]->endCollective();
+        if (!faults_->killed(i)) peers_[i]->endCollective();
       }
     }
     for (std::size_t i = 0; i < count_; ++i) {
-      if (!killed_[i]) peers_[i]->finishCollectives();
+      if (!faults_->killed(i)) peers_[i]->finishCollectives();
     }
   }
 
@@ -356,7 +360,7 @@ class Simulation {
     summary = engine::makeSummary(plan_, result_.peers, result_.wallSeconds, "sim");
     summary["simulated_seconds"] = result_.simulatedSeconds;
     summary["sim"] = simBlock();
-    if (!c_.faults.events.empty()) summary["faults"] = faultLog_;
+    if (!c_.faults.events.empty()) summary["faults"] = faults_->log();
     if (result_.divergence) summary["diverged_message"] = result_.divergenceMessage;
     if (!dir_.empty()) GV_RETURN_IF_ERROR(engine::writeJsonFile(dir_ + "/summary.json", summary));
     return std::move(result_);
@@ -364,138 +368,6 @@ class Simulation {
 
  private:
   static constexpr std::size_t kFlushBytes = 1 << 16;
-
-  bool linkDown(int a, int b) const {
-    return linksDown_.count(std::pair(std::min(a, b), std::max(a, b))) != 0;
-  }
-
-  // faults.events (by round; validated by the loader and `grapevine sim`), before round t: who is
-  // down this round, which links are; kills and restarts take effect here.
-  Status applyFaults(std::int64_t t) {
-    const auto& events = c_.faults.events;
-    if (events.empty()) return Status::ok();
-    linksDown_.clear();
-    for (std::size_t i = 0; i < count_; ++i) down_[i] = killed_[i];
-    for (const auto& e : events) {
-      const std::int64_t start = *e.atRound;
-      const std::int64_t end = start + e.rounds.value_or(0);
-      const bool active = t >= start && (e.kind == config::FaultKind::kKill || t < end);
-      if (e.kind == config::FaultKind::kLinkDown) {
-        if (active) linksDown_.insert({std::min(e.linkA, e.linkB), std::max(e.linkA, e.linkB)});
-      } else if (e.kind == config::FaultKind::kCorrupt) {
-        // Up and running; its messages are damaged (PeerCore, as `grapevine peer` does it).
-        if (t == start || t == end)
-          peers_[static_cast<std::size_t>(e.peer)]->setCorruptOutgoing(t == start);
-      } else if (config::isAttack(e.kind)) {
-        // Up and running; it publishes a crafted model (PeerCore, as `grapevine peer` does it).
-        auto& p = *peers_[static_cast<std::size_t>(e.peer)];
-        if (t == start)
-          p.setAttacker(engine::Attacker(e.kind, e.attackScale(), c_.run.seed, e.peer));
-        else if (t == end)
-          p.setAttacker(std::nullopt);
-      } else if (active) {
-        down_[static_cast<std::size_t>(e.peer)] = 1;
-      }
-      if (t == start) logFault(e, t, nullptr);
-      const bool stops =
-          e.kind == config::FaultKind::kKill || e.kind == config::FaultKind::kRestart;
-      if (stops && t == start) {
-        // The process ends: its neighbours' connections to it close at once.
-        if (e.kind == config::FaultKind::kKill) killed_[static_cast<std::size_t>(e.peer)] = 1;
-        for (int q : neighboursOf(e.peer)) {
-          if (!killed_[static_cast<std::size_t>(q)]) liveness_->connectionFailed(q, e.peer);
-        }
-      }
-      if (e.kind == config::FaultKind::kRestart && t == end) GV_RETURN_IF_ERROR(restart(e, t));
-    }
-    updateHearing();
-    return Status::ok();
-  }
-
-  // The ranks that have `p` as a neighbour.
-  std::vector<int> neighboursOf(int p) const {
-    std::vector<int> out;
-    for (std::size_t q = 0; q < count_; ++q) {
-      const auto& nb = peers_[q]->neighbours();
-      if (std::find(nb.begin(), nb.end(), p) != nb.end()) out.push_back(static_cast<int>(q));
-    }
-    return out;
-  }
-
-  // The end of a restart, as `grapevine launch` runs it: a new process (a new core, the next
-  // incarnation) loads its last checkpoint (kept in memory), joins the running training (every
-  // edge resyncs both ways before anything of a neighbour is mixed) and continues at round t, its
-  // neighbours' round; each neighbour takes it back over new connections (a rejoin).
-  Status restart(const config::FaultEvent& e, std::int64_t t) {
-    const auto p = static_cast<std::size_t>(e.peer);
-    if (!saved_[p])
-      return failedPrecondition("restart of peer " + std::to_string(e.peer) + " at round " +
-                                std::to_string(t) + ": no checkpoint kept");
-    const std::uint32_t incarnation = ++incarnation_[p];
-    GV_ASSIGN_OR_RETURN(auto core, engine::makePeer(plan_, e.peer, incarnation));
-    GV_RETURN_IF_ERROR(core->restoreState(*saved_[p]));
-    core->resyncAllEdges(/*await=*/true);
-    peers_[p] = std::move(core);
-    liveness_->restarted(e.peer, *peers_[p]);
-    for (int q : neighboursOf(e.peer)) {
-      if (!killed_[static_cast<std::size_t>(q)]) liveness_->reconnected(q, e.peer, incarnation);
-    }
-    logFault(e, t, &*saved_[p]);
-    return Status::ok();
-  }
-
-  // Who hears whose heartbeats this round: a peer that is up hears each neighbour that is up over
-  // a link that is up. A silence begins when the neighbour stopped (its clock when it went down) or
-  // when the link went down (the later of the two clocks); a peer that is down notices nothing.
-  void updateHearing() {
-    for (std::size_t i = 0; i < count_; ++i) {
-      if (down_[i]) continue;
-      const int me = static_cast<int>(i);
-      for (int j : peers_[i]->neighbours()) {
-        const auto k = static_cast<std::size_t>(j);
-        const double at =
-            down_[k] ? states_[k].clock : std::max(states_[i].clock, states_[k].clock);
-        liveness_->setHeard(me, j, !down_[k] && !linkDown(me, j), at);
-      }
-    }
-  }
-
-  // After round t: in-memory checkpoints of the peers a restart will bring back (as
-  // checkpoint.every would write them), and the clocks of the peers that are down (they wait
-  // for the others: the latest clock of a peer that ran).
-  void afterFaults(std::int64_t t) {
-    const auto& events = c_.faults.events;
-    if (events.empty()) return;
-    const int every = c_.checkpoint.every;
-    for (const auto& e : events) {
-      if (e.kind != config::FaultKind::kRestart || every <= 0 || (t + 1) % every != 0) continue;
-      const auto p = static_cast<std::size_t>(e.peer);
-      if (!down_[p] && t < *e.atRound) saved_[p] = peers_[p]->saveState();
-    }
-    double latest = 0.0;
-    for (std::size_t i = 0; i < count_; ++i) {
-      if (!down_[i]) latest = std::max(latest, states_[i].clock);
-    }
-    for (std::size_t i = 0; i < count_; ++i) {
-      if (down_[i]) states_[i].clock = std::max(states_[i].clock, latest);
-    }
-  }
-
-  // One executed event: summary.json's "faults" (the event as engine::faultEventJson writes it,
-  // and when and how the simulator executed it) and a log line.
-  void logFault(const config::FaultEvent& e, std::int64_t t, const engine::PeerState* restored) {
-    nlohmann::json j = engine::faultEventJson(e);
-    j["executed_at_round"] = t;
-    if (restored) {
-      j["event"] = "back";
-      j["resumed_from_round"] = restored->round;
-      log::info("fault: ", e.describe(), ": back at round ", t, " from its checkpoint of round ",
-                restored->round);
-    } else {
-      log::info("fault: ", e.describe());
-    }
-    faultLog_.push_back(std::move(j));
-  }
 
   std::string path(const char* stem, int rank, const char* ext) const {
     return dir_ + "/" + stem + std::to_string(rank) + ext;
@@ -514,7 +386,7 @@ class Simulation {
   Status computePhase(std::int64_t t) {
     if (c_.algorithm.staleness > 0) return computePhaseStale(t);
     pool_.parallelFor(count_, [&](std::size_t i) {
-      if (down_[i]) {
+      if (faults_->down(i)) {
         startRound(states_[i], states_[i].clock);  // computes nothing, sends nothing
       } else {
         computePeer(i, t, false);
@@ -556,15 +428,15 @@ class Simulation {
   Status computePhaseStale(std::int64_t t) {
     std::vector<std::uint8_t> later(count_, 0);
     for (std::size_t i = 0; i < count_; ++i) {
-      if (down_[i]) continue;
+      if (faults_->down(i)) continue;
       const auto from = peers_[i]->liveSenders(t);
       later[i] = !from.empty() && std::all_of(from.begin(), from.end(), [&](int j) {
         const auto k = static_cast<std::size_t>(j);
-        return !down_[k] && states_[k].clock < states_[i].clock;
+        return !faults_->down(k) && states_[k].clock < states_[i].clock;
       });
     }
     pool_.parallelFor(count_, [&](std::size_t i) {
-      if (down_[i]) {
+      if (faults_->down(i)) {
         startRound(states_[i], states_[i].clock);
       } else if (!later[i]) {
         computePeer(i, t, false);
@@ -576,7 +448,7 @@ class Simulation {
       const int to = static_cast<int>(i);
       bool ahead = true;
       for (int j : peers_[i]->liveSenders(t)) {
-        if (linkDown(j, to) || link_.lost(j, to, t)) {
+        if (faults_->linkDown(j, to) || link_.lost(j, to, t)) {
           ahead = false;
           break;
         }
@@ -600,9 +472,9 @@ class Simulation {
       s.outgoing.clear();
     }
     for (std::size_t j = 0; j < count_; ++j) {
-      if (down_[j]) continue;  // its sendTo() is a past round's
+      if (faults_->down(j)) continue;  // its sendTo() is a past round's
       for (int i : peers_[j]->sendTo()) {
-        if (down_[static_cast<std::size_t>(i)]) {
+        if (faults_->down(static_cast<std::size_t>(i))) {
           ++states_[j].faultDropped;  // a down peer receives nothing (it sees a gap later)
           continue;
         }
@@ -625,7 +497,7 @@ class Simulation {
       for (std::size_t k = 0; k < s.outgoing.size(); ++k) {
         const int to = s.outgoing[k];
         transfers[k].start = s.ready;
-        if (linkDown(from, to)) continue;  // zero bits: done at once, never delivered
+        if (faults_->linkDown(from, to)) continue;  // zero bits: done at once, never delivered
         transfers[k].bits = 8.0 * static_cast<double>(peers_[j]->outgoing(to).size());
         transfers[k].maxBitsPerSecond = link_.params(from, to).bandwidthBitsPerSecond;
       }
@@ -639,10 +511,10 @@ class Simulation {
     pool_.parallelFor(count_, [&](std::size_t i) {
       PeerState& s = states_[i];
       const int to = static_cast<int>(i);
-      if (down_[i]) return;
+      if (faults_->down(i)) return;
       // A neighbour that is down (paused, restarting) is waited for until the round's deadline.
       for (int j : peers_[i]->expectedFrom()) {
-        if (down_[static_cast<std::size_t>(j)]) {
+        if (faults_->down(static_cast<std::size_t>(j))) {
           s.anyLost = true;
           s.lostFrom.push_back(j);
         }
@@ -652,7 +524,7 @@ class Simulation {
       std::vector<int> ingressFrom;   // ... and their senders
       for (std::size_t k = 0; k < s.incoming.size(); ++k) {
         const int j = s.incoming[k];
-        if (linkDown(j, to)) {
+        if (faults_->linkDown(j, to)) {
           s.anyLost = true;  // waited for until the deadline, as a loss
           s.lostFrom.push_back(j);
           ++s.faultDropped;
@@ -718,7 +590,7 @@ class Simulation {
   }
 
   void mixPeer(std::size_t i, const engine::RoundReport& due, double wall) {
-    if (down_[i]) return;
+    if (faults_->down(i)) return;
     PeerState& s = states_[i];
     engine::PeerCore& p = *peers_[i];
     double end = s.arrival;
@@ -838,7 +710,7 @@ class Simulation {
         if (!live(i)) continue;
         for (int j : peers_[i]->sendTo()) {
           const auto to = static_cast<std::size_t>(j);
-          if (!live(to) || linkDown(static_cast<int>(i), j)) continue;
+          if (!live(to) || faults_->linkDown(static_cast<int>(i), j)) continue;
           const auto bytes = peers_[i]->outgoing(j);
           peers_[to]->onMessage(static_cast<int>(i), bytes);
           next[to] = std::max(
@@ -861,7 +733,13 @@ class Simulation {
       recordIfDue(i, due, {}, wall);
     }
   }
-  bool live(std::size_t i) const { return !down_[i] && !killed_[i]; }
+  bool live(std::size_t i) const { return faults_->live(i); }
+  // Every peer's clock at the end of its last round.
+  std::vector<double> clocks() const {
+    std::vector<double> c(count_);
+    for (std::size_t i = 0; i < count_; ++i) c[i] = states_[i].clock;
+    return c;
+  }
 
   // When the round is due (logged, evaluated, or an event: suspects, deaths, revivals, rejoins),
   // appends peer i's round record to its pending text, flushed to its file in large writes; then
@@ -918,8 +796,8 @@ class Simulation {
     PeerState& s = states_[i];
     engine::PeerCore& p = *peers_[i];
     engine::PeerResult& r = result_.peers[i];
-    r = engine::collectResult(p, !result_.divergence && !killed_[i]);
-    if (killed_[i]) {
+    r = engine::collectResult(p, !result_.divergence && !faults_->killed(i));
+    if (faults_->killed(i)) {
       // A killed peer writes nothing more: no final record, model or final.json.
       r.model.clear();
       if (!dir_.empty())
@@ -988,18 +866,12 @@ class Simulation {
   std::vector<PeerState> states_;
   Clock::time_point start_;
   SimResult result_;
-  // Faults: per peer, down this round (paused, killed, restarting) and killed for good; the links
-  // down this round (a < b); restart's in-memory checkpoints; the executed events.
-  std::vector<char> down_;
-  std::vector<char> killed_;
-  // allreduce, diloco: each round ends with the averaging collectives (averagePhase).
-  const bool averaging_ = algorithms::averagesEachRound(c_.algorithm.name);
-  std::set<std::pair<int, int>> linksDown_;
-  std::vector<std::optional<engine::PeerState>> saved_;
-  std::vector<std::uint32_t> incarnation_ = std::vector<std::uint32_t>(count_, 0);  // restarts
   // Every peer's membership of its neighbours, on the virtual clock (liveness.h).
   std::unique_ptr<Liveness> liveness_;
-  nlohmann::json faultLog_ = nlohmann::json::array();
+  // faults.events: who is down, the links down, kills, restarts (faults.h).
+  std::unique_ptr<FaultRunner> faults_;
+  // allreduce, diloco: each round ends with the averaging collectives (averagePhase).
+  const bool averaging_ = algorithms::averagesEachRound(c_.algorithm.name);
 };
 
 }  // namespace
