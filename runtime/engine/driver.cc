@@ -230,8 +230,9 @@ class PeerSession::Impl {
 
   // Training thread.
   RoundsOutcome outcome_;
-  bool started_ = false;   // roundsStart_ is set
-  bool finished_ = false;  // finish() ran
+  bool started_ = false;          // roundsStart_ is set
+  std::int64_t firstRound_ = -1;  // the first round this process ran (set with roundsStart_)
+  bool finished_ = false;         // finish() ran
   Status finishStatus_;
   bool averaged_ = false;
   double averageSeconds_ = -1;  // the finalize averaging's wall time (-1: none)
@@ -763,6 +764,7 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
   if (!started_) {
     roundsStart_ = Clock::now();
     started_ = true;
+    firstRound_ = outcome_.rounds;
   }
   // The previous round's sends must be done before their buffers are rewritten.
   GV_RETURN_IF_ERROR(waitPreviousSends("round"));
@@ -929,15 +931,28 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       // those of a neighbour whose messages are being refused (PeerCore::refusing).
       std::vector<int> missing = core_->missingThisRound();
       std::erase_if(missing, [this](int j) { return core_->refusing(j); });
-      const std::vector<int> arriving = links_.stillArriving(missing, waitStart);
+      std::vector<int> arriving = links_.stillArriving(missing, waitStart);
+      // Nor is a neighbour that is still starting late: in this process's first round, one from
+      // which no round message came yet, and that is alive (its heartbeats; it would be dead
+      // otherwise), is building its model or loading its data on a loaded machine (at 100M
+      // parameters four peers on 2 cores began their rounds seconds apart). Waited for as the
+      // bootstrap waits for it: up to peers.connect_timeout.
+      if (outcome_.rounds == firstRound_ && since(waitStart) < plan_.config.peers.connectTimeout) {
+        for (int j : missing) {
+          if (core_->lastRoundFrom(j) < 0 &&
+              std::find(arriving.begin(), arriving.end(), j) == arriving.end()) {
+            arriving.push_back(j);
+          }
+        }
+      }
       if (arriving.empty()) break;
       if (!waitedPast) {
         waitedPast = true;
         ++roundsWaitedPastTimeout_;
         std::string list;
         for (int j : arriving) list += " " + std::to_string(j);
-        log::debug("round ", core_->round(), ": waiting past round_timeout for messages still ",
-                   "arriving from:", list);
+        log::debug("round ", core_->round(), ": waiting past round_timeout for neighbours still ",
+                   "starting or whose messages are still arriving:", list);
       }
     }
     const auto wakeAt = Clock::now() + std::chrono::milliseconds(250);

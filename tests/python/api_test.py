@@ -4,6 +4,7 @@ the GIL (two peers in two threads of one process would deadlock otherwise)."""
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -157,6 +158,30 @@ def test_two_peers_step_mix_bind_finalize():
         assert stats.as_dict()["rounds"] == 2
         assert events == []
     np.testing.assert_array_equal(results[0][4], results[1][4])
+
+
+def test_a_neighbour_that_starts_its_rounds_late_is_not_suspect():
+    # Issue 38: at 100M parameters four peers on 2 cores began their rounds seconds apart, and the
+    # first round counted the late one suspect. A neighbour that is alive (heartbeats) and has sent
+    # no round message yet is still starting: the first round waits for it (up to
+    # peers.connect_timeout), whatever algorithm.round_timeout says. Later rounds keep the deadline.
+    out = scratch("api-late-start")
+    c = config(free_base_port(2, 23180), rounds=2, algorithm={"round_timeout": 0.3})
+
+    def peer_main(rank):
+        w = np.zeros(3, dtype=np.float32)
+        with grapevine.Peer(c, rank=rank, out_dir=os.path.join(out, f"r{rank}")) as peer:
+            peer.add_tensor("w", w)
+            peer.start()
+            if rank == 1:
+                time.sleep(1.5)  # five round_timeouts before its first round
+            for _ in range(2):
+                peer.step([np.ones(3, dtype=np.float32)], loss=1.0)
+            return peer.stats()
+
+    stats = run_threads([lambda: peer_main(0), lambda: peer_main(1)])
+    assert [s.suspect_rounds for s in stats] == [0, 0]
+    assert [s.rounds for s in stats] == [2, 2]
 
 
 def test_finalize_average_with_robust_mixing_keeps_each_peers_model():
