@@ -66,7 +66,9 @@ nlohmann::json linkCounters(const netemu::Network& net) {
   return {{"links", links}, {"unknown_destination", unknown}};
 }
 
-int runEmulate(const EmulateArgs& a) {
+// The network to emulate: CONFIG's (with the flags as network defaults) or the flags alone; null
+// after a message on stderr when they are refused.
+std::optional<config::Config> emulateConfig(const EmulateArgs& a) {
   config::Config c;
   std::vector<std::string> overrides;
   // Flags set the network defaults (the config's per-peer and per-edge overrides still apply).
@@ -82,7 +84,7 @@ int runEmulate(const EmulateArgs& a) {
   if (a.peers > 0) overrides.push_back("peers.count=" + std::to_string(a.peers));
   if (!a.path.empty()) {
     auto loaded = loadConfig(a.path, overrides);
-    if (!loaded.isOk()) return kExitBadInput;
+    if (!loaded.isOk()) return std::nullopt;
     c = std::move(*loaded);
     // faults.events: the emulator runs no peers, so only links go down (by time from ready).
     for (std::size_t i = 0; i < c.faults.events.size(); ++i) {
@@ -92,34 +94,126 @@ int runEmulate(const EmulateArgs& a) {
                   << e.describe()
                   << "): grapevine emulate runs no peers and counts no rounds: it executes only "
                      "kind: link-down with at_seconds (from when the network is ready)\n";
-        return kExitBadInput;
+        return std::nullopt;
       }
     }
-  } else {
-    if (a.peers <= 0) {
-      std::cerr << "grapevine emulate: give --peers N (or a CONFIG with peers.count)\n";
-      return kExitBadInput;
-    }
-    c.peers.count = a.peers;
-    c.network.bandwidthMbit = a.bandwidthMbit.value_or(0);
-    c.network.nodeBandwidthMbit = a.nodeBandwidthMbit.value_or(0);
-    c.network.latencyMs = a.latencyMs.value_or(0);
-    c.network.jitterMs = a.jitterMs.value_or(0);
-    c.network.lossPercent = a.lossPercent.value_or(0);
-    c.run.seed = a.seed.value_or(1);
-    for (double v : {c.network.bandwidthMbit, c.network.nodeBandwidthMbit, c.network.latencyMs,
-                     c.network.jitterMs}) {
-      if (v < 0) {
-        std::cerr << "grapevine emulate: bandwidth, node bandwidth, latency and jitter must be "
-                     ">= 0\n";
-        return kExitBadInput;
-      }
-    }
-    if (c.network.lossPercent < 0 || c.network.lossPercent > 100) {
-      std::cerr << "grapevine emulate: --loss-percent must be in [0, 100]\n";
-      return kExitBadInput;
+    return c;
+  }
+  if (a.peers <= 0) {
+    std::cerr << "grapevine emulate: give --peers N (or a CONFIG with peers.count)\n";
+    return std::nullopt;
+  }
+  c.peers.count = a.peers;
+  c.network.bandwidthMbit = a.bandwidthMbit.value_or(0);
+  c.network.nodeBandwidthMbit = a.nodeBandwidthMbit.value_or(0);
+  c.network.latencyMs = a.latencyMs.value_or(0);
+  c.network.jitterMs = a.jitterMs.value_or(0);
+  c.network.lossPercent = a.lossPercent.value_or(0);
+  c.run.seed = a.seed.value_or(1);
+  for (double v : {c.network.bandwidthMbit, c.network.nodeBandwidthMbit, c.network.latencyMs,
+                   c.network.jitterMs}) {
+    if (v < 0) {
+      std::cerr << "grapevine emulate: bandwidth, node bandwidth, latency and jitter must be "
+                   ">= 0\n";
+      return std::nullopt;
     }
   }
+  if (c.network.lossPercent < 0 || c.network.lossPercent > 100) {
+    std::cerr << "grapevine emulate: --loss-percent must be in [0, 100]\n";
+    return std::nullopt;
+  }
+  return c;
+}
+
+// The ready document (--json, --ready-file): pids, ranks with their namespaces and addresses.
+nlohmann::json readyJson(const netemu::Network& net, const config::Config& c, int mtu) {
+  const auto& n = c.network;
+  nlohmann::json ready = {{"pid", ::getpid()},
+                          {"emulator_pid", net.emulatorPid()},
+                          {"peers", net.peers()},
+                          {"mtu", mtu},
+                          {"seed", c.run.seed},
+                          {"network",
+                           {{"bandwidth_mbit", n.bandwidthMbit},
+                            {"node_bandwidth_mbit", n.nodeBandwidthMbit},
+                            {"latency_ms", n.latencyMs},
+                            {"jitter_ms", n.jitterMs},
+                            {"loss_percent", n.lossPercent},
+                            {"uniform", n.uniform()}}}};
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < net.peers(); ++r) {
+    ranks.push_back(
+        {{"rank", r}, {"namespace", net.namespaceName(r)}, {"address", net.address(r)}});
+  }
+  ready["ranks"] = ranks;
+  return ready;
+}
+
+void printReady(const netemu::Network& net, const config::Config& c, int mtu) {
+  const auto& n = c.network;
+  char bandwidth[64] = "unlimited";
+  if (n.bandwidthMbit > 0) std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
+  std::cout << "grapevine emulate: " << net.peers() << " ranks, links " << bandwidth << ", "
+            << n.latencyMs << " ms (+0-" << n.jitterMs << " ms), loss " << n.lossPercent << "%"
+            << nodeCapText(n) << (n.uniform() ? "" : " (with per-peer/per-edge overrides)")
+            << ", mtu " << mtu << "\n";
+  for (int r = 0; r < net.peers(); ++r) {
+    std::cout << "rank " << r << "  ns " << net.namespaceName(r) << "  " << net.address(r) << "\n";
+  }
+  std::cout << "running until SIGINT/SIGTERM; run processes with `ip netns exec <ns> ...`\n";
+}
+
+// Until SIGINT/SIGTERM: faults.events (link-down only, checked by emulateConfig) take links down
+// at at_seconds and up after seconds, from now. kExitFailure when the emulator failed.
+int emulateUntilSignal(netemu::Network& net, const config::Config& c, bool json) {
+  const auto readyAt = std::chrono::steady_clock::now();
+  std::vector<int> faultStage(c.faults.events.size(), 0);  // 0: before, 1: down, 2: up again
+  while (!g_emulateSignal) {
+    ::poll(nullptr, 0, c.faults.events.empty() ? 200 : 20);  // a signal interrupts it at once
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - readyAt).count();
+    for (std::size_t i = 0; i < c.faults.events.size(); ++i) {
+      const auto& e = c.faults.events[i];
+      const bool down = faultStage[i] == 0 && t >= e.start();
+      if (!down && !(faultStage[i] == 1 && t >= e.end())) continue;
+      ++faultStage[i];
+      const Status st = net.setLinkDown(e.linkA, e.linkB, down);
+      if (!json) {
+        std::cout << "grapevine emulate: link [" << e.linkA << ", " << e.linkB << "] "
+                  << (down ? "down" : "up") << " at " << t << " s"
+                  << (st.isOk() ? "" : ": " + st.message()) << "\n"
+                  << std::flush;
+      }
+    }
+    if (const Status s = net.emulatorStatus(); !s.isOk()) {
+      std::cerr << "grapevine emulate: " << s.toString() << "\n";
+      return kExitFailure;
+    }
+  }
+  return kExitOk;
+}
+
+void printCounters(const nlohmann::json& counters) {
+  std::cout << "\ngrapevine emulate: " << (g_emulateSignal ? strsignal(g_emulateSignal) : "stopped")
+            << "; link counters:\n";
+  for (const auto& l : counters["links"]) {
+    std::printf(
+        "  %d -> %d  %llu packets  %.3f MB  lost %llu  queue drops %llu  write drops %llu\n",
+        l["from"].get<int>(), l["to"].get<int>(), l["packets"].get<unsigned long long>(),
+        l["bytes"].get<double>() / 1e6, l["dropped_loss"].get<unsigned long long>(),
+        l["dropped_queue"].get<unsigned long long>(), l["dropped_write"].get<unsigned long long>());
+  }
+  for (const auto& [rank, count] : counters["unknown_destination"].items()) {
+    std::printf("  rank %s: %llu packets to unknown addresses\n", rank.c_str(),
+                count.get<unsigned long long>());
+  }
+  std::fflush(stdout);
+}
+
+int runEmulate(const EmulateArgs& a) {
+  const std::optional<config::Config> configured = emulateConfig(a);
+  if (!configured) return kExitBadInput;
+  const config::Config& c = *configured;
   if (const Status s = netemu::checkPrerequisites(); !s.isOk()) {
     std::cerr << "grapevine emulate: " << s.message() << "\n";
     return kExitBadInput;
@@ -140,40 +234,11 @@ int runEmulate(const EmulateArgs& a) {
   std::unique_ptr<netemu::Network> owned = std::move(*made);  // destroyed on every return below
   netemu::Network& net = *owned;
 
-  const auto& n = c.network;
-  nlohmann::json ready = {{"pid", ::getpid()},
-                          {"emulator_pid", net.emulatorPid()},
-                          {"peers", net.peers()},
-                          {"mtu", a.mtu},
-                          {"seed", c.run.seed},
-                          {"network",
-                           {{"bandwidth_mbit", n.bandwidthMbit},
-                            {"node_bandwidth_mbit", n.nodeBandwidthMbit},
-                            {"latency_ms", n.latencyMs},
-                            {"jitter_ms", n.jitterMs},
-                            {"loss_percent", n.lossPercent},
-                            {"uniform", n.uniform()}}}};
-  nlohmann::json ranks = nlohmann::json::array();
-  for (int r = 0; r < net.peers(); ++r) {
-    ranks.push_back(
-        {{"rank", r}, {"namespace", net.namespaceName(r)}, {"address", net.address(r)}});
-  }
-  ready["ranks"] = ranks;
+  const nlohmann::json ready = readyJson(net, c, a.mtu);
   if (a.json) {
     std::cout << ready.dump() << "\n";
   } else {
-    char bandwidth[64] = "unlimited";
-    if (n.bandwidthMbit > 0)
-      std::snprintf(bandwidth, sizeof bandwidth, "%g Mbit/s", n.bandwidthMbit);
-    std::cout << "grapevine emulate: " << net.peers() << " ranks, links " << bandwidth << ", "
-              << n.latencyMs << " ms (+0-" << n.jitterMs << " ms), loss " << n.lossPercent << "%"
-              << nodeCapText(n) << (n.uniform() ? "" : " (with per-peer/per-edge overrides)")
-              << ", mtu " << a.mtu << "\n";
-    for (int r = 0; r < net.peers(); ++r) {
-      std::cout << "rank " << r << "  ns " << net.namespaceName(r) << "  " << net.address(r)
-                << "\n";
-    }
-    std::cout << "running until SIGINT/SIGTERM; run processes with `ip netns exec <ns> ...`\n";
+    printReady(net, c, a.mtu);
   }
   std::cout << std::flush;
   if (!a.readyFile.empty() && !writeFileAtomically(a.readyFile, ready.dump(2) + "\n").isOk()) {
@@ -181,52 +246,12 @@ int runEmulate(const EmulateArgs& a) {
     return kExitFailure;
   }
 
-  int rc = kExitOk;
-  // faults.events (link-down only, checked above): down at at_seconds, up after seconds.
-  const auto readyAt = std::chrono::steady_clock::now();
-  std::vector<int> faultStage(c.faults.events.size(), 0);  // 0: before, 1: down, 2: up again
-  while (!g_emulateSignal) {
-    ::poll(nullptr, 0, c.faults.events.empty() ? 200 : 20);  // a signal interrupts it at once
-    const double t =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - readyAt).count();
-    for (std::size_t i = 0; i < c.faults.events.size(); ++i) {
-      const auto& e = c.faults.events[i];
-      const bool down = faultStage[i] == 0 && t >= e.start();
-      if (!down && !(faultStage[i] == 1 && t >= e.end())) continue;
-      ++faultStage[i];
-      const Status st = net.setLinkDown(e.linkA, e.linkB, down);
-      if (!a.json) {
-        std::cout << "grapevine emulate: link [" << e.linkA << ", " << e.linkB << "] "
-                  << (down ? "down" : "up") << " at " << t << " s"
-                  << (st.isOk() ? "" : ": " + st.message()) << "\n"
-                  << std::flush;
-      }
-    }
-    if (const Status s = net.emulatorStatus(); !s.isOk()) {
-      std::cerr << "grapevine emulate: " << s.toString() << "\n";
-      rc = kExitFailure;
-      break;
-    }
-  }
+  const int rc = emulateUntilSignal(net, c, a.json);
   const nlohmann::json counters = linkCounters(net);
   if (a.json) {
     std::cout << counters.dump() << "\n";
   } else {
-    std::cout << "\ngrapevine emulate: "
-              << (g_emulateSignal ? strsignal(g_emulateSignal) : "stopped") << "; link counters:\n";
-    for (const auto& l : counters["links"]) {
-      std::printf(
-          "  %d -> %d  %llu packets  %.3f MB  lost %llu  queue drops %llu  write drops %llu\n",
-          l["from"].get<int>(), l["to"].get<int>(), l["packets"].get<unsigned long long>(),
-          l["bytes"].get<double>() / 1e6, l["dropped_loss"].get<unsigned long long>(),
-          l["dropped_queue"].get<unsigned long long>(),
-          l["dropped_write"].get<unsigned long long>());
-    }
-    for (const auto& [rank, count] : counters["unknown_destination"].items()) {
-      std::printf("  rank %s: %llu packets to unknown addresses\n", rank.c_str(),
-                  count.get<unsigned long long>());
-    }
-    std::fflush(stdout);
+    printCounters(counters);
   }
   if (!a.readyFile.empty()) std::filesystem::remove(a.readyFile, ec);
   owned.reset();  // stop the emulator, delete the namespaces
