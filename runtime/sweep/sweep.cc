@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "runtime/common/hash.h"
@@ -75,6 +76,57 @@ std::optional<double> toDouble(const YAML::Node& n) {
   } catch (...) {
     return std::nullopt;
   }
+}
+
+// One entry of `sweep:`: the key and its values, each a plain value or a mapping of keys below the
+// key (or full dotted paths) with an optional label. Nothing when the values are not a list.
+std::optional<Axis> parseAxis(Parser& p, const YAML::const_iterator& a) {
+  Axis axis;
+  axis.key = a->first.Scalar();
+  const YAML::Node values = a->second;
+  const std::string where = "sweep." + axis.key;
+  if (!values.IsSequence() || values.size() == 0) {
+    p.error(values, where, "expected a non-empty list of values, found " + describe(values));
+    return std::nullopt;
+  }
+  for (const auto& v : values) {
+    AxisValue av;
+    if (v.IsMap()) {
+      // Keys below the axis key: {label: top-1%, method: top-k, ratio: 0.01}.
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        const std::string sub = m->first.Scalar();
+        const YAML::Node subValue = m->second;
+        if (sub == "label") {
+          av.label = subValue.Scalar();
+          continue;
+        }
+        // A dotted key is a full path (a value may set keys elsewhere, e.g.
+        // algorithm.consensus_step next to a compression method); else it is below the axis key.
+        const std::string full = sub.find('.') != std::string::npos ? sub : axis.key + "." + sub;
+        if (!isKnownKey(full))
+          p.error(m->first, where, full + ": " + unknownKeyMessage(full));
+        else
+          av.sets.emplace_back(full, valueText(subValue));
+      }
+      if (av.label.empty()) {
+        for (const auto& [k, t] : av.sets) av.label += (av.label.empty() ? "" : " ") + t;
+      }
+    } else {
+      if (!isKnownKey(axis.key)) {
+        p.error(a->first, where, unknownKeyMessage(axis.key));
+        break;
+      }
+      av.label = valueText(v);
+      av.sets.emplace_back(axis.key, valueText(v));
+    }
+    axis.values.push_back(std::move(av));
+  }
+  std::map<std::string, int> seen;
+  for (const auto& av : axis.values) {
+    if (++seen[av.label] == 2)
+      p.error(values, where, "two values are both labelled \"" + av.label + "\"");
+  }
+  return axis;
 }
 
 }  // namespace
@@ -154,54 +206,7 @@ Result<SweepSpec> parseSweep(const std::string& text, const std::string& path,
         continue;
       }
       for (auto a = value.begin(); a != value.end(); ++a) {
-        Axis axis;
-        axis.key = a->first.Scalar();
-        const YAML::Node values = a->second;
-        const std::string where = "sweep." + axis.key;
-        if (!values.IsSequence() || values.size() == 0) {
-          p.error(values, where, "expected a non-empty list of values, found " + describe(values));
-          continue;
-        }
-        for (const auto& v : values) {
-          AxisValue av;
-          if (v.IsMap()) {
-            // Keys below the axis key: {label: top-1%, method: top-k, ratio: 0.01}.
-            for (auto m = v.begin(); m != v.end(); ++m) {
-              const std::string sub = m->first.Scalar();
-              const YAML::Node subValue = m->second;
-              if (sub == "label") {
-                av.label = subValue.Scalar();
-                continue;
-              }
-              // A dotted key is a full path (a value may set keys elsewhere, e.g.
-              // algorithm.consensus_step next to a compression method); else it is below the axis
-              // key.
-              const std::string full =
-                  sub.find('.') != std::string::npos ? sub : axis.key + "." + sub;
-              if (!isKnownKey(full))
-                p.error(m->first, where, full + ": " + unknownKeyMessage(full));
-              else
-                av.sets.emplace_back(full, valueText(subValue));
-            }
-            if (av.label.empty()) {
-              for (const auto& [k, t] : av.sets) av.label += (av.label.empty() ? "" : " ") + t;
-            }
-          } else {
-            if (!isKnownKey(axis.key)) {
-              p.error(a->first, where, unknownKeyMessage(axis.key));
-              break;
-            }
-            av.label = valueText(v);
-            av.sets.emplace_back(axis.key, valueText(v));
-          }
-          axis.values.push_back(std::move(av));
-        }
-        std::map<std::string, int> seen;
-        for (const auto& av : axis.values) {
-          if (++seen[av.label] == 2)
-            p.error(values, where, "two values are both labelled \"" + av.label + "\"");
-        }
-        spec.axes.push_back(std::move(axis));
+        if (auto axis = parseAxis(p, a)) spec.axes.push_back(std::move(*axis));
       }
     } else if (key == "target_accuracy") {
       auto v = toDouble(value);
