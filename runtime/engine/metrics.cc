@@ -102,6 +102,7 @@ struct PeerMetrics::State {
                                [](const Neighbour& n, int r) { return n.rank < r; });
     return it != neighbours.end() && it->rank == j ? &*it : nullptr;
   }
+  void registerFamilies(const config::Config& config, int rank, const PeerCore& core);
   // Sets a gauge added at its first finite value.
   static void setDefined(prometheus::Family<prometheus::Gauge>* family, prometheus::Gauge*& gauge,
                          double value) {
@@ -111,10 +112,11 @@ struct PeerMetrics::State {
   }
 };
 
-Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& config, int rank,
-                                                        const PeerCore& core) {
-  auto state = std::make_unique<State>();
-  State& s = *state;
+// Registers every metric family of peer `rank` (a declarative table: name, help, labels) and keeps
+// what the updates set.
+void PeerMetrics::State::registerFamilies(const config::Config& config, int rank,
+                                          const PeerCore& core) {
+  State& s = *this;
   prometheus::Registry& reg = *s.registry;
   const prometheus::Labels rankLabel = {{"rank", std::to_string(rank)}};
   auto counter = [&](const char* name,
@@ -203,7 +205,13 @@ Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& co
             [](const State::Neighbour& a, const State::Neighbour& b) { return a.rank < b.rank; });
   s.droppedFamily = &counter("grapevine_dropped_frames_total",
                              "Frames dropped on arrival, by reason (crc, duplicate, gap, ...)");
+}
 
+Result<std::unique_ptr<PeerMetrics>> PeerMetrics::start(const config::Config& config, int rank,
+                                                        const PeerCore& core) {
+  auto state = std::make_unique<State>();
+  State& s = *state;
+  s.registerFamilies(config, rank, core);
   // monitoring.prometheus_host: loopback unless asked; "peer" is the peer's own control host, so
   // the endpoint is reachable where its neighbours reach the peer.
   const int port = config.monitoring.prometheusPort + rank;
