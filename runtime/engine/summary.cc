@@ -412,18 +412,23 @@ Status writeJsonFile(const std::string& path, const nlohmann::json& json) {
   return writeFileAtomically(path, json.dump(2) + "\n");
 }
 
-std::string summaryTable(const nlohmann::json& s) {
-  auto pct = [](const nlohmann::json& v) -> std::string {
-    if (v.is_null()) return "n/a";
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f%%", 100.0 * v.get<double>());
-    return b;
-  };
-  auto mb = [](std::uint64_t v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f MB", v / 1e6);
-    return std::string(b);
-  };
+namespace {
+
+std::string pct(const nlohmann::json& v) {
+  if (v.is_null()) return "n/a";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f%%", 100.0 * v.get<double>());
+  return b;
+}
+
+std::string mb(std::uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MB", v / 1e6);
+  return std::string(b);
+}
+
+// The table's lines for the run: name, setup, rounds.
+std::string runLines(const nlohmann::json& s) {
   std::string out;
   char line[256];
   std::snprintf(line, sizeof line, "%-28s %s\n", "run", s.value("name", "").c_str());
@@ -451,6 +456,13 @@ std::string summaryTable(const nlohmann::json& s) {
                   static_cast<long long>(s.value("rounds", 0)), s.value("wall_seconds", 0.0));
   }
   out += line;
+  return out;
+}
+
+// What the run reached: accuracy or test loss, the averaged model, the honest peers, consensus.
+std::string qualityLines(const nlohmann::json& s) {
+  std::string out;
+  char line[256];
   if (s.contains("test_accuracy_mean") && !s["test_accuracy_mean"].is_null()) {
     out += "test accuracy (mean/min/max)  " + pct(s["test_accuracy_mean"]) + " / " +
            pct(s["test_accuracy_min"]) + " / " + pct(s["test_accuracy_max"]) + "\n";
@@ -488,6 +500,13 @@ std::string summaryTable(const nlohmann::json& s) {
                   s["optimum_distance"].get<double>());
     out += line;
   }
+  return out;
+}
+
+// What it cost and how it went: bytes, peers finished, memory, and what went wrong.
+std::string statusLines(const nlohmann::json& s) {
+  std::string out;
+  char line[256];
   const auto sent = s.value("bytes_sent_total", std::uint64_t{0});
   const auto dense = s.value("bytes_dense_equivalent", std::uint64_t{0});
   std::snprintf(line, sizeof line, "%-28s  %s (dense fp32 would be %s: %.1fx less)\n", "bytes sent",
@@ -526,6 +545,12 @@ std::string summaryTable(const nlohmann::json& s) {
   if (s.value("diverged", false))
     out += "DIVERGED                      " + s.value("diverged_message", std::string()) + "\n";
   return out;
+}
+
+}  // namespace
+
+std::string summaryTable(const nlohmann::json& s) {
+  return runLines(s) + qualityLines(s) + statusLines(s);
 }
 
 namespace {
