@@ -26,6 +26,7 @@
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/records.h"
 #include "runtime/engine/rendezvous.h"
+#include "runtime/engine/session_checkpoints.h"
 #include "runtime/engine/summary.h"
 #include "runtime/security/key.h"
 #include "runtime/transport/bootstrap.h"
@@ -63,7 +64,7 @@ class PeerSession::Impl {
         membershipCore_(*core_, plan.config.run.rounds, plan.config.security.encrypt),
         membership_(options.rank, membershipCore_),
         links_(loop_, inbox_, core_->maxWireBytes()),
-        knowledge_(plan.config.peers.count) {
+        checkpoints_(plan.config, options.rank, options.incarnation) {
     computeScale_ = plan.config.network.computeScaleOf(options.rank);
     deadlines_ =
         ArrivalDeadlines(plan.config.algorithm.roundTimeout, plan.config.algorithm.adaptiveTimeout);
@@ -107,8 +108,8 @@ class PeerSession::Impl {
                         std::span<const double> initial = {}, bool ofRound = false);
   Status finish(bool average);
   std::int64_t roundsDone() const { return outcome_.rounds; }
-  std::int64_t resumedFrom() const { return resumedFrom_; }
-  std::int64_t lastCheckpointRound() const { return lastCheckpointRound_; }
+  std::int64_t resumedFrom() const { return checkpoints_.resumedFrom(); }
+  std::int64_t lastCheckpointRound() const { return checkpoints_.lastRound(); }
   bool joinedRunning() const { return neighboursRunning_ >= 0 || startedAlone(); }
   PeerCore& core() { return *core_; }
   std::vector<SessionEvent> takeEvents() { return std::exchange(events_, {}); }
@@ -133,9 +134,8 @@ class PeerSession::Impl {
   Status resume();
   // Opens DIR/peer-<rank>.jsonl: afresh, or keeping the records up to the resumed round.
   Status openRecords();
-  // checkpoint.every: writes this round's checkpoint when due (a failure is logged, not fatal).
-  void checkpointIfDue(std::int64_t round);
-  // Sends the neighbours what changed in knowledge_ since the last call (once per round).
+  // Sends the neighbours what changed in the checkpoint knowledge since the last call (once per
+  // round).
   void shareCheckpointKnowledge();
   // The final evaluation, record, model and DIR/peer-<rank>.final.json.
   Status writeFinal(const RoundsOutcome& outcome);
@@ -265,18 +265,8 @@ class PeerSession::Impl {
   // none since the last update) for it.
   std::unique_ptr<PeerMetrics> prometheus_;
   double recordAccuracy_ = std::nan(""), recordTestLoss_ = std::nan("");
-  // Checkpoints: the round resumed from (-1: none), written ones, their cumulative time.
-  std::int64_t resumedFrom_ = -1;
-  std::int64_t lastCheckpointRound_ = -1;  // of the newest checkpoint handed to the writer
-  // Every peer's newest checkpoint round as far as this peer knows (checkpoint.h), which keeps the
-  // checkpoints a whole-run restart needs. The loop thread merges what neighbours send.
-  std::mutex knowledgeMu_;
-  CheckpointKnowledge knowledge_;  // guarded by knowledgeMu_
-  log::Throttle malformedLog_;     // guarded by knowledgeMu_: malformed checkpoint-round news
-  // checkpoint.every (created at the first checkpoint; after knowledge_, which it uses, so that it
-  // is destroyed first).
-  std::unique_ptr<CheckpointWriter> checkpointWriter_;
-  double checkpointSeconds_ = 0.0;
+  // checkpoint.every, --resume, and every peer's newest checkpoint round as far as this peer knows.
+  SessionCheckpoints checkpoints_;
 };
 
 void PeerSession::Impl::act(const MembershipAction& a, const std::string& why) {
@@ -349,17 +339,12 @@ void PeerSession::Impl::act(const MembershipAction& a, const std::string& why) {
 Status PeerSession::Impl::restoreCheckpoint(const LoadedCheckpoint& checkpoint) {
   GV_RETURN_IF_ERROR(core_->restoreState(checkpoint.state));
   const std::int64_t round = checkpoint.state.round;
-  {
-    std::lock_guard<std::mutex> lock(knowledgeMu_);
-    knowledge_.learn(options_.rank, round);
-  }
-  resumedFrom_ = round;
+  checkpoints_.restored(round);
   outcome_.rounds = round + 1;
   return Status::ok();
 }
 
 Status PeerSession::Impl::joinRunning() {
-  const config::Config& c = plan_.config;
   if (neighboursRunning_ >= 0) {
     log::info("the neighbours are training already (round ", neighboursRunning_,
               "): joining the run");
@@ -370,9 +355,8 @@ Status PeerSession::Impl::joinRunning() {
   }
   bool restored = false;
   if (options_.resume) {
-    const CheckpointIdentity id = checkpointIdentity(c, *core_);
-    const std::string folder = checkpointFolder(c, outDir_, options_.rank);
-    if (const auto latest = latestCheckpoint(folder, id)) {
+    const std::string& folder = checkpoints_.folder();
+    if (const auto latest = checkpoints_.latest(*core_)) {
       restored = true;
       GV_RETURN_IF_ERROR(restoreCheckpoint(*latest));
       const std::int64_t round = latest->state.round;
@@ -452,6 +436,7 @@ bool PeerSession::Impl::drainInbox() {
 
 Status PeerSession::Impl::openOutput() {
   outDir_ = options_.outDir.empty() ? plan_.config.output.dir : options_.outDir;
+  checkpoints_.open(outDir_);
   std::error_code ec;
   std::filesystem::create_directories(outDir_, ec);
   if (ec) return unavailable("cannot create " + outDir_ + ": " + ec.message());
@@ -460,14 +445,13 @@ Status PeerSession::Impl::openOutput() {
 
 Status PeerSession::Impl::openRecords() {
   const std::string path = outDir_ + "/peer-" + std::to_string(options_.rank) + ".jsonl";
-  return resumedFrom_ >= 0 ? records_.openResumed(path, resumedFrom_) : records_.open(path);
+  const std::int64_t resumed = checkpoints_.resumedFrom();
+  return resumed >= 0 ? records_.openResumed(path, resumed) : records_.open(path);
 }
 
 Status PeerSession::Impl::resume() {
-  const config::Config& c = plan_.config;
-  const CheckpointIdentity id = checkpointIdentity(c, *core_);
-  const std::string folder = checkpointFolder(c, outDir_, options_.rank);
-  const auto latest = latestCheckpoint(folder, id);
+  const std::string& folder = checkpoints_.folder();
+  const auto latest = checkpoints_.latest(*core_);
   const double own = latest ? static_cast<double>(latest->state.round) : -1.0;
   const auto agree = adoptLowestCollectives(plan_).size();
   const std::vector<CollectiveKind> minimum(agree, CollectiveKind::kMinimum);
@@ -490,7 +474,7 @@ Status PeerSession::Impl::resume() {
   if (latest && latest->state.round == round) {
     chosen = latest;
   } else {
-    chosen = latestCheckpoint(folder, id, round);
+    chosen = checkpoints_.latest(*core_, round);
     if (chosen && chosen->state.round != round) chosen.reset();
   }
   const double have = chosen ? 1.0 : 0.0;
@@ -511,38 +495,9 @@ Status PeerSession::Impl::resume() {
   return Status::ok();
 }
 
-void PeerSession::Impl::checkpointIfDue(std::int64_t round) {
-  const config::Config& c = plan_.config;
-  if (c.checkpoint.every <= 0 || (round + 1) % c.checkpoint.every != 0) return;
-  const auto start = Clock::now();
-  if (!checkpointWriter_) {
-    checkpointWriter_ = std::make_unique<CheckpointWriter>(
-        checkpointFolder(c, outDir_, options_.rank), checkpointIdentity(c, *core_),
-        options_.incarnation, c.checkpoint.keep,
-        [this] {
-          std::lock_guard<std::mutex> lock(knowledgeMu_);
-          return knowledge_.everyoneHas();
-        },
-        [this](std::int64_t written) {
-          std::lock_guard<std::mutex> lock(knowledgeMu_);
-          knowledge_.learn(options_.rank, written);
-        });
-  }
-  // The training thread copies the state (and waits if the previous write is still going); the
-  // writer's thread writes and syncs it.
-  checkpointWriter_->write(*core_);
-  lastCheckpointRound_ = round;
-  if (!c.checkpoint.background) checkpointWriter_->flush();  // on disk before the next round
-  checkpointSeconds_ += since(start);
-}
-
 void PeerSession::Impl::shareCheckpointKnowledge() {
   if (plan_.config.checkpoint.every <= 0) return;
-  std::vector<std::vector<std::uint8_t>> updates;
-  {
-    std::lock_guard<std::mutex> lock(knowledgeMu_);
-    updates = knowledge_.takeUpdates(kCheckpointRoundsMessageBytes);
-  }
+  auto updates = checkpoints_.takeUpdates(kCheckpointRoundsMessageBytes);
   if (updates.empty()) return;
   loop_.post([this, u = std::move(updates)] { links_.sendControl(kCheckpointRoundsMessage, u); });
 }
@@ -580,9 +535,7 @@ Status PeerSession::Impl::boot() {
   }
   bo.onMessage = [this](int from, std::uint16_t type, std::span<const std::uint8_t> bytes) {
     if (type != kCheckpointRoundsMessage) return;  // a newer peer's kind: ignored
-    std::lock_guard<std::mutex> lock(knowledgeMu_);
-    if (Status st = knowledge_.merge(bytes); !st.isOk() && malformedLog_.due())
-      log::warn("neighbour ", from, ": ", st.message(), "; ignored", malformedLog_.skipped());
+    checkpoints_.merge(from, bytes);
   };
   bo.onEvent = [this](const transport::ControlEvent& ev) { links_.controlEvent(ev); };
   bo.onRejoin = [this](transport::Neighbour n) { links_.rejoined(std::move(n)); };
@@ -826,7 +779,7 @@ Status PeerSession::Impl::completeRound() {
                                              : "no message within algorithm.round_timeout"});
   }
   GV_RETURN_IF_ERROR(report(round, suspects));
-  checkpointIfDue(round);
+  checkpoints_.writeIfDue(*core_, round);
   shareCheckpointKnowledge();
   ++outcome_.rounds;
   updateMetrics(suspects);
@@ -995,7 +948,7 @@ Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& sus
     return Status::ok();
   const double now = seconds();  // before the evaluation, which the time field leaves out
   // The part of `now` that was training: less the evaluations and checkpoints before it.
-  const double train = now - evalSeconds_ - checkpointSeconds_;
+  const double train = now - evalSeconds_ - checkpoints_.seconds();
   std::optional<train::Workload::Eval> evaluation;
   if (due.evaluate) {
     const auto evalStart = Clock::now();
@@ -1144,7 +1097,7 @@ Status PeerSession::Impl::finish(bool average) {
   // every path of the tree. (Otherwise the time they take lets our last sends drain.)
   if (averageSeconds_ >= 0) shutdown();
   // The last checkpoint on disk before this peer says it finished.
-  if (checkpointWriter_) checkpointWriter_->flush();
+  checkpoints_.flush();
   finishStatus_ = writeFinal(outcome);
   shutdown();
   prometheus_.reset();  // the endpoint goes away with the run
@@ -1175,12 +1128,12 @@ Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
   if (averageSeconds_ >= 0) j["average_seconds"] = averageSeconds_;
   if (core_->counters().collectiveBytes > 0)
     j["collective_bytes"] = core_->counters().collectiveBytes;
-  if (resumedFrom_ >= 0) j["resumed_from_round"] = resumedFrom_;
+  if (checkpoints_.resumedFrom() >= 0) j["resumed_from_round"] = checkpoints_.resumedFrom();
   if (core_->counters().stateFrom >= 0) j["state_from_neighbour"] = core_->counters().stateFrom;
   if (core_->counters().quarantined > 0) j["quarantined"] = core_->counters().quarantined;
   if (plan_.config.checkpoint.every > 0) {
-    j["checkpoints_written"] = checkpointWriter_ ? checkpointWriter_->written() : 0;
-    j["checkpoint_seconds"] = checkpointSeconds_;
+    j["checkpoints_written"] = checkpoints_.written();
+    j["checkpoint_seconds"] = checkpoints_.seconds();
   }
   GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));
   if (outcome.diverged) {

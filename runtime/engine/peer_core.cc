@@ -417,6 +417,24 @@ std::span<const std::uint8_t> PeerCore::outgoing(int neighbour) {
   return {e.out.data(), e.outBytes};
 }
 
+bool PeerCore::unseal(const Edge& e, std::span<const std::uint8_t>& bytes) {
+  // Nothing in the message is read before its tag verified (the sender and sequence number only
+  // form the nonce: changed ones fail the tag).
+  if (bytes.size() < kEnvelopeBytes + security::kSealTagBytes) return false;
+  const auto sender = loadLe<std::uint32_t>(bytes.data() + 8);
+  const auto sequence = loadLe<std::uint64_t>(bytes.data() + 16);
+  if (e.encrypt) {
+    opened_.assign(bytes.begin(), bytes.end());
+    if (!security::open(*e.key, true, sender, sequence, kEnvelopeBytes, opened_, e.cipher))
+      return false;
+    bytes = opened_;
+  } else if (!security::verify(*e.key, sender, sequence, bytes)) {
+    return false;
+  }
+  bytes = bytes.first(bytes.size() - security::kSealTagBytes);
+  return true;
+}
+
 void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
   auto it = edges_.find(j);
   if (it == edges_.end() || dead_.count(j)) {
@@ -424,27 +442,9 @@ void PeerCore::onMessage(int j, std::span<const std::uint8_t> bytes) {
     return;
   }
   Edge& e = it->second;
-  if (e.key) {
-    // Nothing in the message is read before its tag verified (the sender and sequence number only
-    // form the nonce: changed ones fail the tag).
-    if (bytes.size() < kEnvelopeBytes + security::kSealTagBytes) {
-      drop("auth");
-      return;
-    }
-    const auto sender = loadLe<std::uint32_t>(bytes.data() + 8);
-    const auto sequence = loadLe<std::uint64_t>(bytes.data() + 16);
-    if (e.encrypt) {
-      opened_.assign(bytes.begin(), bytes.end());
-      if (!security::open(*e.key, true, sender, sequence, kEnvelopeBytes, opened_, e.cipher)) {
-        drop("auth");
-        return;
-      }
-      bytes = opened_;
-    } else if (!security::verify(*e.key, sender, sequence, bytes)) {
-      drop("auth");
-      return;
-    }
-    bytes = bytes.first(bytes.size() - security::kSealTagBytes);
+  if (e.key && !unseal(e, bytes)) {
+    drop("auth");
+    return;
   }
   // From here on the message is the neighbour's own (it authenticated, or the edge has no key):
   // refusals count towards its quarantine.

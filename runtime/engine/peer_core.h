@@ -511,6 +511,9 @@ class PeerCore {
   std::vector<std::pair<int, std::string>> quarantined_;
   // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.
   bool checkHealth(double loss, bool afterMixing);
+  // With the edge's key: verifies (and with security.encrypt decrypts) a sealed message and leaves
+  // `bytes` without its tag; false, reading nothing else, when it does not authenticate.
+  bool unseal(const Edge& e, std::span<const std::uint8_t>& bytes);
   // Whether a message that passed the sequence checks is within the bounds of kRoundWindow.
   bool withinWindow(const Edge& e, const Envelope& env) const;
   void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
