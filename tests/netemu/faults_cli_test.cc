@@ -331,7 +331,7 @@ TEST_CASE(
   INFO(o.out);
   INFO(s.dump(2));
   CHECK(o.out.find("peer 3 SIGCONTinued") != std::string::npos);
-  checkSimAgrees(dir, 3000, "faults: [{kind: pause, peer: 3, at_round: 300, rounds: 300}]\n",
+  checkSimAgrees(dir, 1000, "faults: [{kind: pause, peer: 3, at_round: 300, rounds: 300}]\n",
                  {argv.begin() + 5, argv.end()}, 3);
   CHECK(s["revived_neighbours_total"].get<int>() >= 2);
   // Its neighbours dropped it (silent past dead_after) and took it back.
@@ -384,7 +384,7 @@ TEST_CASE(
   REQUIRE(o.exitCode == 0);
   CHECK(o.out.find("peer 2 SIGKILLed (to be restarted with --resume)") != std::string::npos);
   CHECK(o.out.find("peer 2 started again with --resume") != std::string::npos);
-  checkSimAgrees(dir, 3000,
+  checkSimAgrees(dir, 1000,
                  "checkpoint: { every: 50 }\n"
                  "faults: [{kind: restart, peer: 2, at_round: 300, rounds: 300}]\n",
                  {argv.begin() + 5, argv.end()}, 2);
@@ -435,7 +435,7 @@ TEST_CASE("launch --emulate: a link down for longer than peers.dead_after is tak
   INFO(o.out);
   INFO(s.dump(2));
   CHECK(s["faults"][0]["packets_after"].get<std::uint64_t>() > 0);
-  checkSimAgrees(dir, 3000,
+  checkSimAgrees(dir, 1000,
                  "faults: [{kind: link-down, link: [0, 1], at_round: 300, rounds: 300}]\n", sets,
                  -1);
   for (int r : {0, 1}) {
