@@ -103,20 +103,13 @@ void FaultRunner::updateHearing(std::span<const double> clocks) {
   }
 }
 
-void FaultRunner::after(std::int64_t t, std::span<double> clocks) {
+void FaultRunner::after(std::int64_t t) {
   if (events_.empty()) return;
   const int every = plan_.config.checkpoint.every;
   for (const auto& e : events_) {
     if (e.kind != config::FaultKind::kRestart || every <= 0 || (t + 1) % every != 0) continue;
     const auto p = static_cast<std::size_t>(e.peer);
     if (!down_[p] && t < *e.atRound) saved_[p] = peers_[p]->saveState();
-  }
-  double latest = 0.0;
-  for (std::size_t i = 0; i < clocks.size(); ++i) {
-    if (!down_[i]) latest = std::max(latest, clocks[i]);
-  }
-  for (std::size_t i = 0; i < clocks.size(); ++i) {
-    if (down_[i]) clocks[i] = std::max(clocks[i], latest);
   }
 }
 

@@ -35,9 +35,8 @@ class FaultRunner {
   // restart has no checkpoint to come back from.
   Status before(std::int64_t t, std::span<const double> clocks);
   // After round t: the in-memory checkpoints (every checkpoint.every rounds, of the peers a
-  // restart will bring back) and the clocks of the peers that are down (they wait for the others:
-  // the latest clock of a peer that ran).
-  void after(std::int64_t t, std::span<double> clocks);
+  // restart will bring back).
+  void after(std::int64_t t);
 
   bool down(std::size_t i) const { return down_[i] != 0; }      // this round
   bool killed(std::size_t i) const { return killed_[i] != 0; }  // for good

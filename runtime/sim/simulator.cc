@@ -236,11 +236,7 @@ class Simulation {
       averagePhase(t, due, wall);
       if (stopOnDivergence(true)) return false;
     }
-    if (!c_.faults.events.empty()) {
-      std::vector<double> c = clocks();
-      faults_->after(t, c);
-      for (std::size_t i = 0; i < count_; ++i) states_[i].clock = c[i];
-    }
+    if (!c_.faults.events.empty()) afterFaults(t);
     if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
     return true;
@@ -734,6 +730,18 @@ class Simulation {
     }
   }
   bool live(std::size_t i) const { return faults_->live(i); }
+  // After round t with a fault schedule: its in-memory checkpoints, and the clocks of the peers
+  // that are down (they wait for the others: the latest clock of a peer that ran).
+  void afterFaults(std::int64_t t) {
+    faults_->after(t);
+    double latest = 0.0;
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (!faults_->down(i)) latest = std::max(latest, states_[i].clock);
+    }
+    for (std::size_t i = 0; i < count_; ++i) {
+      if (faults_->down(i)) states_[i].clock = std::max(states_[i].clock, latest);
+    }
+  }
   // Every peer's clock at the end of its last round.
   std::vector<double> clocks() const {
     std::vector<double> c(count_);
