@@ -146,28 +146,52 @@ Status ControlLink::send(std::uint16_t type, std::span<const std::uint8_t> paylo
 void ControlLink::attemptConnect() {
   ++attempts_;
   socket_ = tcp::socket(loop_.io());
-  socket_.async_connect(endpoint_, [self = shared_from_this()](boost::system::error_code ec) {
-    if (self->state_ != State::kDialing) return;  // closed meanwhile
-    if (!ec) {
-      configureSocket(self->socket_, self->options_.connectTimeoutSeconds);
-      self->moveTo(State::kHandshaking);
-      self->refreshRunningRound();
-      self->queue(kHello, self->oursEncoded_);
-      self->readFrame();
-      return;
-    }
-    // Capped exponential backoff with jitter, until the deadline.
-    const double base = std::min(1.0, 0.02 * double(1u << std::min(self->attempts_, 6)));
-    const auto jittered =
-        seconds(base * std::uniform_real_distribution<double>(0.5, 1.5)(self->rng_));
-    const auto now = Clock::now();
-    self->lastError_ = ec.message();
-    if (now >= self->deadline_) return self->handshakeFailed(self->unreachable());
-    // The last attempt is made at the deadline itself.
-    self->timer_.expires_after(std::min<std::chrono::nanoseconds>(jittered, self->deadline_ - now));
-    self->timer_.async_wait([self](boost::system::error_code tec) {
-      if (!tec && self->state_ == State::kDialing) self->attemptConnect();
-    });
+  const int attempt = attempts_;
+  socket_.async_connect(
+      endpoint_, [self = shared_from_this(), attempt](boost::system::error_code ec) {
+        if (self->state_ != State::kDialing) return;  // closed meanwhile
+        // Given up on by the attempt timer below (its close may race a connect that just
+        // completed).
+        const bool timedOut = self->attemptTimedOut_ == attempt;
+        if (!ec && !timedOut) {
+          self->timer_.cancel();
+          configureSocket(self->socket_, self->options_.connectTimeoutSeconds);
+          self->moveTo(State::kHandshaking);
+          self->refreshRunningRound();
+          self->queue(kHello, self->oursEncoded_);
+          self->readFrame();
+          return;
+        }
+        self->lastError_ =
+            timedOut ? "no answer within " + formatSeconds(kConnectAttemptSeconds) : ec.message();
+        self->retryConnect();
+      });
+  // A SYN that gets no answer (the path is down, the neighbour's accept queue is full) is left to
+  // the kernel's SYN retransmissions, 1, 3, 7, 15, 31 s apart: a link back after a long cut would
+  // wait up to half a minute for the next one, and a dial would outlive its deadline. Each attempt
+  // is given kConnectAttemptSeconds, cut at the deadline (the one made at the deadline itself gets
+  // a tenth of a second); then a fresh socket dials again.
+  const std::chrono::nanoseconds left = deadline_ - Clock::now();
+  timer_.expires_after(std::min<std::chrono::nanoseconds>(
+      seconds(kConnectAttemptSeconds), std::max<std::chrono::nanoseconds>(left, seconds(0.1))));
+  timer_.async_wait([self = shared_from_this(), attempt](boost::system::error_code tec) {
+    if (tec || self->state_ != State::kDialing || self->attempts_ != attempt) return;
+    self->attemptTimedOut_ = attempt;
+    boost::system::error_code ignored;
+    self->socket_.close(ignored);  // the connect completes with operation_aborted
+  });
+}
+
+void ControlLink::retryConnect() {
+  // Capped exponential backoff with jitter, until the deadline.
+  const double base = std::min(1.0, 0.02 * double(1u << std::min(attempts_, 6)));
+  const auto jittered = seconds(base * std::uniform_real_distribution<double>(0.5, 1.5)(rng_));
+  const auto now = Clock::now();
+  if (now >= deadline_) return handshakeFailed(unreachable());
+  // The last attempt is made at the deadline itself.
+  timer_.expires_after(std::min<std::chrono::nanoseconds>(jittered, deadline_ - now));
+  timer_.async_wait([self = shared_from_this()](boost::system::error_code tec) {
+    if (!tec && self->state_ == State::kDialing) self->attemptConnect();
   });
 }
 

@@ -44,6 +44,10 @@
 
 namespace grapevine::transport {
 
+// How long one connect attempt of a dial waits for an answer before a fresh socket dials again:
+// two SYNs (the kernel resends one after 1 s), a round trip of up to a second.
+inline constexpr double kConnectAttemptSeconds = 2.0;
+
 // "1.5 s": how the bootstrap's messages print durations.
 std::string formatSeconds(double seconds);
 
@@ -121,6 +125,7 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   bool socketOpen() const { return state_ >= State::kHandshaking && state_ < State::kClosed; }
 
   void attemptConnect();
+  void retryConnect();  // after a failed attempt: backoff, then the next one, or unreachable()
   void handshakeFailed(Status status);
   void queue(std::uint16_t type, std::span<const std::uint8_t> payload);
   void writeNext();
@@ -158,6 +163,7 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   boost::asio::ip::tcp::endpoint endpoint_;
   Clock::time_point deadline_{};
   int attempts_ = 0;
+  int attemptTimedOut_ = 0;  // the attempt the attempt timer gave up on
   std::string lastError_;
 
   // Frames out: one async_write at a time, in order.

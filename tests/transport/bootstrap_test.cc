@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "runtime/common/byte_order.h"
+#include "runtime/transport/control_link.h"
 #include "runtime/transport/handshake.h"
 #include "tests/test_util/pipes.h"
 #include "tests/transport/bootstrap_test_util.h"
@@ -331,6 +332,53 @@ TEST_CASE("bootstrap: an unreachable neighbour is retried with backoff, then nam
   CHECK(seconds >= 0.55);
   CHECK(seconds < 1.2);
   (*data)->close();
+}
+
+// A neighbour whose listener answers no SYN (its accept queue is full: Linux drops the SYN, as a
+// link that is down would): each connect attempt gives up after kConnectAttemptSeconds and a fresh
+// one dials, and the dial ends at connect_timeout, not when the kernel stops resending the SYN
+// (about two minutes; a partitioned link's rejoin waited up to half a minute for the next SYN).
+TEST_CASE(
+    "bootstrap: a neighbour that answers no SYN is dialed afresh, then named at the deadline") {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(listener, 0) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  // Fill the accept queue (never accepted) until a connect gets no answer.
+  std::vector<int> fillers;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    fillers.push_back(fd);
+    ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  Loop loop;
+  auto data = makeContext(loop, tcpOptions());
+  REQUIRE(data.isOk());
+  BootstrapOptions b;
+  b.rank = 0;
+  b.peers = {"127.0.0.1:0", "127.0.0.1:" + std::to_string(ntohs(a.sin_port))};
+  b.neighbours = {1};
+  b.connectTimeoutSeconds = 1.5 * kConnectAttemptSeconds;
+  std::optional<Result<std::vector<Neighbour>>> result;
+  const auto t0 = Clock::now();
+  auto boot = Bootstrap::start(
+      loop, b, **data, [&](Result<std::vector<Neighbour>> r) { result.emplace(std::move(r)); });
+  REQUIRE(boot.isOk());
+  REQUIRE(loop.runUntil([&] { return result.has_value(); }, std::chrono::seconds(30)));
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  REQUIRE(!result->isOk());
+  const std::string m = result->status().message();
+  INFO(m);
+  CHECK(m.find("unreachable for 3.0 s: no answer within 2.0 s (2 attempts)") != std::string::npos);
+  CHECK(seconds >= b.connectTimeoutSeconds - 0.05);
+  CHECK(seconds < b.connectTimeoutSeconds + 1.0);
+  (*data)->close();
+  for (const int fd : fillers) ::close(fd);
+  ::close(listener);
 }
 
 TEST_CASE("bootstrap: a neighbour that never dials is named after connect_timeout") {
