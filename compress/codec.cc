@@ -29,9 +29,9 @@ struct Chunk {
   size_t elements = 0;
   std::unique_ptr<Compressor> compressor;
   Lossless lossless = Lossless::kNone;
-  int zstd_level = 1;
-  bool error_feedback = false;
-  float decode_scale = 1.0f;  // 1/(1 + omega) for unbiased methods of a contractive codec, else 1
+  int zstdLevel = 1;
+  bool errorFeedback = false;
+  float decodeScale = 1.0f;  // 1/(1 + omega) for unbiased methods of a contractive codec, else 1
 };
 
 // 8-byte aligned byte storage (payloads hold float arrays at 4-byte aligned offsets).
@@ -50,11 +50,11 @@ struct ModelCodec::State {
   std::vector<TensorLayout> layout;
   std::vector<Method> methods;  // per tensor
   std::vector<Chunk> chunks;
-  std::vector<size_t> first_chunk;  // per tensor: index of its first chunk in `chunks`
-  bool contractive = false;         // Options::contractive (model-wide)
+  std::vector<size_t> firstChunk;  // per tensor: index of its first chunk in `chunks`
+  bool contractive = false;        // Options::contractive (model-wide)
   uint32_t sender = 0;
   size_t elements = 0;
-  size_t max_frame = 0;
+  size_t maxFrame = 0;
   const kernels::Ops* ops = nullptr;
   LosslessCoder lossless;
   AlignedBuffer frame;                    // encode: header + raw payload
@@ -111,7 +111,7 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
     for (const auto& ov : overrides) {
       if (ov.name == t.name) o = ov.options;
     }
-    Method m = t.count < o.dense_below ? Method::kNone : o.method;
+    Method m = t.count < o.denseBelow ? Method::kNone : o.method;
     size_t rows = 0, cols = 0;
     if (m == Method::kLowRank) {
       if (t.shape.size() >= 2) {
@@ -125,9 +125,9 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
     }
     s->methods.push_back(m);
     const size_t chunkElems =
-        m == Method::kLowRank ? std::max<size_t>(t.count, 1) : o.chunk_elements;
+        m == Method::kLowRank ? std::max<size_t>(t.count, 1) : o.chunkElements;
     const size_t nChunks = std::max<size_t>(1, (t.count + chunkElems - 1) / chunkElems);
-    s->first_chunk.push_back(s->chunks.size());
+    s->firstChunk.push_back(s->chunks.size());
     if (nChunks > 0xFFFFFFFFu || chunkElems > 0xFFFFFFFFu) {
       return invalidArgument("tensor '" + t.name + "' is too large for one frame's element count");
     }
@@ -139,31 +139,30 @@ Result<ModelCodec> ModelCodec::create(std::vector<TensorLayout> layout, const Op
       ch.offset = c * chunkElems;
       ch.elements = std::min(chunkElems, t.count - std::min(t.count, ch.offset));
       GV_ASSIGN_OR_RETURN(ch.compressor, makeCompressor(m, o, rows, cols, ops));
-      if (o.error_feedback)
+      if (o.errorFeedback)
         ch.compressor = makeErrorFeedback(std::move(ch.compressor), ch.elements, ops);
       ch.lossless = o.lossless;
-      ch.zstd_level = o.zstd_level;
-      ch.error_feedback = o.error_feedback;
+      ch.zstdLevel = o.zstdLevel;
+      ch.errorFeedback = o.errorFeedback;
       if (options.contractive) {
         // omega for this chunk's real element count (QSGD's bucket is the chunk).
         const Properties p = ch.compressor->properties(ch.elements);
-        if (p.unbiased && p.omega > 0.0)
-          ch.decode_scale = static_cast<float>(1.0 / (1.0 + p.omega));
+        if (p.unbiased && p.omega > 0.0) ch.decodeScale = static_cast<float>(1.0 / (1.0 + p.omega));
       }
       const size_t payload = ch.compressor->maxEncodedBytes(ch.elements);
-      if (kHeaderBytes + payload > o.max_frame_bytes) {
+      if (kHeaderBytes + payload > o.maxFrameBytes) {
         return invalidArgument("tensor '" + t.name + "': a frame could reach " +
                                std::to_string(kHeaderBytes + payload) +
-                               " bytes, above max_frame_bytes " +
-                               std::to_string(o.max_frame_bytes) + " (lower chunk_elements)");
+                               " bytes, above max_frame_bytes " + std::to_string(o.maxFrameBytes) +
+                               " (lower chunk_elements)");
       }
       maxPayload = std::max(maxPayload, payload);
       s->chunks.push_back(std::move(ch));
     }
   }
   s->layout = std::move(layout);
-  s->max_frame = kHeaderBytes + maxPayload;
-  s->frame.reserve(s->max_frame);
+  s->maxFrame = kHeaderBytes + maxPayload;
+  s->frame.reserve(s->maxFrame);
   s->packed.reserve(kHeaderBytes + LosslessCoder::maxCompressedBytes(maxPayload));
   return ModelCodec(std::move(s));
 }
@@ -176,7 +175,7 @@ Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const Enc
                            " elements, layout " + std::to_string(s.elements));
   }
   EncodeSummary sum;
-  sum.next_sequence = ctx.sequence_start;
+  sum.nextSequence = ctx.sequenceStart;
   for (Chunk& ch : s.chunks) {
     const TensorLayout& t = s.layout[ch.tensor];
     auto x = delta.subspan(t.offset + ch.offset, ch.elements);
@@ -184,45 +183,45 @@ Result<EncodeSummary> ModelCodec::encode(std::span<const float> delta, const Enc
     uint8_t* payload = s.frame.data() + kHeaderBytes;
     GV_ASSIGN_OR_RETURN(size_t raw,
                         ch.compressor->encode(x, key, {payload, s.frame.size() - kHeaderBytes}));
-    sum.max_count_error =
-        std::max(sum.max_count_error, std::abs(ch.compressor->lastStats().countError));
+    sum.maxCountError =
+        std::max(sum.maxCountError, std::abs(ch.compressor->lastStats().countError));
 
     FrameHeader h;
     h.method = ch.compressor->method();
-    h.flags = static_cast<uint8_t>((ch.error_feedback ? kFlagErrorFeedback : 0) |
+    h.flags = static_cast<uint8_t>((ch.errorFeedback ? kFlagErrorFeedback : 0) |
                                    (ch.index + 1 == ch.count ? kFlagLastChunk : 0));
     h.sender = s.sender;
-    h.edge_epoch = ctx.edge_epoch;
-    h.sequence = sum.next_sequence;
+    h.edgeEpoch = ctx.edgeEpoch;
+    h.sequence = sum.nextSequence;
     h.round = ctx.round;
-    h.tensor_id = ch.tensor;
-    h.chunk_index = ch.index;
-    h.chunk_count = ch.count;
-    h.element_count = static_cast<uint32_t>(ch.elements);
-    h.element_offset = ch.offset;
-    h.raw_length = static_cast<uint32_t>(raw);
-    h.payload_length = static_cast<uint32_t>(raw);
+    h.tensorId = ch.tensor;
+    h.chunkIndex = ch.index;
+    h.chunkCount = ch.count;
+    h.elementCount = static_cast<uint32_t>(ch.elements);
+    h.elementOffset = ch.offset;
+    h.rawLength = static_cast<uint32_t>(raw);
+    h.payloadLength = static_cast<uint32_t>(raw);
     uint8_t* frame = s.frame.data();
     size_t wire = raw;
     if (ch.lossless != Lossless::kNone) {
       std::span<const uint8_t> rawSpan(payload, raw);
-      GV_ASSIGN_OR_RETURN(size_t packed, s.lossless.compress(ch.lossless, ch.zstd_level, rawSpan,
+      GV_ASSIGN_OR_RETURN(size_t packed, s.lossless.compress(ch.lossless, ch.zstdLevel, rawSpan,
                                                              ch.compressor->floatRegion(rawSpan),
                                                              {s.packed.data() + kHeaderBytes,
                                                               s.packed.size() - kHeaderBytes}));
       if (packed > 0) {  // it paid for itself
         frame = s.packed.data();
         wire = packed;
-        h.payload_length = static_cast<uint32_t>(packed);
+        h.payloadLength = static_cast<uint32_t>(packed);
         h.flags |= ch.lossless == Lossless::kZstd ? kFlagZstd : kFlagExponent;
       }
     }
     writeFrameHeader(h, {frame + kHeaderBytes, wire}, frame, *s.ops);
     GV_RETURN_IF_ERROR(sink({frame, kHeaderBytes + wire}));
     ++sum.frames;
-    ++sum.next_sequence;
-    sum.wire_bytes += kHeaderBytes + wire;
-    sum.raw_bytes += raw;
+    ++sum.nextSequence;
+    sum.wireBytes += kHeaderBytes + wire;
+    sum.rawBytes += raw;
   }
   return sum;
 }
@@ -239,13 +238,13 @@ Result<CheckedFrame> ModelCodec::checkFrame(std::span<const uint8_t> frame, std:
 }
 
 Status ModelCodec::applyChecked(const CheckedFrame& f, float weight, std::span<float> acc) {
-  if (acc.size() != s_->elements || f.model_offset + f.header.element_count > acc.size()) {
+  if (acc.size() != s_->elements || f.modelOffset + f.header.elementCount > acc.size()) {
     return invalidArgument("applyChecked: acc has " + std::to_string(acc.size()) +
                            " elements, layout " + std::to_string(s_->elements));
   }
   if (s_->contractive) weight *= f.scale;
   return decodePayload(f.header.method, f.payload, weight,
-                       acc.subspan(f.model_offset, f.header.element_count), *s_->ops);
+                       acc.subspan(f.modelOffset, f.header.elementCount), *s_->ops);
 }
 
 Result<CheckedFrame> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float weight,
@@ -257,14 +256,14 @@ Result<CheckedFrame> ModelCodec::decodeFrame(std::span<const uint8_t> frame, flo
                            std::to_string(s.elements));
   }
   GV_ASSIGN_OR_RETURN(FrameHeader h, parseFrame(frame, limits, *s.ops));
-  if (h.tensor_id >= s.layout.size()) {
-    return corrupt("tensor_id", "tensor " + std::to_string(h.tensor_id) + " of " +
+  if (h.tensorId >= s.layout.size()) {
+    return corrupt("tensor_id", "tensor " + std::to_string(h.tensorId) + " of " +
                                     std::to_string(s.layout.size()));
   }
-  const TensorLayout& t = s.layout[h.tensor_id];
-  if (h.element_offset > t.count || h.element_count > t.count - h.element_offset) {
-    return corrupt("range", "elements [" + std::to_string(h.element_offset) + ", +" +
-                                std::to_string(h.element_count) + ") outside tensor '" + t.name +
+  const TensorLayout& t = s.layout[h.tensorId];
+  if (h.elementOffset > t.count || h.elementCount > t.count - h.elementOffset) {
+    return corrupt("range", "elements [" + std::to_string(h.elementOffset) + ", +" +
+                                std::to_string(h.elementCount) + ") outside tensor '" + t.name +
                                 "'");
   }
   float scale = 1.0f;
@@ -272,29 +271,27 @@ Result<CheckedFrame> ModelCodec::decodeFrame(std::span<const uint8_t> frame, flo
     // The scale is this codec's for the chunk, so the frame must be the chunk this layout and
     // these options make (a peer with other options would be scaled wrongly).
     const size_t tensorChunks =
-        (h.tensor_id + 1 < s.first_chunk.size() ? s.first_chunk[h.tensor_id + 1]
-                                                : s.chunks.size()) -
-        s.first_chunk[h.tensor_id];
-    const Chunk* ch = h.chunk_index < tensorChunks
-                          ? &s.chunks[s.first_chunk[h.tensor_id] + h.chunk_index]
-                          : nullptr;
-    if (!ch || ch->offset != h.element_offset || ch->elements != h.element_count ||
+        (h.tensorId + 1 < s.firstChunk.size() ? s.firstChunk[h.tensorId + 1] : s.chunks.size()) -
+        s.firstChunk[h.tensorId];
+    const Chunk* ch =
+        h.chunkIndex < tensorChunks ? &s.chunks[s.firstChunk[h.tensorId] + h.chunkIndex] : nullptr;
+    if (!ch || ch->offset != h.elementOffset || ch->elements != h.elementCount ||
         ch->compressor->method() != h.method) {
-      return corrupt("chunk", "frame (tensor " + std::to_string(h.tensor_id) + ", chunk " +
-                                  std::to_string(h.chunk_index) + ", " +
+      return corrupt("chunk", "frame (tensor " + std::to_string(h.tensorId) + ", chunk " +
+                                  std::to_string(h.chunkIndex) + ", " +
                                   std::string(methodName(h.method)) +
                                   ") is not a chunk this contractive codec makes");
     }
-    scale = ch->decode_scale;
+    scale = ch->decodeScale;
   }
   // Decompressed (or aligned) bytes go to decodeRaw when applied at once, else to the slot, kept
   // for applyChecked().
   if (!apply && s.checkSlots.size() <= slot) s.checkSlots.resize(slot + 1);
   AlignedBuffer& scratch = apply ? s.decodeRaw : s.checkSlots[slot];
-  std::span<const uint8_t> payload = frame.subspan(kHeaderBytes, h.payload_length);
+  std::span<const uint8_t> payload = frame.subspan(kHeaderBytes, h.payloadLength);
   if (h.flags & (kFlagZstd | kFlagExponent)) {
-    scratch.reserve(h.raw_length);  // bounded by limits.max_frame_bytes (parseFrame)
-    std::span<uint8_t> raw(scratch.data(), h.raw_length);
+    scratch.reserve(h.rawLength);  // bounded by limits.maxFrameBytes (parseFrame)
+    std::span<uint8_t> raw(scratch.data(), h.rawLength);
     GV_RETURN_IF_ERROR(s.lossless.decompress(
         (h.flags & kFlagZstd) ? Lossless::kZstd : Lossless::kExponent, payload, raw));
     payload = raw;
@@ -303,17 +300,17 @@ Result<CheckedFrame> ModelCodec::decodeFrame(std::span<const uint8_t> frame, flo
     std::copy(payload.begin(), payload.end(), scratch.data());
     payload = {scratch.data(), payload.size()};
   }
-  const size_t at = t.offset + h.element_offset;
+  const size_t at = t.offset + h.elementOffset;
   if (apply) {
     GV_RETURN_IF_ERROR(
-        decodePayload(h.method, payload, weight * scale, acc.subspan(at, h.element_count), *s.ops));
+        decodePayload(h.method, payload, weight * scale, acc.subspan(at, h.elementCount), *s.ops));
   } else {
-    GV_RETURN_IF_ERROR(checkPayload(h.method, payload, acc.subspan(at, h.element_count), *s.ops));
+    GV_RETURN_IF_ERROR(checkPayload(h.method, payload, acc.subspan(at, h.elementCount), *s.ops));
   }
   CheckedFrame info;
   info.header = h;
-  info.model_offset = at;
-  info.wire_bytes = frame.size();
+  info.modelOffset = at;
+  info.wireBytes = frame.size();
   info.scale = scale;
   info.payload = payload;
   return info;
@@ -324,7 +321,7 @@ size_t ModelCodec::tensorCount() const { return s_->layout.size(); }
 const TensorLayout& ModelCodec::tensor(size_t i) const { return s_->layout.at(i); }
 Method ModelCodec::methodOf(size_t i) const { return s_->methods.at(i); }
 size_t ModelCodec::chunkCount() const { return s_->chunks.size(); }
-size_t ModelCodec::maxFrameBytes() const { return s_->max_frame; }
+size_t ModelCodec::maxFrameBytes() const { return s_->maxFrame; }
 void ModelCodec::resetErrorFeedback() {
   for (Chunk& c : s_->chunks) c.compressor->resetState();
 }

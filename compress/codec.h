@@ -1,7 +1,7 @@
 // ModelCodec: a model (a flat float buffer cut into named tensors) to frames and back.
 //
 // Sender: encode(delta, context, sink) compresses every tensor (method chosen per tensor), cuts
-// large tensors into chunks of at most Options::chunk_elements, and hands each finished frame to
+// large tensors into chunks of at most Options::chunkElements, and hands each finished frame to
 // the sink. Receiver: decodeAccumulate(frame, w, acc) checks the frame and adds w * C(delta) into
 // the right slice of acc. A sender gets its own C(delta) by decodeAccumulate'ing its own frames
 // with weight 1: decoding is deterministic, so that is bit-identical to what every receiver adds.
@@ -49,8 +49,8 @@ struct TensorOverride {
 struct EncodeContext {
   uint64_t round = 0;
   uint64_t seed = 0;  // the run's compression seed (same on every peer)
-  uint32_t edge_epoch = 0;
-  uint64_t sequence_start = 0;  // the first frame gets this sequence number, the next +1, ...
+  uint32_t edgeEpoch = 0;
+  uint64_t sequenceStart = 0;  // the first frame gets this sequence number, the next +1, ...
 };
 
 // Called once per finished frame, in order; the bytes are valid only during the call (the codec
@@ -59,16 +59,16 @@ using FrameSink = std::function<Status(std::span<const uint8_t> frame)>;
 
 struct EncodeSummary {
   size_t frames = 0;
-  size_t wire_bytes = 0;  // sum of frame sizes
-  size_t raw_bytes = 0;   // payload bytes before the lossless stage
-  uint64_t next_sequence = 0;
-  double max_count_error = 0.0;  // top-k approx: largest |count - k| / k over chunks
+  size_t wireBytes = 0;  // sum of frame sizes
+  size_t rawBytes = 0;   // payload bytes before the lossless stage
+  uint64_t nextSequence = 0;
+  double maxCountError = 0.0;  // top-k approx: largest |count - k| / k over chunks
 };
 
 struct FrameInfo {
   FrameHeader header;
-  size_t model_offset = 0;  // where the chunk starts in the model buffer
-  size_t wire_bytes = 0;
+  size_t modelOffset = 0;  // where the chunk starts in the model buffer
+  size_t wireBytes = 0;
 };
 
 // A frame that passed every check of decodeAccumulate (checkFrame): what applyChecked() needs to
@@ -83,7 +83,7 @@ struct CheckedFrame : FrameInfo {
 class ModelCodec {
  public:
   // Validates the layout (non-overlapping, count = product(shape), every tensor's frames within
-  // options.max_frame_bytes) and the options. Tensors with fewer than dense_below elements go
+  // options.maxFrameBytes) and the options. Tensors with fewer than denseBelow elements go
   // `none`; low-rank applies to tensors with at least 2 dimensions (rows = shape[0]) where it
   // shrinks the payload, the others use options.fallback.
   static Result<ModelCodec> create(std::vector<TensorLayout> layout, const Options& options,

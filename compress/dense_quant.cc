@@ -76,7 +76,7 @@ class BlockQuantCompressor final : public Compressor {
   BlockQuantCompressor(Method m, const Options& o, const kernels::Ops& ops)
       : method_(m),
         bits_(m == Method::kInt8 ? 8 : 4),
-        block_(o.block_size),
+        block_(o.blockSize),
         rounding_(o.rounding),
         ops_(ops) {}
   Method method() const override { return method_; }
@@ -119,7 +119,7 @@ class BlockQuantCompressor final : public Compressor {
 //   non-zero per block); dense Gaussian blocks give about 2/pi.
 class SignCompressor final : public Compressor {
  public:
-  SignCompressor(const Options& o, const kernels::Ops& ops) : block_(o.block_size), ops_(ops) {}
+  SignCompressor(const Options& o, const kernels::Ops& ops) : block_(o.blockSize), ops_(ops) {}
   Method method() const override { return Method::kSign; }
   Properties properties(size_t n) const override {
     return {false, 1.0 / static_cast<double>(std::min(block_, std::max<size_t>(n, 1))), 0.0};

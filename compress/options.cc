@@ -95,9 +95,9 @@ Status validate(const Options& o) {
     return invalidArgument("bits must be 8 or 4 (or 0 for the method's default), got " +
                            std::to_string(o.bits));
   }
-  if (o.block_size < 64 || o.block_size > 4096 || o.block_size % 64 != 0) {
+  if (o.blockSize < 64 || o.blockSize > 4096 || o.blockSize % 64 != 0) {
     return invalidArgument("block_size must be a multiple of 64 in [64, 4096], got " +
-                           std::to_string(o.block_size));
+                           std::to_string(o.blockSize));
   }
   if (o.levels < 1 || o.levels > 32767) {
     return invalidArgument("levels (qsgd s) must be in [1, 32767], got " +
@@ -115,16 +115,16 @@ Status validate(const Options& o) {
   if (!(o.slack >= 0.0 && o.slack <= 0.5)) {
     return invalidArgument("slack must be in [0, 0.5], got " + std::to_string(o.slack));
   }
-  if (o.zstd_level < 1 || o.zstd_level > 19) {
-    return invalidArgument("zstd_level must be in [1, 19], got " + std::to_string(o.zstd_level));
+  if (o.zstdLevel < 1 || o.zstdLevel > 19) {
+    return invalidArgument("zstd_level must be in [1, 19], got " + std::to_string(o.zstdLevel));
   }
-  if (o.chunk_elements < 64 || o.chunk_elements > (size_t{1} << 30)) {
+  if (o.chunkElements < 64 || o.chunkElements > (size_t{1} << 30)) {
     return invalidArgument("chunk_elements must be in [64, 2^30], got " +
-                           std::to_string(o.chunk_elements));
+                           std::to_string(o.chunkElements));
   }
-  if (o.max_frame_bytes < 4096 || o.max_frame_bytes > (size_t{1} << 32) - 1) {
+  if (o.maxFrameBytes < 4096 || o.maxFrameBytes > (size_t{1} << 32) - 1) {
     return invalidArgument("max_frame_bytes must be in [4096, 2^32 - 1], got " +
-                           std::to_string(o.max_frame_bytes));
+                           std::to_string(o.maxFrameBytes));
   }
   return Status::ok();
 }

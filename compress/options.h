@@ -61,11 +61,11 @@ Result<Rounding> parseRounding(std::string_view name);
 // config keys.
 struct Options {
   Method method = Method::kNone;
-  double ratio = 0.05;      // top-k / rand-k: k = max(1, round(ratio * n)) per chunk
-  int bits = 0;             // block quantization width: 0 = from method (int8 -> 8, int4 -> 4)
-  size_t block_size = 256;  // int8/int4/sign: elements per scale, multiple of 64 in [64, 4096]
-  uint32_t levels = 16;     // qsgd s (levels per sign), 1..32767
-  uint32_t rank = 2;        // low-rank r
+  double ratio = 0.05;     // top-k / rand-k: k = max(1, round(ratio * n)) per chunk
+  int bits = 0;            // block quantization width: 0 = from method (int8 -> 8, int4 -> 4)
+  size_t blockSize = 256;  // int8/int4/sign: elements per scale, multiple of 64 in [64, 4096]
+  uint32_t levels = 16;    // qsgd s (levels per sign), 1..32767
+  uint32_t rank = 2;       // low-rank r
   Method fallback = Method::kTopK;        // low-rank: method for tensors that are not matrices
   Selector selector = Selector::kApprox;  // top-k
   double slack = 0.05;                    // top-k approx: accepted |count - k| / k
@@ -75,7 +75,7 @@ struct Options {
   double explore = 0.0;
   bool unbiased = false;                   // rand-k: scale kept values by n/k (per stratum)
   Rounding rounding = Rounding::kNearest;  // int8/int4
-  bool error_feedback = false;
+  bool errorFeedback = false;
   // Decode an unbiased method's C(x) (qsgd, rand-k with unbiased, int8/int4 stochastic) as
   // C(x) / (1 + omega), omega its variance factor for the chunk's element count
   // (Compressor::properties): the scaled operator is a contraction with delta = 1/(1 + omega),
@@ -85,11 +85,10 @@ struct Options {
   // options; the wire format is unchanged. Biased methods are decoded as before.
   bool contractive = false;
   Lossless lossless = Lossless::kNone;
-  int zstd_level = 3;         // 1..19 (zstd and the exponent coder's exponent plane)
-  size_t dense_below = 1024;  // tensors with fewer elements are sent `none`
-  size_t max_frame_bytes = size_t{64}
-                           << 20;           // encoder refuses layouts whose frames could exceed it
-  size_t chunk_elements = size_t{1} << 20;  // tensors are cut into chunks of at most this many
+  int zstdLevel = 3;                        // 1..19 (zstd and the exponent coder's exponent plane)
+  size_t denseBelow = 1024;                 // tensors with fewer elements are sent `none`
+  size_t maxFrameBytes = size_t{64} << 20;  // encoder refuses layouts whose frames could exceed it
+  size_t chunkElements = size_t{1} << 20;   // tensors are cut into chunks of at most this many
 };
 
 // Whether low-rank may use `m` for tensors that are not matrices (Options::fallback): any method

@@ -15,16 +15,16 @@ void writeFrameHeader(const FrameHeader& h, std::span<const uint8_t> payload, ui
   out[6] = static_cast<uint8_t>(h.method);
   out[7] = h.flags;
   storeLe<uint32_t>(out + 8, h.sender);
-  storeLe<uint32_t>(out + 12, h.edge_epoch);
+  storeLe<uint32_t>(out + 12, h.edgeEpoch);
   storeLe<uint64_t>(out + 16, h.sequence);
   storeLe<uint64_t>(out + 24, h.round);
-  storeLe<uint32_t>(out + 32, h.tensor_id);
-  storeLe<uint32_t>(out + 36, h.chunk_index);
-  storeLe<uint32_t>(out + 40, h.chunk_count);
-  storeLe<uint32_t>(out + 44, h.element_count);
-  storeLe<uint64_t>(out + 48, h.element_offset);
-  storeLe<uint32_t>(out + 56, h.payload_length);
-  storeLe<uint32_t>(out + 60, h.raw_length);
+  storeLe<uint32_t>(out + 32, h.tensorId);
+  storeLe<uint32_t>(out + 36, h.chunkIndex);
+  storeLe<uint32_t>(out + 40, h.chunkCount);
+  storeLe<uint32_t>(out + 44, h.elementCount);
+  storeLe<uint64_t>(out + 48, h.elementOffset);
+  storeLe<uint32_t>(out + 56, h.payloadLength);
+  storeLe<uint32_t>(out + 60, h.rawLength);
   storeLe<uint32_t>(out + 64, 0);
   uint32_t crc = ops.crc32c(0, out, kCrcOffset);
   crc = ops.crc32c(crc, payload.data(), payload.size());
@@ -46,42 +46,41 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
   h.method = static_cast<Method>(p[6]);
   h.flags = p[7];
   h.sender = loadLe<uint32_t>(p + 8);
-  h.edge_epoch = loadLe<uint32_t>(p + 12);
+  h.edgeEpoch = loadLe<uint32_t>(p + 12);
   h.sequence = loadLe<uint64_t>(p + 16);
   h.round = loadLe<uint64_t>(p + 24);
-  h.tensor_id = loadLe<uint32_t>(p + 32);
-  h.chunk_index = loadLe<uint32_t>(p + 36);
-  h.chunk_count = loadLe<uint32_t>(p + 40);
-  h.element_count = loadLe<uint32_t>(p + 44);
-  h.element_offset = loadLe<uint64_t>(p + 48);
-  h.payload_length = loadLe<uint32_t>(p + 56);
-  h.raw_length = loadLe<uint32_t>(p + 60);
+  h.tensorId = loadLe<uint32_t>(p + 32);
+  h.chunkIndex = loadLe<uint32_t>(p + 36);
+  h.chunkCount = loadLe<uint32_t>(p + 40);
+  h.elementCount = loadLe<uint32_t>(p + 44);
+  h.elementOffset = loadLe<uint64_t>(p + 48);
+  h.payloadLength = loadLe<uint32_t>(p + 56);
+  h.rawLength = loadLe<uint32_t>(p + 60);
   // The frame size against the limit first: a frame above it is not even checksummed.
-  if (frame.size() > limits.max_frame_bytes) {
+  if (frame.size() > limits.maxFrameBytes) {
     return resourceExhausted("too_large: frame of " + std::to_string(frame.size()) +
-                             " bytes, limit " + std::to_string(limits.max_frame_bytes));
+                             " bytes, limit " + std::to_string(limits.maxFrameBytes));
   }
   const size_t have = frame.size() - kHeaderBytes;
-  if (have < h.payload_length) {
+  if (have < h.payloadLength) {
     return corrupt("truncated", std::to_string(have) + " payload bytes, header says " +
-                                    std::to_string(h.payload_length));
+                                    std::to_string(h.payloadLength));
   }
-  if (have > h.payload_length) {
-    return corrupt("trailing",
-                   std::to_string(have - h.payload_length) + " bytes after the payload");
+  if (have > h.payloadLength) {
+    return corrupt("trailing", std::to_string(have - h.payloadLength) + " bytes after the payload");
   }
-  if (!limits.integrity_verified) {
+  if (!limits.integrityVerified) {
     uint32_t crc = ops.crc32c(0, p, kCrcOffset);
-    crc = ops.crc32c(crc, p + kHeaderBytes, h.payload_length);
+    crc = ops.crc32c(crc, p + kHeaderBytes, h.payloadLength);
     if (crc != loadLe<uint32_t>(p + kCrcOffset)) return corrupt("crc", "CRC32C mismatch");
   }
   // Authenticated by the CRC from here on: remaining checks catch sender bugs and senders with
   // other limits. Sizes that drive allocation (raw length, element count) come before the rest.
-  if (h.raw_length > limits.max_frame_bytes || h.element_count > limits.max_elements) {
-    return resourceExhausted("too_large: raw payload " + std::to_string(h.raw_length) + " bytes, " +
-                             std::to_string(h.element_count) + " elements; limits " +
-                             std::to_string(limits.max_frame_bytes) + " bytes, " +
-                             std::to_string(limits.max_elements) + " elements");
+  if (h.rawLength > limits.maxFrameBytes || h.elementCount > limits.maxElements) {
+    return resourceExhausted("too_large: raw payload " + std::to_string(h.rawLength) + " bytes, " +
+                             std::to_string(h.elementCount) + " elements; limits " +
+                             std::to_string(limits.maxFrameBytes) + " bytes, " +
+                             std::to_string(limits.maxElements) + " elements");
   }
   if ((h.flags & ~kKnownFlags) != 0 || loadLe<uint32_t>(p + 64) != 0 ||
       ((h.flags & kFlagZstd) && (h.flags & kFlagExponent))) {
@@ -90,12 +89,12 @@ Result<FrameHeader> parseFrame(std::span<const uint8_t> frame, const DecodeLimit
   if (static_cast<uint8_t>(h.method) >= kMethodCount) {
     return corrupt("method", "unknown method id " + std::to_string(p[6]));
   }
-  if (!(h.flags & (kFlagZstd | kFlagExponent)) && h.raw_length != h.payload_length) {
+  if (!(h.flags & (kFlagZstd | kFlagExponent)) && h.rawLength != h.payloadLength) {
     return corrupt("length", "raw length differs from payload length without a lossless stage");
   }
-  if (h.chunk_count == 0 || h.chunk_index >= h.chunk_count) {
-    return corrupt(
-        "range", "chunk " + std::to_string(h.chunk_index) + " of " + std::to_string(h.chunk_count));
+  if (h.chunkCount == 0 || h.chunkIndex >= h.chunkCount) {
+    return corrupt("range",
+                   "chunk " + std::to_string(h.chunkIndex) + " of " + std::to_string(h.chunkCount));
   }
   return h;
 }

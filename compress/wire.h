@@ -55,27 +55,27 @@ struct FrameHeader {
   Method method = Method::kNone;
   uint8_t flags = 0;
   uint32_t sender = 0;
-  uint32_t edge_epoch = 0;
+  uint32_t edgeEpoch = 0;
   uint64_t sequence = 0;
   uint64_t round = 0;
-  uint32_t tensor_id = 0;
-  uint32_t chunk_index = 0;
-  uint32_t chunk_count = 1;
-  uint32_t element_count = 0;
-  uint64_t element_offset = 0;
-  uint32_t payload_length = 0;
-  uint32_t raw_length = 0;
+  uint32_t tensorId = 0;
+  uint32_t chunkIndex = 0;
+  uint32_t chunkCount = 1;
+  uint32_t elementCount = 0;
+  uint64_t elementOffset = 0;
+  uint32_t payloadLength = 0;
+  uint32_t rawLength = 0;
 };
 
 // What a receiver accepts. Frames, raw payloads and element counts above these are rejected with
 // kResourceExhausted ("too_large") before anything is allocated.
 struct DecodeLimits {
-  size_t max_frame_bytes = size_t{64} << 20;
-  size_t max_elements = size_t{1} << 28;
+  size_t maxFrameBytes = size_t{64} << 20;
+  size_t maxElements = size_t{1} << 28;
   // The caller already verified these bytes' integrity (the engine's envelope carries a CRC32C of
   // the whole message, checked before any frame is looked at): the frame's own CRC is not computed
   // again, so each received byte is checksummed once. Every other check still runs.
-  bool integrity_verified = false;
+  bool integrityVerified = false;
 };
 
 // Writes the header for `payload` into out[0, kHeaderBytes), CRC included.

@@ -21,8 +21,8 @@ namespace {
 // Returns whether the frame was accepted.
 bool decodeChecked(compress::ModelCodec& codec, std::span<const uint8_t> frame) {
   compress::DecodeLimits limits;
-  limits.max_frame_bytes = 1 << 20;
-  limits.max_elements = 1 << 16;
+  limits.maxFrameBytes = 1 << 20;
+  limits.maxElements = 1 << 16;
   std::vector<float> acc(fuzz::kFuzzModel, 0.5f);
   // checkFrame (every check, nothing added) must agree with decodeAccumulate and touch nothing.
   auto checked = codec.checkFrame(frame, acc, limits);

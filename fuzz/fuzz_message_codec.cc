@@ -12,7 +12,7 @@
 // bitwise unchanged (the delta limit's restore included) and says why; an accepted one is a whole
 // sequence of frames, decodes the same twice, and with the limit changes no value by more than
 // the limit. (The adapter does not check the frames' own CRC32C: PeerCore hands it only messages
-// whose envelope CRC over the same bytes matched, DecodeLimits::integrity_verified. So a frame
+// whose envelope CRC over the same bytes matched, DecodeLimits::integrityVerified. So a frame
 // with a wrong CRC may be accepted here; every other check still holds it.)
 #include <cmath>
 #include <cstdint>

@@ -100,7 +100,7 @@ compress::Options corpusOptions() {
   o.rank = 4;
   o.fallback = compress::Method::kNone;
   o.selector = compress::Selector::kExact;
-  o.zstd_level = 1;
+  o.zstdLevel = 1;
   return o;
 }
 
@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
       compress::Options o = corpusOptions();
       o.method = m.value;
       o.lossless = l;
-      o.dense_below = 16;
-      o.chunk_elements = 1024;
+      o.denseBelow = 16;
+      o.chunkElements = 1024;
       o.ratio = 0.05;
       auto codec = compress::ModelCodec::create(fuzz::fuzzLayout(), o, 1);
       if (!codec.isOk()) return 1;
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     for (size_t n : {1, 64, 100, 600}) {
       compress::Options o = corpusOptions();
       o.ratio = 0.1;
-      o.block_size = 64;
+      o.blockSize = 64;
       size_t rows = 1;
       while ((rows + 1) * (rows + 1) <= n) ++rows;
       while (n % rows) --rows;

@@ -2,8 +2,8 @@
 # tools/lint's shape rules are shown to catch what they claim. tools/check-includes: the real tree
 # passes; a planted upward include (topology/ including an engine header), a folder missing from the
 # table and a cycle in docs/architecture.md's include rule each fail, naming the file and line or the
-# cycle. The clang-tidy naming checks (.clang-tidy): a planted snake_case class and an unsuffixed
-# private member fail, the same class named as STYLE.md says passes.
+# cycle. The clang-tidy naming checks (.clang-tidy): a planted snake_case class, an unsuffixed
+# private member and a snake_case public field fail, the same class named as STYLE.md says passes.
 #   tests/lint_rules_test.sh SOURCE_DIR
 set -euo pipefail
 src=$1
@@ -42,12 +42,13 @@ if "$check" --root "$work" --files runtime/engine/fine.cc 2> "$work/cycle.err"; 
 fi
 grep -q 'has a cycle' "$work/cycle.err" || { cat "$work/cycle.err" >&2; fail "cycle message"; }
 
-printf 'namespace grapevine {\nclass bad_name {\n  int count;\n};\n}  // namespace grapevine\n' > "$work/bad.cc"
-printf 'namespace grapevine {\nclass GoodName {\n  int count_;\n};\n}  // namespace grapevine\n' > "$work/good.cc"
+printf 'namespace grapevine {\nclass bad_name {\n  int count;\n\n public:\n  int block_size = 0;\n};\n}  // namespace grapevine\n' > "$work/bad.cc"
+printf 'namespace grapevine {\nclass GoodName {\n  int count_;\n\n public:\n  int blockSize = 0;\n};\n}  // namespace grapevine\n' > "$work/good.cc"
 "$src/tools/lint" --tidy-files "$work/good.cc" || fail "a well-named class failed the naming checks"
 if "$src/tools/lint" --tidy-files "$work/bad.cc" 2> "$work/tidy.err"; then
   fail "a planted snake_case class passed the naming checks"
 fi
 grep -q "invalid case style for class 'bad_name'" "$work/tidy.err" || { cat "$work/tidy.err" >&2; fail "class naming"; }
 grep -q "invalid case style for private member 'count'" "$work/tidy.err" || fail "member naming"
+grep -q "invalid case style for public member 'block_size'" "$work/tidy.err" || fail "public field naming"
 echo "lint_rules_test: real tree passes; upward include, unlisted folder, cycle and bad names all fail"

@@ -4,7 +4,7 @@
 //
 // Receive once: PeerCore hands this codec only messages whose envelope CRC32C (over exactly these
 // bytes) checked out (readEnvelope), so the frames' own CRC is not computed again
-// (DecodeLimits::integrity_verified), and each frame is parsed and decompressed once: checkFrame()
+// (DecodeLimits::integrityVerified), and each frame is parsed and decompressed once: checkFrame()
 // keeps what applyChecked() adds.
 #include <algorithm>
 #include <cmath>
@@ -38,7 +38,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     compress::EncodeContext ctx;
     ctx.round = round;
     ctx.seed = seed_;
-    ctx.sequence_start = sequence_;
+    ctx.sequenceStart = sequence_;
     std::size_t pos = 0;
     auto r = codec_.encode(v, ctx, [&](std::span<const std::uint8_t> frame) -> Status {
       if (pos + 4 + frame.size() > out.size()) return internalError("message buffer too small");
@@ -48,7 +48,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
       return Status::ok();
     });
     if (!r.isOk()) return r.status();
-    sequence_ = r->next_sequence;
+    sequence_ = r->nextSequence;
     // Our own C(v), added exactly as every receiver adds it.
     GV_RETURN_IF_ERROR(applyFrames(out.first(pos), 1.0f, acc));
     return pos;
@@ -64,7 +64,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     ranges_.clear();
     checked_.clear();
     compress::DecodeLimits verified = limits();
-    verified.integrity_verified = true;
+    verified.integrityVerified = true;
     while (pos < message.size()) {
       if (message.size() - pos < 4) return dataLoss("truncated: frame length");
       const std::uint32_t n = loadLe32(message.data() + pos);
@@ -78,7 +78,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
                         std::to_string(header->round) + " in a message of sender " +
                         std::to_string(sender) + " round " + std::to_string(round));
       }
-      ranges_.emplace_back(info->model_offset, header->element_count);
+      ranges_.emplace_back(info->modelOffset, header->elementCount);
       checked_.push_back(std::move(*info));
       pos += 4 + n;
       ++frames;
@@ -135,8 +135,8 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
  private:
   compress::DecodeLimits limits() const {
     compress::DecodeLimits l;
-    l.max_frame_bytes = maxFrameBytes_;
-    l.max_elements = codec_.elementCount();
+    l.maxFrameBytes = maxFrameBytes_;
+    l.maxElements = codec_.elementCount();
     return l;
   }
 
@@ -176,8 +176,8 @@ Result<std::size_t> denseMessageBytes(const std::vector<compress::TensorLayout>&
                                       const compress::Options& options, int rank) {
   compress::Options dense;
   dense.method = compress::Method::kNone;
-  dense.chunk_elements = options.chunk_elements;
-  dense.max_frame_bytes = options.max_frame_bytes;
+  dense.chunkElements = options.chunkElements;
+  dense.maxFrameBytes = options.maxFrameBytes;
   GV_ASSIGN_OR_RETURN(
       auto codec, compress::ModelCodec::create(layout, dense, static_cast<std::uint32_t>(rank)));
   std::vector<float> zeros(codec.elementCount(), 0.0f);
@@ -185,7 +185,7 @@ Result<std::size_t> denseMessageBytes(const std::vector<compress::TensorLayout>&
   GV_ASSIGN_OR_RETURN(
       const auto summary,
       codec.encode(zeros, ctx, [](std::span<const std::uint8_t>) { return Status::ok(); }));
-  return codec.chunkCount() * 4 + summary.wire_bytes;
+  return codec.chunkCount() * 4 + summary.wireBytes;
 }
 
 }  // namespace
@@ -201,13 +201,13 @@ Result<compress::Options> compressOptions(const config::Config& c) {
   o.ratio = c.compression.ratio;
   o.levels = static_cast<std::uint32_t>(c.compression.levels);
   o.rank = static_cast<std::uint32_t>(c.compression.rank);
-  o.block_size = static_cast<std::size_t>(c.compression.blockSize);
+  o.blockSize = static_cast<std::size_t>(c.compression.blockSize);
   o.unbiased = c.compression.unbiased;
-  o.error_feedback = c.compression.errorFeedback;
-  o.zstd_level = c.compression.zstdLevel;
-  o.dense_below = static_cast<std::size_t>(c.compression.denseBelow);
-  o.chunk_elements = static_cast<std::size_t>(c.compression.chunkElements);
-  o.max_frame_bytes = static_cast<std::size_t>(c.transport.maxFrameBytes);
+  o.errorFeedback = c.compression.errorFeedback;
+  o.zstdLevel = c.compression.zstdLevel;
+  o.denseBelow = static_cast<std::size_t>(c.compression.denseBelow);
+  o.chunkElements = static_cast<std::size_t>(c.compression.chunkElements);
+  o.maxFrameBytes = static_cast<std::size_t>(c.transport.maxFrameBytes);
   GV_RETURN_IF_ERROR(compress::validate(o));
   return o;
 }
@@ -244,7 +244,7 @@ Result<std::unique_ptr<algorithms::MessageCodec>> makeMessageCodec(
                       compress::ModelCodec::create(tl, o, static_cast<std::uint32_t>(rank)));
   GV_ASSIGN_OR_RETURN(const std::size_t denseBytes, denseMessageBytes(tl, o, rank));
   return std::unique_ptr<algorithms::MessageCodec>(
-      new ModelMessageCodec(std::move(codec), denseBytes, c.run.seed, o.max_frame_bytes));
+      new ModelMessageCodec(std::move(codec), denseBytes, c.run.seed, o.maxFrameBytes));
 }
 
 }  // namespace grapevine::engine

@@ -90,8 +90,8 @@ TEST_CASE("layout and options are validated", "[codec]") {
   CHECK_FALSE(ModelCodec::create({{"a", {2, 3}, 0, 5}}, o, 0).isOk());  // count != product
   CHECK_FALSE(ModelCodec::create({{"a", {4}, 0, 4}, {"b", {4}, 2, 4}}, o, 0).isOk());  // overlap
   CHECK_FALSE(ModelCodec::create(smallModel(), o, 0, {{"nope", o}}).isOk());
-  o.chunk_elements = 1 << 20;
-  o.max_frame_bytes = 8192;
+  o.chunkElements = 1 << 20;
+  o.maxFrameBytes = 8192;
   auto r = ModelCodec::create(smallModel(), o, 0);
   REQUIRE_FALSE(r.isOk());
   CHECK(r.status().message().find("max_frame_bytes") != std::string::npos);
@@ -100,8 +100,8 @@ TEST_CASE("layout and options are validated", "[codec]") {
 TEST_CASE("codec round trip: chunks, per-tensor methods, sequence numbers", "[codec]") {
   Options o;
   o.method = Method::kInt8;
-  o.chunk_elements = 4096;
-  o.dense_below = 100;
+  o.chunkElements = 4096;
+  o.denseBelow = 100;
   Options topk = o;
   topk.method = Method::kTopK;
   topk.ratio = 0.1;
@@ -115,24 +115,24 @@ TEST_CASE("codec round trip: chunks, per-tensor methods, sequence numbers", "[co
   EncodeSummary sum;
   auto frames = encodeAll(codec, x, {7, 99, 2, 1000}, &sum);
   REQUIRE(frames.size() == 5);
-  CHECK(sum.next_sequence == 1005);
+  CHECK(sum.nextSequence == 1005);
   size_t wire = 0;
   for (size_t i = 0; i < frames.size(); ++i) {
     auto h = parseFrame(frames[i]);
     REQUIRE(h.isOk());
     CHECK(h->sequence == 1000 + i);
     CHECK(h->round == 7);
-    CHECK(h->edge_epoch == 2);
+    CHECK(h->edgeEpoch == 2);
     CHECK(h->sender == 3);
     CHECK(frames[i].size() <= codec.maxFrameBytes());
     wire += frames[i].size();
   }
-  CHECK(wire == sum.wire_bytes);
+  CHECK(wire == sum.wireBytes);
   auto h4 = parseFrame(frames[4]);
-  CHECK(h4->chunk_index == 2);
-  CHECK(h4->chunk_count == 3);
-  CHECK(h4->element_offset == 8192);
-  CHECK(h4->element_count == 10000 - 8192);
+  CHECK(h4->chunkIndex == 2);
+  CHECK(h4->chunkCount == 3);
+  CHECK(h4->elementOffset == 8192);
+  CHECK(h4->elementCount == 10000 - 8192);
   CHECK((h4->flags & kFlagLastChunk) != 0);
 
   // Receiver (a different codec, another peer) and sender decode bit-identically.
@@ -163,8 +163,8 @@ TEST_CASE("every method and lossless stage through the codec", "[codec]") {
       Options o;
       o.method = m.value;
       o.lossless = l;
-      o.chunk_elements = 3000;
-      o.error_feedback = m.value == Method::kSign;
+      o.chunkElements = 3000;
+      o.errorFeedback = m.value == Method::kSign;
       o.levels = 7;  // qsgd: the omega the bound below is set for
       auto codec = makeCodec(o);
       EncodeSummary sum;
@@ -186,7 +186,7 @@ TEST_CASE("every method and lossless stage through the codec", "[codec]") {
         CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
       }
       if (m.value == Method::kNone && l == Lossless::kExponent) {
-        CHECK(sum.wire_bytes < sum.raw_bytes);  // Gaussian fp32 exponents compress
+        CHECK(sum.wireBytes < sum.rawBytes);  // Gaussian fp32 exponents compress
         bool flagged = false;
         for (const auto& f : frames) flagged |= (parseFrame(f)->flags & kFlagExponent) != 0;
         CHECK(flagged);
@@ -227,7 +227,7 @@ TEST_CASE("no per-round allocation growth: frames reuse one buffer", "[codec]") 
 TEST_CASE("every flipped byte is rejected with the right error", "[codec][corrupt]") {
   Options o;
   o.method = Method::kInt8;
-  o.chunk_elements = 2048;
+  o.chunkElements = 2048;
   auto codec = makeCodec(o);
   auto frames = encodeAll(codec, gaussian(modelSize(), 4), {});
   const Frame& f = frames[0];
@@ -276,7 +276,7 @@ TEST_CASE("truncated, extended and oversized frames", "[codec][corrupt]") {
   longer.push_back(0);
   expectReject(codec, longer, ErrorCode::kDataLoss, "trailing");
   DecodeLimits tight;
-  tight.max_frame_bytes = f.size() - 1;
+  tight.maxFrameBytes = f.size() - 1;
   expectReject(codec, f, ErrorCode::kResourceExhausted, "too_large", tight);
   // A header claiming a huge payload with a valid CRC: rejected before any allocation.
   Frame huge = f;
@@ -327,12 +327,12 @@ TEST_CASE("method-level invariants are checked behind a valid CRC", "[codec][cor
     Options o;
     o.method = m;
     o.ratio = ratio;
-    o.dense_below = 0;
+    o.denseBelow = 0;
     o.levels = 7;  // qsgd: 4-bit fields, which s = 100 below contradicts
     auto codec = makeCodec(o);
     auto frames = encodeAll(codec, x, {});
     for (auto& f : frames) {
-      if (parseFrame(f)->tensor_id == tensor)
+      if (parseFrame(f)->tensorId == tensor)
         return std::pair<ModelCodec, Frame>(std::move(codec), f);
     }
     FAIL("no frame");
@@ -500,7 +500,7 @@ TEST_CASE("checkFrame agrees with decodeAccumulate on every method and never tou
     Options o;
     o.method = m;
     o.ratio = 0.05;
-    o.dense_below = 0;
+    o.denseBelow = 0;
     auto codec = makeCodec(o);
     for (const Frame& f : encodeAll(codec, x, {})) {
       std::vector<float> acc(codec.elementCount(), 0.5f);
@@ -548,8 +548,8 @@ TEST_CASE("receive once: checkFrame then applyChecked adds the bits decodeAccumu
         Options o;
         o.method = m;
         o.ratio = 0.05;
-        o.dense_below = 0;
-        o.chunk_elements = 4096;  // several frames per tensor
+        o.denseBelow = 0;
+        o.chunkElements = 4096;  // several frames per tensor
         o.lossless = lossless;
         o.contractive = contractive;
         auto codec = makeCodec(o);
@@ -581,7 +581,7 @@ TEST_CASE("DecodeLimits::integrity_verified skips only the frame CRC", "[codec][
   f[kCrcOffset] ^= 0x01;  // a wrong CRC over intact bytes
   std::vector<float> acc(codec.elementCount(), 0.0f);
   DecodeLimits verified;
-  verified.integrity_verified = true;
+  verified.integrityVerified = true;
   CHECK_FALSE(codec.checkFrame(f, acc, {}).isOk());
   CHECK(codec.checkFrame(f, acc, verified).isOk());
   // Every other check still runs: a bad magic is refused either way.
@@ -636,7 +636,7 @@ TEST_CASE("a contractive codec decodes unbiased methods as C / (1 + omega) of ea
     o.levels = 16;
     o.ratio = 0.1;
     o.unbiased = cs.unbiased;
-    o.chunk_elements = 4096;
+    o.chunkElements = 4096;
     Options oc = o;
     oc.contractive = true;
     ModelCodec plain = makeCodec(o), scaled = makeCodec(oc), receiver = makeCodec(oc, 5);
@@ -656,8 +656,8 @@ TEST_CASE("a contractive codec decodes unbiased methods as C / (1 + omega) of ea
     const auto layout = smallModel();
     for (const auto& f : frames) {
       const FrameHeader h = *parseFrame(f, {}, kernels::cpuOps());
-      const TensorLayout& t = layout[h.tensor_id];
-      const size_t n = h.element_count, at = t.offset + h.element_offset;
+      const TensorLayout& t = layout[h.tensorId];
+      const size_t n = h.elementCount, at = t.offset + h.elementOffset;
       double omega = 0.0;
       if (h.method == Method::kQsgd) {
         omega = std::min(n / 256.0, std::sqrt(double(n)) / 16);
@@ -666,7 +666,7 @@ TEST_CASE("a contractive codec decodes unbiased methods as C / (1 + omega) of ea
         omega = double((n + k - 1) / k) - 1.0;
       }
       const float scale = static_cast<float>(1.0 / (1.0 + omega));
-      INFO("tensor " << t.name << " chunk " << h.chunk_index << " n " << n << " omega " << omega);
+      INFO("tensor " << t.name << " chunk " << h.chunkIndex << " n " << n << " omega " << omega);
       for (size_t i = at; i < at + n; ++i) REQUIRE(b[i] == scale * a[i]);
     }
   }
@@ -711,9 +711,9 @@ TEST_CASE("a contractive codec rejects a frame that is not one of its chunks",
           "[codec][contractive][corrupt]") {
   Options o;
   o.method = Method::kQsgd;
-  o.chunk_elements = 4096;
+  o.chunkElements = 4096;
   Options other = o;
-  other.chunk_elements = 8192;  // another chunking: (w2, chunk 0) has 8192 elements there
+  other.chunkElements = 8192;  // another chunking: (w2, chunk 0) has 8192 elements there
   other.contractive = true;
   ModelCodec sender = makeCodec(o);
   ModelCodec receiver = makeCodec(other);

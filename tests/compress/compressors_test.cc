@@ -40,7 +40,7 @@ std::vector<Case> lossyCases() {
     for (size_t b : {64, 256, 4096}) {
       o = {};
       o.rounding = r;
-      o.block_size = b;
+      o.blockSize = b;
       cs.push_back(
           {r == Rounding::kNearest ? "int8 nearest" : "int8 stochastic", Method::kInt8, o});
       cs.push_back(
@@ -49,7 +49,7 @@ std::vector<Case> lossyCases() {
   }
   for (size_t b : {64, 256}) {
     o = {};
-    o.block_size = b;
+    o.blockSize = b;
     cs.push_back({"sign", Method::kSign, o});
   }
   for (double ratio : {0.01, 0.1, 0.5}) {
@@ -95,7 +95,7 @@ TEST_CASE("option names parse and validate() explains", "[compress][options]") {
   CHECK(bad.status().message().find("top-k") != std::string::npos);  // lists the valid names
   Options o;
   CHECK(validate(o).isOk());
-  o.block_size = 100;
+  o.blockSize = 100;
   CHECK(validate(o).message().find("block_size") != std::string::npos);
   o = {};
   o.ratio = 0;
@@ -127,7 +127,7 @@ TEST_CASE("none is exact; dense methods round-trip within their precision", "[co
 
 TEST_CASE("sign matches its closed form", "[compress]") {
   Options o;
-  o.block_size = 64;
+  o.blockSize = 64;
   auto c = make(Method::kSign, o);
   auto x = gaussian(1000, 5);
   auto y = roundTrip(*c, x, 0);
@@ -259,7 +259,7 @@ TEST_CASE("contraction delta holds empirically for every method", "[compress][de
         double err = 0;
         for (int d = 0; d < draws; ++d) err += sqDiff(roundTrip(*c, x, 100 + d), x);
         err /= draws;
-        INFO(cs.name << " ratio=" << cs.options.ratio << " block=" << cs.options.block_size
+        INFO(cs.name << " ratio=" << cs.options.ratio << " block=" << cs.options.blockSize
                      << " s=" << cs.options.levels << " delta=" << p.delta << " omega=" << p.omega
                      << " err/|x|^2=" << err / sq(x));
         if (p.unbiased) {
@@ -291,7 +291,7 @@ TEST_CASE("unbiased methods are unbiased, biased ones measurably are not", "[com
   randkU.unbiased = true;
   q.levels = 2;
   i4s.rounding = Rounding::kStochastic;
-  i4s.block_size = i4n.block_size = 64;
+  i4s.blockSize = i4n.blockSize = 64;
   std::vector<U> cases = {{"rand-k unbiased", Method::kRandK, randkU, true},
                           {"qsgd s=2", Method::kQsgd, q, true},
                           {"int4 stochastic", Method::kInt4, i4s, true},
@@ -324,7 +324,7 @@ TEST_CASE("unbiased methods are unbiased, biased ones measurably are not", "[com
 
 TEST_CASE("int4 nearest contract: at most half a step per element", "[compress]") {
   Options o;
-  o.block_size = 128;
+  o.blockSize = 128;
   auto c = make(Method::kInt4, o);
   auto x = gaussian(5000, 4);
   auto y = roundTrip(*c, x, 0);

@@ -38,13 +38,13 @@ TEST_CASE("compress::Options{} has the compression section's defaults", "[config
   INFO(copied.status().toString());
   REQUIRE(copied.isOk());
   const compress::Options want{};
-  const auto& [method, ratio, bits, block_size, levels, rank, fallback, selector, slack, explore,
-               unbiased, rounding, error_feedback, contractive, lossless, zstd_level, dense_below,
-               max_frame_bytes, chunk_elements] = *copied;
+  const auto& [method, ratio, bits, blockSize, levels, rank, fallback, selector, slack, explore,
+               unbiased, rounding, errorFeedback, contractive, lossless, zstdLevel, denseBelow,
+               maxFrameBytes, chunkElements] = *copied;
   CHECK(method == want.method);
   CHECK(ratio == want.ratio);
   CHECK(bits == want.bits);
-  CHECK(block_size == want.block_size);
+  CHECK(blockSize == want.blockSize);
   CHECK(levels == want.levels);
   CHECK(rank == want.rank);
   CHECK(fallback == want.fallback);
@@ -53,13 +53,13 @@ TEST_CASE("compress::Options{} has the compression section's defaults", "[config
   CHECK(explore == want.explore);
   CHECK(unbiased == want.unbiased);
   CHECK(rounding == want.rounding);
-  CHECK(error_feedback == want.error_feedback);
+  CHECK(errorFeedback == want.errorFeedback);
   CHECK(contractive == want.contractive);
   CHECK(lossless == want.lossless);
-  CHECK(zstd_level == want.zstd_level);
-  CHECK(dense_below == want.dense_below);
-  CHECK(max_frame_bytes == want.max_frame_bytes);
-  CHECK(chunk_elements == want.chunk_elements);
+  CHECK(zstdLevel == want.zstdLevel);
+  CHECK(denseBelow == want.denseBelow);
+  CHECK(maxFrameBytes == want.maxFrameBytes);
+  CHECK(chunkElements == want.chunkElements);
 }
 
 TEST_CASE("transport::Options{} has the transport section's defaults", "[config][defaults]") {

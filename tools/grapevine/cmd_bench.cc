@@ -83,7 +83,7 @@ std::vector<Variant> variants() {
   v.push_back({"low-rank", Method::kLowRank, o});
   o = {};
   o.lossless = compress::Lossless::kZstd;
-  o.zstd_level = 1;
+  o.zstdLevel = 1;
   v.push_back({"none+zstd", Method::kNone, o});
   o.lossless = compress::Lossless::kExponent;
   v.push_back({"none+exponent", Method::kNone, o});
@@ -265,7 +265,7 @@ class VariantRun {
     if (v_.options.lossless != compress::Lossless::kNone) {
       auto raw = buf(t).first(bytes_[t]);
       auto p = coders_[t].compress(
-          v_.options.lossless, v_.options.zstd_level, raw, cs_[t]->floatRegion(raw),
+          v_.options.lossless, v_.options.zstdLevel, raw, cs_[t]->floatRegion(raw),
           {reinterpret_cast<uint8_t*>(packed_[t].data()), packed_[t].size() * 8});
       packedBytes_[t] = p.isOk() ? *p : 0;
     }
