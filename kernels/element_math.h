@@ -93,6 +93,11 @@ GV_HD inline float reduceLanes8(const float l[8]) {
   return b0 + b1;
 }
 
+// The same lane order for the double sums of the dense gossip passes (Ops::subtractSquares, ...).
+GV_HD inline double reduceLanes8d(const double l[8]) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 // ---- Half precision ----------------------------------------------------------------------------
 // IEEE binary16 with round-to-nearest-even, saturating at +-65504 (the encoder saturates before
 // converting, so a finite input never becomes inf). NaN stays NaN.

@@ -40,6 +40,25 @@ struct TopkStats {
   int passes = 0;           // full passes over the input (1 is the fast path)
 };
 
+// One neighbour's term of a gossip mix (Ops::mixDifferences): its replica (as long as the model,
+// in the table's memory space), the coefficient of its difference to the own public copy, and the
+// weight its squared distance counts with.
+struct MixTerm {
+  const float* replica = nullptr;
+  double coefficient = 0.0;  // CHOCO: g_ij * w_ij
+  double weight = 0.0;       // w_ij
+};
+
+// sum_k (x[k] - y[k])^2 and sum_k y[k]^2 (Ops::distanceAndNorm).
+struct DistanceAndNorm {
+  double distance2 = 0.0;
+  double norm2 = 0.0;
+};
+
+// Most terms Ops::mixDifferences takes in one call on a device table (they travel in the
+// stream's scratch); host tables take any number.
+inline constexpr size_t kMaxDeviceMixTerms = 512;
+
 // Most indices topkSelect can write: k for exact, floor(k * (1 + slack)) for approximate.
 size_t topkMaxCount(size_t n, size_t k, Selector selector, double slack);
 
@@ -96,6 +115,21 @@ struct Ops {
   // ---- Gather / scatter ----
   void (*gather)(const float* x, const uint32_t* idx, size_t k, float* out);
   void (*scatterAccumulate)(const uint32_t* idx, const float* v, size_t k, float w, float* acc);
+
+  // ---- Dense gossip passes (the gossip algorithms' sweeps over the whole model) ----
+  // Element-wise results are exact functions of the inputs on every table: float differences;
+  // double sums in the terms' order, rounded to float once; no fused multiply-add. The sums over
+  // elements (norms for the consensus step and the records: local decisions) are double sums in
+  // 8 lanes on the CPU tables (element k to lane k % 8, in increasing k, reduced as
+  // reduceLanes8d), the same bits on both; a device table may differ from them by rounding.
+  // out[k] = x[k] - y[k]; returns sum_k out[k]^2. out may alias neither input.
+  double (*subtractSquares)(const float* x, const float* y, float* out, size_t n);
+  // sum_k (x[k] - y[k])^2 (the difference taken in double) and sum_k y[k]^2.
+  DistanceAndNorm (*distanceAndNorm)(const float* x, const float* y, size_t n);
+  // x[k] <- fl(x[k] + sum_t coefficient_t (replica_t[k] - y[k])), the sum in double in the terms'
+  // order; returns sum_t weight_t sum_k (replica_t[k] - y[k])^2. With no terms x is unchanged and
+  // the result is 0. `terms` is host memory (the replicas it points to are the table's).
+  double (*mixDifferences)(float* x, const float* y, const MixTerm* terms, size_t count, size_t n);
 
   // ---- CRC32C (Castagnoli), reflected, as used by iSCSI/ext4: crc32c("123456789") == 0xE3069283.
   // `crc` is the running value (start with 0); chaining over pieces equals one call over the whole.

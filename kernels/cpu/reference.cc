@@ -199,6 +199,53 @@ uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t n) {
   return ~crc;
 }
 
+// ---- Dense gossip passes ----
+
+double subtractSquares(const float* x, const float* y, float* out, size_t n) {
+  double l[8] = {};
+  for (size_t k = 0; k < n; ++k) {
+    out[k] = x[k] - y[k];
+    const double v = out[k];
+    l[k % 8] += v * v;
+  }
+  return reduceLanes8d(l);
+}
+
+DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n) {
+  double ld[8] = {}, ln[8] = {};
+  for (size_t k = 0; k < n; ++k) {
+    const double yk = y[k];
+    const double d = static_cast<double>(x[k]) - yk;
+    ld[k % 8] += d * d;
+    ln[k % 8] += yk * yk;
+  }
+  return {reduceLanes8d(ld), reduceLanes8d(ln)};
+}
+
+double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t count, size_t n) {
+  if (count == 0) return 0.0;
+  // Tile by tile: the own copy and the partial sums of one tile in double stay in L1 while each
+  // replica streams through once (the vectorised table does the same, in the same order).
+  double t[kMixTile], yd[kMixTile], l[8] = {};
+  for (size_t k0 = 0; k0 < n; k0 += kMixTile) {
+    const size_t m = std::min(kMixTile, n - k0);
+    for (size_t k = 0; k < m; ++k) {
+      yd[k] = y[k0 + k];
+      t[k] = 0.0;
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const float* r = terms[i].replica + k0;
+      for (size_t k = 0; k < m; ++k) {
+        const double d = static_cast<double>(r[k]) - yd[k];
+        t[k] += terms[i].coefficient * d;
+        l[(k0 + k) % 8] += (terms[i].weight * d) * d;
+      }
+    }
+    for (size_t k = 0; k < m; ++k) x[k0 + k] = static_cast<float>(x[k0 + k] + t[k]);
+  }
+  return reduceLanes8d(l);
+}
+
 }  // namespace grapevine::kernels::reference
 
 namespace grapevine::kernels {
@@ -233,6 +280,9 @@ const Ops& referenceOps() {
       r::topkSelect,
       r::gather,
       r::scatterAccumulate,
+      r::subtractSquares,
+      r::distanceAndNorm,
+      r::mixDifferences,
       r::crc32c,
   };
   return ops;

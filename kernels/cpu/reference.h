@@ -33,6 +33,11 @@ TopkStats topkSelect(const float* x, size_t n, size_t k, Selector selector, doub
                      uint64_t key, void* workspace, uint32_t* indices);
 void gather(const float* x, const uint32_t* idx, size_t k, float* out);
 void scatterAccumulate(const uint32_t* idx, const float* v, size_t k, float w, float* acc);
+double subtractSquares(const float* x, const float* y, float* out, size_t n);
+DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n);
+double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t count, size_t n);
+// mixDifferences' tile: elements whose sums stay in L1 while each replica streams through.
+inline constexpr size_t kMixTile = 1024;
 uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t n);
 uint32_t magnitudeKey(float f);
 

@@ -643,6 +643,130 @@ GV_SSE42 uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t n) {
   return ~c32;
 }
 
+// ---- Dense gossip passes: double accumulators in 8 lanes (lo: elements 0-3, hi: 4-7 of each 8),
+// spilled for the scalar tail so that element k still lands in lane k % 8 ----
+
+GV_AVX2 inline void spillLanes(__m256d lo, __m256d hi, double* l) {
+  _mm256_storeu_pd(l, lo);
+  _mm256_storeu_pd(l + 4, hi);
+}
+GV_AVX2 inline __m256d lowHalfPd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+GV_AVX2 inline __m256d highHalfPd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+
+GV_AVX2 double subtractSquares(const float* x, const float* y, float* out, size_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0;
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(y + k));
+    _mm256_storeu_ps(out + k, d);
+    const __m256d lo = lowHalfPd(d), hi = highHalfPd(d);
+    a0 = _mm256_add_pd(a0, _mm256_mul_pd(lo, lo));
+    a1 = _mm256_add_pd(a1, _mm256_mul_pd(hi, hi));
+  }
+  double l[8];
+  spillLanes(a0, a1, l);
+  for (; k < n; ++k) {
+    out[k] = x[k] - y[k];
+    const double v = out[k];
+    l[k % 8] += v * v;
+  }
+  return reduceLanes8d(l);
+}
+
+GV_AVX2 DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n) {
+  __m256d d0 = _mm256_setzero_pd(), d1 = d0, n0 = d0, n1 = d0;
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 vx = _mm256_loadu_ps(x + k), vy = _mm256_loadu_ps(y + k);
+    const __m256d ylo = lowHalfPd(vy), yhi = highHalfPd(vy);
+    const __m256d lo = _mm256_sub_pd(lowHalfPd(vx), ylo);
+    const __m256d hi = _mm256_sub_pd(highHalfPd(vx), yhi);
+    d0 = _mm256_add_pd(d0, _mm256_mul_pd(lo, lo));
+    d1 = _mm256_add_pd(d1, _mm256_mul_pd(hi, hi));
+    n0 = _mm256_add_pd(n0, _mm256_mul_pd(ylo, ylo));
+    n1 = _mm256_add_pd(n1, _mm256_mul_pd(yhi, yhi));
+  }
+  double ld[8], ln[8];
+  spillLanes(d0, d1, ld);
+  spillLanes(n0, n1, ln);
+  for (; k < n; ++k) {
+    const double yk = y[k];
+    const double d = static_cast<double>(x[k]) - yk;
+    ld[k % 8] += d * d;
+    ln[k % 8] += yk * yk;
+  }
+  return {reduceLanes8d(ld), reduceLanes8d(ln)};
+}
+
+// One tile of mixDifferences: t[k] = sum_i c_i (r_i[k] - y[k]) in double, the squared distances
+// into the lanes a0/a1 (the tile's last m % 8 elements through l, in the reference's order).
+GV_AVX2 void mixTile(const float* y, const MixTerm* terms, size_t count, size_t k0, size_t m,
+                     double* t, double* yd, __m256d& a0, __m256d& a1) {
+  const size_t m8 = m - m % 8;
+  size_t k = 0;
+  for (; k < m8; k += 8) {
+    const __m256 vy = _mm256_loadu_ps(y + k0 + k);
+    _mm256_store_pd(yd + k, lowHalfPd(vy));
+    _mm256_store_pd(yd + k + 4, highHalfPd(vy));
+    _mm256_store_pd(t + k, _mm256_setzero_pd());
+    _mm256_store_pd(t + k + 4, _mm256_setzero_pd());
+  }
+  for (; k < m; ++k) {
+    yd[k] = y[k0 + k];
+    t[k] = 0.0;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const float* r = terms[i].replica + k0;
+    const __m256d c = _mm256_set1_pd(terms[i].coefficient);
+    const __m256d w = _mm256_set1_pd(terms[i].weight);
+    for (k = 0; k < m8; k += 8) {
+      const __m256 vr = _mm256_loadu_ps(r + k);
+      const __m256d lo = _mm256_sub_pd(lowHalfPd(vr), _mm256_load_pd(yd + k));
+      const __m256d hi = _mm256_sub_pd(highHalfPd(vr), _mm256_load_pd(yd + k + 4));
+      _mm256_store_pd(t + k, _mm256_add_pd(_mm256_load_pd(t + k), _mm256_mul_pd(c, lo)));
+      _mm256_store_pd(t + k + 4, _mm256_add_pd(_mm256_load_pd(t + k + 4), _mm256_mul_pd(c, hi)));
+      a0 = _mm256_add_pd(a0, _mm256_mul_pd(_mm256_mul_pd(w, lo), lo));
+      a1 = _mm256_add_pd(a1, _mm256_mul_pd(_mm256_mul_pd(w, hi), hi));
+    }
+    if (m8 < m) {  // the model's last elements
+      double l[8];
+      spillLanes(a0, a1, l);
+      for (k = m8; k < m; ++k) {
+        const double d = static_cast<double>(r[k]) - yd[k];
+        t[k] += terms[i].coefficient * d;
+        l[(k0 + k) % 8] += (terms[i].weight * d) * d;
+      }
+      a0 = _mm256_loadu_pd(l);
+      a1 = _mm256_loadu_pd(l + 4);
+    }
+  }
+}
+
+GV_AVX2 double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t count,
+                              size_t n) {
+  if (count == 0) return 0.0;
+  alignas(32) double t[reference::kMixTile];
+  alignas(32) double yd[reference::kMixTile];
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0;
+  for (size_t k0 = 0; k0 < n; k0 += reference::kMixTile) {
+    const size_t m = std::min(reference::kMixTile, n - k0);
+    const size_t m8 = m - m % 8;
+    mixTile(y, terms, count, k0, m, t, yd, a0, a1);
+    float* xx = x + k0;
+    size_t k = 0;
+    for (; k < m8; k += 8) {
+      const __m256 vx = _mm256_loadu_ps(xx + k);
+      const __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(lowHalfPd(vx), _mm256_load_pd(t + k)));
+      const __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(highHalfPd(vx), _mm256_load_pd(t + k + 4)));
+      _mm256_storeu_ps(xx + k, _mm256_set_m128(hi, lo));
+    }
+    for (; k < m; ++k) xx[k] = static_cast<float>(xx[k] + t[k]);
+  }
+  double l[8];
+  spillLanes(a0, a1, l);
+  return reduceLanes8d(l);
+}
+
 }  // namespace grapevine::kernels::avx2
 
 namespace grapevine::kernels {
@@ -683,6 +807,9 @@ Dispatch makeDispatch() {
     d.ops.signAccumulate = v::signAccumulate;
     d.ops.topkWorkspaceBytes = v::topkWorkspaceBytes;
     d.ops.topkSelect = v::topkSelect;
+    d.ops.subtractSquares = v::subtractSquares;
+    d.ops.distanceAndNorm = v::distanceAndNorm;
+    d.ops.mixDifferences = v::mixDifferences;
     d.features = "avx2+f16c";
   } else {
     d.features = "scalar";

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cuda/cuda_context.h"
@@ -546,6 +547,130 @@ void scatterAccumulate(const uint32_t* idx, const float* v, size_t k, float w, f
   finish(c, "scatterAccumulate");
 }
 
+// ---- Dense gossip passes ------------------------------------------------------------------------
+// Element-wise results spelled out with _rn intrinsics (the CPU tables' bits); the sums over
+// elements are double partials per block, summed on the host: they may differ from the CPU tables'
+// lane order by rounding (ops.h).
+
+constexpr size_t kMixBlocks = 512;  // mixDifferences' partials; its terms follow them in scratch
+constexpr size_t kMixTermsOffset = kMixBlocks * sizeof(double);
+static_assert(2 * kMaxReduceBlocks * sizeof(double) <= kDeviceScratchBytes);
+static_assert(kMixTermsOffset + kMaxDeviceMixTerms * sizeof(MixTerm) <= kDeviceScratchBytes);
+static_assert(kMaxDeviceMixTerms * sizeof(MixTerm) + kMixBlocks * sizeof(double) <=
+              kHostStagingBytes);
+
+// The block's sum of `s` into partial[blockIdx.x].
+__device__ void blockSumTo(double s, double* partial) {
+  __shared__ double sh[kThreads];
+  __syncthreads();  // sh may still be read by a previous call
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (static_cast<int>(threadIdx.x) < stride) sh[threadIdx.x] += sh[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+__global__ void subtractSquaresKernel(const float* x, const float* y, float* out, size_t n,
+                                      double* partial) {
+  double s = 0.0;
+  for (size_t i = globalThread(); i < n; i += gridThreads()) {
+    const float d = __fsub_rn(x[i], y[i]);
+    out[i] = d;
+    s = __dadd_rn(s, __dmul_rn(static_cast<double>(d), static_cast<double>(d)));
+  }
+  blockSumTo(s, partial);
+}
+
+__global__ void distanceAndNormKernel(const float* x, const float* y, size_t n, double* partial) {
+  double sd = 0.0, sn = 0.0;
+  for (size_t i = globalThread(); i < n; i += gridThreads()) {
+    const double yi = y[i];
+    const double d = __dsub_rn(static_cast<double>(x[i]), yi);
+    sd = __dadd_rn(sd, __dmul_rn(d, d));
+    sn = __dadd_rn(sn, __dmul_rn(yi, yi));
+  }
+  blockSumTo(sd, partial);
+  blockSumTo(sn, partial + gridDim.x);
+}
+
+__global__ void mixDifferencesKernel(float* x, const float* y, const MixTerm* terms, size_t count,
+                                     size_t n, double* partial) {
+  double s = 0.0;
+  for (size_t i = globalThread(); i < n; i += gridThreads()) {
+    const double yi = y[i];
+    double t = 0.0;
+    for (size_t j = 0; j < count; ++j) {
+      const double d = __dsub_rn(static_cast<double>(terms[j].replica[i]), yi);
+      t = __dadd_rn(t, __dmul_rn(terms[j].coefficient, d));
+      s = __dadd_rn(s, __dmul_rn(__dmul_rn(terms[j].weight, d), d));
+    }
+    x[i] = __double2float_rn(__dadd_rn(static_cast<double>(x[i]), t));
+  }
+  blockSumTo(s, partial);
+}
+
+// Copies `count` partials (doubles at the scratch's start) to the host, synchronises, sums them.
+double sumPartials(Context& c, size_t count, const char* what) {
+  auto* h = static_cast<double*>(c.hostStaging);
+  checkCuda(
+      cudaMemcpyAsync(h, c.deviceScratch, count * sizeof(double), cudaMemcpyDeviceToHost, c.stream),
+      what);
+  finish(c, what);
+  double s = 0.0;
+  for (size_t b = 0; b < count; ++b) s += h[b];
+  return s;
+}
+
+double subtractSquares(const float* x, const float* y, float* out, size_t n) {
+  if (n == 0) return 0.0;
+  Context& c = threadContext();
+  const unsigned grid = gridFor(n, kMaxReduceBlocks);
+  subtractSquaresKernel<<<grid, kThreads, 0, c.stream>>>(x, y, out, n,
+                                                         static_cast<double*>(c.deviceScratch));
+  return sumPartials(c, grid, "subtractSquares");
+}
+
+DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n) {
+  if (n == 0) return {};
+  Context& c = threadContext();
+  const unsigned grid = gridFor(n, kMaxReduceBlocks);
+  distanceAndNormKernel<<<grid, kThreads, 0, c.stream>>>(x, y, n,
+                                                         static_cast<double*>(c.deviceScratch));
+  auto* h = static_cast<double*>(c.hostStaging);
+  checkCuda(cudaMemcpyAsync(h, c.deviceScratch, 2 * grid * sizeof(double), cudaMemcpyDeviceToHost,
+                            c.stream),
+            "distanceAndNorm copy");
+  finish(c, "distanceAndNorm");
+  DistanceAndNorm r;
+  for (unsigned b = 0; b < grid; ++b) {
+    r.distance2 += h[b];
+    r.norm2 += h[grid + b];
+  }
+  return r;
+}
+
+double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t count, size_t n) {
+  if (count == 0 || n == 0) return 0.0;
+  if (count > kMaxDeviceMixTerms) {
+    checkCuda(cudaErrorInvalidValue, "mixDifferences: more than kMaxDeviceMixTerms terms");
+  }
+  Context& c = threadContext();
+  // The terms travel through pinned staging into the scratch behind the partials.
+  auto* staged = static_cast<unsigned char*>(c.hostStaging) + kMixTermsOffset;
+  std::memcpy(staged, terms, count * sizeof(MixTerm));
+  auto* deviceTerms = static_cast<unsigned char*>(c.deviceScratch) + kMixTermsOffset;
+  checkCuda(cudaMemcpyAsync(deviceTerms, staged, count * sizeof(MixTerm), cudaMemcpyHostToDevice,
+                            c.stream),
+            "mixDifferences terms");
+  const unsigned grid = gridFor(n, kMixBlocks);
+  mixDifferencesKernel<<<grid, kThreads, 0, c.stream>>>(
+      x, y, reinterpret_cast<const MixTerm*>(deviceTerms), count, n,
+      static_cast<double*>(c.deviceScratch));
+  return sumPartials(c, grid, "mixDifferences");
+}
+
 }  // namespace
 }  // namespace grapevine::kernels::cuda
 
@@ -575,6 +700,9 @@ const Ops& cudaOps() {
       c::topkSelect,
       c::gather,
       c::scatterAccumulate,
+      c::subtractSquares,
+      c::distanceAndNorm,
+      c::mixDifferences,
       c::crc32cDevice,
   };
   return ops;

@@ -3,9 +3,9 @@
 #include <iterator>
 #include <map>
 
+#include "kernels/ops.h"
 #include "runtime/algorithms/algorithm.h"
 #include "runtime/algorithms/consensus_step.h"
-#include "runtime/algorithms/dense_passes.h"
 #include "runtime/common/byte_order.h"
 #include "runtime/common/enum_names.h"
 #include "runtime/common/hash.h"
@@ -212,12 +212,13 @@ class Choco final : public Algorithm {
     // v = x_half - xhat_i; xhat_i += C(v), decoded straight into the public copy as the
     // neighbours decode it into their replicas. Then |v|^2, the residual |x_half - xhat_i|^2 =
     // |v - C(v)|^2 (up to rounding) and |xhat_i|^2 for the compressor's measured quality and the
-    // lag of the public copy (dense_passes.h: deterministic sums). Four sweeps over the model:
-    // the difference, the encoder's read of it, the decode, the norms.
-    const double v2 = passes::subtract(x, xhat_, diff_);
+    // lag of the public copy (kernels::Ops' dense passes: deterministic sums). Four sweeps over
+    // the model: the difference, the encoder's read of it, the decode, the norms.
+    const kernels::Ops& ops = kernels::cpuOps();
+    const double v2 = ops.subtractSquares(x.data(), xhat_.data(), diff_.data(), x.size());
     auto n = codec_->encodeAccumulate(diff_, round, out, xhat_);
     if (!n.isOk()) return n;
-    const passes::DistanceAndNorm r = passes::distanceAndNorm(x, xhat_);
+    const kernels::DistanceAndNorm r = ops.distanceAndNorm(x.data(), xhat_.data(), x.size());
     const double err2 = r.distance2, xhat2 = r.norm2;
     xhatNorm2_ = xhat2;
     report_.publicLag = xhat2 > 0 ? v2 / xhat2 : v2;
@@ -240,7 +241,7 @@ class Choco final : public Algorithm {
     // x <- x_half + sum_j g_ij w_ij (xhat_j - xhat_i). The consensus term is summed in double
     // and added once, so x is rounded once per round (the mean of the models drifts only by that
     // rounding).
-    std::vector<passes::MixTerm> terms;
+    std::vector<kernels::MixTerm> terms;
     std::vector<int> ranks;
     double sumW = 0, sumStep = 0;
     // Fixed order (by neighbour rank), whatever order the messages arrived in.
@@ -274,9 +275,10 @@ class Choco final : public Algorithm {
       mixTrimmed(x, terms, ranks);
       return;
     }
-    // One sweep: tiles of the model, each replica streamed through in turn (dense_passes.h), with
-    // spread = sum_j w_ij |xhat_j - xhat_i|^2 alongside.
-    const double spread = passes::mixDifferences(x, xhat_, terms);
+    // One sweep: tiles of the model, each replica streamed through in turn
+    // (kernels::Ops::mixDifferences), with spread = sum_j w_ij |xhat_j - xhat_i|^2 alongside.
+    const double spread = kernels::cpuOps().mixDifferences(x.data(), xhat_.data(), terms.data(),
+                                                           terms.size(), x.size());
     report_.localConsensus = xhatNorm2_ > 0 ? spread / xhatNorm2_ : spread;
   }
   std::uint64_t publicCopyHash() const override { return hashFloats(xhat_); }
@@ -346,7 +348,7 @@ class Choco final : public Algorithm {
  private:
   // algorithm.robust on the public copies: clip scales each edge's coefficient g_ij w_ij by its
   // clip factor (RobustMixer::weigh).
-  void weighRobust(std::vector<passes::MixTerm>& terms, const std::vector<int>& ranks) {
+  void weighRobust(std::vector<kernels::MixTerm>& terms, const std::vector<int>& ranks) {
     std::vector<RobustMixer::Term> rt;
     for (std::size_t t = 0; t < terms.size(); ++t)
       rt.push_back({ranks[t], terms[t].replica, terms[t].coefficient});
@@ -355,7 +357,7 @@ class Choco final : public Algorithm {
   }
   // trim: x <- x_half + g (trimmed mean of xhat_i and the replicas - xhat_i), g the smallest step
   // of the round's edges (a fixed step: gamma).
-  void mixTrimmed(std::span<float> x, const std::vector<passes::MixTerm>& terms,
+  void mixTrimmed(std::span<float> x, const std::vector<kernels::MixTerm>& terms,
                   const std::vector<int>& ranks) {
     double g = std::numeric_limits<double>::infinity();
     std::vector<RobustMixer::Term> rt;
@@ -664,9 +666,9 @@ class Gt final : public Algorithm {
       GV_ASSIGN_OR_RETURN(n2, codec_->encode(y_, round, out.subspan(4 + n1), yhat));
     } else {
       // Each copy takes C(diff) decoded straight into it, as the neighbours' replicas do.
-      passes::subtract(xt, xhat, diff_);
+      kernels::cpuOps().subtractSquares(xt.data(), xhat.data(), diff_.data(), xt.size());
       GV_ASSIGN_OR_RETURN(n1, codec_->encodeAccumulate(diff_, round, out.subspan(4), xhat));
-      passes::subtract(y_, yhat, diff_);
+      kernels::cpuOps().subtractSquares(y_.data(), yhat.data(), diff_.data(), y_.size());
       GV_ASSIGN_OR_RETURN(n2, codec_->encodeAccumulate(diff_, round, out.subspan(4 + n1), yhat));
     }
     storeLe32(out.data(), static_cast<std::uint32_t>(n1));
@@ -691,14 +693,15 @@ class Gt final : public Algorithm {
     std::vector<std::pair<int, double>> byRank = arrived.neighbours;
     std::sort(byRank.begin(), byRank.end());
     // target[k] <- target[k] + sum_j gamma w_ij (r_j[off + k] - public_i[off + k]), in double in
-    // rank order, rounded once (passes::mixDifferences; gt reports no spread: weight 0).
+    // rank order, rounded once (kernels::Ops::mixDifferences; gt reports no spread: weight 0).
     auto consensus = [&](std::span<float> target, std::size_t off) {
-      std::vector<passes::MixTerm> terms;
+      std::vector<kernels::MixTerm> terms;
       for (const auto& [j, w] : byRank) {
         const auto it = replicas_.find(j);
         if (it != replicas_.end()) terms.push_back({it->second.data() + off, gamma_ * w, 0.0});
       }
-      passes::mixDifferences(target, std::span<const float>(public_).subspan(off, dim_), terms);
+      kernels::cpuOps().mixDifferences(target.data(), public_.data() + off, terms.data(),
+                                       terms.size(), dim_);
     };
     consensus(x, 0);
     consensus(y_, dim_);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/algorithms/dense_passes.h"
+#include "kernels/ops.h"
 #include "runtime/common/enum_names.h"
 
 namespace grapevine::algorithms {
@@ -59,8 +59,8 @@ void RobustMixer::weigh(std::span<const float> self, std::vector<Term>& terms) {
       distrusted_.push_back(it->second);
       continue;
     }
-    const std::span<const float> v(term.vector, self.size());
-    distances_[t] = std::sqrt(passes::distanceAndNorm(v, self).distance2);
+    distances_[t] = std::sqrt(
+        kernels::cpuOps().distanceAndNorm(term.vector, self.data(), self.size()).distance2);
     sorted.push_back(distances_[t]);
   }
   const std::size_t n = sorted.size();

@@ -1,9 +1,8 @@
-// The gossip algorithms' dense passes (runtime/algorithms/dense_passes.h): the path in use (AVX2
-// where the CPU has it) against the portable one bit for bit, both against the plain definitions,
+// The gossip algorithms' dense passes (kernels::Ops::subtractSquares, distanceAndNorm,
+// mixDifferences): the table in use (cpuOps(), AVX2 where the CPU has it) against the reference
+// table bit for bit, both against the plain definitions,
 // and CHOCO's public copy, now decoded straight into, against a neighbour's replica of it for
 // every compression method.
-#include "runtime/algorithms/dense_passes.h"
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -11,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "runtime/engine/setup.h"
 #include "tests/test_util/config.h"
 
 using namespace grapevine;
-namespace passes = algorithms::passes;
 
 namespace {
 
@@ -36,16 +35,18 @@ bool sameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 }  // namespace
 
 TEST_CASE(
-    "dense passes: the path in use equals the portable one bit for bit, and the definitions") {
-  INFO("vectorized: " << passes::vectorized());
+    "dense passes: the table in use equals the reference one bit for bit, and the definitions") {
+  const kernels::Ops& used = kernels::cpuOps();
+  const kernels::Ops& reference = kernels::referenceOps();
+  INFO("cpu features: " << kernels::cpuFeatures());
   // Sizes around the 8-lane and 1024-element tile boundaries.
   for (std::size_t n : {0, 1, 7, 8, 9, 1023, 1024, 1025, 4096 + 13, 20000}) {
     INFO("n = " << n);
     const auto x = randomVector(n, 1), y = randomVector(n, 2, 0.5f);
 
     std::vector<float> d1(n), d2(n);
-    const double s1 = passes::subtract(x, y, d1);
-    const double s2 = passes::portable::subtract(x, y, d2);
+    const double s1 = used.subtractSquares(x.data(), y.data(), d1.data(), n);
+    const double s2 = reference.subtractSquares(x.data(), y.data(), d2.data(), n);
     CHECK(sameBits(d1, d2));
     CHECK(sameBits(s1, s2));
     double naive = 0;
@@ -55,8 +56,8 @@ TEST_CASE(
     }
     CHECK(s1 == Approx(naive).epsilon(1e-12).margin(1e-300));
 
-    const auto r1 = passes::distanceAndNorm(x, y);
-    const auto r2 = passes::portable::distanceAndNorm(x, y);
+    const auto r1 = used.distanceAndNorm(x.data(), y.data(), n);
+    const auto r2 = reference.distanceAndNorm(x.data(), y.data(), n);
     CHECK(sameBits(r1.distance2, r2.distance2));
     CHECK(sameBits(r1.norm2, r2.norm2));
     double nd = 0, nn = 0;
@@ -71,14 +72,14 @@ TEST_CASE(
     for (std::size_t terms = 0; terms <= 3; ++terms) {
       INFO("terms = " << terms);
       std::vector<std::vector<float>> replicas;
-      std::vector<passes::MixTerm> t;
+      std::vector<kernels::MixTerm> t;
       for (std::size_t i = 0; i < terms; ++i) {
         replicas.push_back(randomVector(n, 10 + static_cast<std::uint32_t>(i), 0.7f));
         t.push_back({replicas.back().data(), 0.1 * static_cast<double>(i + 1), 1.0 / 3.0});
       }
       auto m1 = x, m2 = x;
-      const double p1 = passes::mixDifferences(m1, y, t);
-      const double p2 = passes::portable::mixDifferences(m2, y, t);
+      const double p1 = used.mixDifferences(m1.data(), y.data(), t.data(), t.size(), n);
+      const double p2 = reference.mixDifferences(m2.data(), y.data(), t.data(), t.size(), n);
       CHECK(sameBits(m1, m2));
       CHECK(sameBits(p1, p2));
       // x + sum_t c_t (r_t - y), summed in double in term order and rounded once.

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -134,6 +135,44 @@ TEST_CASE("cuda axpy and add match bit for bit", "[cuda]") {
     ref().add(x.data(), y1.data(), o1.data(), n);
     gpu().add(dx.get(), dy.get(), dy.get(), n);  // out aliases y
     CHECK(sameBits(dy.toHost(), o1));
+  }
+}
+
+TEST_CASE("cuda dense gossip passes: element-wise bit for bit, sums to rounding", "[cuda]") {
+  requireDevice();
+  for (size_t n : kSizes) {
+    INFO("n=" << n);
+    const auto x = gaussian(n, 5), y = gaussian(n, 6);
+    DeviceVector<float> dx(x), dy(y), dout(n);
+    std::vector<float> out(n);
+    const double s = ref().subtractSquares(x.data(), y.data(), out.data(), n);
+    CHECK(gpu().subtractSquares(dx.get(), dy.get(), dout.get(), n) ==
+          Approx(s).epsilon(1e-12).margin(1e-300));
+    CHECK(sameBits(dout.toHost(), out));
+    const DistanceAndNorm r = ref().distanceAndNorm(x.data(), y.data(), n);
+    const DistanceAndNorm g = gpu().distanceAndNorm(dx.get(), dy.get(), n);
+    CHECK(g.distance2 == Approx(r.distance2).epsilon(1e-12).margin(1e-300));
+    CHECK(g.norm2 == Approx(r.norm2).epsilon(1e-12).margin(1e-300));
+    for (size_t count : {size_t{0}, size_t{1}, size_t{3}, kMaxDeviceMixTerms}) {
+      INFO("terms=" << count);
+      if (count == kMaxDeviceMixTerms && n > 4097) continue;  // 512 replicas of 1M: 2 GiB
+      std::vector<std::vector<float>> replicas;
+      std::vector<std::unique_ptr<DeviceVector<float>>> onDevice;
+      std::vector<MixTerm> host, device;
+      for (size_t i = 0; i < count; ++i) {
+        replicas.push_back(gaussian(n, 10 + static_cast<uint32_t>(i)));
+        onDevice.push_back(std::make_unique<DeviceVector<float>>(replicas.back()));
+        const double c = 0.1 * static_cast<double>(i % 7 + 1), w = 1.0 / 3.0;
+        host.push_back({replicas.back().data(), c, w});
+        device.push_back({onDevice.back()->get(), c, w});
+      }
+      auto mixed = x;
+      DeviceVector<float> dm(x);
+      const double spread = ref().mixDifferences(mixed.data(), y.data(), host.data(), count, n);
+      const double gs = gpu().mixDifferences(dm.get(), dy.get(), device.data(), count, n);
+      CHECK(sameBits(dm.toHost(), mixed));
+      CHECK(gs == Approx(spread).epsilon(1e-12).margin(1e-300));
+    }
   }
 }
 
