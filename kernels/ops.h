@@ -59,6 +59,25 @@ struct DistanceAndNorm {
 // stream's scratch); host tables take any number.
 inline constexpr size_t kMaxDeviceMixTerms = 512;
 
+// The optimizer's step directions (runtime/train/optimizer.h has the formulas and the options).
+enum class SgdMomentum : uint8_t {
+  kNone,                 // u = g'                          (g' = g + weightDecay * x)
+  kLocal,                // m = beta m + g'; u = m
+  kLocalNesterov,        // m = beta m + g'; u = g' + beta m
+  kQuasiGlobal,          // u = g' + beta m                 (m updated by momentumFromChange)
+  kQuasiGlobalNesterov,  // u = g' + beta (beta m + g')
+};
+struct SgdStep {
+  SgdMomentum momentum = SgdMomentum::kNone;
+  float beta = 0.0f;
+  float weightDecay = 0.0f;
+};
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g; u = (m / c1) / (sqrt(v / c2) + eps) + wd x.
+struct AdamwStep {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.0f;
+  float biasCorrection1 = 1.0f, biasCorrection2 = 1.0f;  // c1 = 1 - b1^t, c2 = 1 - b2^t
+};
+
 // Most indices topkSelect can write: k for exact, floor(k * (1 + slack)) for approximate.
 size_t topkMaxCount(size_t n, size_t k, Selector selector, double slack);
 
@@ -130,6 +149,17 @@ struct Ops {
   // order; returns sum_t weight_t sum_k (replica_t[k] - y[k])^2. With no terms x is unchanged and
   // the result is 0. `terms` is host memory (the replicas it points to are the table's).
   double (*mixDifferences)(float* x, const float* y, const MixTerm* terms, size_t count, size_t n);
+
+  // ---- Optimizer steps: float, element by element, each operation rounded (no FMA, IEEE sqrt
+  // and division), so every table gives the same bits. u may alias g. ----
+  // The SGD direction u for gradient g at x; m (the momentum buffer) is read, and updated for the
+  // local kinds; unused (may be null) for kNone.
+  void (*sgdDirection)(const float* g, const float* x, float* m, float* u, size_t n, SgdStep step);
+  void (*adamwDirection)(const float* g, const float* x, float* m, float* v, float* u, size_t n,
+                         AdamwStep step);
+  // Quasi-global momentum after mixing: d = (before - after) * invLrSum; m = beta m + (1 - beta) d.
+  void (*momentumFromChange)(const float* before, const float* after, float* m, size_t n,
+                             float beta, float invLrSum);
 
   // ---- CRC32C (Castagnoli), reflected, as used by iSCSI/ext4: crc32c("123456789") == 0xE3069283.
   // `crc` is the running value (start with 0); chaining over pieces equals one call over the whole.

@@ -246,6 +246,62 @@ double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t cou
   return reduceLanes8d(l);
 }
 
+// ---- Optimizer steps ----
+
+void sgdDirection(const float* g, const float* x, float* m, float* u, size_t n, SgdStep step) {
+  const float beta = step.beta, wd = step.weightDecay;
+  switch (step.momentum) {
+    case SgdMomentum::kNone:
+      for (size_t i = 0; i < n; ++i) u[i] = g[i] + wd * x[i];
+      return;
+    case SgdMomentum::kLocal:
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        m[i] = beta * m[i] + gi;
+        u[i] = m[i];
+      }
+      return;
+    case SgdMomentum::kLocalNesterov:
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        m[i] = beta * m[i] + gi;
+        u[i] = gi + beta * m[i];
+      }
+      return;
+    case SgdMomentum::kQuasiGlobal:
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        u[i] = gi + beta * m[i];
+      }
+      return;
+    case SgdMomentum::kQuasiGlobalNesterov:
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * x[i];
+        u[i] = gi + beta * (beta * m[i] + gi);
+      }
+      return;
+  }
+}
+
+void adamwDirection(const float* g, const float* x, float* m, float* v, float* u, size_t n,
+                    AdamwStep s) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
+    v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
+    u[i] = (m[i] / s.biasCorrection1) / (std::sqrt(v[i] / s.biasCorrection2) + s.eps) +
+           s.weightDecay * x[i];
+  }
+}
+
+void momentumFromChange(const float* before, const float* after, float* m, size_t n, float beta,
+                        float invLrSum) {
+  for (size_t i = 0; i < n; ++i) {
+    const float d = (before[i] - after[i]) * invLrSum;
+    m[i] = beta * m[i] + (1.0f - beta) * d;
+  }
+}
+
 }  // namespace grapevine::kernels::reference
 
 namespace grapevine::kernels {
@@ -283,6 +339,9 @@ const Ops& referenceOps() {
       r::subtractSquares,
       r::distanceAndNorm,
       r::mixDifferences,
+      r::sgdDirection,
+      r::adamwDirection,
+      r::momentumFromChange,
       r::crc32c,
   };
   return ops;

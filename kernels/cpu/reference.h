@@ -36,6 +36,11 @@ void scatterAccumulate(const uint32_t* idx, const float* v, size_t k, float w, f
 double subtractSquares(const float* x, const float* y, float* out, size_t n);
 DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n);
 double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t count, size_t n);
+void sgdDirection(const float* g, const float* x, float* m, float* u, size_t n, SgdStep step);
+void adamwDirection(const float* g, const float* x, float* m, float* v, float* u, size_t n,
+                    AdamwStep step);
+void momentumFromChange(const float* before, const float* after, float* m, size_t n, float beta,
+                        float invLrSum);
 // mixDifferences' tile: elements whose sums stay in L1 while each replica streams through.
 inline constexpr size_t kMixTile = 1024;
 uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t n);

@@ -767,6 +767,78 @@ GV_AVX2 double mixDifferences(float* x, const float* y, const MixTerm* terms, si
   return reduceLanes8d(l);
 }
 
+// ---- Optimizer steps: the reference's expressions, 8 at a time, each operation rounded as
+// there (no FMA; vsqrtps and vdivps are IEEE); the tail goes to the reference ----
+
+GV_AVX2 void sgdDirection(const float* g, const float* x, float* m, float* u, size_t n,
+                          SgdStep step) {
+  const __m256 beta = _mm256_set1_ps(step.beta), wd = _mm256_set1_ps(step.weightDecay);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi =
+        _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(wd, _mm256_loadu_ps(x + i)));
+    switch (step.momentum) {
+      case SgdMomentum::kNone:
+        _mm256_storeu_ps(u + i, gi);
+        break;
+      case SgdMomentum::kLocal:
+      case SgdMomentum::kLocalNesterov: {
+        const __m256 mi = _mm256_add_ps(_mm256_mul_ps(beta, _mm256_loadu_ps(m + i)), gi);
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(u + i, step.momentum == SgdMomentum::kLocal
+                                    ? mi
+                                    : _mm256_add_ps(gi, _mm256_mul_ps(beta, mi)));
+        break;
+      }
+      case SgdMomentum::kQuasiGlobal:
+        _mm256_storeu_ps(u + i, _mm256_add_ps(gi, _mm256_mul_ps(beta, _mm256_loadu_ps(m + i))));
+        break;
+      case SgdMomentum::kQuasiGlobalNesterov: {
+        const __m256 look = _mm256_add_ps(_mm256_mul_ps(beta, _mm256_loadu_ps(m + i)), gi);
+        _mm256_storeu_ps(u + i, _mm256_add_ps(gi, _mm256_mul_ps(beta, look)));
+        break;
+      }
+    }
+  }
+  reference::sgdDirection(g + i, x + i, m ? m + i : nullptr, u + i, n - i, step);
+}
+
+GV_AVX2 void adamwDirection(const float* g, const float* x, float* m, float* v, float* u, size_t n,
+                            AdamwStep s) {
+  const __m256 b1 = _mm256_set1_ps(s.beta1), b2 = _mm256_set1_ps(s.beta2);
+  const __m256 a1 = _mm256_set1_ps(1.0f - s.beta1), a2 = _mm256_set1_ps(1.0f - s.beta2);
+  const __m256 c1 = _mm256_set1_ps(s.biasCorrection1), c2 = _mm256_set1_ps(s.biasCorrection2);
+  const __m256 eps = _mm256_set1_ps(s.eps), wd = _mm256_set1_ps(s.weightDecay);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gi = _mm256_loadu_ps(g + i);
+    const __m256 mi =
+        _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(a1, gi));
+    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
+                                    _mm256_mul_ps(_mm256_mul_ps(a2, gi), gi));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    const __m256 denom = _mm256_add_ps(_mm256_sqrt_ps(_mm256_div_ps(vi, c2)), eps);
+    const __m256 step = _mm256_div_ps(_mm256_div_ps(mi, c1), denom);
+    _mm256_storeu_ps(u + i, _mm256_add_ps(step, _mm256_mul_ps(wd, _mm256_loadu_ps(x + i))));
+  }
+  reference::adamwDirection(g + i, x + i, m + i, v + i, u + i, n - i, s);
+}
+
+GV_AVX2 void momentumFromChange(const float* before, const float* after, float* m, size_t n,
+                                float beta, float invLrSum) {
+  const __m256 b = _mm256_set1_ps(beta), a = _mm256_set1_ps(1.0f - beta);
+  const __m256 inv = _mm256_set1_ps(invLrSum);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d =
+        _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(before + i), _mm256_loadu_ps(after + i)), inv);
+    _mm256_storeu_ps(m + i,
+                     _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(m + i)), _mm256_mul_ps(a, d)));
+  }
+  reference::momentumFromChange(before + i, after + i, m + i, n - i, beta, invLrSum);
+}
+
 }  // namespace grapevine::kernels::avx2
 
 namespace grapevine::kernels {
@@ -810,6 +882,9 @@ Dispatch makeDispatch() {
     d.ops.subtractSquares = v::subtractSquares;
     d.ops.distanceAndNorm = v::distanceAndNorm;
     d.ops.mixDifferences = v::mixDifferences;
+    d.ops.sgdDirection = v::sgdDirection;
+    d.ops.adamwDirection = v::adamwDirection;
+    d.ops.momentumFromChange = v::momentumFromChange;
     d.features = "avx2+f16c";
   } else {
     d.features = "scalar";

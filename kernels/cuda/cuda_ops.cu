@@ -671,6 +671,83 @@ double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t cou
   return sumPartials(c, grid, "mixDifferences");
 }
 
+// ---- Optimizer steps: the reference's expressions with each operation rounded as there ----
+
+__global__ void sgdDirectionKernel(const float* g, const float* x, float* m, float* u, size_t n,
+                                   SgdStep step) {
+  const float beta = step.beta;
+  for (size_t i = globalThread(); i < n; i += gridThreads()) {
+    const float gi = __fadd_rn(g[i], __fmul_rn(step.weightDecay, x[i]));
+    switch (step.momentum) {
+      case SgdMomentum::kNone:
+        u[i] = gi;
+        break;
+      case SgdMomentum::kLocal:
+        m[i] = __fadd_rn(__fmul_rn(beta, m[i]), gi);
+        u[i] = m[i];
+        break;
+      case SgdMomentum::kLocalNesterov:
+        m[i] = __fadd_rn(__fmul_rn(beta, m[i]), gi);
+        u[i] = __fadd_rn(gi, __fmul_rn(beta, m[i]));
+        break;
+      case SgdMomentum::kQuasiGlobal:
+        u[i] = __fadd_rn(gi, __fmul_rn(beta, m[i]));
+        break;
+      case SgdMomentum::kQuasiGlobalNesterov:
+        u[i] = __fadd_rn(gi, __fmul_rn(beta, __fadd_rn(__fmul_rn(beta, m[i]), gi)));
+        break;
+    }
+  }
+}
+
+__global__ void adamwDirectionKernel(const float* g, const float* x, float* m, float* v, float* u,
+                                     size_t n, AdamwStep s) {
+  const float a1 = __fsub_rn(1.0f, s.beta1), a2 = __fsub_rn(1.0f, s.beta2);
+  for (size_t i = globalThread(); i < n; i += gridThreads()) {
+    const float gi = g[i];
+    const float mi = __fadd_rn(__fmul_rn(s.beta1, m[i]), __fmul_rn(a1, gi));
+    const float vi = __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(a2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, s.biasCorrection2)), s.eps);
+    u[i] = __fadd_rn(__fdiv_rn(__fdiv_rn(mi, s.biasCorrection1), denom),
+                     __fmul_rn(s.weightDecay, x[i]));
+  }
+}
+
+__global__ void momentumFromChangeKernel(const float* before, const float* after, float* m,
+                                         size_t n, float beta, float invLrSum) {
+  const float a = __fsub_rn(1.0f, beta);
+  for (size_t i = globalThread(); i < n; i += gridThreads()) {
+    const float d = __fmul_rn(__fsub_rn(before[i], after[i]), invLrSum);
+    m[i] = __fadd_rn(__fmul_rn(beta, m[i]), __fmul_rn(a, d));
+  }
+}
+
+void sgdDirection(const float* g, const float* x, float* m, float* u, size_t n, SgdStep step) {
+  if (n == 0) return;
+  Context& c = threadContext();
+  sgdDirectionKernel<<<gridFor(n), kThreads, 0, c.stream>>>(g, x, m, u, n, step);
+  finish(c, "sgdDirection");
+}
+
+void adamwDirection(const float* g, const float* x, float* m, float* v, float* u, size_t n,
+                    AdamwStep step) {
+  if (n == 0) return;
+  Context& c = threadContext();
+  adamwDirectionKernel<<<gridFor(n), kThreads, 0, c.stream>>>(g, x, m, v, u, n, step);
+  finish(c, "adamwDirection");
+}
+
+void momentumFromChange(const float* before, const float* after, float* m, size_t n, float beta,
+                        float invLrSum) {
+  if (n == 0) return;
+  Context& c = threadContext();
+  momentumFromChangeKernel<<<gridFor(n), kThreads, 0, c.stream>>>(before, after, m, n, beta,
+                                                                  invLrSum);
+  finish(c, "momentumFromChange");
+}
+
 }  // namespace
 }  // namespace grapevine::kernels::cuda
 
@@ -703,6 +780,9 @@ const Ops& cudaOps() {
       c::subtractSquares,
       c::distanceAndNorm,
       c::mixDifferences,
+      c::sgdDirection,
+      c::adamwDirection,
+      c::momentumFromChange,
       c::crc32cDevice,
   };
   return ops;

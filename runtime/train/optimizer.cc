@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "kernels/ops.h"
 #include "runtime/common/enum_names.h"
 
 namespace grapevine::train {
@@ -188,19 +189,15 @@ void Optimizer::adamwOn(std::span<const float> g, std::span<const float> x, std:
                         std::size_t begin, std::size_t end) {
   const std::size_t n = u.size();
   assert(buffer_.size() == 2 * n);
-  float* m = buffer_.data();
-  float* v = buffer_.data() + n;
-  const float b1 = static_cast<float>(options_.momentum);
-  const float b2 = static_cast<float>(options_.beta2);
-  const float eps = static_cast<float>(options_.eps);
-  const float wd = static_cast<float>(options_.weightDecay);
-  const float c1 = biasCorrection1_, c2 = biasCorrection2_;
-  for (std::size_t i = begin; i < end; ++i) {
-    const float gi = g[i];
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    u[i] = (m[i] / c1) / (std::sqrt(v[i] / c2) + eps) + wd * x[i];
-  }
+  kernels::AdamwStep s;
+  s.beta1 = static_cast<float>(options_.momentum);
+  s.beta2 = static_cast<float>(options_.beta2);
+  s.eps = static_cast<float>(options_.eps);
+  s.weightDecay = static_cast<float>(options_.weightDecay);
+  s.biasCorrection1 = biasCorrection1_;
+  s.biasCorrection2 = biasCorrection2_;
+  kernels::cpuOps().adamwDirection(g.data() + begin, x.data() + begin, buffer_.data() + begin,
+                                   buffer_.data() + n + begin, u.data() + begin, end - begin, s);
 }
 
 void Optimizer::directionOn(std::span<const float> g, std::span<const float> x, std::span<float> u,
@@ -209,41 +206,22 @@ void Optimizer::directionOn(std::span<const float> g, std::span<const float> x, 
     adamwOn(g, x, u, begin, end);
     return;
   }
-  const float beta = static_cast<float>(options_.momentum);
-  const float wd = static_cast<float>(options_.weightDecay);
-  if (beta == 0.0f) {
-    for (std::size_t i = begin; i < end; ++i) u[i] = g[i] + wd * x[i];
-    return;
-  }
-  assert(buffer_.size() == u.size());
-  float* m = buffer_.data();
-  if (options_.momentumKind == MomentumKind::kLocal) {
-    if (options_.nesterov) {
-      for (std::size_t i = begin; i < end; ++i) {
-        const float gi = g[i] + wd * x[i];
-        m[i] = beta * m[i] + gi;
-        u[i] = gi + beta * m[i];
-      }
-    } else {
-      for (std::size_t i = begin; i < end; ++i) {
-        const float gi = g[i] + wd * x[i];
-        m[i] = beta * m[i] + gi;
-        u[i] = m[i];
-      }
-    }
+  kernels::SgdStep s;
+  s.beta = static_cast<float>(options_.momentum);
+  s.weightDecay = static_cast<float>(options_.weightDecay);
+  const bool local = options_.momentumKind == MomentumKind::kLocal;
+  if (s.beta == 0.0f) {
+    s.momentum = kernels::SgdMomentum::kNone;
+  } else if (options_.nesterov) {
+    s.momentum =
+        local ? kernels::SgdMomentum::kLocalNesterov : kernels::SgdMomentum::kQuasiGlobalNesterov;
   } else {
-    if (options_.nesterov) {
-      for (std::size_t i = begin; i < end; ++i) {
-        const float gi = g[i] + wd * x[i];
-        u[i] = gi + beta * (beta * m[i] + gi);
-      }
-    } else {
-      for (std::size_t i = begin; i < end; ++i) {
-        const float gi = g[i] + wd * x[i];
-        u[i] = gi + beta * m[i];
-      }
-    }
+    s.momentum = local ? kernels::SgdMomentum::kLocal : kernels::SgdMomentum::kQuasiGlobal;
   }
+  assert(s.beta == 0.0f || buffer_.size() == u.size());
+  float* m = s.beta == 0.0f ? nullptr : buffer_.data() + begin;
+  kernels::cpuOps().sgdDirection(g.data() + begin, x.data() + begin, m, u.data() + begin,
+                                 end - begin, s);
 }
 
 void Optimizer::afterMixing(std::span<const float> xBeforeSteps,
@@ -254,13 +232,9 @@ void Optimizer::afterMixing(std::span<const float> xBeforeSteps,
   if (options_.momentumKind != MomentumKind::kQuasiGlobal || buffer_.empty() || !(lrSum > 0.0))
     return;
   assert(xBeforeSteps.size() == buffer_.size() && xAfterMixing.size() == buffer_.size());
-  const float beta = static_cast<float>(options_.momentum);
-  const float invLrSum = static_cast<float>(1.0 / lrSum);
-  float* m = buffer_.data();
-  for (std::size_t i = 0; i < buffer_.size(); ++i) {
-    const float d = (xBeforeSteps[i] - xAfterMixing[i]) * invLrSum;
-    m[i] = beta * m[i] + (1.0f - beta) * d;
-  }
+  kernels::cpuOps().momentumFromChange(xBeforeSteps.data(), xAfterMixing.data(), buffer_.data(),
+                                       buffer_.size(), static_cast<float>(options_.momentum),
+                                       static_cast<float>(1.0 / lrSum));
 }
 
 Status Optimizer::setMomentumBuffer(std::span<const float> values) {

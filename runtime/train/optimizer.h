@@ -29,7 +29,9 @@
 // and Nesterov forms are not defined for it. The buffer holds m then v (2 x size).
 //
 // Thread contract: one Optimizer per peer, used from its training thread; no allocation after
-// construction. Arithmetic is in float, element by element, in index order (deterministic).
+// construction. Arithmetic is in float, element by element (deterministic): the kernels table's
+// sgdDirection, adamwDirection and momentumFromChange (kernels/ops.h), the same bits on every
+// table.
 #pragma once
 
 #include <cstdint>

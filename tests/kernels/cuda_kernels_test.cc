@@ -176,6 +176,47 @@ TEST_CASE("cuda dense gossip passes: element-wise bit for bit, sums to rounding"
   }
 }
 
+TEST_CASE("cuda optimizer steps match bit for bit", "[cuda]") {
+  requireDevice();
+  for (size_t n : kSizes) {
+    INFO("n=" << n);
+    const auto g = gaussian(n, 31), x = gaussian(n, 32), m0 = gaussian(n, 33, 0.1f);
+    DeviceVector<float> dg(g), dx(x);
+    for (SgdMomentum kind : {SgdMomentum::kNone, SgdMomentum::kLocal, SgdMomentum::kLocalNesterov,
+                             SgdMomentum::kQuasiGlobal, SgdMomentum::kQuasiGlobalNesterov}) {
+      INFO("momentum kind " << static_cast<int>(kind));
+      const SgdStep step{kind, 0.9f, 1e-4f};
+      auto m = m0;
+      std::vector<float> u(n);
+      ref().sgdDirection(g.data(), x.data(), m.data(), u.data(), n, step);
+      DeviceVector<float> dm(m0), du(n);
+      gpu().sgdDirection(dg.get(), dx.get(), dm.get(), du.get(), n, step);
+      CHECK(sameBits(du.toHost(), u));
+      CHECK(sameBits(dm.toHost(), m));
+    }
+    AdamwStep a;
+    a.beta2 = 0.95f;
+    a.weightDecay = 0.1f;
+    a.biasCorrection1 = 0.19f;
+    a.biasCorrection2 = 0.0975f;
+    auto v0 = gaussian(n, 34, 0.1f);
+    for (float& e : v0) e = e * e;
+    auto m = m0, v = v0;
+    std::vector<float> u(n);
+    ref().adamwDirection(g.data(), x.data(), m.data(), v.data(), u.data(), n, a);
+    DeviceVector<float> dm(m0), dv(v0), du(n);
+    gpu().adamwDirection(dg.get(), dx.get(), dm.get(), dv.get(), du.get(), n, a);
+    CHECK(sameBits(du.toHost(), u));
+    CHECK(sameBits(dm.toHost(), m));
+    CHECK(sameBits(dv.toHost(), v));
+    auto q = m0;
+    ref().momentumFromChange(g.data(), x.data(), q.data(), n, 0.9f, 12.5f);
+    DeviceVector<float> dq(m0);
+    gpu().momentumFromChange(dg.get(), dx.get(), dq.get(), n, 0.9f, 12.5f);
+    CHECK(sameBits(dq.toHost(), q));
+  }
+}
+
 TEST_CASE("cuda half and bfloat16 conversions match bit for bit", "[cuda]") {
   requireDevice();
   for (size_t n : kSizes) {

@@ -224,6 +224,62 @@ TEST_CASE("top-k exact survives adversarial inputs (all equal, sorted)", "[kerne
   }
 }
 
+TEST_CASE("optimizer steps match bit for bit", "[kernels]") {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{1000}, size_t{4099}}) {
+    INFO("n=" << n);
+    const auto g = gaussian(n, 31), x = gaussian(n, 32), m0 = gaussian(n, 33, 0.1f);
+    for (SgdMomentum kind : {SgdMomentum::kNone, SgdMomentum::kLocal, SgdMomentum::kLocalNesterov,
+                             SgdMomentum::kQuasiGlobal, SgdMomentum::kQuasiGlobalNesterov}) {
+      INFO("momentum kind " << static_cast<int>(kind));
+      const SgdStep step{kind, 0.9f, 1e-4f};
+      auto m1 = m0, m2 = m0;
+      std::vector<float> u1(n), u2 = g;  // u2 aliases the gradient
+      ref().sgdDirection(g.data(), x.data(), m1.data(), u1.data(), n, step);
+      vec().sgdDirection(u2.data(), x.data(), m2.data(), u2.data(), n, step);
+      CHECK(sameBits(u1, u2));
+      CHECK(sameBits(m1, m2));
+      // The definition, element by element.
+      bool exact = true;
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + 1e-4f * x[i];
+        float mi = m0[i], ui = gi;
+        if (kind == SgdMomentum::kLocal || kind == SgdMomentum::kLocalNesterov) {
+          mi = 0.9f * m0[i] + gi;
+          ui = kind == SgdMomentum::kLocal ? mi : gi + 0.9f * mi;
+        } else if (kind == SgdMomentum::kQuasiGlobal) {
+          ui = gi + 0.9f * m0[i];
+        } else if (kind == SgdMomentum::kQuasiGlobalNesterov) {
+          ui = gi + 0.9f * (0.9f * m0[i] + gi);
+        }
+        exact = exact && u1[i] == ui && m1[i] == mi;
+      }
+      CHECK(exact);
+    }
+    AdamwStep a;
+    a.beta1 = 0.9f;
+    a.beta2 = 0.95f;
+    a.eps = 1e-8f;
+    a.weightDecay = 0.1f;
+    a.biasCorrection1 = 0.19f;
+    a.biasCorrection2 = 0.0975f;
+    auto m1 = m0, m2 = m0;
+    auto v1 = gaussian(n, 34, 0.1f);
+    for (float& e : v1) e = e * e;
+    auto v2 = v1;
+    std::vector<float> u1(n), u2(n);
+    ref().adamwDirection(g.data(), x.data(), m1.data(), v1.data(), u1.data(), n, a);
+    vec().adamwDirection(g.data(), x.data(), m2.data(), v2.data(), u2.data(), n, a);
+    CHECK(sameBits(u1, u2));
+    CHECK(sameBits(m1, m2));
+    CHECK(sameBits(v1, v2));
+    auto q1 = m0, q2 = m0;
+    ref().momentumFromChange(g.data(), x.data(), q1.data(), n, 0.9f, 12.5f);
+    vec().momentumFromChange(g.data(), x.data(), q2.data(), n, 0.9f, 12.5f);
+    CHECK(sameBits(q1, q2));
+  }
+}
+
 TEST_CASE("gather and scatter", "[kernels]") {
   auto x = gaussian(1000, 12);
   std::vector<uint32_t> idx = {0, 5, 999, 500};
