@@ -67,11 +67,14 @@ const std::vector<std::string_view>& lrScheduleKindNames();
 //   cosine:    minLr + (lr - minLr) * (1 + cos(pi * t / T)) / 2 with t = round - warmupRounds,
 //              T = totalRounds - warmupRounds; minLr once t >= T
 //   step:      lr * gamma^(number of milestones <= round)  (milestones are absolute rounds)
+// The defaults of LrSchedule and OptimizerOptions are the config's (optimizer.*, run.rounds), so a
+// test built from OptimizerOptions{} trains as a real run does;
+// tests/config/library_defaults_test.cc fails when they differ.
 struct LrSchedule {
-  LrScheduleKind kind = LrScheduleKind::kConstant;  // optimizer.schedule
-  double lr = 0.1;                                  // optimizer.lr
-  std::int64_t warmupRounds = 0;                    // optimizer.warmup_rounds
-  std::int64_t totalRounds = 0;          // cosine: the run's length (engine fills it from rounds)
+  LrScheduleKind kind = LrScheduleKind::kCosine;  // optimizer.schedule
+  double lr = 0.1;                                // optimizer.lr
+  std::int64_t warmupRounds = 0;                  // optimizer.warmup_rounds
+  std::int64_t totalRounds = 1000;       // cosine: the run's length (engine fills it from rounds)
   double minLr = 0.0;                    // optimizer.min_lr (cosine floor)
   std::vector<std::int64_t> milestones;  // optimizer.milestones (step), ascending
   double gamma = 0.1;                    // optimizer.gamma (step factor)
@@ -84,11 +87,11 @@ struct LrSchedule {
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;  // optimizer.kind
   LrSchedule schedule;
-  double momentum = 0.0;                             // optimizer.momentum, beta (adamw: beta1)
-  double beta2 = 0.999;                              // optimizer.beta2 (adamw)
-  double eps = 1e-8;                                 // optimizer.eps (adamw)
-  bool nesterov = false;                             // optimizer.nesterov
-  double weightDecay = 0.0;                          // optimizer.weight_decay, >= 0
+  double momentum = 0.9;     // optimizer.momentum, beta (adamw: beta1)
+  double beta2 = 0.999;      // optimizer.beta2 (adamw)
+  double eps = 1e-8;         // optimizer.eps (adamw)
+  bool nesterov = true;      // optimizer.nesterov (sgd with momentum > 0; set false for the others)
+  double weightDecay = 0.0;  // optimizer.weight_decay, >= 0
   MomentumKind momentumKind = MomentumKind::kLocal;  // optimizer.momentum_kind
 
   Status validate() const;

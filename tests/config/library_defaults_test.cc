@@ -1,6 +1,7 @@
 // One source of defaults (issue 37): a library option struct that a config section is copied into
-// has the config's defaults as its own, so a unit test that builds `compress::Options{}` or
-// `transport::Options{}` runs with the values a real run uses. A config of schema defaults goes
+// has the config's defaults as its own, so a unit test that builds `compress::Options{}`,
+// `transport::Options{}`, `train::WorkloadOptions{}` or `train::OptimizerOptions{}` runs with the
+// values a real run uses. A config of schema defaults goes
 // through the real copiers (engine/setup.h, engine/process_options.h), and every field of the
 // result is compared with the struct's own `{}` default. The structured bindings name each field in
 // declaration order: a field added to one of these structs fails to compile here until it is
@@ -14,6 +15,7 @@
 #include "runtime/config/schema.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/setup.h"
+#include "runtime/train/optimizer.h"
 #include "runtime/train/options.h"
 #include "runtime/transport/transport.h"
 
@@ -101,6 +103,29 @@ TEST_CASE("train::WorkloadOptions{} has the workload section's defaults", "[conf
   CHECK(evalTestSamples == want.evalTestSamples);
   CHECK(evalTrainSamples == want.evalTrainSamples);
   CHECK(threads == want.threads);
+}
+
+TEST_CASE("train::OptimizerOptions{} has the optimizer section's defaults", "[config][defaults]") {
+  // The schedule's length is run.rounds'.
+  const train::OptimizerOptions copied = engine::optimizerOptions(defaults());
+  const train::OptimizerOptions want{};
+  const auto& [kind, schedule, momentum, beta2, eps, nesterov, weightDecay, momentumKind] = copied;
+  CHECK(kind == want.kind);
+  CHECK(momentum == want.momentum);
+  CHECK(beta2 == want.beta2);
+  CHECK(eps == want.eps);
+  CHECK(nesterov == want.nesterov);
+  CHECK(weightDecay == want.weightDecay);
+  CHECK(momentumKind == want.momentumKind);
+  const auto& [scheduleKind, lr, warmupRounds, totalRounds, minLr, milestones, gamma] = schedule;
+  CHECK(scheduleKind == want.schedule.kind);
+  CHECK(lr == want.schedule.lr);
+  CHECK(warmupRounds == want.schedule.warmupRounds);
+  CHECK(totalRounds == want.schedule.totalRounds);
+  CHECK(minLr == want.schedule.minLr);
+  CHECK(milestones == want.schedule.milestones);
+  CHECK(gamma == want.schedule.gamma);
+  CHECK(want.validate().isOk());
 }
 
 // Every config the schema accepts either works or is refused by `validate`: a compression value

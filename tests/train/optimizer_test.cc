@@ -144,6 +144,7 @@ TEST_CASE("momentum buffer restore checks its size", "[train][optimizer]") {
 
 TEST_CASE("learning-rate schedules", "[train][lr]") {
   LrSchedule constant;
+  constant.kind = LrScheduleKind::kConstant;
   constant.lr = 0.1;
   constant.warmupRounds = 4;
   REQUIRE(constant.validate().isOk());
@@ -195,6 +196,7 @@ TEST_CASE("adamw: bias-corrected moments, decoupled weight decay, skipped values
   OptimizerOptions o;
   o.kind = OptimizerKind::kAdamw;
   o.momentum = 0.9;  // beta1
+  o.nesterov = false;
   o.weightDecay = 0.1;
   REQUIRE(o.validate().isOk());
   Optimizer opt(o, 2);
@@ -239,7 +241,7 @@ TEST_CASE("optimizer options are validated with the key named", "[train][optimiz
   o.momentum = 1.0;
   expectError(o, "optimizer.momentum");
   o = {};
-  o.nesterov = true;
+  o.momentum = 0;  // nesterov (the default) without momentum
   expectError(o, "optimizer.nesterov");
   o = {};
   o.weightDecay = -1;
@@ -251,7 +253,7 @@ TEST_CASE("optimizer options are validated with the key named", "[train][optimiz
   o.schedule.lr = 0;  // pure gossip: allowed
   CHECK(o.validate().isOk());
   o = {};
-  o.schedule.kind = LrScheduleKind::kCosine;
+  o.schedule.totalRounds = 0;  // cosine (the default) needs the run's length
   expectError(o, "total rounds");
   o = {};
   o.schedule.kind = LrScheduleKind::kStep;

@@ -40,8 +40,11 @@ double secondsSince(Clock::time_point t) {
 
 int main(int argc, char** argv) {
   WorkloadOptions w;
-  OptimizerOptions o;
+  OptimizerOptions o;  // plain SGD at a constant rate unless --momentum/--nesterov say otherwise
+  o.schedule.kind = LrScheduleKind::kConstant;
   o.schedule.lr = 0.05;
+  o.momentum = 0.0;
+  o.nesterov = false;
   std::string model = "mlp";
   long steps = 2000, evalEvery = 100;
   double target = 0.85;

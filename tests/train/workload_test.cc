@@ -171,8 +171,10 @@ TEST_CASE("softmax regression reaches > 75% test accuracy in 300 steps", "[train
   std::printf("softmax training seed %llu\n", static_cast<unsigned long long>(seed));
   auto w = build(o, 0, 1, seed, shared);
   OptimizerOptions oo;
+  oo.schedule.kind = LrScheduleKind::kConstant;
   oo.schedule.lr = 0.005;
   oo.momentum = 0.9;
+  oo.nesterov = false;
   Optimizer opt(oo, w->parameterCount());
   std::vector<float> x(w->parameterCount()), g(x.size()), u(x.size());
   w->initParameters(x, seed);
