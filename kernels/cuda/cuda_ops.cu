@@ -69,6 +69,19 @@ __device__ uint32_t blockSum(uint32_t v, uint32_t* shared) {
   return s;
 }
 
+// The block's sum of `s` into partial[blockIdx.x].
+__device__ void blockSumTo(double s, double* partial) {
+  __shared__ double sh[kThreads];
+  __syncthreads();  // sh may still be read by a previous call
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (static_cast<int>(threadIdx.x) < stride) sh[threadIdx.x] += sh[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
 // ---- Reductions --------------------------------------------------------------------------------
 
 __global__ void maxAbsKernel(const float* x, size_t n, uint32_t* out) {
@@ -87,14 +100,7 @@ __global__ void sumProductsKernel(const float* x, const float* y, size_t n, doub
     const double a = x[i];
     s += kDot ? a * static_cast<double>(y[i]) : a * a;
   }
-  __shared__ double sh[kThreads];
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    if (static_cast<int>(threadIdx.x) < stride) sh[threadIdx.x] += sh[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+  blockSumTo(s, partial);
 }
 
 enum class FiniteKind : int { kFloat = 0, kHalf = 1, kBf16 = 2 };
@@ -558,19 +564,6 @@ static_assert(2 * kMaxReduceBlocks * sizeof(double) <= kDeviceScratchBytes);
 static_assert(kMixTermsOffset + kMaxDeviceMixTerms * sizeof(MixTerm) <= kDeviceScratchBytes);
 static_assert(kMaxDeviceMixTerms * sizeof(MixTerm) + kMixBlocks * sizeof(double) <=
               kHostStagingBytes);
-
-// The block's sum of `s` into partial[blockIdx.x].
-__device__ void blockSumTo(double s, double* partial) {
-  __shared__ double sh[kThreads];
-  __syncthreads();  // sh may still be read by a previous call
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-    if (static_cast<int>(threadIdx.x) < stride) sh[threadIdx.x] += sh[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
-}
 
 __global__ void subtractSquaresKernel(const float* x, const float* y, float* out, size_t n,
                                       double* partial) {
