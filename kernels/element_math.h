@@ -87,14 +87,8 @@ GV_HD inline int quantizeStochastic(float x, float inv, int levels, float u) {
 // The sign method's scale is mean|x| over a block. Float sums depend on order, so the order is part
 // of the contract: element j of the block goes to lane j % 8, then lanes reduce as
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). This matches an 8-wide SIMD accumulator exactly.
-GV_HD inline float reduceLanes8(const float l[8]) {
-  float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
-  float b0 = a0 + a2, b1 = a1 + a3;
-  return b0 + b1;
-}
-
-// The same lane order for the double sums of the dense gossip passes (Ops::subtractSquares, ...).
-GV_HD inline double reduceLanes8d(const double l[8]) {
+template <typename T>  // float (the sign scales) or double (the dense gossip passes' sums)
+GV_HD inline T reduceLanes8(const T l[8]) {
   return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 

@@ -140,7 +140,7 @@ struct Ops {
   // double sums in the terms' order, rounded to float once; no fused multiply-add. The sums over
   // elements (norms for the consensus step and the records: local decisions) are double sums in
   // 8 lanes on the CPU tables (element k to lane k % 8, in increasing k, reduced as
-  // reduceLanes8d), the same bits on both; a device table may differ from them by rounding.
+  // reduceLanes8), the same bits on both; a device table may differ from them by rounding.
   // out[k] = x[k] - y[k]; returns sum_k out[k]^2. out may alias neither input.
   double (*subtractSquares)(const float* x, const float* y, float* out, size_t n);
   // sum_k (x[k] - y[k])^2 (the difference taken in double) and sum_k y[k]^2.

@@ -208,7 +208,7 @@ double subtractSquares(const float* x, const float* y, float* out, size_t n) {
     const double v = out[k];
     l[k % 8] += v * v;
   }
-  return reduceLanes8d(l);
+  return reduceLanes8(l);
 }
 
 DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n) {
@@ -219,7 +219,7 @@ DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n) {
     ld[k % 8] += d * d;
     ln[k % 8] += yk * yk;
   }
-  return {reduceLanes8d(ld), reduceLanes8d(ln)};
+  return {reduceLanes8(ld), reduceLanes8(ln)};
 }
 
 double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t count, size_t n) {
@@ -243,7 +243,7 @@ double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t cou
     }
     for (size_t k = 0; k < m; ++k) x[k0 + k] = static_cast<float>(x[k0 + k] + t[k]);
   }
-  return reduceLanes8d(l);
+  return reduceLanes8(l);
 }
 
 // ---- Optimizer steps ----

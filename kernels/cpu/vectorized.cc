@@ -34,6 +34,10 @@ GV_AVX2 inline uint32_t hmaxEpu32(__m256i v) {
   return static_cast<uint32_t>(_mm_cvtsi128_si32(m));
 }
 
+// The low and the high four floats of v, widened to double.
+GV_AVX2 inline __m256d lowHalfPd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+GV_AVX2 inline __m256d highHalfPd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+
 GV_AVX2 inline double hsumPd(__m256d v) {
   __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
   s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
@@ -84,12 +88,8 @@ GV_AVX2 double dot(const float* x, const float* y, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256 vx = _mm256_loadu_ps(x + i), vy = _mm256_loadu_ps(y + i);
-    __m256d xl = _mm256_cvtps_pd(_mm256_castps256_ps128(vx));
-    __m256d xh = _mm256_cvtps_pd(_mm256_extractf128_ps(vx, 1));
-    __m256d yl = _mm256_cvtps_pd(_mm256_castps256_ps128(vy));
-    __m256d yh = _mm256_cvtps_pd(_mm256_extractf128_ps(vy, 1));
-    a0 = _mm256_add_pd(a0, _mm256_mul_pd(xl, yl));
-    a1 = _mm256_add_pd(a1, _mm256_mul_pd(xh, yh));
+    a0 = _mm256_add_pd(a0, _mm256_mul_pd(lowHalfPd(vx), lowHalfPd(vy)));
+    a1 = _mm256_add_pd(a1, _mm256_mul_pd(highHalfPd(vx), highHalfPd(vy)));
   }
   double s = hsumPd(_mm256_add_pd(a0, a1));
   for (; i < n; ++i) s += static_cast<double>(x[i]) * y[i];
@@ -650,8 +650,6 @@ GV_AVX2 inline void spillLanes(__m256d lo, __m256d hi, double* l) {
   _mm256_storeu_pd(l, lo);
   _mm256_storeu_pd(l + 4, hi);
 }
-GV_AVX2 inline __m256d lowHalfPd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
-GV_AVX2 inline __m256d highHalfPd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
 
 GV_AVX2 double subtractSquares(const float* x, const float* y, float* out, size_t n) {
   __m256d a0 = _mm256_setzero_pd(), a1 = a0;
@@ -670,7 +668,7 @@ GV_AVX2 double subtractSquares(const float* x, const float* y, float* out, size_
     const double v = out[k];
     l[k % 8] += v * v;
   }
-  return reduceLanes8d(l);
+  return reduceLanes8(l);
 }
 
 GV_AVX2 DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n) {
@@ -695,7 +693,7 @@ GV_AVX2 DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n
     ld[k % 8] += d * d;
     ln[k % 8] += yk * yk;
   }
-  return {reduceLanes8d(ld), reduceLanes8d(ln)};
+  return {reduceLanes8(ld), reduceLanes8(ln)};
 }
 
 // One tile of mixDifferences: t[k] = sum_i c_i (r_i[k] - y[k]) in double, the squared distances
@@ -764,7 +762,7 @@ GV_AVX2 double mixDifferences(float* x, const float* y, const MixTerm* terms, si
   }
   double l[8];
   spillLanes(a0, a1, l);
-  return reduceLanes8d(l);
+  return reduceLanes8(l);
 }
 
 // ---- Optimizer steps: the reference's expressions, 8 at a time, each operation rounded as

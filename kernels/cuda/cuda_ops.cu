@@ -132,20 +132,31 @@ float maxAbs(const float* x, size_t n) {
   return bitsFloat(*h);
 }
 
+// The reductions' partial sums: `count` doubles at the start of the device scratch, copied to the
+// pinned staging; the stream is synchronised, so the host may read them.
+const double* partialsOnHost(Context& c, size_t count, const char* what) {
+  auto* h = static_cast<double*>(c.hostStaging);
+  checkCuda(
+      cudaMemcpyAsync(h, c.deviceScratch, count * sizeof(double), cudaMemcpyDeviceToHost, c.stream),
+      what);
+  finish(c, what);
+  return h;
+}
+double sumPartials(Context& c, size_t count, const char* what) {
+  const double* h = partialsOnHost(c, count, what);
+  double s = 0.0;
+  for (size_t b = 0; b < count; ++b) s += h[b];
+  return s;
+}
+
 template <bool kDot>
 double sumProducts(const float* x, const float* y, size_t n) {
   if (n == 0) return 0.0;
   Context& c = threadContext();
   const unsigned grid = gridFor(n, kMaxReduceBlocks);
-  auto* d = static_cast<double*>(c.deviceScratch);
-  auto* h = static_cast<double*>(c.hostStaging);
-  sumProductsKernel<kDot><<<grid, kThreads, 0, c.stream>>>(x, y, n, d);
-  checkCuda(cudaMemcpyAsync(h, d, grid * sizeof(double), cudaMemcpyDeviceToHost, c.stream),
-            "sum copy");
-  finish(c, kDot ? "dot" : "sumSquares");
-  double s = 0.0;
-  for (unsigned b = 0; b < grid; ++b) s += h[b];
-  return s;
+  sumProductsKernel<kDot>
+      <<<grid, kThreads, 0, c.stream>>>(x, y, n, static_cast<double*>(c.deviceScratch));
+  return sumPartials(c, grid, kDot ? "dot" : "sumSquares");
 }
 double sumSquares(const float* x, size_t n) { return sumProducts<false>(x, x, n); }
 double dot(const float* x, const float* y, size_t n) { return sumProducts<true>(x, y, n); }
@@ -604,18 +615,6 @@ __global__ void mixDifferencesKernel(float* x, const float* y, const MixTerm* te
   blockSumTo(s, partial);
 }
 
-// Copies `count` partials (doubles at the scratch's start) to the host, synchronises, sums them.
-double sumPartials(Context& c, size_t count, const char* what) {
-  auto* h = static_cast<double*>(c.hostStaging);
-  checkCuda(
-      cudaMemcpyAsync(h, c.deviceScratch, count * sizeof(double), cudaMemcpyDeviceToHost, c.stream),
-      what);
-  finish(c, what);
-  double s = 0.0;
-  for (size_t b = 0; b < count; ++b) s += h[b];
-  return s;
-}
-
 double subtractSquares(const float* x, const float* y, float* out, size_t n) {
   if (n == 0) return 0.0;
   Context& c = threadContext();
@@ -631,11 +630,7 @@ DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n) {
   const unsigned grid = gridFor(n, kMaxReduceBlocks);
   distanceAndNormKernel<<<grid, kThreads, 0, c.stream>>>(x, y, n,
                                                          static_cast<double*>(c.deviceScratch));
-  auto* h = static_cast<double*>(c.hostStaging);
-  checkCuda(cudaMemcpyAsync(h, c.deviceScratch, 2 * grid * sizeof(double), cudaMemcpyDeviceToHost,
-                            c.stream),
-            "distanceAndNorm copy");
-  finish(c, "distanceAndNorm");
+  const double* h = partialsOnHost(c, 2 * size_t{grid}, "distanceAndNorm");
   DistanceAndNorm r;
   for (unsigned b = 0; b < grid; ++b) {
     r.distance2 += h[b];
