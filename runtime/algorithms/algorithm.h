@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -166,6 +167,15 @@ class Algorithm {
   // scalars() gave (kInvalidArgument when the count differs, the state unchanged).
   virtual std::vector<double> scalars() const { return {}; }
   virtual Status loadScalars(std::span<const double> values);
+  // A checkpoint's state (the engine's PeerState::algorithm and ::algorithmScalars), all or
+  // nothing: the saved buffers by name, in any order; a neighbour's replica the checkpoint lacks
+  // (the neighbour was dead when it was taken) stays as it starts and its rank is added to `fresh`
+  // (its edge must resync); a saved replica of a neighbour for which `deadNow` is true is left out.
+  // Any other missing or extra name, another size or other scalars are kInvalidArgument (another
+  // config), the state unchanged.
+  Status restore(const std::vector<std::pair<std::string, std::vector<float>>>& saved,
+                 std::span<const double> savedScalars, const std::function<bool(int)>& deadNow,
+                 std::vector<int>& fresh);
 
   // The consensus step this peer proposes for the current round (after prepare), carried in its
   // envelopes; 0 when the step is fixed by the config (or the algorithm has none).

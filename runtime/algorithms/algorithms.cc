@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <iterator>
 #include <map>
 
@@ -58,6 +60,47 @@ Status Algorithm::loadScalars(std::span<const double> values) {
   if (values.empty()) return Status::ok();
   return invalidArgument("algorithm state: " + std::string(name()) + " has no scalars, got " +
                          std::to_string(values.size()));
+}
+
+Status Algorithm::restore(const std::vector<std::pair<std::string, std::vector<float>>>& saved,
+                          std::span<const double> savedScalars,
+                          const std::function<bool(int)>& deadNow, std::vector<int>& fresh) {
+  constexpr std::string_view kReplica = "replica/";
+  auto buffers = state();
+  std::vector<int> missing;
+  for (auto& [name, values] : buffers) {
+    // The binding is captured through a reference of its own: clang before 16 cannot capture a
+    // structured binding (a C++20 addition), and the fuzz build uses clang.
+    const auto it = std::find_if(saved.begin(), saved.end(),
+                                 [&n = name](const auto& b) { return b.first == n; });
+    if (it == saved.end()) {
+      if (!name.starts_with(kReplica)) return invalidArgument("algorithm state: no '" + name + "'");
+      missing.push_back(std::stoi(name.substr(kReplica.size())));
+      continue;
+    }
+    if (it->second.size() != values.size()) {
+      return invalidArgument("algorithm state '" + name +
+                             "': " + std::to_string(it->second.size()) + " values, this peer has " +
+                             std::to_string(values.size()));
+    }
+    values = it->second;
+  }
+  for (const auto& [name, values] : saved) {
+    if (name.starts_with(kReplica) && deadNow(std::atoi(name.c_str() + kReplica.size()))) continue;
+    if (std::none_of(buffers.begin(), buffers.end(),
+                     [&n = name](const auto& b) { return b.first == n; }))
+      return invalidArgument("algorithm state: '" + name + "' is not a buffer of this peer's " +
+                             std::string(this->name()));
+  }
+  // Checked scalars first, so that a mismatch changes nothing.
+  const auto scalarsBefore = scalars();
+  GV_RETURN_IF_ERROR(loadScalars(savedScalars));
+  if (Status st = loadState(buffers); !st.isOk()) {
+    (void)loadScalars(scalarsBefore);
+    return st;
+  }
+  fresh.insert(fresh.end(), missing.begin(), missing.end());
+  return Status::ok();
 }
 
 std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.size_bytes()); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "kernels/ops.h"
 #include "runtime/common/enum_names.h"
@@ -143,6 +144,31 @@ std::vector<NeighbourTrust> RobustMixer::trust() const {
   out.reserve(trust_.size());
   for (const auto& [j, t] : trust_) out.push_back(t);
   return out;
+}
+
+std::string quarantineReason(const NeighbourTrust& t) {
+  char why[300];
+  const auto clipped = static_cast<unsigned long long>(t.roundsClipped);
+  const auto mixed = static_cast<unsigned long long>(t.roundsMixed);
+  if (t.restored) {
+    std::snprintf(why, sizeof why,
+                  "quarantined again: this peer had quarantined it before its restart (the "
+                  "checkpoint's trust: suspicion %.2f after %llu rounds)",
+                  t.score, mixed);
+  } else if (t.roundsLossy == 0) {
+    std::snprintf(why, sizeof why,
+                  "quarantined: its messages lay beyond the robust mixing radius in %llu of %llu "
+                  "rounds (suspicion %.2f >= algorithm.robust_quarantine)",
+                  clipped, mixed, t.score);
+  } else {
+    std::snprintf(why, sizeof why,
+                  "quarantined: of %llu rounds, its messages lay beyond the robust mixing radius "
+                  "in %llu and its model's loss on this peer's probe beyond %.1fx its own in %llu "
+                  "(suspicion %.2f >= algorithm.robust_quarantine)",
+                  mixed, clipped, RobustMixer::kLossSlack,
+                  static_cast<unsigned long long>(t.roundsLossy), t.score);
+  }
+  return why;
 }
 
 }  // namespace grapevine::algorithms

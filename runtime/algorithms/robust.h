@@ -44,6 +44,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -150,5 +151,9 @@ class RobustMixer {
   std::size_t left_ = 0;  // b less the neighbours distrusted, as of the last weigh()
   double radius_ = 0.0;
 };
+
+// Why the engine quarantines a neighbour robust mixing distrusts (takeDistrusted()): its clipped
+// and lossy rounds and its suspicion score, or the checkpoint's trust it was restored with.
+std::string quarantineReason(const NeighbourTrust& t);
 
 }  // namespace grapevine::algorithms

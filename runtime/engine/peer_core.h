@@ -35,6 +35,10 @@
 #include "runtime/common/status.h"
 #include "runtime/engine/attacks.h"
 #include "runtime/engine/collectives.h"
+#include "runtime/engine/edges.h"
+#include "runtime/engine/health.h"
+#include "runtime/engine/local_trainer.h"
+#include "runtime/engine/peer_state.h"
 #include "runtime/security/auth.h"
 #include "runtime/security/key.h"
 #include "runtime/train/optimizer.h"
@@ -100,93 +104,6 @@ struct PeerCoreOptions {
   int staleness = 0;
 };
 
-// What a round starts from. The engine's workloads take their local steps; the API's caller may
-// have taken its own optimizer step already (then x is x_half and `loss` is the caller's).
-struct RoundInput {
-  bool localSteps = true;
-  double loss = 0.0;  // with localSteps false: the caller's loss (NaN: unknown)
-  // The round's lr instead of optimizer.*'s schedule (the API caller's scheduler; with localSteps
-  // false the lr its own optimizer used, for the records). NaN: the schedule.
-  double lr = std::numeric_limits<double>::quiet_NaN();
-  // algorithm.staleness: the neighbours are ahead (neighboursAhead()): no local steps this round,
-  // the model goes out as it is (the loss reported is the previous round's). Last, so that the
-  // API's {localSteps, loss, lr} stays as it is.
-  bool skipCompute = false;
-};
-
-struct PeerCounters {
-  std::uint64_t bytesSent = 0;
-  std::uint64_t bytesReceived = 0;
-  std::uint64_t bytesDenseEquivalent = 0;
-  // bytesSent and bytesReceived by neighbour (each map sums to its total): the metrics' labels.
-  std::map<int, std::uint64_t> bytesSentTo, bytesReceivedFrom;
-  std::uint64_t messagesApplied = 0;
-  std::uint64_t lateApplied = 0;
-  std::uint64_t suspectRounds = 0;   // (neighbour, round) pairs that missed the round
-  std::uint64_t deadNeighbours = 0;  // neighbours lost before they finished their rounds
-  std::uint64_t replicaChecks = 0;
-  std::uint64_t replicaMismatches = 0;
-  std::uint64_t resyncs = 0;
-  std::map<std::string, std::uint64_t> dropped;  // by reason: crc, bad_magic, duplicate, ...
-  // Sent and received in collectives (the API's start-up sync and finalize averaging), not in the
-  // byte counts above.
-  std::uint64_t collectiveBytes = 0;
-  // Neighbours quarantined (PeerCoreOptions::quarantineAfter, algorithm.robust_quarantine).
-  std::uint64_t quarantined = 0;
-  std::uint64_t revivedNeighbours = 0;   // dead neighbours taken back (revive())
-  std::uint64_t rejoinedNeighbours = 0;  // neighbours connected again (rejoin())
-  std::uint64_t roundsSkipped = 0;       // rounds this peer skipped to catch up (skipTo())
-  // algorithm.staleness: (neighbour, round) pairs mixed from a replica of an earlier round, and
-  // rounds this peer took no local steps in because its neighbours were ahead.
-  std::uint64_t staleMixes = 0;
-  std::uint64_t roundsComputeSkipped = 0;
-  // Rounds begun with neighbours lost (not finished): with none of them live (isolated: training
-  // alone), or with fewer than half of its neighbours live.
-  std::uint64_t roundsIsolated = 0;
-  std::uint64_t roundsBelowHalfDegree = 0;
-  std::int64_t stateFrom = -1;  // adoptFirstSnapshot(): the neighbour whose public copy it took
-};
-
-// Everything a peer needs to continue a run exactly after the round it was taken in (checkpoints:
-// runtime/engine/checkpoint.h). Not in it, by design: per-edge sequence numbers and in-flight
-// messages (a resumed peer's edges start afresh, as after any reconnection, at both ends) and the
-// set of dead neighbours (everyone is alive again after a restart).
-struct PeerState {
-  std::int64_t round = -1;         // the last completed round
-  std::uint64_t workloadStep = 0;  // the minibatch stream's position (Workload::step)
-  std::vector<float> model;
-  std::vector<float> momentum;       // the optimizer's buffer (empty without momentum)
-  std::vector<float> outerMomentum;  // the outer optimizer's (empty without one or with mu 0)
-  // algorithm.overlap: the next round's gradient, computed during this round's communication.
-  std::vector<float> gradient;
-  bool gradientReady = false;
-  std::vector<std::pair<std::string, std::vector<float>>> algorithm;  // Algorithm::state()
-  std::vector<double> algorithmScalars;                               // Algorithm::scalars()
-  // Divergence detection's history and the last round's figures (records).
-  double initialNorm = 0.0, firstLoss = 0.0, lossEma = 0.0, minLossEma = 0.0;
-  bool lossSeen = false;
-  double lastLoss = 0.0, lastLr = 0.0;
-  PeerCounters counters;
-  // Robust mixing's trust in each neighbour (algorithm.robust): a restarted peer goes on from it
-  // and quarantines a neighbour it had quarantined as soon as that one is mixed again.
-  std::vector<algorithms::NeighbourTrust> trust;
-};
-
-// Why a run stops early: training diverged, here (origin == this peer's rank) or at a peer whose
-// notice reached this one through its neighbours.
-struct Divergence {
-  std::int64_t round = 0;  // the round in which `origin` detected it
-  int origin = 0;
-  double loss = 0.0;       // the origin's local loss then (NaN when not finite)
-  double modelNorm = 0.0;  // the origin's |x| then (NaN when not finite)
-  std::string reason;      // what was detected, e.g. "the loss is not finite"
-};
-
-// "diverged at round R (peer P: REASON; loss L, model norm N[, consensus distance D]): lower
-// optimizer.lr or algorithm.consensus_step" — what `peer`, `launch` and `sim` print (exit code 3).
-// consensusDistance: NaN where unknown (a real peer sees only its neighbours).
-std::string divergenceMessage(const Divergence& d, double consensusDistance);
-
 class PeerCore {
  public:
   PeerCore(const PeerCoreOptions& options, const topology::Schedule& schedule,
@@ -222,7 +139,6 @@ class PeerCore {
   // ends it.
   void setAttacker(std::optional<Attacker> attacker) { attacker_ = std::move(attacker); }
   const std::optional<Attacker>& attacker() const { return attacker_; }
-  static constexpr std::uint64_t kSequenceWindow = std::uint64_t{1} << 20;
   // Bounds on what a neighbour can make this peer hold (docs/security.md, "Bounds"). A training
   // message more than kRoundWindow rounds ahead of this peer's round (round 0 before the first),
   // or one that finds kRoundWindow messages of future rounds already held for its edge, is dropped
@@ -238,7 +154,7 @@ class PeerCore {
   // would be a cheap amplification).
   static constexpr std::int64_t kSnapshotMinRounds = 8;
   // Messages held for later (future rounds and collectives), over every edge.
-  std::size_t heldMessages() const;
+  std::size_t heldMessages() const { return edges_.heldMessages(); }
   const std::vector<int>& expectedFrom() const { return expected_; }
   bool roundComplete() const;
   // The live neighbours whose message of this round roundComplete() still waits for.
@@ -251,15 +167,15 @@ class PeerCore {
   int staleness() const { return options_.staleness; }
   // Whether neighbour j's message of this round came (applied, or held back as `heard`).
   bool heardThisRound(int j) const {
-    const auto it = edges_.find(j);
-    return it != edges_.end() && (it->second.arrived || it->second.heard);
+    const Edge* e = edges_.find(j);
+    return e != nullptr && (e->arrived || e->heard);
   }
   // Whether j's last message was refused and none of its messages was applied since (a refusal
   // streak towards quarantine): bytes still arriving from it are no reason to wait past the round
   // timeout (a corrupting neighbour's frames, heartbeats included, would hold the round forever).
   bool refusing(int j) const {
-    const auto it = edges_.find(j);
-    return it != edges_.end() && it->second.refusedRounds > 0;
+    const Edge* e = edges_.find(j);
+    return e != nullptr && e->refusedRounds > 0;
   }
   // PeerCoreOptions::mixDelay (0: none).
   int mixDelay() const { return options_.mixDelay; }
@@ -275,7 +191,7 @@ class PeerCore {
   // 1000x its lowest and 10x the first round's, or |x| 1000x the initial norm (or 1000 for a zero
   // initial model) set divergence(). Then beginRound() sends nothing (sendTo() is empty) and the
   // driver abandons the round. A neighbour's divergence notice (onMessage) sets it too.
-  const std::optional<Divergence>& divergence() const { return divergence_; }
+  const std::optional<Divergence>& divergence() const { return health_.divergence(); }
   // Stops the current round after a divergence: the model goes back to its value at the start of
   // the round (the last finite one) and round() to the last completed round.
   void abandonRound();
@@ -359,7 +275,7 @@ class PeerCore {
   void setEdgeIncarnation(int neighbour, std::uint32_t incarnation);
   // The newest round of a message from a live neighbour (-1: none), counting messages that were
   // dropped for being too far ahead (kRoundWindow): how far the neighbours are.
-  std::int64_t neighboursRound() const;
+  std::int64_t neighboursRound() const { return edges_.newestRound(); }
   // Whether every expected message of this round that is still missing will never come: its
   // sender already sent a message of a later round (per-edge order), e.g. a neighbour that went on
   // while this peer was away. Then waiting for round_timeout is pointless. False with mixDelay.
@@ -378,7 +294,7 @@ class PeerCore {
   // round begins to ratio * max(1, largest |x_i|), and passed with every message to the algorithm,
   // whose codec refuses a message that would change any value of its buffer by more. 0: no bound.
   float deltaLimit() const { return deltaLimit_; }
-  bool isDead(int neighbour) const { return dead_.count(neighbour) != 0; }
+  bool isDead(int neighbour) const { return edges_.isDead(neighbour); }
   // The latest round of any message received from `neighbour` (-1: none yet).
   std::int64_t lastRoundFrom(int neighbour) const;
   // The last round before `rounds` in which `neighbour` sends to this peer, by the schedule; -1
@@ -389,28 +305,28 @@ class PeerCore {
   // Whether this peer sends to `neighbour` in some round of the schedule (false: a one-way edge on
   // which only the neighbour sends).
   bool sendsTo(int neighbour) const;
-  const std::vector<int>& neighbours() const { return neighbours_; }
-  bool isolated() const;
-  int liveDegree() const;
+  const std::vector<int>& neighbours() const { return edges_.neighbours(); }
+  bool isolated() const { return !neighbours().empty() && liveDegree() == 0; }
+  int liveDegree() const { return edges_.liveDegree(); }
   // The neighbours not lost: live ones and those that closed after finishing their rounds (the
   // final record's live_degree, whenever the neighbours' goodbyes came in).
-  int unlostDegree() const;
+  int unlostDegree() const { return edges_.unlostDegree(); }
 
   std::span<const float> model() const { return x_; }
   std::span<float> mutableModel() { return x_; }
-  train::Workload& workload() { return *workload_; }
-  const train::Workload& workload() const { return *workload_; }
+  train::Workload& workload() { return trainer_.workload(); }
+  const train::Workload& workload() const { return trainer_.workload(); }
   const algorithms::Algorithm& algorithm() const { return *algorithm_; }
   algorithms::Algorithm& mutableAlgorithm() { return *algorithm_; }
-  train::Optimizer& optimizer() { return *optimizer_; }
+  train::Optimizer& optimizer() { return trainer_.optimizer(); }
   // The outer optimizer (nullptr without outer.optimizer, or when its step is the identity).
-  train::OuterOptimizer* outer() { return outer_.get(); }
+  train::OuterOptimizer* outer() { return trainer_.outer(); }
   // With an outer optimizer: the model the next round's outer step starts from. It is the model
   // after the last round (or collective, or restore); through the API's mix() the caller's own
   // steps happen in between, so it is kept apart from the model. setAnchor(): replaces it (the
   // API's loadState()).
-  std::span<const float> anchor() const { return xBefore_; }
-  Status setAnchor(std::span<const float> values);
+  std::span<const float> anchor() const { return trainer_.anchor(); }
+  Status setAnchor(std::span<const float> values) { return trainer_.setAnchor(values); }
   // averageEachRound: after the round's averaging collectives, the outer step (without an outer
   // optimizer: none), the divergence check of the averaged model, and the next anchor. (endRound()
   // does the same for the other algorithms, right after mixing.)
@@ -426,62 +342,20 @@ class PeerCore {
   const std::vector<CollectiveKind>& roundCollectives() const { return options_.roundCollectives; }
   const CollectiveTree& roundTree() const { return options_.roundTree; }
   const PeerCounters& counters() const { return counters_; }
-  double lastLoss() const { return lastLoss_; }
-  double lastLr() const { return lastLr_; }
+  double lastLoss() const { return trainer_.lastLoss(); }
+  double lastLr() const { return trainer_.lastLr(); }
   std::size_t maxWireBytes() const { return wireCapacity_; }
   // Neighbours lost (dropped before they finished their rounds) and not back.
-  int lostNeighbours() const { return static_cast<int>(neighbours_.size()) - unlostDegree(); }
+  int lostNeighbours() const { return static_cast<int>(neighbours().size()) - unlostDegree(); }
   // The largest round message on the wire (envelope, the algorithm's largest message, a seal):
   // what a receive buffer needs to keep resident for the regular traffic.
   std::size_t roundWireBytes() const;
 
  private:
-  // beginRound's parts: the local optimizer steps, and the round's recipients and senders.
-  void takeLocalSteps(std::int64_t round, const RoundInput& input);
+  // beginRound's parts: the round's recipients and senders, and its messages.
   void planRecipients(std::int64_t round);
+  Status sendRound(std::int64_t round);
 
-  struct Edge {
-    std::uint64_t nextSeqIn = 0;
-    std::uint64_t nextSeqOut = 0;
-    std::uint32_t degreeAt = 0;  // the neighbour's live degree from its current-round envelope
-    float stepAt = 0.0f;         // its proposed consensus step, from the same envelope
-    bool arrived = false;
-    std::int64_t lastRound = -1;
-    std::int64_t appliedThrough = -1;  // latest round whose message the algorithm took (mixDelay)
-    std::int64_t needRound = -1;       // mixDelay: the round whose message this round waits for
-    bool resyncRequested = false;      // we asked it for a snapshot
-    std::int64_t lastSnapshotRound = INT64_MIN / 2;  // when we last sent it one
-    bool sendSnapshot = false;                       // it asked us for one
-    LazyBuffer out;  // envelope + message (+ snapshot), reused; resident as far as written
-    std::vector<std::uint8_t> notice;              // envelope + divergence notice
-    std::size_t outBytes = 0;                      // of `out`, this round
-    std::deque<std::vector<std::uint8_t>> ahead;   // messages of future rounds, in order
-    std::vector<std::vector<std::uint8_t>> spare;  // reusable buffers for `ahead`
-    // Collective messages (index, bytes), in arrival order.
-    std::deque<std::pair<std::uint64_t, std::vector<std::uint8_t>>> collectives;
-    std::optional<security::Key> key;  // setEdgeKey
-    bool encrypt = false;
-    security::Cipher cipher = security::Cipher::kChaCha20Poly1305;
-    // Rounds (of this peer) with a refuse()d message since its last applied one.
-    int refusedRounds = 0;
-    std::int64_t lastRefusedRound = -2;
-    bool quarantined = false;  // refuse() dropped it for good (never revived)
-    // revive() / skipTo(): the replica of its public copy is a placeholder until its snapshot
-    // comes; its messages are not applied before (counted as `awaiting_snapshot`).
-    bool awaitSnapshot = false;
-    std::int64_t askedRound = INT64_MIN / 2;  // when this peer last asked it for a snapshot
-    bool heard = false;                       // its message of this round came but was not applied
-    std::int64_t revivedRound = -2;  // the round of this peer in which revive() took it back
-    std::int64_t newestRound = -1;   // newest round of its messages, round-window drops included
-    std::optional<std::uint32_t> incarnation;  // setEdgeIncarnation(): the only one accepted
-    // revive() / rejoin(): the neighbour was away and may be behind; no round waits for it until
-    // a message of a round within PeerCoreOptions::catchUpLag of ours came from it, or its hello
-    // said it is that far (newestRound).
-    bool catchingUp = false;
-  };
-  // Gives a held message's buffer back to the edge's spares (or frees it when it is larger than a
-  // round message).
-  void recycle(Edge& e, std::vector<std::uint8_t> buf) const;
   // Whether this round still waits for expected neighbour j's message (roundComplete(),
   // missingThisRound()).
   bool waitingFor(int j) const;
@@ -493,13 +367,10 @@ class PeerCore {
   bool catchingUp(const Edge& e) const {
     return e.catchingUp && e.newestRound < round_ - options_.catchUpLag;
   }
+  // The last round before `rounds` in which this peer hears from j (recvFrom) or sends to it.
+  std::int64_t lastRoundWith(int j, std::int64_t rounds, bool sending) const;
   bool adoptSnapshot_ = false;  // adoptFirstSnapshot()
   void adopt(int j, std::span<const float> copy);
-  // Before writeEnvelope: marks `env` sealed when the edge has a key. After: seals buf[0, bytes)
-  // and grows `bytes` by the tag.
-  void markSealed(const Edge& e, Envelope& env) const;
-  void seal(const Edge& e, const Envelope& env, std::span<std::uint8_t> buf,
-            std::size_t& bytes) const;
   std::vector<std::uint8_t> opened_;  // decrypted copy of the message being received
 
   void drop(std::string_view reason) { ++counters_.dropped[std::string(reason)]; }
@@ -509,61 +380,48 @@ class PeerCore {
   // Drops j's edge for good (refuse(), quarantineDistrusted()), counted and reported with `why`.
   void quarantine(int j, Edge& e, std::string why);
   std::vector<std::pair<int, std::string>> quarantined_;
-  // Sets divergence_ (origin: this peer) when the model or `loss` shows divergence; false then.
-  bool checkHealth(double loss, bool afterMixing);
-  // With the edge's key: verifies (and with security.encrypt decrypts) a sealed message and leaves
-  // `bytes` without its tag; false, reading nothing else, when it does not authenticate.
-  bool unseal(const Edge& e, std::span<const std::uint8_t>& bytes);
+  // The health check of the round's model (HealthMonitor::check).
+  bool checkHealth(double loss, bool afterMixing) {
+    return health_.check(x_, loss, afterMixing, round_);
+  }
   // Whether a message that passed the sequence checks is within the bounds of kRoundWindow.
   bool withinWindow(const Edge& e, const Envelope& env) const;
+  // The parts of onMessage(): a divergence notice, a collective's message, a training message.
+  void onNotice(int j, Edge& e, std::span<const std::uint8_t> payload);
+  void onCollective(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
   void apply(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
+  // apply()'s snapshot part: false when the snapshot was refused.
+  bool applySnapshot(int j, Edge& e, const Envelope& env, std::span<const std::uint8_t> bytes);
   // Metropolis weight of the edge to a neighbour of live degree `degree` over the live graph (both
   // ends compute the same value), halved for lazy mixing.
   double liveWeight(std::uint32_t degree) const {
     const double w = 1.0 / (1.0 + std::max(degreeAtRound_, degree));
     return options_.lazyMixing ? 0.5 * w : w;
   }
-  std::vector<int> liveOf(const std::vector<int>& peers) const;
-  // The edge sends its public copy with its next message and asks its neighbour for its copy; with
-  // `await`, nothing of the neighbour is applied before the snapshot came, and the edge asks only
-  // when a message of the neighbour comes without one (both ends of a rejoin send theirs unasked).
-  static void resyncBothWays(Edge& e, bool await);
   // The neighbour of `e` is at `round` or later: newestRound, and catchingUp ends within
   // catchUpLag of our round.
   void noteRound(Edge& e, std::int64_t round);
+  // The round's outer step (no-op without an outer optimizer), and keeping the result as the next
+  // anchor unless the round diverged (finishAveragedRound(), endRound()).
+  void applyOuterStep() { trainer_.outerStep(x_); }
+  void keepAnchor() {
+    if (!health_.divergence()) trainer_.keepAnchor(x_);
+  }
 
   PeerCoreOptions options_;
   const topology::Schedule& schedule_;
-  std::unique_ptr<train::Workload> workload_;
-  std::unique_ptr<train::Optimizer> optimizer_;
-  std::unique_ptr<train::OuterOptimizer> outer_;  // outer.optimizer (nullptr: none, or identity)
   std::unique_ptr<algorithms::Algorithm> algorithm_;
-  // g_: the gradient, then the step's direction (u). xBefore_: the model before the round's local
-  // steps; with an outer optimizer, the anchor (anchor()), which the caller's own steps (mix())
-  // leave alone.
-  std::vector<float> x_, g_, xBefore_;
-  bool gradientReady_ = false;
-  bool stepTaken_ = false;  // a round of this core took its local steps (algorithm.staleness)
-  double lastLoss_ = 0.0;
+  std::vector<float> x_;
+  LocalTrainer trainer_;
+  HealthMonitor health_;
+  std::vector<std::uint8_t> message_;
+  std::size_t wireCapacity_ = 0;
+  Edges edges_;
   float deltaLimit_ = 0.0f;  // deltaLimit(): this round's bound (0: none)
-  double lastLr_ = 0.0;
   std::int64_t round_ = -1;
-  std::vector<int> neighbours_;  // union over the schedule
-  std::map<int, Edge> edges_;
-  std::map<int, bool> dead_;  // dropped edges; true: lost before it finished (markDead's `lost`)
-  std::optional<Divergence> divergence_;
-  // The round's outer step (no-op without an outer optimizer), and keeping the result as the next
-  // anchor unless the round diverged (finishAveragedRound(), endRound()).
-  void applyOuterStep();
-  void keepAnchor();
-  double initialNorm_ = 0.0;
-  double firstLoss_ = 0.0, lossEma_ = 0.0, minLossEma_ = 0.0;  // loss history
-  bool lossSeen_ = false;                                      // firstLoss_ is set
   std::vector<int> pendingDrops_;  // died this round after their message arrived: drop after mix
   std::vector<int> sendTo_, expected_;
-  std::vector<std::uint8_t> message_;
   std::size_t messageBytes_ = 0;
-  std::size_t wireCapacity_ = 0;
   std::uint32_t degreeAtRound_ = 0;
   bool checkRound_ = false;
   bool corruptOutgoing_ = false;      // setCorruptOutgoing
@@ -571,7 +429,6 @@ class PeerCore {
   std::vector<float> crafted_;        // the attacker's vector of the round
   std::int64_t dueRound_ = -1;  // mixDelay: this round mixes the shares of rounds <= dueRound_
   PeerCounters counters_;
-  bool stepped_ = true;  // this round took local steps (else the caller stepped: no afterMixing)
   bool roundCollectives_ = false;  // setRoundCollectives
   Collectives collectives_;        // the state through a sequence of collectives
 };
