@@ -27,6 +27,7 @@
 #include "runtime/engine/records.h"
 #include "runtime/engine/rendezvous.h"
 #include "runtime/engine/session_checkpoints.h"
+#include "runtime/engine/session_output.h"
 #include "runtime/engine/summary.h"
 #include "runtime/security/key.h"
 #include "runtime/transport/bootstrap.h"
@@ -60,6 +61,7 @@ class PeerSession::Impl {
   Impl(const RunPlan& plan, const PeerRunOptions& options, std::unique_ptr<PeerCore> core)
       : plan_(plan),
         options_(options),
+        output_(plan, options.rank, options.external),
         core_(std::move(core)),
         membershipCore_(*core_, plan.config.run.rounds, plan.config.security.encrypt),
         membership_(options.rank, membershipCore_),
@@ -84,19 +86,17 @@ class PeerSession::Impl {
 
   // ---- training thread: the steps of a run ----
   Status open() {
-    GV_RETURN_IF_ERROR(openOutput());
-    GV_RETURN_IF_ERROR(startMetrics());
+    GV_RETURN_IF_ERROR(output_.open(options_.outDir));
+    checkpoints_.open(output_.dir());
+    GV_RETURN_IF_ERROR(output_.startMetrics(*core_));
     GV_RETURN_IF_ERROR(boot());
     if (neighboursRunning_ >= 0 || startedAlone()) {
       GV_RETURN_IF_ERROR(joinRunning());
     } else if (options_.resume) {
       GV_RETURN_IF_ERROR(resume());
     }
-    return openRecords();
+    return output_.openRecords(checkpoints_.resumedFrom());
   }
-  Status openOutput();
-  // monitoring.prometheus_port: serves /metrics from here until finish() (or destruction).
-  Status startMetrics();
   // Starts the loop thread, then creates the data Context and runs the bootstrap on it; blocks
   // until every neighbour is connected or the bootstrap failed.
   Status boot();
@@ -113,7 +113,7 @@ class PeerSession::Impl {
   bool joinedRunning() const { return neighboursRunning_ >= 0 || startedAlone(); }
   PeerCore& core() { return *core_; }
   std::vector<SessionEvent> takeEvents() { return std::exchange(events_, {}); }
-  void addMetrics(const nlohmann::json& metrics) { metrics_.update(metrics); }
+  void addMetrics(const nlohmann::json& metrics) { output_.addMetrics(metrics); }
   bool stopRequested() const { return options_.stop && options_.stop->load(); }
   bool neighboursGone() const { return options_.neighboursGone && options_.neighboursGone->load(); }
   // A resumed peer's bootstrap completed without any neighbour (BootstrapOptions::completeAlone).
@@ -132,13 +132,9 @@ class PeerSession::Impl {
   // diameter: the newest checkpoint round each has, then whether each has that one) and restores
   // it. kFailedPrecondition when a peer lacks the agreed round's checkpoint.
   Status resume();
-  // Opens DIR/peer-<rank>.jsonl: afresh, or keeping the records up to the resumed round.
-  Status openRecords();
   // Sends the neighbours what changed in the checkpoint knowledge since the last call (once per
   // round).
   void shareCheckpointKnowledge();
-  // The final evaluation, record, model and DIR/peer-<rank>.final.json.
-  Status writeFinal(const RoundsOutcome& outcome);
   // Closes every neighbour and the data Context on the loop thread and waits for that to have
   // run, then stops and joins the loop thread and releases the transport objects. Blocking;
   // idempotent; a no-op before boot() started the loop thread.
@@ -166,10 +162,16 @@ class PeerSession::Impl {
   void lingerForChildren();
   // Mixes what arrived; returns (and logs) the neighbours whose message is missing.
   std::vector<int> mixRound(std::int64_t round);
-  // Writes the round's record when it is due (see RoundReport).
-  Status report(std::int64_t round, const std::vector<int>& suspects);
-  // Sets the Prometheus metrics after a completed round (when serving them).
-  void updateMetrics(const std::vector<int>& suspects);
+  // The round's facts for its record and metrics (SessionOutput).
+  RoundFacts roundFacts(const std::vector<int>& suspects) const {
+    return {suspects,
+            membership_.deadThisRound(),
+            membership_.revivedThisRound(),
+            membership_.rejoinedThisRound(),
+            skippedThisRound_,
+            seconds(),
+            checkpoints_.seconds()};
+  }
 
   // ---- loop thread ----
   // Bootstrap completion: sets the edges' keys and incarnations, notes the missing neighbours and
@@ -204,8 +206,8 @@ class PeerSession::Impl {
 
   const RunPlan& plan_;
   PeerRunOptions options_;
-  std::string outDir_;
-  RecordWriter records_;
+  // Records, metrics, final files and where the time went.
+  SessionOutput output_;
   // Declared before the transport objects so that it outlives them (see shutdown()).
   transport::Loop loop_;
   std::thread loopThread_;
@@ -234,37 +236,23 @@ class PeerSession::Impl {
   std::int64_t firstRound_ = -1;  // the first round this process ran (set with roundsStart_)
   bool finished_ = false;         // finish() ran
   Status finishStatus_;
-  bool averaged_ = false;
-  double averageSeconds_ = -1;  // the finalize averaging's wall time (-1: none)
   std::vector<SessionEvent> events_;
-  nlohmann::json metrics_ = nlohmann::json::object();  // the caller's, for the next record
   Clock::time_point roundsStart_;
-  double evalSeconds_ = 0.0;  // cumulative time spent in evaluateTest
-  // Where a round's time goes (cumulative, in the records): local steps + compression, waiting for
-  // the neighbours' messages, and mixing them in.
-  double stepSeconds_ = 0.0, waitSeconds_ = 0.0, mixSeconds_ = 0.0;
   // network.compute_scale (or this peer's own in network.peers) above 1: a slower machine, played
   // by sleeping (scale - 1) x the wall time of each computation the engine runs (the local steps
   // and the message in beginRound(), the overlapped gradient). Wall time, not CPU time: peers that
   // share a machine's cores run slower than their CPU time, and the slow one must stay scale x
   // slower than they are (with CPU time, 8 peers on 2 cores made a x4 peer only about x2 slower).
-  // Cumulative seconds slept (in step_seconds too); the records' throttle_seconds.
+  // Cumulative seconds slept (in step_seconds too): the records' throttle_seconds.
   double computeScale_ = 1.0;
-  double throttleSeconds_ = 0.0;
   // Each neighbour's deadline in a round (algorithm.round_timeout, adaptive_timeout).
   ArrivalDeadlines deadlines_;
   void throttle(double stepSeconds) {
     if (computeScale_ <= 1.0 || !(stepSeconds > 0.0)) return;
     const double s = (computeScale_ - 1.0) * stepSeconds;
     std::this_thread::sleep_for(toDuration(s));
-    throttleSeconds_ += s;
+    output_.times.throttle += s;
   }
-  // Rounds that waited past algorithm.round_timeout for a message still arriving (final.json).
-  std::uint64_t roundsWaitedPastTimeout_ = 0;
-  // monitoring.prometheus_port (null when 0), and the test evaluation of the latest record (NaN:
-  // none since the last update) for it.
-  std::unique_ptr<PeerMetrics> prometheus_;
-  double recordAccuracy_ = std::nan(""), recordTestLoss_ = std::nan("");
   // checkpoint.every, --resume, and every peer's newest checkpoint round as far as this peer knows.
   SessionCheckpoints checkpoints_;
 };
@@ -434,21 +422,6 @@ bool PeerSession::Impl::drainInbox() {
   return !items.empty();
 }
 
-Status PeerSession::Impl::openOutput() {
-  outDir_ = options_.outDir.empty() ? plan_.config.output.dir : options_.outDir;
-  checkpoints_.open(outDir_);
-  std::error_code ec;
-  std::filesystem::create_directories(outDir_, ec);
-  if (ec) return unavailable("cannot create " + outDir_ + ": " + ec.message());
-  return Status::ok();
-}
-
-Status PeerSession::Impl::openRecords() {
-  const std::string path = outDir_ + "/peer-" + std::to_string(options_.rank) + ".jsonl";
-  const std::int64_t resumed = checkpoints_.resumedFrom();
-  return resumed >= 0 ? records_.openResumed(path, resumed) : records_.open(path);
-}
-
 Status PeerSession::Impl::resume() {
   const std::string& folder = checkpoints_.folder();
   const auto latest = checkpoints_.latest(*core_);
@@ -500,13 +473,6 @@ void PeerSession::Impl::shareCheckpointKnowledge() {
   auto updates = checkpoints_.takeUpdates(kCheckpointRoundsMessageBytes);
   if (updates.empty()) return;
   loop_.post([this, u = std::move(updates)] { links_.sendControl(kCheckpointRoundsMessage, u); });
-}
-
-Status PeerSession::Impl::startMetrics() {
-  if (plan_.config.monitoring.prometheusPort == 0) return Status::ok();
-  GV_ASSIGN_OR_RETURN(prometheus_, PeerMetrics::start(plan_.config, options_.rank, *core_));
-  log::info("serving Prometheus metrics on http://", prometheus_->address(), "/metrics");
-  return Status::ok();
 }
 
 Status PeerSession::Impl::boot() {
@@ -744,7 +710,7 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
   const auto stepStart = Clock::now();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, in));
   if (in.localSteps && !in.skipCompute) throttle(since(stepStart));
-  stepSeconds_ += since(stepStart);
+  output_.times.step += since(stepStart);
   sendOutgoing();
   return Status::ok();
 }
@@ -761,7 +727,7 @@ Status PeerSession::Impl::completeRound() {
     core_->setRoundCollectives(true);
     const Status st = runCollectives(core_->roundCollectives(), {}, /*ofRound=*/true);
     core_->setRoundCollectives(false);
-    mixSeconds_ += since(averageStart);
+    output_.times.mix += since(averageStart);
     GV_RETURN_IF_ERROR(st);
     core_->finishAveragedRound();  // a divergence it finds is handled right below
   }
@@ -778,31 +744,14 @@ Status PeerSession::Impl::completeRound() {
                        deadlines_.adaptive() ? "no message within its adaptive deadline"
                                              : "no message within algorithm.round_timeout"});
   }
-  GV_RETURN_IF_ERROR(report(round, suspects));
+  GV_RETURN_IF_ERROR(output_.report(*core_, round, roundFacts(suspects)));
   checkpoints_.writeIfDue(*core_, round);
   shareCheckpointKnowledge();
   ++outcome_.rounds;
-  updateMetrics(suspects);
+  output_.updateMetrics(*core_, outcome_.rounds, roundFacts(suspects));
   membership_.endRound();
   skippedThisRound_ = 0;
   return Status::ok();
-}
-
-void PeerSession::Impl::updateMetrics(const std::vector<int>& suspects) {
-  if (!prometheus_) return;
-  RoundMetrics m;
-  m.rounds = outcome_.rounds;
-  m.phases = {stepSeconds_, waitSeconds_, mixSeconds_, evalSeconds_};
-  m.suspects = &suspects;
-  m.dead = &membership_.deadThisRound();
-  // Both ways back count as rejoins: revived (heard again) and rejoined (connected again).
-  std::vector<int> back = membership_.revivedThisRound();
-  const std::vector<int>& rejoined = membership_.rejoinedThisRound();
-  back.insert(back.end(), rejoined.begin(), rejoined.end());
-  m.revived = &back;
-  m.testAccuracy = std::exchange(recordAccuracy_, std::nan(""));
-  m.testLoss = std::exchange(recordTestLoss_, std::nan(""));
-  prometheus_->update(*core_, m);
 }
 
 Status PeerSession::Impl::runCollectives(const std::vector<CollectiveKind>& kinds,
@@ -901,7 +850,7 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       if (arriving.empty()) break;
       if (!waitedPast) {
         waitedPast = true;
-        ++roundsWaitedPastTimeout_;
+        ++output_.times.roundsWaitedPastTimeout;
         std::string list;
         for (int j : arriving) list += " " + std::to_string(j);
         log::debug("round ", core_->round(), ": waiting past round_timeout for neighbours still ",
@@ -918,13 +867,13 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
   for (int j : unheard) {
     if (std::find(missing.begin(), missing.end(), j) != missing.end()) deadlines_.missed(j);
   }
-  waitSeconds_ += since(waitStart);
+  output_.times.wait += since(waitStart);
 }
 
 std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
   const auto mixStart = Clock::now();
   auto suspects = core_->endRound();
-  mixSeconds_ += since(mixStart);
+  output_.times.mix += since(mixStart);
   // Robust mixing may distrust a neighbour in the mix.
   for (auto& [j, why] : core_->takeQuarantined()) act(membership_.quarantined(j), why);
   if (!suspects.empty()) {
@@ -935,47 +884,6 @@ std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
               plan_.config.algorithm.roundTimeout, " s):", s);
   }
   return suspects;
-}
-
-Status PeerSession::Impl::report(std::int64_t round, const std::vector<int>& suspects) {
-  RoundReport due = roundReport(plan_.config, round);
-  if (options_.external) due.evaluate = false;  // the caller reports its own (metrics_)
-  const std::vector<int>& dead = membership_.deadThisRound();
-  const std::vector<int>& revived = membership_.revivedThisRound();
-  const std::vector<int>& rejoined = membership_.rejoinedThisRound();
-  if (!due.due(suspects, dead, revived) && skippedThisRound_ == 0 && rejoined.empty() &&
-      metrics_.empty())
-    return Status::ok();
-  const double now = seconds();  // before the evaluation, which the time field leaves out
-  // The part of `now` that was training: less the evaluations and checkpoints before it.
-  const double train = now - evalSeconds_ - checkpoints_.seconds();
-  std::optional<train::Workload::Eval> evaluation;
-  if (due.evaluate) {
-    const auto evalStart = Clock::now();
-    evaluation = core_->workload().evaluateTest(core_->model());
-    evalSeconds_ += since(evalStart);
-  }
-  auto rec =
-      reportRecord(*core_, now, suspects, dead, evaluation ? &*evaluation : nullptr, revived);
-  if (skippedThisRound_ > 0) rec["skipped_rounds"] = skippedThisRound_;
-  if (!rejoined.empty()) rec["rejoined"] = rejoined;
-  // Evaluation runs inline (and holds up the neighbours' round): time-to-accuracy subtracts it.
-  rec["eval_seconds"] = evalSeconds_;
-  rec["train_seconds"] = train;
-  rec["step_seconds"] = stepSeconds_;
-  if (throttleSeconds_ > 0.0) rec["throttle_seconds"] = throttleSeconds_;
-  rec["wait_seconds"] = waitSeconds_;
-  rec["mix_seconds"] = mixSeconds_;
-  rec.update(metrics_);
-  metrics_ = nlohmann::json::object();
-  // The evaluation as recorded (the workload's, or the API caller's metrics), for the metrics.
-  if (prometheus_) {
-    if (auto it = rec.find("test_accuracy"); it != rec.end() && it->is_number())
-      recordAccuracy_ = it->get<double>();
-    if (auto it = rec.find("test_loss"); it != rec.end() && it->is_number())
-      recordTestLoss_ = it->get<double>();
-  }
-  return records_.write(rec);
 }
 
 void PeerSession::Impl::linger(bool finished) {
@@ -1079,7 +987,7 @@ Status PeerSession::Impl::finish(bool average) {
       if (!st.isOk()) log::warn("finalize averaging: ", st.toString());
       // The ring's last step (kRingAck) already waited for the next peer to hold everything.
       if (st.isOk() && !ring) lingerForChildren();
-      averaged_ = st.isOk() && core_->treeAveraged();
+      output_.times.averaged = st.isOk() && core_->treeAveraged();
       if (st.isOk() && !core_->treeAveraged()) {
         log::warn("finalize averaging: a tree neighbour was lost; this peer keeps its own model");
       } else if (st.isOk() && core_->treeCount() > 0 &&
@@ -1087,7 +995,7 @@ Status PeerSession::Impl::finish(bool average) {
         log::warn("finalize averaging: the average is over ", core_->treeCount(), " of ",
                   plan_.config.peers.count, " peers (the others were lost)");
       }
-      averageSeconds_ = since(averageStart);
+      output_.times.average = since(averageStart);
       waitSends(Clock::now() + std::chrono::seconds(5));
     }
   }
@@ -1095,57 +1003,18 @@ Status PeerSession::Impl::finish(bool average) {
   // After the averaging, disconnect first: a tree parent lingers until its children closed
   // (lingerForChildren), and the final evaluation and file writes would otherwise add up along
   // every path of the tree. (Otherwise the time they take lets our last sends drain.)
-  if (averageSeconds_ >= 0) shutdown();
+  if (output_.times.average >= 0) shutdown();
   // The last checkpoint on disk before this peer says it finished.
   checkpoints_.flush();
-  finishStatus_ = writeFinal(outcome);
+  finishStatus_ = output_.writeFinal(
+      *core_, {outcome.rounds, outcome.finished, outcome.stopped, outcome.diverged, seconds()},
+      checkpoints_);
   shutdown();
-  prometheus_.reset();  // the endpoint goes away with the run
+  output_.stopMetrics();  // the endpoint goes away with the run
   if (finishStatus_.isOk() && outcome.diverged) {
     finishStatus_ = aborted(divergenceMessage(*core_->divergence(), std::nan("")));
   }
   return finishStatus_;
-}
-
-Status PeerSession::Impl::writeFinal(const RoundsOutcome& outcome) {
-  const std::string rank = std::to_string(options_.rank);
-  PeerResult result = collectResult(*core_, outcome.finished && !outcome.stopped, false);
-  if (rusage ru{}; ::getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0) {
-    result.peakRssBytes = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;  // Linux: in KiB
-  }
-  auto last =
-      finalRecord(*core_, seconds(), result.testAccuracy, result.testLoss, result.divergence);
-  last.update(metrics_);
-  metrics_ = nlohmann::json::object();
-  if (averaged_) last["averaged"] = true;
-  if (averageSeconds_ >= 0) last["average_seconds"] = averageSeconds_;
-  GV_RETURN_IF_ERROR(records_.write(last));
-  GV_RETURN_IF_ERROR(writeModel(outDir_ + "/model-" + rank + ".bin", core_->model()));
-  auto j = peerResultToJson(result);
-  j["wall_seconds"] = seconds();
-  j["rounds_waited_past_timeout"] = roundsWaitedPastTimeout_;
-  if (averaged_) j["averaged"] = true;
-  if (averageSeconds_ >= 0) j["average_seconds"] = averageSeconds_;
-  if (core_->counters().collectiveBytes > 0)
-    j["collective_bytes"] = core_->counters().collectiveBytes;
-  if (checkpoints_.resumedFrom() >= 0) j["resumed_from_round"] = checkpoints_.resumedFrom();
-  if (core_->counters().stateFrom >= 0) j["state_from_neighbour"] = core_->counters().stateFrom;
-  if (core_->counters().quarantined > 0) j["quarantined"] = core_->counters().quarantined;
-  if (plan_.config.checkpoint.every > 0) {
-    j["checkpoints_written"] = checkpoints_.written();
-    j["checkpoint_seconds"] = checkpoints_.seconds();
-  }
-  GV_RETURN_IF_ERROR(writeJsonFile(outDir_ + "/peer-" + rank + ".final.json", j));
-  if (outcome.diverged) {
-    log::info("stopped at round ", outcome.rounds, " (diverged); the last finite model is in ",
-              outDir_, "/model-", rank, ".bin");
-  } else if (outcome.finished) {
-    log::info("finished all rounds in ", seconds(), " s");
-  } else {
-    log::info("stopped at round ", outcome.rounds, " of ", plan_.config.run.rounds, " in ",
-              seconds(), " s");
-  }
-  return Status::ok();
 }
 
 void PeerSession::Impl::shutdown() {
