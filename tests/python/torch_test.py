@@ -2,6 +2,7 @@
 parameters are registered, zero-copy, both ways to step, overlap, state_dict, finalize, and the
 errors a wrong model gets."""
 
+import threading
 
 import pytest
 
@@ -16,13 +17,20 @@ def config(base_port, rounds=4, **sections):
     return external_config("torch-test", base_port, 2, rounds, 0.1, **sections)
 
 
+# torch's default generator is one per process: peers built in threads at once would draw from it
+# in turn (each rank's weights then depend on the interleaving: seen as rank 0 and 1 with equal
+# frozen layers).
+_SEED_LOCK = threading.Lock()
+
+
 class Net(torch.nn.Module):
     def __init__(self, seed):
         super().__init__()
-        torch.manual_seed(seed)
-        self.frozen = torch.nn.Linear(3, 4)
+        with _SEED_LOCK:
+            torch.manual_seed(seed)
+            self.frozen = torch.nn.Linear(3, 4)
+            self.body = torch.nn.Linear(4, 2)
         self.frozen.requires_grad_(False)
-        self.body = torch.nn.Linear(4, 2)
         self.scale = torch.nn.Parameter(torch.eye(2).add(0.5).t())  # non-contiguous (a transpose)
 
     def forward(self, x):
