@@ -235,11 +235,11 @@ inline bool averagesEachRound(AlgorithmKind kind) {
 
 struct AlgorithmOptions {
   AlgorithmKind kind = AlgorithmKind::kChoco;
-  double consensusStep = 0.5;
+  double consensusStep = 0.5;  // the fixed step (algorithm.consensus_step), without auto
   // `algorithm.consensus_step: auto`: CHOCO proposes its step each round (consensus_step.h) and
   // consensusStep is unused; DeepSqueeze, whose peers cannot agree per edge, uses
   // kDeepSqueezeAutoStep.
-  bool autoConsensusStep = false;
+  bool autoConsensusStep = true;
   // Initial public copies (CHOCO): all peers start x_hat at this common model (or 0 when empty).
   std::vector<float> initialPublicCopy;
   // gt: the codec compresses (compression.method is not none): public copies for x and y (BEER);

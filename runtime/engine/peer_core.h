@@ -66,7 +66,8 @@ struct PeerCoreOptions {
   int checkEvery = 50;            // replica hash check period in rounds (0: never)
   bool dynamicMetropolis = true;  // recompute Metropolis weights from live degrees (static graphs)
   bool lazyMixing = false;        // with dynamicMetropolis: halve them ((I + W) / 2)
-  bool sendToAllNeighbours = false;  // CHOCO: every round to the union of neighbours
+  // CHOCO and gt (CHOCO is the default algorithm): every round to the union of neighbours.
+  bool sendToAllNeighbours = true;
   // The API: a NaN loss means "not reported" (the loss checks of divergence detection are skipped),
   // not "diverged".
   bool lossMayBeUnknown = false;
@@ -79,11 +80,12 @@ struct PeerCoreOptions {
   // With mixDelay > 0, the rounds that wait for and mix every share sent so far ("sync" rounds):
   // the last one (rounds - 1, so nothing is left in flight at the end) and each checkpointed one
   // ((t + 1) % syncEvery == 0, so a checkpoint holds every share sent to the peer). 0: none.
-  std::int64_t rounds = 0;
+  // rounds: run.rounds (also the newest round a neighbour can be at, noteRound()).
+  std::int64_t rounds = 1000;
   std::int64_t syncEvery = 0;
   // security.max_delta_ratio (0: no bound): what one received message may change, relative to the
   // model (deltaLimit()).
-  double maxDeltaRatio = 0.0;
+  double maxDeltaRatio = 1e6;
   // A neighbour whose messages are refused in this many rounds in a row (rounds of this peer with
   // a refused message and none of its messages applied since; a refusal after authentication only:
   // a forgery by a third party does not count) is quarantined: its edge dropped for good

@@ -80,19 +80,24 @@ bool overlappedPushSum(const config::Config& c) {
   return c.algorithm.overlap && c.algorithm.name == algorithms::AlgorithmKind::kPushSum;
 }
 
-Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
-    const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
-    std::span<const float> x0, train::Workload::LossProbe lossProbe) {
-  const config::Config& c = plan.config;
-  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank));
+algorithms::AlgorithmOptions algorithmOptions(const config::Config& c) {
   algorithms::AlgorithmOptions ao;
   ao.kind = c.algorithm.name;
   ao.autoConsensusStep = !c.algorithm.consensusStep.has_value();
   if (c.algorithm.consensusStep) ao.consensusStep = *c.algorithm.consensusStep;
   ao.compressed = c.compression.method != compress::Method::kNone;
   ao.overlapRounds = overlappedPushSum(c) ? c.algorithm.overlapRounds : 0;
-  ao.robust = {c.algorithm.robust, c.algorithm.robustByzantine, c.algorithm.robustQuarantine,
-               std::move(lossProbe)};
+  ao.robust = {c.algorithm.robust, c.algorithm.robustByzantine, c.algorithm.robustQuarantine, {}};
+  return ao;
+}
+
+Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
+    const RunPlan& plan, int rank, const std::vector<train::TensorInfo>& layout,
+    std::span<const float> x0, train::Workload::LossProbe lossProbe) {
+  const config::Config& c = plan.config;
+  GV_ASSIGN_OR_RETURN(auto codec, makeMessageCodec(c, layout, rank));
+  algorithms::AlgorithmOptions ao = algorithmOptions(c);
+  ao.robust.lossProbe = std::move(lossProbe);
   // Public copies start at the common initial model (the consensus workload starts peers apart, so
   // there they start at 0).
   if (c.workload.name != train::WorkloadKind::kConsensus)
@@ -101,20 +106,9 @@ Result<std::unique_ptr<algorithms::Algorithm>> makePeerAlgorithm(
                                    std::move(codec));
 }
 
-Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
-                                               std::uint32_t incarnation,
-                                               std::unique_ptr<train::Workload> workload,
-                                               std::vector<float> x) {
+PeerCoreOptions peerCoreOptions(const RunPlan& plan, int rank, std::uint32_t incarnation,
+                                std::size_t dim) {
   const config::Config& c = plan.config;
-  const auto oo = optimizerOptions(c);
-  GV_RETURN_IF_ERROR(oo.validate());
-  auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
-  auto lossProbe =
-      c.algorithm.robust != algorithms::RobustRule::kNone && c.algorithm.robustProbe > 0
-          ? workload->makeLossProbe(c.algorithm.robustProbe)
-          : train::Workload::LossProbe{};
-  GV_ASSIGN_OR_RETURN(auto algorithm,
-                      makePeerAlgorithm(plan, rank, workload->layout(), x, std::move(lossProbe)));
   PeerCoreOptions po;
   po.maxDeltaRatio = c.security.maxDeltaRatio;
   po.rank = rank;
@@ -123,8 +117,8 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   po.outer = {c.outer.optimizer, c.outer.lr, c.outer.momentum};
   po.averageEachRound = algorithms::averagesEachRound(c.algorithm.name);
   if (po.averageEachRound) {
-    po.roundCollectives = roundAveragingCollectives(plan, x.size());
-    po.roundTree = collectiveTree(plan, rank, x.size(), /*roundRing=*/true);
+    po.roundCollectives = roundAveragingCollectives(plan, dim);
+    po.roundTree = collectiveTree(plan, rank, dim, /*roundRing=*/true);
   }
   po.checkEvery = c.algorithm.checkEvery;
   po.staleness = c.algorithm.staleness;
@@ -146,6 +140,24 @@ Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
   // a time-varying schedule's period. A peer further behind was away (a pause, a partition).
   po.catchUpLag = std::max<std::int64_t>(
       po.catchUpLag, static_cast<std::int64_t>(c.peers.count) * plan.schedule->period());
+  return po;
+}
+
+Result<std::unique_ptr<PeerCore>> makePeerWith(const RunPlan& plan, int rank,
+                                               std::uint32_t incarnation,
+                                               std::unique_ptr<train::Workload> workload,
+                                               std::vector<float> x) {
+  const config::Config& c = plan.config;
+  const auto oo = optimizerOptions(c);
+  GV_RETURN_IF_ERROR(oo.validate());
+  auto optimizer = std::make_unique<train::Optimizer>(oo, workload->parameterCount());
+  auto lossProbe =
+      c.algorithm.robust != algorithms::RobustRule::kNone && c.algorithm.robustProbe > 0
+          ? workload->makeLossProbe(c.algorithm.robustProbe)
+          : train::Workload::LossProbe{};
+  GV_ASSIGN_OR_RETURN(auto algorithm,
+                      makePeerAlgorithm(plan, rank, workload->layout(), x, std::move(lossProbe)));
+  const PeerCoreOptions po = peerCoreOptions(plan, rank, incarnation, x.size());
   return std::make_unique<PeerCore>(po, *plan.schedule, std::move(workload), std::move(optimizer),
                                     std::move(algorithm), std::move(x));
 }

@@ -30,6 +30,12 @@ Result<std::shared_ptr<RunPlan>> makeRunPlan(const config::Config& config);
 
 train::WorkloadOptions workloadOptions(const config::Config& config);
 train::OptimizerOptions optimizerOptions(const config::Config& config);
+// The algorithm section's part of algorithms::AlgorithmOptions (not the runtime parts: the initial
+// public copy and robust mixing's loss probe, which makePeerAlgorithm adds).
+algorithms::AlgorithmOptions algorithmOptions(const config::Config& config);
+// PeerCore's options for peer `rank` of a model of `dim` values.
+PeerCoreOptions peerCoreOptions(const RunPlan& plan, int rank, std::uint32_t incarnation,
+                                std::size_t dim);
 
 // The compression options a config asks for (validated by the compression library).
 Result<compress::Options> compressOptions(const config::Config& config);

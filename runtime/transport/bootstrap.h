@@ -76,9 +76,10 @@ struct BootstrapOptions {
   std::vector<int> neighbours;  // ranks we exchange data with (symmetric: they list us too)
   std::uint64_t incarnation = 0;  // bumps each time this peer restarts
   std::vector<ConfigPart> configParts;
-  double connectTimeoutSeconds = 10.0;
-  double heartbeatIntervalSeconds = 0.5;
-  int missedHeartbeats = 3;  // silence of this many intervals raises kMissedHeartbeats
+  // peers.connect_timeout, peers.heartbeat_interval, and peers.dead_after in intervals.
+  double connectTimeoutSeconds = 30.0;
+  double heartbeatIntervalSeconds = 0.2;
+  int missedHeartbeats = 10;  // silence of this many intervals raises kMissedHeartbeats
   std::size_t maxControlFrameBytes = 64 * 1024;
   // The pre-shared key (security.key_file). With it, both ends of every control connection prove
   // knowledge of it by challenge-response before anything else is trusted; a connection that does

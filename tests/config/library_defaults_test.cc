@@ -1,7 +1,8 @@
 // One source of defaults (issue 37): a library option struct that a config section is copied into
 // has the config's defaults as its own, so a unit test that builds `compress::Options{}`,
-// `transport::Options{}`, `train::WorkloadOptions{}` or `train::OptimizerOptions{}` runs with the
-// values a real run uses. A config of schema defaults goes
+// `transport::Options{}`, `train::WorkloadOptions{}`, `train::OptimizerOptions{}`,
+// `algorithms::AlgorithmOptions{}`, `engine::PeerCoreOptions{}` or `transport::BootstrapOptions{}`
+// runs with the values a real run uses. A config of schema defaults goes
 // through the real copiers (engine/setup.h, engine/process_options.h), and every field of the
 // result is compared with the struct's own `{}` default. The structured bindings name each field in
 // declaration order: a field added to one of these structs fails to compile here until it is
@@ -11,8 +12,10 @@
 #include <string>
 
 #include "compress/options.h"
+#include "runtime/algorithms/algorithm.h"
 #include "runtime/config/loader.h"
 #include "runtime/config/schema.h"
+#include "runtime/engine/peer_core.h"
 #include "runtime/engine/process_options.h"
 #include "runtime/engine/setup.h"
 #include "runtime/train/optimizer.h"
@@ -126,6 +129,84 @@ TEST_CASE("train::OptimizerOptions{} has the optimizer section's defaults", "[co
   CHECK(milestones == want.schedule.milestones);
   CHECK(gamma == want.schedule.gamma);
   CHECK(want.validate().isOk());
+}
+
+TEST_CASE("algorithms::AlgorithmOptions{} has the algorithm section's defaults",
+          "[config][defaults]") {
+  const algorithms::AlgorithmOptions copied = engine::algorithmOptions(defaults());
+  const algorithms::AlgorithmOptions want{};
+  const auto& [kind, consensusStep, autoConsensusStep, initialPublicCopy, compressed, overlapRounds,
+               robust] = copied;
+  CHECK(kind == want.kind);
+  CHECK(autoConsensusStep == want.autoConsensusStep);
+  // (The fixed step is only read without `auto`; the config has no number then.)
+  if (!want.autoConsensusStep) CHECK(consensusStep == want.consensusStep);
+  CHECK(initialPublicCopy == want.initialPublicCopy);
+  CHECK(compressed == want.compressed);
+  CHECK(overlapRounds == want.overlapRounds);
+  const auto& [rule, byzantine, quarantineScore, lossProbe] = robust;
+  CHECK(rule == want.robust.rule);
+  CHECK(byzantine == want.robust.byzantine);
+  CHECK(quarantineScore == want.robust.quarantineScore);
+  CHECK_FALSE(lossProbe);
+  CHECK_FALSE(want.robust.lossProbe);
+}
+
+TEST_CASE("engine::PeerCoreOptions{} has the config's defaults", "[config][defaults]") {
+  auto plan = engine::makeRunPlan(defaults());
+  INFO(plan.status().toString());
+  REQUIRE(plan.isOk());
+  const engine::PeerCoreOptions copied = engine::peerCoreOptions(**plan, 0, 0, 1000);
+  const engine::PeerCoreOptions want{};
+  const auto& [rank, incarnation, localSteps, outer, averageEachRound, roundCollectives, roundTree,
+               checkEvery, dynamicMetropolis, lazyMixing, sendToAllNeighbours, lossMayBeUnknown,
+               collectives, mixDelay, rounds, syncEvery, maxDeltaRatio, quarantineAfter, catchUpLag,
+               staleness] = copied;
+  CHECK(rank == want.rank);
+  CHECK(incarnation == want.incarnation);
+  CHECK(localSteps == want.localSteps);
+  CHECK(outer.kind == want.outer.kind);
+  CHECK(outer.lr == want.outer.lr);
+  CHECK(outer.momentum == want.outer.momentum);
+  CHECK(averageEachRound == want.averageEachRound);
+  CHECK(roundCollectives == want.roundCollectives);
+  CHECK(roundTree.parent == want.roundTree.parent);
+  CHECK(roundTree.children == want.roundTree.children);
+  CHECK(checkEvery == want.checkEvery);
+  CHECK(dynamicMetropolis == want.dynamicMetropolis);
+  CHECK(lazyMixing == want.lazyMixing);
+  CHECK(sendToAllNeighbours == want.sendToAllNeighbours);
+  CHECK(lossMayBeUnknown == want.lossMayBeUnknown);
+  CHECK(collectives == want.collectives);
+  CHECK(mixDelay == want.mixDelay);
+  CHECK(rounds == want.rounds);
+  CHECK(syncEvery == want.syncEvery);
+  CHECK(maxDeltaRatio == want.maxDeltaRatio);
+  CHECK(quarantineAfter == want.quarantineAfter);
+  CHECK(catchUpLag == want.catchUpLag);
+  CHECK(staleness == want.staleness);
+}
+
+TEST_CASE("transport::BootstrapOptions{} has the peers section's defaults", "[config][defaults]") {
+  auto plan = engine::makeRunPlan(defaults());
+  REQUIRE(plan.isOk());
+  auto core = engine::makePeer(**plan, 0, 0);
+  INFO(core.status().toString());
+  REQUIRE(core.isOk());
+  const transport::BootstrapOptions copied = engine::bootstrapOptions(**plan, 0, 0, **core);
+  const transport::BootstrapOptions want{};
+  // The run's own parts (addresses, neighbours, config hashes, callbacks) have no default to keep.
+  const auto& [rank, peers, neighbours, incarnation, configParts, connectTimeoutSeconds,
+               heartbeatIntervalSeconds, missedHeartbeats, maxControlFrameBytes, psk, onEvent,
+               onMessage, onRejoin, completeAlone, runningRound] = copied;
+  CHECK(rank == want.rank);
+  CHECK(incarnation == want.incarnation);
+  CHECK(connectTimeoutSeconds == want.connectTimeoutSeconds);
+  CHECK(heartbeatIntervalSeconds == want.heartbeatIntervalSeconds);
+  CHECK(missedHeartbeats == want.missedHeartbeats);
+  CHECK(maxControlFrameBytes == want.maxControlFrameBytes);
+  CHECK(psk == want.psk);
+  CHECK(completeAlone == want.completeAlone);
 }
 
 // Every config the schema accepts either works or is refused by `validate`: a compression value
