@@ -44,7 +44,8 @@ ControlLink::ControlLink(Loop& loop, int peer, std::shared_ptr<const BootstrapOp
       socket_(loop.io()),
       timer_(loop.io()),
       rng_(static_cast<std::uint64_t>(options_.rank) * 1000003u ^ options_.incarnation ^
-           static_cast<std::uint64_t>(peer)) {}
+           static_cast<std::uint64_t>(peer)),
+      check_(peer, options_.psk) {}
 
 void ControlLink::moveTo(State next) {
   if (next <= state_) {
@@ -309,84 +310,20 @@ void ControlLink::onFrame(std::uint16_t type, std::span<const std::uint8_t> body
 }
 
 void ControlLink::onHandshakeFrame(std::uint16_t type, std::span<const std::uint8_t> body) {
-  if (type == kReject) {
-    return protocolError(failedPrecondition("peer " + std::to_string(peer_) +
-                                            " rejected the handshake: " + decodeReject(body)),
-                         /*tellPeer=*/false);
+  using Kind = HandshakeCheck::Verdict::Kind;
+  HandshakeCheck::Verdict v = check_.onFrame(type, body, *ours_, oursEncoded_,
+                                             sessionKey_.has_value(), formatEndpoint(endpoint_));
+  switch (v.kind) {
+    case Kind::kWait:
+      return;
+    case Kind::kFailed:
+      authFailed_ = authFailed_ || v.authFailed;
+      return protocolError(std::move(v.status), v.tellPeer, v.tell);
+    case Kind::kAgreed:
+      if (v.proof) queue(kAuth, *v.proof);
+      if (v.sessionKey) sessionKey_ = std::move(v.sessionKey);
+      return handshakeAgreed(std::move(v.theirs));
   }
-  // The dialer with a key: their hello first, then their proof (the acceptor's side is
-  // authenticated by the bootstrap before adopt()).
-  const bool authenticating = options_.psk.has_value() && !sessionKey_;
-  if (authenticating && unverified_) {
-    if (type == kAuth) return onProof(body);
-    return protocolError(dataLoss("peer " + std::to_string(peer_) + " sent frame type " +
-                                  std::to_string(type) + " instead of its key proof"),
-                         /*tellPeer=*/false);
-  }
-  if (type != kHello) {
-    return protocolError(dataLoss("peer " + std::to_string(peer_) + " sent frame type " +
-                                  std::to_string(type) + " before its hello"),
-                         /*tellPeer=*/false);
-  }
-  auto theirs = decodeHello(body);
-  Status st = theirs.isOk() ? Status::ok() : theirs.status();
-  if (st.isOk() && theirs->sender != peer_) {
-    st = failedPrecondition("expected peer " + std::to_string(peer_) + ", but peer " +
-                            std::to_string(theirs->sender) + " answered");
-  }
-  if (st.isOk() && authenticating) {
-    if (!theirs->nonce) {
-      // Nothing is compared or echoed before the other end proved the key.
-      authFailed_ = true;
-      return protocolError(
-          failedPrecondition("authentication failed with neighbour " + std::to_string(peer_) +
-                             " at " + formatEndpoint(endpoint_) +
-                             ": it sent no key proof (security.key_file is set "
-                             "here; is it set there?)"),
-          /*tellPeer=*/false);
-    }
-    unverified_ = std::move(theirs).value();
-    unverifiedBytes_.assign(body.begin(), body.end());
-    return;  // wait for their proof
-  }
-  // The acceptor with a key: the bootstrap checked the dialer's proof before adopt().
-  if (st.isOk() && options_.psk) st = openSealedFields(*theirs, body, *options_.psk);
-  if (!st.isOk()) return protocolError(std::move(st), /*tellPeer=*/true);
-  // The reject names what differs without our values (hashes, build id).
-  if (st = compareHellos(*ours_, *theirs); !st.isOk()) {
-    return protocolError(std::move(st), /*tellPeer=*/true,
-                         compareHellos(*ours_, *theirs, /*showValues=*/false).message());
-  }
-  handshakeAgreed(std::move(theirs).value());
-}
-
-// The dialer checks the acceptor's proof over the transcript of both hellos; only a proven peer
-// gets its hello compared (a reject may name config parts), our proof, and the session key.
-void ControlLink::onProof(std::span<const std::uint8_t> proof) {
-  const security::Key& psk = *options_.psk;
-  const security::Transcript t = transcriptOf(*ours_, oursEncoded_, *unverified_, unverifiedBytes_);
-  if (!security::verifyHandshakeProof(psk, t, t.acceptor, proof)) {
-    authFailed_ = true;
-    return protocolError(
-        failedPrecondition("authentication failed with neighbour " + std::to_string(peer_) +
-                           " at " + formatEndpoint(endpoint_) +
-                           ": it did not prove knowledge of the key in security.key_file (a "
-                           "different key on one side, or not a peer of this run)"),
-        /*tellPeer=*/false);
-  }
-  if (Status st = openSealedFields(*unverified_, unverifiedBytes_, psk); !st.isOk()) {
-    return protocolError(std::move(st), /*tellPeer=*/true);
-  }
-  if (Status st = compareHellos(*ours_, *unverified_); !st.isOk()) {
-    return protocolError(std::move(st), /*tellPeer=*/true,
-                         compareHellos(*ours_, *unverified_, /*showValues=*/false).message());
-  }
-  const security::Proof ours = security::handshakeProof(psk, t, t.dialer);
-  queue(kAuth, ours);
-  sessionKey_ = security::sessionKey(psk, t);
-  handshake::Hello theirs = std::move(*unverified_);
-  unverified_.reset();
-  handshakeAgreed(std::move(theirs));
 }
 
 void ControlLink::handshakeAgreed(handshake::Hello theirs) {

@@ -40,6 +40,7 @@
 #include "runtime/common/status.h"
 #include "runtime/transport/bootstrap.h"
 #include "runtime/transport/handshake.h"
+#include "runtime/transport/handshake_check.h"
 #include "runtime/transport/loop.h"
 
 namespace grapevine::transport {
@@ -132,7 +133,6 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   void readFrame();
   void onFrame(std::uint16_t type, std::span<const std::uint8_t> body);
   void onHandshakeFrame(std::uint16_t type, std::span<const std::uint8_t> body);
-  void onProof(std::span<const std::uint8_t> proof);
   void handshakeAgreed(handshake::Hello theirs);
   // `tell` (when tellPeer): the reject's text; empty: the status message.
   void protocolError(Status status, bool tellPeer, const std::string& tell = "");
@@ -173,9 +173,9 @@ class ControlLink : public ControlChannel, public std::enable_shared_from_this<C
   std::uint8_t header_[handshake::kFrameHeaderBytes];
   std::vector<std::uint8_t> body_;
   std::optional<handshake::Hello> theirs_;
-  // Authentication (dialer side, with a key): their hello, as received, until their proof checks.
-  std::optional<handshake::Hello> unverified_;
-  std::vector<std::uint8_t> unverifiedBytes_;
+  // The handshake frames' checks (handshake_check.h), and the edge's session key once it is done
+  // (the acceptor's: set by adopt(), from the bootstrap's check of the dialer's proof).
+  HandshakeCheck check_;
   std::optional<security::Key> sessionKey_;
   // With a key, after the handshake: the key sealing control frames, and the frames sealed by us
   // and verified from them so far (each side's nonce count).

@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "runtime/common/byte_order.h"
+#include "runtime/security/auth.h"
+#include "runtime/security/key.h"
+#include "runtime/transport/handshake_check.h"
 
 using namespace grapevine;
 using namespace grapevine::transport;
@@ -403,4 +406,88 @@ TEST_CASE("handshake: user messages and rejects round-trip") {
   CHECK(decodeUserMessage(one).status().code() == ErrorCode::kDataLoss);
 
   CHECK(decodeReject(encodeReject("config mismatch")) == "config mismatch");
+}
+
+// The handshake's decisions without a socket (handshake_check.h): bootstrap_auth_test runs the
+// same checks through real control links.
+TEST_CASE("handshake check: each verdict of a dialer's frames") {
+  using Kind = HandshakeCheck::Verdict::Kind;
+  Hello ours = sampleHello();
+  ours.sender = 5;
+  ours.receiver = 3;
+  const Hello theirs = sampleHello();  // sender 3
+  SECTION("without a key: an agreeing hello, another sender, another config, a reject") {
+    const auto oursBytes = encoded(ours);
+    HandshakeCheck check(3, std::nullopt);
+    auto v = check.onFrame(kHello, encoded(theirs), ours, oursBytes, false, "e");
+    CHECK(v.kind == Kind::kAgreed);
+    CHECK(v.theirs.sender == 3);
+    CHECK_FALSE(v.proof);
+    Hello stranger = theirs;
+    stranger.sender = 4;
+    v = check.onFrame(kHello, encoded(stranger), ours, oursBytes, false, "e");
+    CHECK(v.kind == Kind::kFailed);
+    CHECK(v.tellPeer);
+    CHECK(contains(v.status, "expected peer 3, but peer 4 answered"));
+    Hello other = theirs;
+    other.parts[1].hash ^= 1;
+    v = check.onFrame(kHello, encoded(other), ours, oursBytes, false, "e");
+    CHECK(v.kind == Kind::kFailed);
+    CHECK(v.tellPeer);
+    CHECK(v.tell.find("compression") != std::string::npos);
+    v = check.onFrame(kHeartbeat, {}, ours, oursBytes, false, "e");
+    CHECK(v.kind == Kind::kFailed);
+    CHECK(contains(v.status, "before its hello"));
+    v = check.onFrame(kReject, encodeReject("no"), ours, oursBytes, false, "e");
+    CHECK(v.kind == Kind::kFailed);
+    CHECK_FALSE(v.tellPeer);
+    CHECK(contains(v.status, "rejected the handshake: no"));
+  }
+  SECTION("with a key: no nonce, a frame instead of the proof, a forged proof") {
+    REQUIRE(security::initialize().isOk());
+    const security::Key psk = security::randomKey();
+    security::Nonce nonce{};
+    security::randomBytes(nonce);
+    ours.nonce = nonce;
+    auto oursBytes = encodeHello(ours, psk);
+    REQUIRE(oursBytes.isOk());
+    HandshakeCheck check(3, psk);
+    // A hello without a nonce: the other end has no key; nothing is compared or echoed.
+    auto v = check.onFrame(kHello, encoded(theirs), ours, *oursBytes, false, "10.0.0.3:9");
+    CHECK(v.kind == Kind::kFailed);
+    CHECK(v.authFailed);
+    CHECK_FALSE(v.tellPeer);
+    CHECK(contains(v.status, "at 10.0.0.3:9: it sent no key proof"));
+    // A keyed hello is held until its proof.
+    Hello keyed = theirs;
+    keyed.nonce = nonce;
+    keyed.nonce->at(0) ^= 1;
+    auto keyedBytes = encodeHello(keyed, psk);
+    REQUIRE(keyedBytes.isOk());
+    HandshakeCheck waiting(3, psk);
+    CHECK(waiting.onFrame(kHello, *keyedBytes, ours, *oursBytes, false, "e").kind == Kind::kWait);
+    v = waiting.onFrame(kHello, *keyedBytes, ours, *oursBytes, false, "e");
+    CHECK(v.kind == Kind::kFailed);
+    CHECK(contains(v.status, "instead of its key proof"));
+    HandshakeCheck forged(3, psk);
+    CHECK(forged.onFrame(kHello, *keyedBytes, ours, *oursBytes, false, "e").kind == Kind::kWait);
+    const security::Proof wrong{};
+    v = forged.onFrame(kAuth, wrong, ours, *oursBytes, false, "e");
+    CHECK(v.kind == Kind::kFailed);
+    CHECK(v.authFailed);
+    CHECK(contains(v.status, "did not prove knowledge of the key"));
+    // The right proof: agreed, with our proof to send and the session key.
+    HandshakeCheck proven(3, psk);
+    CHECK(proven.onFrame(kHello, *keyedBytes, ours, *oursBytes, false, "e").kind == Kind::kWait);
+    auto decodedKeyed = decodeHello(*keyedBytes);
+    REQUIRE(decodedKeyed.isOk());
+    const security::Transcript t = transcriptOf(ours, *oursBytes, *decodedKeyed, *keyedBytes);
+    v = proven.onFrame(kAuth, security::handshakeProof(psk, t, t.acceptor), ours, *oursBytes, false,
+                       "e");
+    CHECK(v.kind == Kind::kAgreed);
+    REQUIRE(v.proof);
+    CHECK(security::verifyHandshakeProof(psk, t, t.dialer, *v.proof));
+    REQUIRE(v.sessionKey);
+    CHECK(*v.sessionKey == security::sessionKey(psk, t));
+  }
 }
