@@ -280,11 +280,11 @@ Status writeCheckpoint(const std::string& folder, const CheckpointIdentity& id,
             {"incarnation", incarnation},
             {"workload_step", s.workloadStep},
             {"gradient_ready", s.gradientReady},
-            {"initial_norm", bits(s.initialNorm)},
-            {"first_loss", bits(s.firstLoss)},
-            {"loss_ema", bits(s.lossEma)},
-            {"min_loss_ema", bits(s.minLossEma)},
-            {"loss_seen", s.lossSeen},
+            {"initial_norm", bits(s.health.initialNorm)},
+            {"first_loss", bits(s.health.firstLoss)},
+            {"loss_ema", bits(s.health.lossEma)},
+            {"min_loss_ema", bits(s.health.minLossEma)},
+            {"loss_seen", s.health.lossSeen},
             {"last_loss", bits(s.lastLoss)},
             {"last_lr", bits(s.lastLr)},
             {"counters", countersToJson(s.counters)}};
@@ -508,11 +508,11 @@ Result<LoadedCheckpoint> parseCheckpoint(std::span<const std::uint8_t> bytes,
     out.incarnation = h.at("incarnation");
     s.workloadStep = h.at("workload_step");
     s.gradientReady = h.at("gradient_ready");
-    s.initialNorm = fromBits(h.at("initial_norm"));
-    s.firstLoss = fromBits(h.at("first_loss"));
-    s.lossEma = fromBits(h.at("loss_ema"));
-    s.minLossEma = fromBits(h.at("min_loss_ema"));
-    s.lossSeen = h.at("loss_seen");
+    s.health.initialNorm = fromBits(h.at("initial_norm"));
+    s.health.firstLoss = fromBits(h.at("first_loss"));
+    s.health.lossEma = fromBits(h.at("loss_ema"));
+    s.health.minLossEma = fromBits(h.at("min_loss_ema"));
+    s.health.lossSeen = h.at("loss_seen");
     s.lastLoss = fromBits(h.at("last_loss"));
     s.lastLr = fromBits(h.at("last_lr"));
     s.counters = countersFromJson(h.at("counters"));

@@ -612,12 +612,7 @@ void PeerCore::saveState(PeerState& s) const {
   trainer_.saveState(s);
   algorithm_->stateInto(s.algorithm);
   s.algorithmScalars = algorithm_->scalars();
-  const HealthHistory& h = health_.history();
-  s.initialNorm = h.initialNorm;
-  s.firstLoss = h.firstLoss;
-  s.lossEma = h.lossEma;
-  s.minLossEma = h.minLossEma;
-  s.lossSeen = h.lossSeen;
+  s.health = health_.history();
   s.counters = counters_;
   const auto* robust = algorithm_->robustMixer();
   s.trust = robust ? robust->trust() : std::vector<algorithms::NeighbourTrust>{};
@@ -635,7 +630,7 @@ Status PeerCore::restoreState(const PeerState& s) {
   GV_RETURN_IF_ERROR(trainer_.loadState(s));
   round_ = s.round;
   x_ = s.model;
-  health_.setHistory({s.initialNorm, s.firstLoss, s.lossEma, s.minLossEma, s.lossSeen});
+  health_.setHistory(s.health);
   counters_ = s.counters;
   // Only this peer's neighbours' (a file names any number).
   std::vector<algorithms::NeighbourTrust> trust;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/algorithms/algorithm.h"
+#include "runtime/engine/health.h"
 
 namespace grapevine::engine {
 
@@ -75,10 +76,8 @@ struct PeerState {
   bool gradientReady = false;
   std::vector<std::pair<std::string, std::vector<float>>> algorithm;  // Algorithm::state()
   std::vector<double> algorithmScalars;                               // Algorithm::scalars()
-  // Divergence detection's history and the last round's figures (records).
-  double initialNorm = 0.0, firstLoss = 0.0, lossEma = 0.0, minLossEma = 0.0;
-  bool lossSeen = false;
-  double lastLoss = 0.0, lastLr = 0.0;
+  HealthHistory health;                 // divergence detection's history (HealthMonitor)
+  double lastLoss = 0.0, lastLr = 0.0;  // the last round's figures (records)
   PeerCounters counters;
   // Robust mixing's trust in each neighbour (algorithm.robust): a restarted peer goes on from it
   // and quarantines a neighbour it had quarantined as soon as that one is mixed again.
