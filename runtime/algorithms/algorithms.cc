@@ -78,11 +78,8 @@ Status Algorithm::restore(const std::vector<std::pair<std::string, std::vector<f
       missing.push_back(std::stoi(name.substr(kReplica.size())));
       continue;
     }
-    if (it->second.size() != values.size()) {
-      return invalidArgument("algorithm state '" + name +
-                             "': " + std::to_string(it->second.size()) + " values, this peer has " +
-                             std::to_string(values.size()));
-    }
+    GV_RETURN_IF_ERROR(
+        checkValueCount("algorithm state '" + name + "'", it->second.size(), values.size()));
     values = it->second;
   }
   for (const auto& [name, values] : saved) {

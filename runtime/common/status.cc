@@ -46,4 +46,10 @@ std::string Status::toString() const {
   return s;
 }
 
+Status checkValueCount(std::string_view what, std::size_t got, std::size_t want) {
+  if (got == want) return Status::ok();
+  return invalidArgument(std::string(what) + ": " + std::to_string(got) +
+                         " values, this peer has " + std::to_string(want));
+}
+
 }  // namespace grapevine

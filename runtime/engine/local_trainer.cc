@@ -79,10 +79,7 @@ void LocalTrainer::keepAnchor(std::span<const float> x) {
 }
 
 Status LocalTrainer::setAnchor(std::span<const float> values) {
-  if (values.size() != xBefore_.size()) {
-    return invalidArgument("outer anchor: " + std::to_string(values.size()) +
-                           " values, this peer has " + std::to_string(xBefore_.size()));
-  }
+  GV_RETURN_IF_ERROR(checkValueCount("outer anchor", values.size(), xBefore_.size()));
   std::copy(values.begin(), values.end(), xBefore_.begin());
   return Status::ok();
 }
@@ -119,16 +116,14 @@ void LocalTrainer::saveState(PeerState& s) const {
 }
 
 Status LocalTrainer::checkState(const PeerState& s) const {
-  const auto size = [](std::string_view what, std::size_t got, std::size_t want) -> Status {
-    if (got == want) return Status::ok();
-    return invalidArgument(std::string(what) + ": " + std::to_string(got) +
-                           " values, this peer has " + std::to_string(want));
-  };
-  GV_RETURN_IF_ERROR(size("model", s.model.size(), xBefore_.size()));
-  GV_RETURN_IF_ERROR(
-      size("optimizer momentum", s.momentum.size(), optimizer_->momentumBuffer().size()));
-  if (s.gradientReady) GV_RETURN_IF_ERROR(size("overlap gradient", s.gradient.size(), g_.size()));
-  return size("outer momentum", s.outerMomentum.size(), outer_ ? outer_->momentum().size() : 0);
+  GV_RETURN_IF_ERROR(checkValueCount("model", s.model.size(), xBefore_.size()));
+  GV_RETURN_IF_ERROR(checkValueCount("optimizer momentum", s.momentum.size(),
+                                     optimizer_->momentumBuffer().size()));
+  if (s.gradientReady) {
+    GV_RETURN_IF_ERROR(checkValueCount("overlap gradient", s.gradient.size(), g_.size()));
+  }
+  return checkValueCount("outer momentum", s.outerMomentum.size(),
+                         outer_ ? outer_->momentum().size() : 0);
 }
 
 Status LocalTrainer::loadState(const PeerState& s) {

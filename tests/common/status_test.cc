@@ -35,3 +35,10 @@ TEST_CASE("Result propagates errors through GV_ASSIGN_OR_RETURN") {
   CHECK(st.message() == "not positive: -1");
   CHECK(out == 8);
 }
+
+TEST_CASE("checkValueCount names what was of another size", "[status]") {
+  CHECK(checkValueCount("model", 5, 5).isOk());
+  const Status s = checkValueCount("optimizer momentum", 4, 6);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK(s.message() == "optimizer momentum: 4 values, this peer has 6");
+}
