@@ -16,6 +16,7 @@
 #include <thread>
 #include <utility>
 
+#include "runtime/common/elapsed.h"
 #include "runtime/common/lazy_buffer.h"
 #include "runtime/common/log.h"
 #include "runtime/engine/checkpoint.h"
@@ -42,10 +43,6 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint16_t kCheckpointRoundsMessage = 1;
 const std::size_t kCheckpointRoundsMessageBytes =
     transport::BootstrapOptions{}.maxControlFrameBytes - 64;
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 Clock::duration toDuration(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -553,7 +550,7 @@ Status PeerSession::Impl::boot() {
     return st;
   }
   log::info("connected to ", core_->neighbours().size() - missingAtStart_.size(),
-            " neighbours over ", c.transport.backend, " in ", since(bootStart), " s");
+            " neighbours over ", c.transport.backend, " in ", secondsSince(bootStart), " s");
   // Neighbours that did not connect within peers.connect_timeout: dead until they connect (a
   // rejoin: the lower rank of each edge keeps dialing).
   for (int j : missingAtStart_) {
@@ -590,7 +587,7 @@ void PeerSession::Impl::onConnected(std::vector<transport::Neighbour> neighbours
   links_.connected(std::move(neighbours));
 }
 
-double PeerSession::Impl::seconds() const { return since(roundsStart_); }
+double PeerSession::Impl::seconds() const { return secondsSince(roundsStart_); }
 
 // faults: kind corrupt and the attacks on this peer, which only the peer itself can execute (the
 // launcher executes the other kinds with signals and the emulator): by round, or by this peer's
@@ -709,8 +706,8 @@ Status PeerSession::Impl::startRound(const RoundInput& input) {
   }
   const auto stepStart = Clock::now();
   GV_RETURN_IF_ERROR(core_->beginRound(outcome_.rounds, in));
-  if (in.localSteps && !in.skipCompute) throttle(since(stepStart));
-  output_.times.step += since(stepStart);
+  if (in.localSteps && !in.skipCompute) throttle(secondsSince(stepStart));
+  output_.times.step += secondsSince(stepStart);
   sendOutgoing();
   return Status::ok();
 }
@@ -727,7 +724,7 @@ Status PeerSession::Impl::completeRound() {
     core_->setRoundCollectives(true);
     const Status st = runCollectives(core_->roundCollectives(), {}, /*ofRound=*/true);
     core_->setRoundCollectives(false);
-    output_.times.mix += since(averageStart);
+    output_.times.mix += secondsSince(averageStart);
     GV_RETURN_IF_ERROR(st);
     core_->finishAveragedRound();  // a divergence it finds is handled right below
   }
@@ -806,7 +803,7 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       core_->mixDelay() == 0) {
     const auto gradientStart = Clock::now();
     core_->precomputeGradient();
-    throttle(since(gradientStart));
+    throttle(secondsSince(gradientStart));
   }
   bool waitedPast = false;
   for (;;) {
@@ -814,7 +811,7 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
     if (adaptive) {
       std::erase_if(unheard, [&](int j) {
         if (!core_->heardThisRound(j)) return false;
-        deadlines_.arrived(j, since(waitStart));
+        deadlines_.arrived(j, secondsSince(waitStart));
         return true;
       });
     }
@@ -839,7 +836,8 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
       // otherwise), is building its model or loading its data on a loaded machine (at 100M
       // parameters four peers on 2 cores began their rounds seconds apart). Waited for as the
       // bootstrap waits for it: up to peers.connect_timeout.
-      if (outcome_.rounds == firstRound_ && since(waitStart) < plan_.config.peers.connectTimeout) {
+      if (outcome_.rounds == firstRound_ &&
+          secondsSince(waitStart) < plan_.config.peers.connectTimeout) {
         for (int j : missing) {
           if (core_->lastRoundFrom(j) < 0 &&
               std::find(arriving.begin(), arriving.end(), j) == arriving.end()) {
@@ -867,13 +865,13 @@ void PeerSession::Impl::awaitNeighbours(bool collective, int waitRounds) {
   for (int j : unheard) {
     if (std::find(missing.begin(), missing.end(), j) != missing.end()) deadlines_.missed(j);
   }
-  output_.times.wait += since(waitStart);
+  output_.times.wait += secondsSince(waitStart);
 }
 
 std::vector<int> PeerSession::Impl::mixRound(std::int64_t round) {
   const auto mixStart = Clock::now();
   auto suspects = core_->endRound();
-  output_.times.mix += since(mixStart);
+  output_.times.mix += secondsSince(mixStart);
   // Robust mixing may distrust a neighbour in the mix.
   for (auto& [j, why] : core_->takeQuarantined()) act(membership_.quarantined(j), why);
   if (!suspects.empty()) {
@@ -995,7 +993,7 @@ Status PeerSession::Impl::finish(bool average) {
         log::warn("finalize averaging: the average is over ", core_->treeCount(), " of ",
                   plan_.config.peers.count, " peers (the others were lost)");
       }
-      output_.times.average = since(averageStart);
+      output_.times.average = secondsSince(averageStart);
       waitSends(Clock::now() + std::chrono::seconds(5));
     }
   }

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "runtime/common/elapsed.h"
 #include "runtime/engine/peer_core.h"
 
 namespace grapevine::engine {
@@ -48,7 +49,7 @@ void SessionCheckpoints::writeIfDue(const PeerCore& core, std::int64_t round) {
   writer_->write(core);
   lastRound_ = round;
   if (!config_.checkpoint.background) writer_->flush();  // on disk before the next round
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  seconds_ += secondsSince(start);
 }
 
 void SessionCheckpoints::flush() {

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "runtime/common/elapsed.h"
 #include "runtime/common/log.h"
 #include "runtime/engine/peer_core.h"
 #include "runtime/engine/session_checkpoints.h"
@@ -52,8 +53,7 @@ Status SessionOutput::report(PeerCore& core, std::int64_t round, const RoundFact
   if (due.evaluate) {
     const auto evalStart = std::chrono::steady_clock::now();
     evaluation = core.workload().evaluateTest(core.model());
-    times.eval +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - evalStart).count();
+    times.eval += secondsSince(evalStart);
   }
   auto rec = reportRecord(core, f.seconds, f.suspects, f.dead, evaluation ? &*evaluation : nullptr,
                           f.revived);

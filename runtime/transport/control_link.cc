@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "runtime/common/elapsed.h"
 #include "runtime/common/log.h"
 #include "runtime/transport/socket_util.h"
 
@@ -18,9 +19,6 @@ using namespace handshake;
 
 std::chrono::nanoseconds seconds(double s) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s));
-}
-double secondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 }  // namespace
