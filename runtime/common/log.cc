@@ -6,6 +6,7 @@
 #include <iterator>
 #include <mutex>
 
+#include "runtime/common/elapsed.h"
 #include "runtime/common/enum_names.h"
 
 namespace grapevine::log {
@@ -39,8 +40,7 @@ void setPrefix(std::string prefix) {
 }
 
 void write(Level level, std::string_view message) {
-  const double t =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
+  const double t = secondsSince(g_start);
   std::lock_guard<std::mutex> lock(g_mu);
   const std::string_view name = levelName(level);
   std::fprintf(stderr, "[grapevine%s%s %.3fs] %.*s: %.*s\n", g_prefix.empty() ? "" : " ",

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 
+#include "runtime/common/elapsed.h"
 #include "runtime/common/subprocess.h"
 #include "runtime/launch/progress.h"
 #include "runtime/launch/signals.h"
@@ -346,8 +347,6 @@ Supervisor::Report Supervisor::report() const {
   return r;
 }
 
-double Supervisor::elapsedSeconds() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
+double Supervisor::elapsedSeconds() const { return secondsSince(start_); }
 
 }  // namespace grapevine::launch

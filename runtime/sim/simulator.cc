@@ -15,6 +15,7 @@
 #include <set>
 #include <utility>
 
+#include "runtime/common/elapsed.h"
 #include "runtime/common/log.h"
 #include "runtime/engine/collectives.h"
 #include "runtime/engine/deadline.h"
@@ -369,9 +370,7 @@ class Simulation {
     return dir_ + "/" + stem + std::to_string(rank) + ext;
   }
 
-  double wallSeconds() const {
-    return std::chrono::duration<double>(Clock::now() - start_).count();
-  }
+  double wallSeconds() const { return secondsSince(start_); }
 
   // Seconds of compute for a step that began at thread CPU time cpu0, before the peer's scale.
   double computeSince(double cpu0) const {

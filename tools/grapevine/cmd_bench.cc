@@ -26,6 +26,7 @@
 #include "compress/lossless.h"
 #include "compress/options.h"
 #include "kernels/ops.h"
+#include "runtime/common/elapsed.h"
 #include "tools/grapevine/command.h"
 
 namespace grapevine::cli {
@@ -103,7 +104,7 @@ double timed(int threads, const std::function<void(int)>& fn) {
     for (int t = 0; t < threads; ++t) pool.emplace_back(fn, t);
     for (auto& th : pool) th.join();
   }
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+  return secondsSince(t0);
 }
 
 // Rows for the low-rank matrix view: the largest divisor of n not above sqrt(n).

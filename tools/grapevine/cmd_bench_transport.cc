@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runtime/common/byte_order.h"
+#include "runtime/common/elapsed.h"
 #include "runtime/common/subprocess.h"
 #include "runtime/security/auth.h"
 #include "runtime/transport/loop.h"
@@ -78,9 +79,7 @@ struct Numbers {
   std::vector<double> gbps;  // per plan.sizes entry
 };
 
-double elapsed(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double elapsed(Clock::time_point t0) { return secondsSince(t0); }
 
 // Median half round trip in microseconds. The median (like ucx_perftest's "typical" latency) keeps
 // a scheduler tick that lands on one ping-pong, on this shared 2-core machine, from moving the

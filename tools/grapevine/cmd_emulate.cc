@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "runtime/common/atomic_file.h"
+#include "runtime/common/elapsed.h"
 #include "runtime/netemu/from_config.h"
 #include "tools/grapevine/command.h"
 #include "tools/grapevine/load_config.h"
@@ -170,8 +171,7 @@ int emulateUntilSignal(netemu::Network& net, const config::Config& c, bool json)
   std::vector<int> faultStage(c.faults.events.size(), 0);  // 0: before, 1: down, 2: up again
   while (!g_emulateSignal) {
     ::poll(nullptr, 0, c.faults.events.empty() ? 200 : 20);  // a signal interrupts it at once
-    const double t =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - readyAt).count();
+    const double t = secondsSince(readyAt);
     for (std::size_t i = 0; i < c.faults.events.size(); ++i) {
       const auto& e = c.faults.events[i];
       const bool down = faultStage[i] == 0 && t >= e.start();

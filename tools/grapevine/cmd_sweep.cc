@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "runtime/common/atomic_file.h"
+#include "runtime/common/elapsed.h"
 #include "runtime/common/subprocess.h"
 #include "runtime/config/loader.h"
 #include "runtime/sweep/sweep.h"
@@ -288,7 +289,7 @@ bool SweepRun::finishCell(pid_t pid, int status) {
   auto it = running_.find(pid);
   if (it == running_.end()) return false;
   const std::size_t i = it->second.cell;
-  const double secs = std::chrono::duration<double>(Clock::now() - it->second.start).count();
+  const double secs = secondsSince(it->second.start);
   running_.erase(it);
   ++finished_;
   cellSecondsSum_ += secs;
@@ -317,7 +318,7 @@ void SweepRun::showProgress() const {
   const std::size_t done = static_cast<std::size_t>(kept_) + finished_;
   const int width = 30;
   const int filled = static_cast<int>(width * done / std::max<std::size_t>(1, cells_.size()));
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double elapsed = secondsSince(start_);
   std::string eta = "?";
   if (finished_ > 0) {
     const double perCell = cellSecondsSum_ / static_cast<double>(finished_);
@@ -447,7 +448,7 @@ bool SweepRun::tabulateCell(const sweep::Cell& c, std::ostream& results,
 }
 
 int SweepRun::report() const {
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  const double elapsed = secondsSince(start_);
   std::cout << "grapevine sweep: " << finished_ - failed_.size() << " cells ran, " << kept_
             << " kept, " << failed_.size() << " failed, " << diverged_.size() << " diverged, in "
             << duration(elapsed) << "\n"
