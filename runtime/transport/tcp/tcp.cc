@@ -22,6 +22,7 @@
 #include "runtime/transport/registry.h"
 #include "runtime/transport/socket_util.h"
 #include "runtime/transport/tcp/framing.h"
+#include "runtime/transport/tcp/incoming_frame.h"
 
 namespace grapevine::transport::tcp {
 namespace {
@@ -70,6 +71,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     // Handlers hold shared_from_this, so we only get here when none is pending.
     if (!core_.failed()) core_.fail(cancelled("connection destroyed"));
     completeSends(core_.error());
+    frame_.fail(core_.error());
     pool_.release(std::move(staging_));
   }
 
@@ -147,7 +149,6 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
 
  private:
   enum class State { kIdle, kConnecting, kAwaitingAccept, kHello, kUp };
-  enum class Target { kPosted, kUnexpected, kDiscard };
 
   struct SendOp {
     std::uint8_t header[kHeaderBytes];
@@ -161,10 +162,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   void fail(Status status) {
     if (!core_.fail(std::move(status))) return;
     completeSends(core_.error());
-    if (frameRecv_) {
-      core_.completeRecv(std::move(frameRecv_->cb), core_.error(), 0);
-      frameRecv_.reset();
-    }
+    frame_.fail(core_.error());
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);  // pending socket handlers run with operation_aborted and see failed()
@@ -221,7 +219,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
     }
   }
 
-  bool midFrame() const { return inBody_ || stagingEnd_ > stagingBegin_; }
+  bool midFrame() const { return frame_.inBody() || stagingEnd_ > stagingBegin_; }
 
   // ---- hello ------------------------------------------------------------------------------------
 
@@ -344,12 +342,12 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   void readFrames() {
     while (!core_.failed()) {
       const std::size_t avail = stagingEnd_ - stagingBegin_;
-      if (!inBody_) {
+      if (!frame_.inBody()) {
         if (avail < kHeaderBytes) return readIntoStaging();
         // Refused before any allocation when too long: the peer is misconfigured or corrupt.
         auto header = decodeFrameHeader(staging_.data() + stagingBegin_, maxMessageBytes_, peer());
         if (!header.isOk()) return fail(header.status());
-        if (!startFrame(header->tag, header->size)) {
+        if (!frame_.start(header->tag, header->size)) {
           paused_ = true;  // over the unexpected-message budget: wait for a receive to be posted
           return;
         }
@@ -357,80 +355,16 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
         continue;
       }
       // In a body: take what the staging buffer holds.
-      const std::size_t take = std::min<std::size_t>(avail, frameSize_ - frameReceived_);
-      if (take > 0 && frameTarget_ != Target::kDiscard) {
-        std::memcpy(frameDest_ + frameReceived_, staging_.data() + stagingBegin_, take);
-      }
-      stagingBegin_ += take;
-      frameReceived_ += take;
-      if (frameReceived_ == frameSize_) {
-        finishFrame();
+      stagingBegin_ += frame_.take(staging_.data() + stagingBegin_, avail);
+      if (frame_.complete()) {
+        frame_.finish();
         continue;
       }
       // The staging buffer is drained and the body is not complete.
       stagingBegin_ = stagingEnd_ = 0;
-      const std::size_t remaining = frameSize_ - frameReceived_;
-      if (frameTarget_ != Target::kDiscard && remaining >= kDirectReadBytes)
-        return readBodyDirect();
+      if (!frame_.discarding() && frame_.remaining() >= kDirectReadBytes) return readBodyDirect();
       return readIntoStaging();
     }
-  }
-
-  // Decides where the body of a frame goes. False when it must wait for the buffer budget.
-  bool startFrame(Tag tag, std::size_t size) {
-    frameTag_ = tag;
-    frameSize_ = size;
-    frameReceived_ = 0;
-    if (auto r = core_.takeRecv(tag)) {
-      if (size > r->buffer.size()) {
-        frameTarget_ = Target::kDiscard;
-        frameDest_ = nullptr;
-      } else {
-        frameTarget_ = Target::kPosted;
-        frameDest_ = r->buffer.data();
-      }
-      frameRecv_ = std::move(*r);
-    } else {
-      if (!core_.canBuffer(size)) return false;
-      frameTarget_ = Target::kUnexpected;
-      frameBuffer_ = pool_.acquire(size);
-      frameDest_ = frameBuffer_.data();
-    }
-    inBody_ = true;
-    return true;
-  }
-
-  void finishFrame() {
-    inBody_ = false;
-    switch (frameTarget_) {
-      case Target::kPosted: {
-        // Runs from a socket handler; the callback may receive, send or close, so the frame state
-        // is cleared first.
-        RecvCallback cb = std::move(frameRecv_->cb);
-        frameRecv_.reset();
-        core_.completeRecvFromHandler(std::move(cb), Status::ok(), frameSize_);
-        return;
-      }
-      case Target::kDiscard:
-        core_.completeRecv(std::move(frameRecv_->cb),
-                           resourceExhausted("message of " + std::to_string(frameSize_) +
-                                             " bytes does not fit the posted receive of " +
-                                             std::to_string(frameRecv_->buffer.size()) + " bytes"),
-                           0);
-        break;
-      case Target::kUnexpected:
-        // A receive may have been posted while this body was arriving: hand it over now, or it
-        // would wait behind a message that is already here.
-        if (auto r = core_.takeRecv(frameTag_)) {
-          core_.deliver(std::move(*r),
-                        std::span<const std::uint8_t>(frameBuffer_.data(), frameSize_));
-          pool_.release(std::move(frameBuffer_));
-        } else {
-          core_.stash(frameTag_, std::move(frameBuffer_), frameSize_);
-        }
-        break;
-    }
-    frameRecv_.reset();
   }
 
   void readIntoStaging() {
@@ -479,8 +413,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   std::size_t stagingWant() const {
     std::size_t want = staging_.capacity() - stagingEnd_;
     // Don't read past a discarded frame.
-    if (inBody_ && frameTarget_ == Target::kDiscard)
-      want = std::min(want, frameSize_ - frameReceived_);
+    if (frame_.discarding()) want = std::min(want, frame_.remaining());
     return want;
   }
 
@@ -502,9 +435,8 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
 
   // Reads the rest of the body into its destination in chunks, so the watchdog sees progress.
   void readBodyChunk() {
-    const std::size_t remaining = frameSize_ - frameReceived_;
     socket_.async_read_some(
-        asio::buffer(frameDest_ + frameReceived_, remaining),
+        asio::buffer(frame_.dest(), frame_.remaining()),
         [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
           if (self->core_.failed()) {
             self->reading_ = false;
@@ -516,11 +448,11 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
           }
           self->readProgress_ = Clock::now();
           self->drained_ = false;  // limited by the frame, not by the socket: more may be waiting
-          self->frameReceived_ += n;
+          self->frame_.advance(n);
           self->bytesArrived_ += n;
-          if (self->frameReceived_ < self->frameSize_) return self->readBodyChunk();
+          if (!self->frame_.complete()) return self->readBodyChunk();
           self->reading_ = false;
-          self->finishFrame();
+          self->frame_.finish();
           self->readFrames();
         });
   }
@@ -557,14 +489,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
   bool drained_ = false;  // the last staging read returned less than it asked for
   bool paused_ = false;
   Clock::time_point readProgress_{};
-  bool inBody_ = false;
-  Tag frameTag_ = 0;
-  std::size_t frameSize_ = 0;
-  std::size_t frameReceived_ = 0;
-  Target frameTarget_ = Target::kDiscard;
-  std::uint8_t* frameDest_ = nullptr;
-  Buffer frameBuffer_;
-  std::optional<ConnectionCore::PostedRecv> frameRecv_;
+  IncomingFrame frame_{core_};  // the frame whose body is being read
 
   // The token the other end's hello must carry (DataBinding).
   const std::array<std::uint8_t, kBindingBytes> expectedToken_;
