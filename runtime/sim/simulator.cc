@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -25,6 +24,7 @@
 #include "runtime/sim/faults.h"
 #include "runtime/sim/link_model.h"
 #include "runtime/sim/liveness.h"
+#include "runtime/sim/peer_files.h"
 #include "runtime/sim/worker_pool.h"
 
 namespace grapevine::sim {
@@ -75,21 +75,9 @@ struct PeerState {
   std::vector<int> outgoing;
   std::vector<double> egressDone;
   Status status;
-  std::string pending;  // records not yet appended to the file
   double testAccuracy = std::numeric_limits<double>::quiet_NaN();  // at the last evaluation
   double testLoss = std::numeric_limits<double>::quiet_NaN();
 };
-
-Status appendFile(const std::string& path, std::string& text) {
-  if (text.empty()) return Status::ok();
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) return unavailable("cannot write " + path);
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!ok || !closed) return unavailable("cannot write " + path);
-  text.clear();
-  return Status::ok();
-}
 
 Status firstError(const std::vector<PeerState>& states) {
   for (const auto& s : states) {
@@ -170,6 +158,7 @@ class Simulation {
         c_(plan.config),
         options_(options),
         dir_(options.outDir),
+        files_(options.outDir, static_cast<std::size_t>(plan.config.peers.count)),
         count_(static_cast<std::size_t>(plan.config.peers.count)),
         link_(c_.network, c_.run.seed),
         fixedCompute_(c_.network.computeMs > 0.0
@@ -202,20 +191,7 @@ class Simulation {
   }
 
   // Creates outDir, truncates every peer's records and removes an old evals.jsonl.
-  Status prepareOutDir() const {
-    if (dir_.empty()) return Status::ok();
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    if (ec) return unavailable("cannot create " + dir_ + ": " + ec.message());
-    for (int r = 0; r < c_.peers.count; ++r) {
-      std::FILE* f = std::fopen(path("peer-", r, ".jsonl").c_str(), "w");  // truncate
-      if (!f) return unavailable("cannot write " + path("peer-", r, ".jsonl"));
-      std::fclose(f);
-    }
-    std::error_code removeEc;
-    std::filesystem::remove(dir_ + "/evals.jsonl", removeEc);  // a fresh run starts a fresh file
-    return Status::ok();
-  }
+  Status prepareOutDir() const { return files_.prepare(); }
 
   // The wall clock of the records starts here.
   void startClock() { start_ = Clock::now(); }
@@ -238,7 +214,7 @@ class Simulation {
       if (stopOnDivergence(true)) return false;
     }
     if (!c_.faults.events.empty()) afterFaults(t);
-    if (due.evaluate && !dir_.empty()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
+    if (due.evaluate && files_.enabled()) GV_RETURN_IF_ERROR(appendEvaluationPoint(t, wall));
     reportProgress(t);
     return true;
   }
@@ -364,12 +340,6 @@ class Simulation {
   }
 
  private:
-  static constexpr std::size_t kFlushBytes = 1 << 16;
-
-  std::string path(const char* stem, int rank, const char* ext) const {
-    return dir_ + "/" + stem + std::to_string(rank) + ext;
-  }
-
   double wallSeconds() const { return secondsSince(start_); }
 
   // Seconds of compute for a step that began at thread CPU time cpu0, before the peer's scale.
@@ -777,19 +747,14 @@ class Simulation {
     auto rec = engine::reportRecord(p, wall, suspects, dead, ev ? &*ev : nullptr, revived);
     if (!rejoined.empty()) rec["rejoined"] = rejoined;
     rec["sim_time"] = s.clock;
-    s.pending += rec.dump();
-    s.pending += '\n';
-    if (!dir_.empty() && s.pending.size() >= kFlushBytes) {
-      s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
-    }
-    if (dir_.empty()) s.pending.clear();
+    const Status written = files_.appendRecord(i, rec);
+    if (s.status.isOk()) s.status = written;  // an earlier error of this peer's stays
   }
 
   Status appendEvaluationPoint(std::int64_t t, double wall) {
     auto point = evaluationPoint(peers_, states_, t, wall);
     GV_RETURN_IF_ERROR(point.status());
-    std::string line = point->dump() + "\n";
-    return appendFile(dir_ + "/evals.jsonl", line);
+    return files_.appendEvaluation(*point);
   }
 
   void reportProgress(std::int64_t t) const {
@@ -807,27 +772,22 @@ class Simulation {
     if (faults_->killed(i)) {
       // A killed peer writes nothing more: no final record, model or final.json.
       r.model.clear();
-      if (!dir_.empty())
-        s.status = appendFile(path("peer-", static_cast<int>(i), ".jsonl"), s.pending);
+      s.status = files_.flush(i);
       return;
     }
     // Every peer of a diverged run stopped because of it (in a real run the notices tell them).
     if (result_.divergence) r.divergence = result_.divergence;
-    if (dir_.empty()) return;
+    if (!files_.enabled()) return;
     auto rec = engine::finalRecord(p, wallSeconds(), r.testAccuracy, r.testLoss, r.divergence);
     rec["sim_time"] = s.clock;
-    s.pending += rec.dump();
-    s.pending += '\n';
-    const int rank = static_cast<int>(i);
-    s.status = appendFile(path("peer-", rank, ".jsonl"), s.pending);
-    if (!s.status.isOk() || !options_.writeModels) return;
-    s.status = engine::writeModel(path("model-", rank, ".bin"), r.model);
-    if (!s.status.isOk()) return;
-    auto j = engine::peerResultToJson(r);
-    j["wall_seconds"] = wallSeconds();
-    j["sim_time"] = s.clock;
-    if (p.counters().quarantined > 0) j["quarantined"] = p.counters().quarantined;  // as a peer
-    s.status = engine::writeJsonFile(path("peer-", rank, ".final.json"), j);
+    nlohmann::json j;
+    if (options_.writeModels) {
+      j = engine::peerResultToJson(r);
+      j["wall_seconds"] = wallSeconds();
+      j["sim_time"] = s.clock;
+      if (p.counters().quarantined > 0) j["quarantined"] = p.counters().quarantined;  // as a peer
+    }
+    s.status = files_.finish(i, rec, options_.writeModels, r.model, j);
   }
 
   void collectClocks() {
@@ -865,6 +825,7 @@ class Simulation {
   const config::Config& c_;
   const SimOptions& options_;
   const std::string& dir_;
+  PeerFiles files_;  // what the peers write: records, models, final.json; evals.jsonl
   const std::size_t count_;
   const LinkModel link_;
   const double fixedCompute_;  // seconds per round when network.compute_ms > 0, else -1 (measured)
