@@ -63,9 +63,12 @@ class Connection {
   // and later operation complete with kUnavailable.
   virtual Status error() const = 0;
 
-  // Bytes read from the wire so far on this connection, whole messages or not (0 where the backend
-  // does not count them): a message still arriving shows as a growing count, which tells a slow
-  // link from a dead one before the message is complete.
+  // Bytes of messages that arrived so far on this connection (0 where a backend does not count
+  // them): tcp counts what it reads from the wire, whole messages or not, so a message still
+  // arriving shows as a growing count, which tells a slow link from a dead one before the message
+  // is complete; inproc counts messages as they are handed over, ucx and libfabric as their
+  // receives complete. The engine also reads it to take a neighbour's last messages before the
+  // close that followed them on its control connection.
   virtual std::uint64_t bytesArrived() const { return 0; }
 };
 

@@ -91,6 +91,40 @@ TEST_CASE("message sizes 0 B to 64 MiB arrive intact, both directions", "[confor
   checkProbe(probe);
 }
 
+TEST_CASE("bytesArrived counts the messages that arrived, and only on the receiving side",
+          "[conformance]") {
+  // The engine takes a neighbour's last messages before the close that followed them by watching
+  // this count (NeighbourLinks::stillArriving); a backend that left it at 0 lost them at the end of
+  // a run (a neighbour declared dead in its last round, seen with inproc).
+  Pair p;
+  const std::uint64_t before10 = p.c10->bytesArrived();
+  const std::uint64_t before01 = p.c01->bytesArrived();
+  const std::vector<std::size_t> sizes = {13, 64 << 10, 1 << 20};
+  std::vector<std::vector<std::uint8_t>> out, in;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    out.push_back(pattern(sizes[i], static_cast<std::uint32_t>(i)));
+    in.emplace_back(sizes[i]);
+  }
+  Probe probe;
+  probe.inApi = true;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    p.c10->recv(500 + i, in[i], probe.recv(static_cast<int>(i)));
+    p.c01->send(500 + i, out[i], probe.send(static_cast<int>(10 + i)));
+  }
+  probe.inApi = false;
+  REQUIRE(p.runUntil([&] { return probe.allFired(); }, 20.0));
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    REQUIRE(probe.at(static_cast<int>(i)).status.isOk());
+    total += sizes[i];
+  }
+  // Framing may add its headers; never fewer than the messages' bytes.
+  CHECK(p.c10->bytesArrived() - before10 >= total);
+  CHECK(p.c10->bytesArrived() - before10 < total + 4096);
+  CHECK(p.c01->bytesArrived() == before01);  // nothing came back
+  checkProbe(probe);
+}
+
 TEST_CASE("messages with the same tag arrive in send order; tags do not mix", "[conformance]") {
   Pair p;
   constexpr int kTags = 4, kPerTag = 100;

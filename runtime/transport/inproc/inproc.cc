@@ -155,6 +155,7 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
     GV_CHECK_LOOP_THREAD(core_.loop());
     return core_.error();
   }
+  std::uint64_t bytesArrived() const override { return bytesArrived_; }
 
   // On the loop thread: moves every queued inbound message to a posted receive or the unexpected
   // buffer.
@@ -173,6 +174,7 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
         in_->pool.release(std::move(m.data));
         continue;
       }
+      bytesArrived_ += m.size;
       if (auto r = core_.takeRecv(m.tag)) {
         core_.deliver(std::move(*r), std::span<const std::uint8_t>(m.data.data(), m.size));
         in_->pool.release(std::move(m.data));
@@ -215,6 +217,7 @@ class InprocConnection : public Connection, public std::enable_shared_from_this<
   std::shared_ptr<Pipe> out_;
   std::shared_ptr<Pipe> in_;
   bool closed_ = false;
+  std::uint64_t bytesArrived_ = 0;  // of the messages drained from the inbound pipe (loop thread)
 };
 
 void scheduleDrainLocked(Pipe& pipe) {

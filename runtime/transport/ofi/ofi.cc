@@ -268,6 +268,9 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
     GV_CHECK_LOOP_THREAD(endpoint_->loop());
     return error_;
   }
+  // Whole messages only: the provider reports a message when it completed a receive.
+  std::uint64_t bytesArrived() const override { return bytesArrived_; }
+  void noteArrived(std::size_t bytes) { bytesArrived_ += bytes; }
 
   fi_addr_t fiAddr() const { return addr_; }
   bool alive() const { return error_.isOk() && !closed_; }
@@ -315,6 +318,7 @@ class OfiConnection : public Connection, public std::enable_shared_from_this<Ofi
   bool closed_ = false;
   tagged::PeerProcessWatch peerWatch_;  // the peer's process (same host), watched for exit
   tagged::PendingOps<Op> pending_;
+  std::uint64_t bytesArrived_ = 0;  // of the data receives completed (loop thread)
 };
 
 // ---- OfiEndpoint --------------------------------------------------------------------------------
@@ -487,6 +491,7 @@ void OfiEndpoint::complete(Op* op, Status st, std::size_t bytes) {
   if (op->kind == Op::Kind::kSend) {
     defer([cb = std::move(op->sendCb), st = std::move(st)] { cb(st); });
   } else {
+    if (st.isOk() && op->conn) op->conn->noteArrived(bytes);
     defer([cb = std::move(op->recvCb), st = std::move(st), bytes] { cb(st, bytes); });
   }
   releaseOp(op);

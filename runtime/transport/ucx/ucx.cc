@@ -220,6 +220,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     GV_CHECK_LOOP_THREAD(worker_->loop());
     return error_;
   }
+  // Whole messages only: UCX reports a message when it completed a receive.
+  std::uint64_t bytesArrived() const override { return bytesArrived_; }
   bool alive() const { return error_.isOk() && !closed_; }
 
   // Posts the receive for the peer's control messages and announces this connection's id
@@ -290,6 +292,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   Status error_;
   bool closed_ = false;
   tagged::PendingOps<Op> pending_;
+  std::uint64_t bytesArrived_ = 0;  // of the data receives completed (loop thread)
 };
 
 // ---- UcxWorker ----------------------------------------------------------------------------------
@@ -608,6 +611,7 @@ void UcxConnection::finishRecv(Op* op, ucs_status_t st, std::size_t bytes) {
     return onControl(Op::Kind::kControlRecv, st, bytes);
   }
   Status status = statusFor(st);
+  if (status.isOk()) bytesArrived_ += bytes;
   worker_->defer(
       [cb = std::move(op->recvCb), status = std::move(status), bytes] { cb(status, bytes); });
   worker_->releaseOp(op);
