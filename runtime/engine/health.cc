@@ -60,6 +60,12 @@ void HealthMonitor::noteDivergence(Divergence d) {
   if (!divergence_) divergence_ = std::move(d);
 }
 
+void HealthMonitor::explain(std::string_view why) {
+  if (!divergence_ || divergence_->origin != rank_) return;
+  divergence_->reason += "; ";
+  divergence_->reason += why;
+}
+
 bool HealthMonitor::check(std::span<const float> x, double loss, bool afterMixing,
                           std::int64_t round) {
   const double n = modelNorm(x);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace grapevine::engine {
 
@@ -71,6 +72,8 @@ class HealthMonitor {
   const std::optional<Divergence>& divergence() const { return divergence_; }
   // A notice from a neighbour: kept when this peer knows of no divergence yet.
   void noteDivergence(Divergence d);
+  // Adds what else this peer knows of why (after "; ") to the reason of the divergence it found.
+  void explain(std::string_view why);
 
   const HealthHistory& history() const { return history_; }
   void setHistory(const HealthHistory& h) { history_ = h; }

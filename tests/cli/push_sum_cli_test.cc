@@ -319,3 +319,26 @@ TEST_CASE(
     }
   }
 }
+
+TEST_CASE("a push-sum run that diverges because its weight drained away says so") {
+  // configs/directed6-pushsum.yaml with peer 2 paused past peers.dead_after: peer 1's only
+  // out-edge is [1, 2], so the live graph is no longer strongly connected; 0 and 4 push weight into
+  // peer 1 that never comes back, their weights decay, and the de-biased step (gradient over
+  // weight) runs away. The divergence names the weight instead of only blaming the learning rate.
+  const std::string dir = freshDir("push_sum_drained");
+  const std::string config = std::string(GRAPEVINE_SOURCE_DIR) + "/configs/directed6-pushsum.yaml";
+  const std::string common = "sim " + config + " --quiet --set run.rounds=300 --out " + dir;
+  Outcome o = run(common +
+                  "/paused --set 'faults.events=[{kind: pause, peer: 2, at_round: 100, "
+                  "rounds: 50}]'");
+  INFO(o.out);
+  REQUIRE(o.exitCode == 3);
+  CHECK(o.out.find("its push-sum weight fell to 0.0") != std::string::npos);
+  CHECK(o.out.find("no longer strongly connected") != std::string::npos);
+  // A plain overshoot (a learning rate far too high) diverges with the weight near 1: no such hint.
+  o = run(common + "/overshoot --set optimizer.lr=10");
+  INFO(o.out);
+  REQUIRE(o.exitCode == 3);
+  CHECK(o.out.find("diverged at round") != std::string::npos);
+  CHECK(o.out.find("push-sum weight") == std::string::npos);
+}
