@@ -192,6 +192,9 @@ class Algorithm {
   // its public copy), by increasing rank: what an attacking peer (a behavioural fault) crafts its
   // message from. Empty for the other algorithms.
   virtual std::vector<std::span<const float>> neighbourViews() const { return {}; }
+  // What the algorithm's own state says of why the model diverged, for the divergence's reason
+  // (push-sum: a weight that drained away); empty when it says nothing.
+  virtual std::string divergenceHint() const { return {}; }
   // Robust mixing (algorithm.robust; D-PSGD and CHOCO): its per-neighbour trust, nullptr without.
   const RobustMixer* robustMixer() const { return robust_ ? &*robust_ : nullptr; }
   // Neighbours robust mixing distrusts since the last call (the engine quarantines them).

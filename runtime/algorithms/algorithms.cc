@@ -4,6 +4,8 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <sstream>
+#include <string>
 
 #include "kernels/ops.h"
 #include "runtime/algorithms/algorithm.h"
@@ -586,6 +588,17 @@ class PushSum final : public Algorithm {
   }
   // A dead in-neighbour's inbox is kept: a share of it that arrived still counts at its mix.
   void dropNeighbour(int) override {}
+  // A weight far below its start of 1 is why a model ran away: the de-biased step is the gradient
+  // over the weight.
+  std::string divergenceHint() const override {
+    constexpr float kLowWeight = 0.1f;
+    if (!(w_ < kLowWeight)) return {};
+    std::ostringstream os;
+    os << "its push-sum weight fell to " << w_
+       << " (from 1): the weight it sends does not come back, as when the live graph is no longer "
+          "strongly connected (a peer it sends to has no live out-neighbour) or messages are lost";
+    return os.str();
+  }
   // "numerator", "weight", "debiased", and per in-neighbour j "inbox/<j>": the shares the next mix
   // takes (rounds <= next - delay, summed), and with overlap_rounds tau >= 2 "inflight/<j>/<k>",
   // k = 1..tau-1: the share of round next - tau + k (zeros when none arrived yet).

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
-#include <sstream>
 #include <utility>
 
 #include "kernels/ops.h"
@@ -53,18 +52,6 @@ void PeerCore::finishAveragedRound() {
   applyOuterStep();
   if (!health_.divergence()) checkHealth(trainer_.lastLoss(), true);
   keepAnchor();
-}
-
-void PeerCore::explainDivergence() {
-  constexpr float kLowWeight = 0.1f;
-  for (const auto& [name, values] : algorithm_->state()) {
-    if (name != "weight" || values.size() != 1 || !(values[0] < kLowWeight)) continue;
-    std::ostringstream os;
-    os << "its push-sum weight fell to " << values[0]
-       << " (from 1): the weight it sends does not come back, as when the live graph is no longer "
-          "strongly connected (a peer it sends to has no live out-neighbour) or messages are lost";
-    health_.explain(os.str());
-  }
 }
 
 void PeerCore::abandonRound() {

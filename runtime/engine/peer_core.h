@@ -382,15 +382,13 @@ class PeerCore {
   // Drops j's edge for good (refuse(), quarantineDistrusted()), counted and reported with `why`.
   void quarantine(int j, Edge& e, std::string why);
   std::vector<std::pair<int, std::string>> quarantined_;
-  // The health check of the round's model (HealthMonitor::check), explained on divergence.
+  // The health check of the round's model (HealthMonitor::check); on divergence the reason also
+  // gets what the algorithm knows of why (Algorithm::divergenceHint).
   bool checkHealth(double loss, bool afterMixing) {
     if (health_.check(x_, loss, afterMixing, round_)) return true;
-    explainDivergence();
+    if (const std::string hint = algorithm_->divergenceHint(); !hint.empty()) health_.explain(hint);
     return false;
   }
-  // Push-sum: a weight that fell far below its start of 1 is why a model ran away (the de-biased
-  // step is the gradient over the weight): said in the divergence's reason.
-  void explainDivergence();
   // Whether a message that passed the sequence checks is within the bounds of kRoundWindow.
   bool withinWindow(const Edge& e, const Envelope& env) const;
   // The parts of onMessage(): a divergence notice, a collective's message, a training message.
