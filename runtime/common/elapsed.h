@@ -1,5 +1,5 @@
-// Seconds on the steady clock since a time point: the phase timers of the driver and the session's
-// records, and the control links' silence.
+// Seconds on the steady clock since a time point: every elapsed-time reading of the runtime and the
+// commands (phase timers, records, silences, log stamps, benchmarks).
 #pragma once
 
 #include <chrono>

@@ -74,11 +74,11 @@ inline Status resourceExhausted(std::string m) {
 }
 inline Status unimplemented(std::string m) { return {ErrorCode::kUnimplemented, std::move(m)}; }
 inline Status internalError(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
+inline Status aborted(std::string m) { return {ErrorCode::kAborted, std::move(m)}; }
 
 // ok when got == want; otherwise kInvalidArgument "WHAT: GOT values, this peer has WANT" (a
 // restored state, a buffer or an anchor made for another model's size).
 Status checkValueCount(std::string_view what, std::size_t got, std::size_t want);
-inline Status aborted(std::string m) { return {ErrorCode::kAborted, std::move(m)}; }
 
 // A value or an error. Accessing value() of an error is a programming bug (asserted).
 template <typename T>
