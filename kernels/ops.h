@@ -149,6 +149,12 @@ struct Ops {
   // order; returns sum_t weight_t sum_k (replica_t[k] - y[k])^2. With no terms x is unchanged and
   // the result is 0. `terms` is host memory (the replicas it points to are the table's).
   double (*mixDifferences)(float* x, const float* y, const MixTerm* terms, size_t count, size_t n);
+  // x[k] <- fl(wa a[k] + wb b[k] + sum_t coefficient_t replica_t[k]), summed in double in that
+  // order, each product rounded before it is added, x rounded once (b null: no such term; the
+  // terms' weights are not read). x may alias a or b, not a replica. D-PSGD's and push-sum's
+  // mixes.
+  void (*weightedSum)(float* x, const float* a, double wa, const float* b, double wb,
+                      const MixTerm* terms, size_t count, size_t n);
 
   // ---- Optimizer steps: float, element by element, each operation rounded (no FMA, IEEE sqrt
   // and division), so every table gives the same bits. u may alias g. ----

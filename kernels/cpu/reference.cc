@@ -246,6 +246,24 @@ double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t cou
   return reduceLanes8(l);
 }
 
+void weightedSum(float* x, const float* a, double wa, const float* b, double wb,
+                 const MixTerm* terms, size_t count, size_t n) {
+  // Tile by tile, like mixDifferences: the sums of one tile stay in L1 while each term streams.
+  double t[kMixTile];
+  for (size_t k0 = 0; k0 < n; k0 += kMixTile) {
+    const size_t m = std::min(kMixTile, n - k0);
+    for (size_t k = 0; k < m; ++k) t[k] = wa * static_cast<double>(a[k0 + k]);
+    if (b != nullptr) {
+      for (size_t k = 0; k < m; ++k) t[k] += wb * static_cast<double>(b[k0 + k]);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const float* r = terms[i].replica + k0;
+      for (size_t k = 0; k < m; ++k) t[k] += terms[i].coefficient * static_cast<double>(r[k]);
+    }
+    for (size_t k = 0; k < m; ++k) x[k0 + k] = static_cast<float>(t[k]);
+  }
+}
+
 // ---- Optimizer steps ----
 
 void sgdDirection(const float* g, const float* x, float* m, float* u, size_t n, SgdStep step) {
@@ -339,6 +357,7 @@ const Ops& referenceOps() {
       r::subtractSquares,
       r::distanceAndNorm,
       r::mixDifferences,
+      r::weightedSum,
       r::sgdDirection,
       r::adamwDirection,
       r::momentumFromChange,

@@ -36,6 +36,8 @@ void scatterAccumulate(const uint32_t* idx, const float* v, size_t k, float w, f
 double subtractSquares(const float* x, const float* y, float* out, size_t n);
 DistanceAndNorm distanceAndNorm(const float* x, const float* y, size_t n);
 double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t count, size_t n);
+void weightedSum(float* x, const float* a, double wa, const float* b, double wb,
+                 const MixTerm* terms, size_t count, size_t n);
 void sgdDirection(const float* g, const float* x, float* m, float* u, size_t n, SgdStep step);
 void adamwDirection(const float* g, const float* x, float* m, float* v, float* u, size_t n,
                     AdamwStep step);

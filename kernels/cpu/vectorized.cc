@@ -630,9 +630,68 @@ TopkStats topkSelect(const float* x, size_t n, size_t k, Selector selector, doub
   return s;
 }
 
+// ---- CRC32C: three independent streams per block, joined with a table ----
+// The CRC instruction's latency is three cycles and it issues one per cycle, so one dependent
+// chain runs at a third of its speed. A block of 3 * kCrcLane bytes is split in three lanes A, B,
+// C whose raw (uninverted) registers run side by side, the first from the running value, the
+// others from 0. The raw register is linear in (register, data) over GF(2), so
+// raw(c, A B C) = Z(Z(raw(c, A)) ^ raw(0, B)) ^ raw(0, C), Z the map "feed kCrcLane zero bytes":
+// linear on 32 bits, applied as four byte-indexed tables built once from its images of the 32
+// unit vectors.
+constexpr size_t kCrcLane = 4096;
+
+struct CrcShiftTable {
+  uint32_t byByte[4][256];
+};
+
+GV_SSE42 uint32_t crcZeros(uint32_t c, size_t bytes) {
+  uint64_t r = c;
+  for (size_t i = 0; i < bytes; i += 8) r = _mm_crc32_u64(r, 0);
+  return static_cast<uint32_t>(r);
+}
+
+GV_SSE42 CrcShiftTable makeCrcShiftTable() {
+  uint32_t unit[32];
+  for (int b = 0; b < 32; ++b) unit[b] = crcZeros(uint32_t{1} << b, kCrcLane);
+  CrcShiftTable t{};
+  for (int byte = 0; byte < 4; ++byte) {
+    for (uint32_t v = 0; v < 256; ++v) {
+      uint32_t z = 0;
+      for (int bit = 0; bit < 8; ++bit) {
+        if (v & (1u << bit)) z ^= unit[8 * byte + bit];
+      }
+      t.byByte[byte][v] = z;
+    }
+  }
+  return t;
+}
+
+inline uint32_t crcShiftLane(const CrcShiftTable& t, uint32_t c) {
+  return t.byByte[0][c & 0xFF] ^ t.byByte[1][(c >> 8) & 0xFF] ^ t.byByte[2][(c >> 16) & 0xFF] ^
+         t.byByte[3][c >> 24];
+}
+
 GV_SSE42 uint32_t crc32c(uint32_t crc, const uint8_t* data, size_t n) {
   uint64_t c = ~crc;
   size_t i = 0;
+  if (n >= 3 * kCrcLane) {
+    static const CrcShiftTable shift = makeCrcShiftTable();
+    for (; i + 3 * kCrcLane <= n; i += 3 * kCrcLane) {
+      const uint8_t* a = data + i;
+      uint64_t c1 = 0, c2 = 0;
+      for (size_t k = 0; k < kCrcLane; k += 8) {
+        uint64_t va, vb, vc;
+        std::memcpy(&va, a + k, 8);
+        std::memcpy(&vb, a + kCrcLane + k, 8);
+        std::memcpy(&vc, a + 2 * kCrcLane + k, 8);
+        c = _mm_crc32_u64(c, va);
+        c1 = _mm_crc32_u64(c1, vb);
+        c2 = _mm_crc32_u64(c2, vc);
+      }
+      const uint32_t ab = crcShiftLane(shift, static_cast<uint32_t>(c)) ^ static_cast<uint32_t>(c1);
+      c = crcShiftLane(shift, ab) ^ static_cast<uint32_t>(c2);
+    }
+  }
   for (; i + 8 <= n; i += 8) {
     uint64_t v;
     std::memcpy(&v, data + i, 8);
@@ -737,6 +796,52 @@ GV_AVX2 void mixTile(const float* y, const MixTerm* terms, size_t count, size_t 
       a0 = _mm256_loadu_pd(l);
       a1 = _mm256_loadu_pd(l + 4);
     }
+  }
+}
+
+// weightedSum: the reference's tiles and order, four doubles per vector (mul then add: no FMA).
+GV_AVX2 void weightedSum(float* x, const float* a, double wa, const float* b, double wb,
+                         const MixTerm* terms, size_t count, size_t n) {
+  alignas(32) double t[reference::kMixTile];
+  const __m256d va = _mm256_set1_pd(wa), vb = _mm256_set1_pd(wb);
+  for (size_t k0 = 0; k0 < n; k0 += reference::kMixTile) {
+    const size_t m = std::min(reference::kMixTile, n - k0);
+    const size_t m8 = m - m % 8;
+    for (size_t k = 0; k < m8; k += 8) {
+      const __m256 v = _mm256_loadu_ps(a + k0 + k);
+      __m256d lo = _mm256_mul_pd(va, lowHalfPd(v)), hi = _mm256_mul_pd(va, highHalfPd(v));
+      if (b != nullptr) {
+        const __m256 w = _mm256_loadu_ps(b + k0 + k);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(vb, lowHalfPd(w)));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(vb, highHalfPd(w)));
+      }
+      _mm256_store_pd(t + k, lo);
+      _mm256_store_pd(t + k + 4, hi);
+    }
+    for (size_t k = m8; k < m; ++k) {
+      t[k] = wa * static_cast<double>(a[k0 + k]);
+      if (b != nullptr) t[k] += wb * static_cast<double>(b[k0 + k]);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      const float* r = terms[i].replica + k0;
+      const double ci = terms[i].coefficient;
+      const __m256d c = _mm256_set1_pd(ci);
+      for (size_t k = 0; k < m8; k += 8) {
+        const __m256 v = _mm256_loadu_ps(r + k);
+        _mm256_store_pd(t + k,
+                        _mm256_add_pd(_mm256_load_pd(t + k), _mm256_mul_pd(c, lowHalfPd(v))));
+        _mm256_store_pd(t + k + 4,
+                        _mm256_add_pd(_mm256_load_pd(t + k + 4), _mm256_mul_pd(c, highHalfPd(v))));
+      }
+      for (size_t k = m8; k < m; ++k) t[k] += ci * static_cast<double>(r[k]);
+    }
+    float* xx = x + k0;
+    for (size_t k = 0; k < m8; k += 8) {
+      const __m128 lo = _mm256_cvtpd_ps(_mm256_load_pd(t + k));
+      const __m128 hi = _mm256_cvtpd_ps(_mm256_load_pd(t + k + 4));
+      _mm256_storeu_ps(xx + k, _mm256_set_m128(hi, lo));
+    }
+    for (size_t k = m8; k < m; ++k) xx[k] = static_cast<float>(t[k]);
   }
 }
 
@@ -878,6 +983,7 @@ Dispatch makeDispatch() {
     d.ops.topkWorkspaceBytes = v::topkWorkspaceBytes;
     d.ops.topkSelect = v::topkSelect;
     d.ops.subtractSquares = v::subtractSquares;
+    d.ops.weightedSum = v::weightedSum;
     d.ops.distanceAndNorm = v::distanceAndNorm;
     d.ops.mixDifferences = v::mixDifferences;
     d.ops.sgdDirection = v::sgdDirection;

@@ -659,6 +659,39 @@ double mixDifferences(float* x, const float* y, const MixTerm* terms, size_t cou
   return sumPartials(c, grid, "mixDifferences");
 }
 
+__global__ void weightedSumKernel(float* x, const float* a, double wa, const float* b, double wb,
+                                  const MixTerm* terms, size_t count, size_t n) {
+  for (size_t i = globalThread(); i < n; i += gridThreads()) {
+    double t = __dmul_rn(wa, static_cast<double>(a[i]));
+    if (b != nullptr) t = __dadd_rn(t, __dmul_rn(wb, static_cast<double>(b[i])));
+    for (size_t j = 0; j < count; ++j) {
+      t = __dadd_rn(t, __dmul_rn(terms[j].coefficient, static_cast<double>(terms[j].replica[i])));
+    }
+    x[i] = __double2float_rn(t);
+  }
+}
+
+void weightedSum(float* x, const float* a, double wa, const float* b, double wb,
+                 const MixTerm* terms, size_t count, size_t n) {
+  if (n == 0) return;
+  if (count > kMaxDeviceMixTerms) {
+    checkCuda(cudaErrorInvalidValue, "weightedSum: more than kMaxDeviceMixTerms terms");
+  }
+  Context& c = threadContext();
+  // The terms travel through pinned staging into device scratch, as mixDifferences' do.
+  auto* staged = static_cast<unsigned char*>(c.hostStaging) + kMixTermsOffset;
+  if (count > 0) std::memcpy(staged, terms, count * sizeof(MixTerm));
+  auto* deviceTerms = static_cast<unsigned char*>(c.deviceScratch) + kMixTermsOffset;
+  if (count > 0) {
+    checkCuda(cudaMemcpyAsync(deviceTerms, staged, count * sizeof(MixTerm), cudaMemcpyHostToDevice,
+                              c.stream),
+              "weightedSum terms");
+  }
+  weightedSumKernel<<<gridFor(n), kThreads, 0, c.stream>>>(
+      x, a, wa, b, wb, reinterpret_cast<const MixTerm*>(deviceTerms), count, n);
+  finish(c, "weightedSum");
+}
+
 // ---- Optimizer steps: the reference's expressions with each operation rounded as there ----
 
 __global__ void sgdDirectionKernel(const float* g, const float* x, float* m, float* u, size_t n,
@@ -768,6 +801,7 @@ const Ops& cudaOps() {
       c::subtractSquares,
       c::distanceAndNorm,
       c::mixDifferences,
+      c::weightedSum,
       c::sgdDirection,
       c::adamwDirection,
       c::momentumFromChange,

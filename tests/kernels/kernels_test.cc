@@ -304,6 +304,19 @@ TEST_CASE("crc32c: check value, chaining, table vs sse4.2", "[kernels]") {
     for (auto& v : b) v = static_cast<uint8_t>(rng());
     CHECK(ref().crc32c(7, b.data(), n) == vec().crc32c(7, b.data(), n));
   }
+  // The three-lane blocks (3 x 4096 bytes): below, at and around one and several blocks, from
+  // every alignment, and chained across a split inside a block.
+  std::vector<uint8_t> big(5 * 12288 + 77);
+  for (auto& v : big) v = static_cast<uint8_t>(rng());
+  for (size_t n : {12287u, 12288u, 12289u, 24576u, 24583u, 5u * 12288u + 77u - 3u}) {
+    for (size_t at : {0u, 1u, 3u}) {
+      const uint32_t want = ref().crc32c(0x12345678u, big.data() + at, n);
+      CHECK(vec().crc32c(0x12345678u, big.data() + at, n) == want);
+      const size_t split = n / 3 + 5;
+      CHECK(vec().crc32c(vec().crc32c(0x12345678u, big.data() + at, split), big.data() + at + split,
+                         n - split) == want);
+    }
+  }
 }
 
 TEST_CASE("counter-based uniforms are uniform and key-dependent", "[kernels]") {
