@@ -63,6 +63,13 @@ class MessageCodec {
     std::fill(decodedSelf.begin(), decodedSelf.end(), 0.0f);
     return encodeAccumulate(v, round, out, decodedSelf);
   }
+  // Whether C(v) is v itself for every finite v, each value as `0.0f + v` (a -0 decodes as +0):
+  // dense fp32, losslessly compressed or not (D-PSGD's messages). A sender with such a codec
+  // knows its C(v) without decoding its own message, and need not encode one nobody receives.
+  virtual bool exact() const { return false; }
+  // Encodes v into out and adds nothing anywhere: for exact() codecs, whose C(v) the caller has.
+  virtual Result<std::size_t> encodeOnly(std::span<const float> v, std::uint64_t round,
+                                         std::span<std::uint8_t> out) = 0;
   // acc += weight * decode(message). Checks every frame; on error acc is unchanged. `maxDelta`
   // (security.max_delta_ratio's bound for this message, PeerCore's per round; 0: none): a message
   // that would change any value of acc by more is refused (dataLoss "magnitude"), acc unchanged.

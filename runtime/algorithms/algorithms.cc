@@ -157,22 +157,15 @@ class ReceivedMessages {
   std::map<int, std::vector<float>> slots_;
 };
 
-// x[k] <- base(k) + sum_t w_t * r_t[k], the sum in double in the terms' order, x rounded once.
-// Tiles of the model, each term streamed through in turn (the partial sums stay in L1).
-template <typename Base>
+// x[k] <- wa a[k] + wb b[k] + sum_t w_t r_t[k] (b null: no such term), the sum in double in
+// that order, x rounded once (kernels::Ops::weightedSum: tiles of the model, each term streamed
+// through in turn while the partial sums stay in L1). x may alias a or b.
 void addWeighted(std::span<float> x, const std::vector<std::pair<const float*, double>>& terms,
-                 Base base) {
-  constexpr std::size_t kTile = 1024;
-  double t[kTile];
-  for (std::size_t k0 = 0; k0 < x.size(); k0 += kTile) {
-    const std::size_t m = std::min(kTile, x.size() - k0);
-    for (std::size_t k = 0; k < m; ++k) t[k] = base(k0 + k);
-    for (const auto& [r, w] : terms) {
-      const float* rr = r + k0;
-      for (std::size_t k = 0; k < m; ++k) t[k] += w * static_cast<double>(rr[k]);
-    }
-    for (std::size_t k = 0; k < m; ++k) x[k0 + k] = static_cast<float>(t[k]);
-  }
+                 const float* a, double wa, const float* b = nullptr, double wb = 0.0) {
+  std::vector<kernels::MixTerm> t;
+  t.reserve(terms.size());
+  for (const auto& [r, w] : terms) t.push_back({r, w, 0.0});
+  kernels::cpuOps().weightedSum(x.data(), a, wa, b, wb, t.data(), t.size(), x.size());
 }
 
 // D-PSGD (adapt-then-combine): the message is x_half itself; x <- w_ii x_half + sum_j w_ij
@@ -180,12 +173,26 @@ void addWeighted(std::span<float> x, const std::vector<std::pair<const float*, d
 class Dsgd final : public Algorithm {
  public:
   Dsgd(std::size_t dim, const std::vector<int>& neighbours, std::unique_ptr<MessageCodec> codec)
-      : Algorithm(std::move(codec)), received_(dim, neighbours), self_(dim) {}
+      : Algorithm(std::move(codec)), received_(dim, neighbours), dim_(dim) {}
   std::string_view name() const override { return algorithmKindName(AlgorithmKind::kDsgd); }
 
+  void setRecipients(std::span<const int> sendTo) override { recipients_ = sendTo.size(); }
   Result<std::size_t> prepare(std::span<const float> x, std::uint64_t round,
                               std::span<std::uint8_t> out) override {
-    return codec_->encode(x, round, out, self_);
+    if (!selfIsModel()) {
+      self_.resize(dim_);
+      return codec_->encode(x, round, out, self_);
+    }
+    // Dense fp32 (always, for D-PSGD) and plain mixing: what receivers decode is x itself (each
+    // value as 0 + x[k]: a -0 arrives as +0), so the own term of the mix is the model, which
+    // nothing changes between here and mix(): no decoded copy of it (a model-sized buffer and two
+    // passes less), and a round nobody receives (no live out-neighbour) encodes nothing. A value
+    // that is not finite is refused as decoding the message refused it.
+    if (!kernels::cpuOps().allFinite(x.data(), x.size())) {
+      return dataLoss("non_finite: fp32 value in the own message");
+    }
+    if (recipients_ == 0) return std::size_t{0};
+    return codec_->encodeOnly(x, round, out);
   }
   Status receive(int j, double, std::span<const std::uint8_t> m, std::uint64_t round,
                  float maxDelta) override {
@@ -199,19 +206,20 @@ class Dsgd final : public Algorithm {
       mixRobust(x, arrived);
       return;
     }
-    // self_ is what receivers decoded of our message; with the lossless `none` codec it equals x.
-    const float* self = self_.data();
+    // The own term: what receivers decoded of our message (self_), or x itself (exact codec).
     double wsum = 0;
     for (const auto& [j, w] : arrived.neighbours) wsum += w;
-    const double selfW = 1.0 - wsum;
-    addWeighted(x, received_.terms(arrived),
-                [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
+    if (!selfIsModel()) self_.resize(dim_);  // (zeros before the first prepare(), as ever)
+    addWeighted(x, received_.terms(arrived), selfIsModel() ? x.data() : self_.data(), 1.0 - wsum);
   }
   void dropNeighbour(int j) override { received_.drop(j); }
-  void addNeighbour(int j) override { received_.add(j, self_.size()); }
+  void addNeighbour(int j) override { received_.add(j, dim_); }
   std::vector<std::span<const float>> neighbourViews() const override { return received_.views(); }
 
  private:
+  // The own term of the mix is the model itself (prepare()).
+  bool selfIsModel() const { return codec_->exact() && !robust_; }
+
   // algorithm.robust: x <- self + sum_j w_ij clip(x_j - self) (weights scaled by the clip factors;
   // the rest stays with the own copy), or the coordinate-wise trimmed mean of self and the x_j.
   void mixRobust(std::span<float> x, const MixWeights& arrived) {
@@ -224,14 +232,15 @@ class Dsgd final : public Algorithm {
     }
     double wsum = 0;
     for (const auto& t : terms) wsum += t.weight;
-    const double selfW = 1.0 - wsum;
-    const float* self = self_.data();
-    addWeighted(x, ReceivedMessages::weighted(terms),
-                [&](std::size_t k) { return selfW * static_cast<double>(self[k]); });
+    addWeighted(x, ReceivedMessages::weighted(terms), self_.data(), 1.0 - wsum);
   }
 
   ReceivedMessages received_;  // x_half_j of this round, per neighbour
-  std::vector<float> self_;    // decoded own message
+  std::size_t dim_;
+  // The decoded own message (allocated only when it is not the model itself: a codec that is not
+  // exact, or robust mixing, which measures the neighbours against it).
+  std::vector<float> self_;
+  std::size_t recipients_ = 0;  // of this round's message
 };
 
 // CHOCO-SGD (Koloskova et al. 2019). One public-copy replica per neighbour, so weights may change
@@ -465,12 +474,8 @@ class DeepSqueeze final : public Algorithm {
       wsum += w;
       scaled.neighbours.emplace_back(j, gamma_ * w);
     }
-    const double selfW = -gamma_ * wsum;
-    const float* c = c_.data();
-    const float* xh = x.data();
-    addWeighted(x, received_.terms(scaled), [&](std::size_t k) {
-      return static_cast<double>(xh[k]) + selfW * static_cast<double>(c[k]);
-    });
+    // (1.0 * x_half[k] is x_half[k] exactly: the base is x_half + selfW c.)
+    addWeighted(x, received_.terms(scaled), x.data(), 1.0, c_.data(), -gamma_ * wsum);
   }
   void dropNeighbour(int j) override { received_.drop(j); }
   void addNeighbour(int j) override { received_.add(j, e_.size()); }
@@ -574,9 +579,8 @@ class PushSum final : public Algorithm {
         if (r <= arrived.dueRound) terms.emplace_back(share.data(), 1.0);
       }
     }
+    addWeighted(std::span<float>(x_), terms, kept_.data(), 1.0);
     const float* kept = kept_.data();
-    addWeighted(std::span<float>(x_), terms,
-                [&](std::size_t k) { return static_cast<double>(kept[k]); });
     double w = kept[dim];
     for (const auto& [share, one] : terms) w += share[dim];
     w_ = static_cast<float>(w);

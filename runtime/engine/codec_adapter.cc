@@ -28,13 +28,26 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
         maxFrameBytes_(maxFrameBytes),
         denseBytes_(denseBytes) {
     maxBytes_ = codec_.chunkCount() * (4 + codec_.maxFrameBytes());
+    exact_ = true;
+    for (std::size_t t = 0; t < codec_.tensorCount(); ++t)
+      exact_ = exact_ && codec_.methodOf(t) == compress::Method::kNone;
   }
 
   std::size_t maxMessageBytes() const override { return maxBytes_; }
   std::size_t denseBytes() const override { return denseBytes_; }
 
+  bool exact() const override { return exact_; }
+
   Result<std::size_t> encodeAccumulate(std::span<const float> v, std::uint64_t round,
                                        std::span<std::uint8_t> out, std::span<float> acc) override {
+    GV_ASSIGN_OR_RETURN(const std::size_t pos, encodeOnly(v, round, out));
+    // Our own C(v), added exactly as every receiver adds it.
+    GV_RETURN_IF_ERROR(applyFrames(out.first(pos), 1.0f, acc));
+    return pos;
+  }
+
+  Result<std::size_t> encodeOnly(std::span<const float> v, std::uint64_t round,
+                                 std::span<std::uint8_t> out) override {
     compress::EncodeContext ctx;
     ctx.round = round;
     ctx.seed = seed_;
@@ -49,8 +62,6 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     });
     if (!r.isOk()) return r.status();
     sequence_ = r->nextSequence;
-    // Our own C(v), added exactly as every receiver adds it.
-    GV_RETURN_IF_ERROR(applyFrames(out.first(pos), 1.0f, acc));
     return pos;
   }
 
@@ -146,13 +157,17 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     return Status::ok();
   }
 
-  // Adds every frame of our own message (checked and decoded in one pass).
+  // Adds every frame of our own message (checked and decoded in one pass). The frames were
+  // written here a moment ago: their CRC is not computed again (it would be a second pass over
+  // the whole message every round, for bytes that never left this memory).
   Status applyFrames(std::span<const std::uint8_t> message, float weight, std::span<float> acc) {
+    compress::DecodeLimits own = limits();
+    own.integrityVerified = true;
     std::size_t pos = 0;
     while (pos < message.size()) {
       const std::uint32_t n = loadLe32(message.data() + pos);
       GV_RETURN_IF_ERROR(
-          codec_.decodeAccumulate(message.subspan(pos + 4, n), weight, acc, limits()).status());
+          codec_.decodeAccumulate(message.subspan(pos + 4, n), weight, acc, own).status());
       pos += 4 + n;
     }
     return Status::ok();
@@ -163,6 +178,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::size_t maxFrameBytes_;
   std::size_t maxBytes_ = 0;
   std::size_t denseBytes_ = 0;
+  bool exact_ = false;  // every tensor dense fp32 (MessageCodec::exact)
   std::uint64_t sequence_ = 0;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // (offset, count) of each frame
   std::vector<compress::CheckedFrame> checked_;              // the frames of the message, checked

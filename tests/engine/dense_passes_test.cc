@@ -1,11 +1,12 @@
 // The gossip algorithms' dense passes (kernels::Ops::subtractSquares, distanceAndNorm,
-// mixDifferences): the table in use (cpuOps(), AVX2 where the CPU has it) against the reference
-// table bit for bit, both against the plain definitions,
-// and CHOCO's public copy, now decoded straight into, against a neighbour's replica of it for
-// every compression method.
+// mixDifferences, weightedSum): the table in use (cpuOps(), AVX2 where the CPU has it) against the
+// reference table bit for bit, both against the plain definitions, and CHOCO's public copy, now
+// decoded straight into, against a neighbour's replica of it for every compression method.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -97,6 +98,30 @@ TEST_CASE(
       }
       CHECK(exact);
       CHECK(p1 == Approx(spread).epsilon(1e-12).margin(1e-300));
+
+      // weightedSum: wa a + wb b + sum_t c_t r_t in double, in that order, rounded once; with and
+      // without b, into a separate x and in place over a (D-PSGD's, gradient tracking's and
+      // push-sum's mixes).
+      for (const bool withB : {false, true}) {
+        INFO("with b: " << withB);
+        const float* b = withB ? y.data() : nullptr;
+        std::vector<float> w1(n, 7.0f), w2(n, 7.0f);
+        used.weightedSum(w1.data(), x.data(), 0.4, b, -0.3, t.data(), t.size(), n);
+        reference.weightedSum(w2.data(), x.data(), 0.4, b, -0.3, t.data(), t.size(), n);
+        CHECK(sameBits(w1, w2));
+        bool defined = true;
+        for (std::size_t k = 0; k < n; ++k) {
+          double v = 0.4 * static_cast<double>(x[k]);
+          if (withB) v += -0.3 * static_cast<double>(y[k]);
+          for (std::size_t i = 0; i < terms; ++i)
+            v += t[i].coefficient * static_cast<double>(replicas[i][k]);
+          defined = defined && w1[k] == static_cast<float>(v);
+        }
+        CHECK(defined);
+        auto inPlace = x;
+        used.weightedSum(inPlace.data(), inPlace.data(), 0.4, b, -0.3, t.data(), t.size(), n);
+        CHECK(sameBits(inPlace, w1));
+      }
     }
   }
 }
@@ -148,4 +173,76 @@ TEST_CASE("CHOCO's public copy, decoded straight into, equals the neighbour's re
       CHECK(now < was);
     }
   }
+}
+
+TEST_CASE("D-PSGD's own term is the model: no decoded copy, no message for nobody, same mix") {
+  // Peer 0 of a 3-ring: D-PSGD's messages are dense fp32 (an exact codec), so its own term of the
+  // mix is the model itself and a round without recipients encodes nothing; the mix is still
+  // w_00 x_0 + w_01 x_1 + w_02 x_2 in double, rounded once, and what a neighbour decodes of a
+  // message is the model (a -0 as +0).
+  const std::size_t dim = 3000;
+  std::vector<train::TensorInfo> layout = {{"w", {30, 100}, 0, dim}};
+  const auto c = test_util::loadYaml(
+      "peers: { count: 3 }\ntopology: { kind: ring }\nalgorithm: { name: dsgd }\n"
+      "compression: { method: none, lossless: zstd }\n"
+      "workload: { name: consensus, dim: 3000 }\n",
+      "dense_passes_dsgd.yaml");
+  auto plan = test_util::makePlan(c);
+  std::vector<std::unique_ptr<algorithms::Algorithm>> peers;
+  std::vector<std::vector<float>> x;
+  for (int r = 0; r < 3; ++r) {
+    x.push_back(randomVector(dim, 40 + static_cast<std::uint32_t>(r)));
+    auto a = engine::makePeerAlgorithm(*plan, r, layout, x.back());
+    REQUIRE(a.isOk());
+    peers.push_back(std::move(*a));
+  }
+  x[0][7] = -0.0f;
+  x[1][7] = -0.0f;
+  std::vector<std::uint8_t> out(peers[0]->maxMessageBytes());
+  for (int r = 1; r < 3; ++r) {
+    const int to[] = {0};
+    peers[r]->setRecipients(to);
+    auto n = peers[r]->prepare(x[r], 0, out);
+    REQUIRE(n.isOk());
+    REQUIRE(*n > 0);
+    REQUIRE(peers[0]->receive(r, 1.0 / 3.0, std::span(out).first(*n), 0, 0.0f).isOk());
+  }
+  peers[0]->setRecipients({});
+  auto none = peers[0]->prepare(x[0], 0, out);
+  REQUIRE(none.isOk());
+  CHECK(*none == 0);
+  auto mixed = x[0];
+  algorithms::MixWeights w;
+  w.neighbours = {{1, 1.0 / 3.0}, {2, 1.0 / 3.0}};
+  peers[0]->mix(mixed, w);
+  bool defined = true;
+  const double self = 1.0 - (1.0 / 3.0 + 1.0 / 3.0);
+  for (std::size_t k = 0; k < dim; ++k) {
+    const double v = self * static_cast<double>(x[0][k]) +
+                     1.0 / 3.0 * static_cast<double>(0.0f + x[1][k]) +
+                     1.0 / 3.0 * static_cast<double>(0.0f + x[2][k]);
+    defined = defined && sameBits(std::vector<float>{mixed[k]}, {static_cast<float>(v)});
+  }
+  CHECK(defined);
+
+  // With a recipient the message goes out, and the neighbour decodes the model.
+  const int to[] = {1};
+  peers[0]->setRecipients(to);
+  auto n = peers[0]->prepare(x[0], 1, out);
+  REQUIRE(n.isOk());
+  REQUIRE(*n > 0);
+  REQUIRE(peers[1]->receive(0, 1.0, std::span(out).first(*n), 1, 0.0f).isOk());
+  auto got = x[1];
+  algorithms::MixWeights all;
+  all.neighbours = {{0, 1.0}};
+  peers[1]->mix(got, all);
+  std::vector<float> want(dim);
+  for (std::size_t k = 0; k < dim; ++k) want[k] = 0.0f + x[0][k];
+  CHECK(sameBits(got, want));
+
+  // A model that is not finite is refused, as decoding the message refused it.
+  auto bad = x[0];
+  bad[11] = std::numeric_limits<float>::infinity();
+  peers[0]->setRecipients({});
+  CHECK(!peers[0]->prepare(bad, 2, out).isOk());
 }
