@@ -102,8 +102,8 @@ std::string_view envelopeErrorReason(const Status& status) {
   return m.substr(0, m.find(':'));
 }
 
-std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload) {
-  return kernels::cpuOps().crc32c(0, payload.data(), payload.size());
+std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload, std::uint32_t running) {
+  return kernels::cpuOps().crc32c(running, payload.data(), payload.size());
 }
 
 }  // namespace grapevine::engine

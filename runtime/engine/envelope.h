@@ -53,7 +53,9 @@ struct Envelope {
   float proposedStep = 0.0f;
 };
 
-std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload);
+// CRC32C of a payload; `running` continues one over the bytes before it (the message's, for a
+// snapshot that follows it), so payloadChecksum(B, payloadChecksum(A)) == payloadChecksum(A B).
+std::uint32_t payloadChecksum(std::span<const std::uint8_t> payload, std::uint32_t running = 0);
 
 // Writes the header into out[0, kEnvelopeBytes) with a CRC32C over the header.
 void writeEnvelope(const Envelope& e, std::span<std::uint8_t> out);

@@ -161,6 +161,9 @@ Status PeerCore::sendRound(std::int64_t round) {
   if (!n.isOk()) return n.status();
   messageBytes_ = *n;
   const std::uint64_t publicHash = checkRound_ ? algorithm_->publicCopyHash() : 0;
+  // The message is the same for every recipient: checksummed once (a snapshot continues it).
+  const std::uint32_t messageCrc =
+      sendTo_.empty() ? 0 : payloadChecksum(std::span(message_).first(messageBytes_));
 
   for (int j : sendTo_) {
     Edge& e = edges_.at(j);
@@ -194,7 +197,10 @@ Status PeerCore::sendRound(std::int64_t round) {
       e.sendSnapshot = false;
     }
     e.outBytes = kEnvelopeBytes + messageBytes_ + env.snapshotBytes;
-    env.payloadCrc = payloadChecksum(e.out.span(e.outBytes).subspan(kEnvelopeBytes));
+    env.payloadCrc =
+        snapshot ? payloadChecksum(e.out.span(e.outBytes).subspan(kEnvelopeBytes + messageBytes_),
+                                   messageCrc)
+                 : messageCrc;
     if (corruptOutgoing_ && e.outBytes > kEnvelopeBytes) e.out.data()[kEnvelopeBytes] ^= 0x01;
     e.outBytes = e.frame(env, e.out.span(), e.outBytes);
     counters_.bytesSent += e.outBytes;
