@@ -172,6 +172,20 @@ TEST_CASE("cuda dense gossip passes: element-wise bit for bit, sums to rounding"
       const double gs = gpu().mixDifferences(dm.get(), dy.get(), device.data(), count, n);
       CHECK(sameBits(dm.toHost(), mixed));
       CHECK(gs == Approx(spread).epsilon(1e-12).margin(1e-300));
+      // weightedSum: element-wise, so bit for bit; with and without b, in place over a too.
+      for (const bool withB : {false, true}) {
+        INFO("with b: " << withB);
+        std::vector<float> sum(n);
+        ref().weightedSum(sum.data(), x.data(), 0.4, withB ? y.data() : nullptr, -0.3,
+                          host.data(), count, n);
+        DeviceVector<float> ds(n), dx2(x);
+        gpu().weightedSum(ds.get(), dx.get(), 0.4, withB ? dy.get() : nullptr, -0.3,
+                          device.data(), count, n);
+        CHECK(sameBits(ds.toHost(), sum));
+        gpu().weightedSum(dx2.get(), dx2.get(), 0.4, withB ? dy.get() : nullptr, -0.3,
+                          device.data(), count, n);
+        CHECK(sameBits(dx2.toHost(), sum));
+      }
     }
   }
 }
