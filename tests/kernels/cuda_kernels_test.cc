@@ -176,11 +176,11 @@ TEST_CASE("cuda dense gossip passes: element-wise bit for bit, sums to rounding"
       for (const bool withB : {false, true}) {
         INFO("with b: " << withB);
         std::vector<float> sum(n);
-        ref().weightedSum(sum.data(), x.data(), 0.4, withB ? y.data() : nullptr, -0.3,
-                          host.data(), count, n);
+        ref().weightedSum(sum.data(), x.data(), 0.4, withB ? y.data() : nullptr, -0.3, host.data(),
+                          count, n);
         DeviceVector<float> ds(n), dx2(x);
-        gpu().weightedSum(ds.get(), dx.get(), 0.4, withB ? dy.get() : nullptr, -0.3,
-                          device.data(), count, n);
+        gpu().weightedSum(ds.get(), dx.get(), 0.4, withB ? dy.get() : nullptr, -0.3, device.data(),
+                          count, n);
         CHECK(sameBits(ds.toHost(), sum));
         gpu().weightedSum(dx2.get(), dx2.get(), 0.4, withB ? dy.get() : nullptr, -0.3,
                           device.data(), count, n);
