@@ -45,6 +45,10 @@ namespace grapevine::algorithms {
 // What an algorithm needs from compression: encode a vector into one message, decode-and-accumulate
 // a message. Implemented over compress::ModelCodec in runtime/engine/codec_adapter.cc, which
 // makeMessageCodec (runtime/engine/setup.h) returns; the algorithms never see the compressor.
+// The refusal of a message that would change a value by `change`, above security.max_delta_ratio's
+// `limit` (dataLoss, reason "magnitude").
+Status magnitudeRefused(float change, float limit);
+
 class MessageCodec {
  public:
   virtual ~MessageCodec() = default;

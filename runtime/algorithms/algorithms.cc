@@ -104,6 +104,11 @@ Status Algorithm::restore(const std::vector<std::pair<std::string, std::vector<f
 
 std::uint64_t hashFloats(std::span<const float> v) { return fnv1a64(v.data(), v.size_bytes()); }
 
+Status magnitudeRefused(float change, float limit) {
+  return dataLoss("magnitude: the message changes a value by " + std::to_string(change) +
+                  ", above security.max_delta_ratio's limit " + std::to_string(limit));
+}
+
 namespace {
 
 // Each neighbour's decoded message of the current round, kept apart so that mix() sums them in a
@@ -119,8 +124,18 @@ class ReceivedMessages {
                 float maxDelta) {
     auto it = slots_.find(j);
     if (it == slots_.end()) return invalidArgument("no slot for peer " + std::to_string(j));
-    std::fill(it->second.begin(), it->second.end(), 0.0f);
-    return codec.decodeAccumulate(m, round, j, 1.0f, it->second, maxDelta);
+    std::vector<float>& slot = it->second;
+    std::fill(slot.begin(), slot.end(), 0.0f);
+    // Into zeros, the change a message makes to a value is its decoded value: the bound
+    // (security.max_delta_ratio) is one maxAbs pass over the slot after decoding, instead of the
+    // codec's keep-add-compare over the whole range (a copy and two more passes); same refusal.
+    Status st = codec.decodeAccumulate(m, round, j, 1.0f, slot, 0.0f);
+    if (st.isOk() && maxDelta > 0) {
+      const float change = kernels::cpuOps().maxAbs(slot.data(), slot.size());
+      if (!(change <= maxDelta)) st = magnitudeRefused(change, maxDelta);
+    }
+    if (!st.isOk()) std::fill(slot.begin(), slot.end(), 0.0f);
+    return st;
   }
   // The (slot, w_ij) of the arrived neighbours, by increasing rank.
   std::vector<std::pair<const float*, double>> terms(const MixWeights& arrived) const {

@@ -130,8 +130,7 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
       k += count;
     }
     if (st.isOk() && !(change <= limit)) {
-      st = dataLoss("magnitude: the message changes a value by " + std::to_string(change) +
-                    ", above security.max_delta_ratio's limit " + std::to_string(limit));
+      st = algorithms::magnitudeRefused(change, limit);
     }
     if (!st.isOk()) {
       k = 0;

@@ -113,14 +113,17 @@ void PeerCore::planRecipients(std::int64_t round) {
   }
 }
 
+float deltaLimit(double maxDeltaRatio, std::span<const float> x) {
+  if (!(maxDeltaRatio > 0)) return 0.0f;
+  const double scale = std::max(1.0, double(kernels::cpuOps().maxAbs(x.data(), x.size())));
+  return static_cast<float>(std::min(maxDeltaRatio * scale, 3.0e38));
+}
+
 Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   round_ = round;
   for (auto& [j, e] : edges_) e.arrived = e.heard = false;
-  if (options_.maxDeltaRatio > 0) {
-    // What this round's messages may change (security.max_delta_ratio), relative to the model.
-    const double scale = std::max(1.0, double(kernels::cpuOps().maxAbs(x_.data(), x_.size())));
-    deltaLimit_ = static_cast<float>(std::min(options_.maxDeltaRatio * scale, 3.0e38));
-  }
+  // What this round's messages may change (security.max_delta_ratio), relative to the model.
+  if (options_.maxDeltaRatio > 0) deltaLimit_ = engine::deltaLimit(options_.maxDeltaRatio, x_);
 
   if (!trainer_.takeSteps(round, input, x_, *algorithm_)) ++counters_.roundsComputeSkipped;
   if (health_.divergence() || !checkHealth(trainer_.lastLoss(), false)) {

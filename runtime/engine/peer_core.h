@@ -106,6 +106,10 @@ struct PeerCoreOptions {
   int staleness = 0;
 };
 
+// What one round's messages may change of a model x (security.max_delta_ratio): the ratio times
+// max(1, largest |x|), capped below float's largest; 0 when the ratio is 0 (no bound).
+float deltaLimit(double maxDeltaRatio, std::span<const float> x);
+
 class PeerCore {
  public:
   PeerCore(const PeerCoreOptions& options, const topology::Schedule& schedule,

@@ -245,4 +245,23 @@ TEST_CASE("D-PSGD's own term is the model: no decoded copy, no message for nobod
   bad[11] = std::numeric_limits<float>::infinity();
   peers[0]->setRecipients({});
   CHECK(!peers[0]->prepare(bad, 2, out).isOk());
+
+  // security.max_delta_ratio: a received model with a value above the round's bound is refused
+  // ("magnitude") and leaves its slot zero; under a bound above it, it goes in.
+  auto big = x[1];
+  big[5] = 5000.0f;
+  const int toZero[] = {0};
+  peers[1]->setRecipients(toZero);
+  auto m = peers[1]->prepare(big, 3, out);
+  REQUIRE(m.isOk());
+  const Status refused = peers[0]->receive(1, 1.0 / 3.0, std::span(out).first(*m), 3, 4999.0f);
+  REQUIRE(!refused.isOk());
+  CHECK(refused.message().find("magnitude") != std::string::npos);
+  bool zero = true;
+  const auto refusedViews = peers[0]->neighbourViews();  // by rank: 1, then 2
+  for (float v : refusedViews[0]) zero = zero && v == 0.0f;
+  CHECK(zero);
+  CHECK(peers[0]->receive(1, 1.0 / 3.0, std::span(out).first(*m), 3, 5000.0f).isOk());
+  const auto views = peers[0]->neighbourViews();
+  CHECK(views[0][5] == 5000.0f);
 }

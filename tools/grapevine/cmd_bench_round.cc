@@ -120,12 +120,14 @@ std::optional<Timings> timeRounds(const engine::RunPlan& plan, std::vector<Membe
     }
     algorithms::MixWeights weights;
     const auto a = Clock::now();
+    // The bound a peer puts on this round's messages (security.max_delta_ratio), as PeerCore does.
+    const float limit = engine::deltaLimit(plan.config.security.maxDeltaRatio, members[0].x);
     for (const auto& [j, w] : pp.weights) {
       const auto it = std::find_if(members.begin(), members.end(),
                                    [j = j](const Member& m) { return m.rank == j; });
       if (it == members.end()) continue;
       Status st =
-          members[0].algorithm->receive(j, w, std::span(it->out).first(it->bytes), round, 0.0f);
+          members[0].algorithm->receive(j, w, std::span(it->out).first(it->bytes), round, limit);
       if (!st.isOk()) {
         std::cerr << "bench round: receive from peer " << j << ": " << st.toString() << "\n";
         return std::nullopt;
