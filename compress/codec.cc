@@ -237,14 +237,19 @@ Result<CheckedFrame> ModelCodec::checkFrame(std::span<const uint8_t> frame, std:
   return decodeFrame(frame, 0.0f, acc, limits, false, slot);
 }
 
-Status ModelCodec::applyChecked(const CheckedFrame& f, float weight, std::span<float> acc) {
+Status ModelCodec::applyChecked(const CheckedFrame& f, float weight, std::span<float> acc,
+                                SparseJournal* journal) {
   if (acc.size() != s_->elements || f.modelOffset + f.header.elementCount > acc.size()) {
     return invalidArgument("applyChecked: acc has " + std::to_string(acc.size()) +
                            " elements, layout " + std::to_string(s_->elements));
   }
   if (s_->contractive) weight *= f.scale;
-  return decodePayload(f.header.method, f.payload, weight,
-                       acc.subspan(f.modelOffset, f.header.elementCount), *s_->ops);
+  const auto slice = acc.subspan(f.modelOffset, f.header.elementCount);
+  if (journal != nullptr && isSparseMethod(f.header.method)) {
+    journal->base = f.modelOffset;
+    return decodeSparseJournaled(f.header.method, f.payload, weight, slice, *journal, *s_->ops);
+  }
+  return decodePayload(f.header.method, f.payload, weight, slice, *s_->ops);
 }
 
 Result<CheckedFrame> ModelCodec::decodeFrame(std::span<const uint8_t> frame, float weight,

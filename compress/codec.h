@@ -110,8 +110,11 @@ class ModelCodec {
   Result<CheckedFrame> checkFrame(std::span<const uint8_t> frame, std::span<float> acc,
                                   const DecodeLimits& limits = {}, size_t slot = 0);
   // Adds weight * C of a frame checkFrame() passed into acc, exactly as decodeAccumulate() would
-  // (the same float operations in the same order).
-  Status applyChecked(const CheckedFrame& frame, float weight, std::span<float> acc);
+  // (the same float operations in the same order). With a journal, a sparse frame
+  // (isSparseMethod) records every element it touches and its change there (SparseJournal,
+  // indices into acc); other frames ignore it.
+  Status applyChecked(const CheckedFrame& frame, float weight, std::span<float> acc,
+                      SparseJournal* journal = nullptr);
 
   size_t elementCount() const;
   size_t tensorCount() const;

@@ -6,6 +6,7 @@
 
 #include "compress/bytes.h"
 #include "compress/methods.h"
+#include "kernels/element_math.h"
 
 namespace grapevine::compress {
 namespace {
@@ -121,6 +122,23 @@ Status decodePayload(Method method, std::span<const uint8_t> payload, float w, s
 Status checkPayload(Method method, std::span<const uint8_t> payload, std::span<float> acc,
                     const kernels::Ops& ops) {
   return decodeOrCheck(method, payload, 0.0f, acc, ops, false);
+}
+
+float SparseJournal::maxChange() const { return kernels::bitsFloat(maxChangeBits); }
+
+void SparseJournal::clear() {
+  before.clear();
+  maxChangeBits = 0;
+}
+
+bool isSparseMethod(Method method) { return method == Method::kTopK || method == Method::kRandK; }
+
+Status decodeSparseJournaled(Method method, std::span<const uint8_t> payload, float w,
+                             std::span<float> acc, SparseJournal& journal,
+                             const kernels::Ops& ops) {
+  if (method == Method::kTopK) return detail::decodeTopK(payload, w, acc, ops, true, &journal);
+  if (method == Method::kRandK) return detail::decodeRandK(payload, w, acc, ops, true, &journal);
+  return invalidArgument("decodeSparseJournaled: not a sparse method");
 }
 
 FloatRegion payloadFloatRegion(Method method, std::span<const uint8_t> p) {

@@ -16,6 +16,8 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "compress/options.h"
 #include "kernels/ops.h"
@@ -100,6 +102,27 @@ Status decodePayload(Method method, std::span<const uint8_t> payload, float w, s
 // slice the payload would go to; only its size is used) is never read or written.
 Status checkPayload(Method method, std::span<const uint8_t> payload, std::span<float> acc,
                     const kernels::Ops& ops = kernels::cpuOps());
+
+// What adding a sparse payload changed, for a caller that bounds the change and may take it back
+// (the engine's security.max_delta_ratio): each touched element's index (from `base`, the acc
+// slice's offset in the caller's vector) and value before, and the largest |new - old| (NaN when
+// one is NaN). Top-k and rand-k touch each element at most once, so restoring the old values
+// undoes the add exactly and the change of an element is its one step.
+struct SparseJournal {
+  size_t base = 0;
+  std::vector<std::pair<size_t, float>> before;
+  uint32_t maxChangeBits = 0;  // |change| as float bits (compared as integers, as Ops::maxAbs)
+  float maxChange() const;
+  void clear();
+};
+
+// Whether decodeSparseJournaled() takes payloads of `method` (top-k, rand-k).
+bool isSparseMethod(Method method);
+// decodePayload() of a sparse method (isSparseMethod), every touched element recorded in
+// `journal` (appended) with its change; the same float operations in the same order.
+Status decodeSparseJournaled(Method method, std::span<const uint8_t> payload, float w,
+                             std::span<float> acc, SparseJournal& journal,
+                             const kernels::Ops& ops = kernels::cpuOps());
 
 // The float region of a payload of `method` (for the exponent coder); kind kNone when none.
 FloatRegion payloadFloatRegion(Method method, std::span<const uint8_t> payload);

@@ -28,8 +28,11 @@ Status decodeDense(Method method, Payload p, float w, Acc acc, const kernels::Op
 Status decodeBlockQuant(Method method, Payload p, float w, Acc acc, const kernels::Ops& ops,
                         bool apply);
 Status decodeSign(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
-Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
-Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
+// The sparse ones also record what they add into `journal` when one is given (SparseJournal).
+Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply,
+                  SparseJournal* journal = nullptr);
+Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply,
+                   SparseJournal* journal = nullptr);
 Status decodeQsgd(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
 Status decodeLowRank(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply);
 

@@ -220,6 +220,18 @@ class RandKCompressor final : public Compressor {
 
 }  // namespace
 
+// acc[idx] += pv, recorded in the journal when there is one (the old value, |new - old|).
+inline void addAt(Acc acc, size_t idx, float pv, SparseJournal* journal) {
+  const float old = acc[idx];
+  const float now = old + pv;
+  acc[idx] = now;
+  if (journal != nullptr) {
+    journal->before.emplace_back(journal->base + idx, old);
+    journal->maxChangeBits =
+        std::max(journal->maxChangeBits, kernels::floatBits(now - old) & 0x7FFFFFFFu);
+  }
+}
+
 uint32_t randkIndex(uint64_t key, size_t n, size_t k, size_t j) {
   const size_t start = j * n / k, size = (j + 1) * n / k - start;
   return static_cast<uint32_t>(start + kernels::hash32(key, static_cast<uint32_t>(j)) % size);
@@ -245,7 +257,8 @@ FloatRegion randkFloatRegion(Payload p) {
   return {FloatRegion::Kind::kF32, kRandkHeader, (p.size() - kRandkHeader) / 4};
 }
 
-Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
+Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply,
+                  SparseJournal* journal) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
   if (p.size() < kTopkHeader)
@@ -297,7 +310,7 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool app
       getVarint(q, iend, &gap);
       const size_t idx = static_cast<size_t>(next + gap);
       const float pv = w * values[j];
-      acc[idx] = acc[idx] + pv;
+      addAt(acc, idx, pv, journal);
       next = idx + 1;
     }
   } else {
@@ -312,14 +325,15 @@ Status decodeTopK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool app
       for (uint32_t m = ib[b]; m != 0; m &= m - 1) {
         const size_t idx = b * 8 + static_cast<size_t>(__builtin_ctz(m));
         const float pv = w * values[j++];
-        acc[idx] = acc[idx] + pv;
+        addAt(acc, idx, pv, journal);
       }
     }
   }
   return Status::ok();
 }
 
-Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply) {
+Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool apply,
+                   SparseJournal* journal) {
   GV_RETURN_IF_ERROR(checkAligned(p.data()));
   const size_t n = acc.size();
   if (p.size() < kRandkHeader)
@@ -338,7 +352,7 @@ Status decodeRandK(Payload p, float w, Acc acc, const kernels::Ops& ops, bool ap
   for (size_t j = 0; j < k; ++j) {
     const uint32_t idx = randkIndex(key, n, k, j);
     const float pv = w * v[j];
-    acc[idx] = acc[idx] + pv;
+    addAt(acc, idx, pv, journal);
   }
   return Status::ok();
 }

@@ -110,34 +110,45 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
     }
     const float limit = maxDelta;
     if (!(limit > 0)) return applyChecked(weight, acc);
-    // security.max_delta_ratio: keep what the frames touch, add, measure the change; restore on a
-    // change above the limit (the sum is computed exactly as without the bound).
+    // security.max_delta_ratio: add, measure the change, take it back when it is above the limit
+    // (the sum is computed exactly as without the bound). A sparse frame (top-k, rand-k) records
+    // the few elements it touches and their change as it adds (compress::SparseJournal); a dense
+    // one keeps its range before and compares after.
     kept_.clear();
-    for (const auto& [at, count] : ranges_)
-      kept_.insert(kept_.end(), acc.begin() + at, acc.begin() + at + count);
-    Status st = applyChecked(weight, acc);
-    // The change, range by range: a plain difference (vectorized) and the kernels' maxAbs (NaN,
-    // from inf - inf, propagates and refuses).
+    dense_.clear();
+    journal_.clear();
+    Status st = Status::ok();
     float change = 0.0f;
-    std::size_t k = 0;
-    for (const auto& [at, count] : ranges_) {
-      diff_.resize(count);
-      const float* now = acc.data() + at;
-      const float* was = kept_.data() + k;
-      for (std::size_t i = 0; i < count; ++i) diff_[i] = now[i] - was[i];
-      const float m = kernels::cpuOps().maxAbs(diff_.data(), count);
-      if (!(m <= change)) change = m;
-      k += count;
+    for (const auto& f : checked_) {
+      if (compress::isSparseMethod(f.header.method)) {
+        st = codec_.applyChecked(f, weight, acc, &journal_);
+      } else {
+        const std::size_t at = f.modelOffset, count = f.header.elementCount;
+        dense_.emplace_back(at, count);
+        kept_.insert(kept_.end(), acc.begin() + at, acc.begin() + at + count);
+        st = codec_.applyChecked(f, weight, acc);
+        // The change: a plain difference (vectorized) and the kernels' maxAbs (NaN, from
+        // inf - inf, propagates and refuses).
+        diff_.resize(count);
+        const float* now = acc.data() + at;
+        const float* was = kept_.data() + kept_.size() - count;
+        for (std::size_t i = 0; i < count; ++i) diff_[i] = now[i] - was[i];
+        const float m = kernels::cpuOps().maxAbs(diff_.data(), count);
+        if (!(m <= change)) change = m;
+      }
+      if (!st.isOk()) break;
     }
-    if (st.isOk() && !(change <= limit)) {
-      st = algorithms::magnitudeRefused(change, limit);
-    }
+    const float sparse = journal_.maxChange();
+    if (!(sparse <= change)) change = sparse;
+    if (st.isOk() && !(change <= limit)) st = algorithms::magnitudeRefused(change, limit);
     if (!st.isOk()) {
-      k = 0;
-      for (const auto& [at, count] : ranges_) {
+      std::size_t k = 0;
+      for (const auto& [at, count] : dense_) {
         std::copy(kept_.begin() + k, kept_.begin() + k + count, acc.begin() + at);
         k += count;
       }
+      for (auto it = journal_.before.rbegin(); it != journal_.before.rend(); ++it)
+        acc[it->first] = it->second;
     }
     return st;
   }
@@ -181,7 +192,11 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::uint64_t sequence_ = 0;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // (offset, count) of each frame
   std::vector<compress::CheckedFrame> checked_;              // the frames of the message, checked
-  std::vector<float> kept_;  // acc's values in ranges_ before a bounded decode
+  // A bounded decode (maxDelta): acc's values in the dense frames' ranges (dense_) before, and
+  // what the sparse frames touched.
+  std::vector<float> kept_;
+  std::vector<std::pair<std::size_t, std::size_t>> dense_;  // (offset, count)
+  compress::SparseJournal journal_;
   std::vector<float> diff_;  // one range's change
 };
 

@@ -164,6 +164,60 @@ workload: { name: consensus, dim: 4096 }
   CHECK(acc2[1] > 1e38f);
 }
 
+TEST_CASE("the bound on a sparse message is exact: the change measured where it adds, undone") {
+  // top-k (and rand-k) frames record what they touch (compress::SparseJournal) instead of
+  // copying and comparing their whole range; a small tensor goes dense (dense_below), so one
+  // message mixes both kinds. The bounded sum equals the unbounded one bit for bit; a message
+  // whose change at one element is above the limit is refused with acc bit-identical to before,
+  // the dense tensor's range included; the limit is the change itself, not the sent value.
+  for (const std::string method : {"top-k", "rand-k"}) {
+    INFO(method);
+    const auto c =
+        test_util::loadYaml("peers: { count: 2 }\ncompression: { method: " + method +
+                                ", ratio: 0.05, dense_below: 100, chunk_elements: 1024 }\n"
+                                "workload: { name: consensus, dim: 4160 }\n",
+                            "integrity_sparse_test.yaml");
+    const std::vector<train::TensorInfo> layout = {{"w", {4096}, 0, 4096}, {"b", {64}, 4096, 64}};
+    auto sender = engine::makeMessageCodec(c, layout, 1);
+    auto receiver = engine::makeMessageCodec(c, layout, 0);
+    REQUIRE(sender.isOk());
+    REQUIRE(receiver.isOk());
+    std::mt19937 rng(11);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    std::vector<float> v(4160), acc0(4160);
+    for (auto& x : v) x = N(rng);
+    for (auto& x : acc0) x = N(rng);
+    // One value far above the rest (top-k takes it; rand-k takes it if its stratum draws it, so
+    // every value of the sparse tensor is large for rand-k).
+    v[100] = 500.0f;
+    if (method == "rand-k") {
+      for (std::size_t k = 0; k < 4096; ++k) v[k] = 500.0f + static_cast<float>(k % 7);
+    }
+    std::vector<float> self(v.size());
+    std::vector<std::uint8_t> msg((*sender)->maxMessageBytes());
+    auto n = (*sender)->encode(v, 0, msg, self);
+    REQUIRE(n.isOk());
+    msg.resize(*n);
+    float largest = 0;  // the largest change the message makes to acc0 (weight 0.5)
+    {
+      auto probe = acc0;
+      REQUIRE((*receiver)->decodeAccumulate(msg, 0, 1, 0.5f, probe, 0.0f).isOk());
+      for (std::size_t k = 0; k < probe.size(); ++k)
+        largest = std::max(largest, std::fabs(probe[k] - acc0[k]));
+    }
+    REQUIRE(largest > 200.0f);
+    auto bounded = acc0, unbounded = acc0;
+    REQUIRE((*receiver)->decodeAccumulate(msg, 0, 1, 0.5f, bounded, largest).isOk());
+    REQUIRE((*receiver)->decodeAccumulate(msg, 0, 1, 0.5f, unbounded, 0.0f).isOk());
+    CHECK(std::memcmp(bounded.data(), unbounded.data(), bounded.size() * 4) == 0);
+    auto refused = acc0;
+    const float below = std::nextafter(largest, 0.0f);
+    const Status s = (*receiver)->decodeAccumulate(msg, 0, 1, 0.5f, refused, below);
+    CHECK(s.message().find("magnitude") != std::string::npos);
+    CHECK(std::memcmp(refused.data(), acc0.data(), acc0.size() * 4) == 0);
+  }
+}
+
 TEST_CASE("PeerCore bounds a neighbour's delta by the model's scale") {
   // CHOCO int8 peers; p1's message is rewritten so that its first block decodes
   // to values near 1e38 (the block scale raised, the frame's CRC recomputed).
