@@ -86,6 +86,8 @@ struct Ops {
 
   // ---- Reductions ----
   float (*maxAbs)(const float* x, size_t n);  // 0 for n == 0; NaN propagates
+  // max_k |x[k] - y[k]|, the difference in float (as Ops::maxAbs of the differences).
+  float (*maxAbsDiff)(const float* x, const float* y, size_t n);
   double (*sumSquares)(const float* x, size_t n);
   double (*dot)(const float* x, const float* y, size_t n);
   bool (*allFinite)(const float* x, size_t n);

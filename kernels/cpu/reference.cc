@@ -21,6 +21,12 @@ float maxAbs(const float* x, size_t n) {
   return bitsFloat(m);
 }
 
+float maxAbsDiff(const float* x, const float* y, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, floatBits(x[i] - y[i]) & 0x7FFFFFFFu);
+  return bitsFloat(m);
+}
+
 double sumSquares(const float* x, size_t n) {
   double s = 0.0;
   for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
@@ -335,6 +341,7 @@ const Ops& referenceOps() {
   static const Ops ops = {
       "reference",
       r::maxAbs,
+      r::maxAbsDiff,
       r::sumSquares,
       r::dot,
       r::allFinite,

@@ -10,6 +10,7 @@
 namespace grapevine::kernels::reference {
 
 float maxAbs(const float* x, size_t n);
+float maxAbsDiff(const float* x, const float* y, size_t n);
 double sumSquares(const float* x, size_t n);
 double dot(const float* x, const float* y, size_t n);
 bool allFinite(const float* x, size_t n);

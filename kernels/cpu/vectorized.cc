@@ -83,6 +83,24 @@ GV_AVX2 float maxAbs(const float* x, size_t n) {
   return bitsFloat(m);
 }
 
+GV_AVX2 float maxAbsDiff(const float* x, const float* y, size_t n) {
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_epu32(m0,
+                          absBits(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i))));
+    m1 = _mm256_max_epu32(
+        m1, absBits(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8))));
+  }
+  for (; i + 8 <= n; i += 8) {
+    m0 = _mm256_max_epu32(m0,
+                          absBits(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i))));
+  }
+  uint32_t m = hmaxEpu32(_mm256_max_epu32(m0, m1));
+  for (; i < n; ++i) m = std::max(m, floatBits(x[i] - y[i]) & 0x7FFFFFFFu);
+  return bitsFloat(m);
+}
+
 GV_AVX2 double dot(const float* x, const float* y, size_t n) {
   __m256d a0 = _mm256_setzero_pd(), a1 = a0;
   size_t i = 0;
@@ -965,6 +983,7 @@ Dispatch makeDispatch() {
   if (avx2) {
     namespace v = avx2;
     d.ops.maxAbs = v::maxAbs;
+    d.ops.maxAbsDiff = v::maxAbsDiff;
     d.ops.sumSquares = v::sumSquares;
     d.ops.dot = v::dot;
     d.ops.allFinite = v::allFinite;

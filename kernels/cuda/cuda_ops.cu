@@ -132,6 +132,27 @@ float maxAbs(const float* x, size_t n) {
   return bitsFloat(*h);
 }
 
+__global__ void maxAbsDiffKernel(const float* x, const float* y, size_t n, uint32_t* out) {
+  uint32_t m = 0;
+  for (size_t i = globalThread(); i < n; i += gridThreads())
+    m = max(m, magnitudeBits(__fsub_rn(x[i], y[i])));
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_down_sync(kFullMask, m, o));
+  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(out, m);
+}
+
+float maxAbsDiff(const float* x, const float* y, size_t n) {
+  if (n == 0) return 0.0f;
+  Context& c = threadContext();
+  auto* d = static_cast<uint32_t*>(c.deviceScratch);
+  auto* h = static_cast<uint32_t*>(c.hostStaging);
+  checkCuda(cudaMemsetAsync(d, 0, sizeof(uint32_t), c.stream), "maxAbsDiff memset");
+  maxAbsDiffKernel<<<gridFor(n), kThreads, 0, c.stream>>>(x, y, n, d);
+  checkCuda(cudaMemcpyAsync(h, d, sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream),
+            "maxAbsDiff copy");
+  finish(c, "maxAbsDiff");
+  return bitsFloat(*h);
+}
+
 // The reductions' partial sums: `count` doubles at the start of the device scratch, copied to the
 // pinned staging; the stream is synchronised, so the host may read them.
 const double* partialsOnHost(Context& c, size_t count, const char* what) {
@@ -779,6 +800,7 @@ const Ops& cudaOps() {
   static const Ops ops = {
       "cuda",
       c::maxAbs,
+      c::maxAbsDiff,
       c::sumSquares,
       c::dot,
       c::allFinite,

@@ -127,13 +127,10 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
         dense_.emplace_back(at, count);
         kept_.insert(kept_.end(), acc.begin() + at, acc.begin() + at + count);
         st = codec_.applyChecked(f, weight, acc);
-        // The change: a plain difference (vectorized) and the kernels' maxAbs (NaN, from
-        // inf - inf, propagates and refuses).
-        diff_.resize(count);
-        const float* now = acc.data() + at;
-        const float* was = kept_.data() + kept_.size() - count;
-        for (std::size_t i = 0; i < count; ++i) diff_[i] = now[i] - was[i];
-        const float m = kernels::cpuOps().maxAbs(diff_.data(), count);
+        // The change, max |now - was| in one pass (kernels' maxAbsDiff: NaN, from inf - inf,
+        // propagates and refuses).
+        const float m = kernels::cpuOps().maxAbsDiff(acc.data() + at,
+                                                     kept_.data() + kept_.size() - count, count);
         if (!(m <= change)) change = m;
       }
       if (!st.isOk()) break;
@@ -197,7 +194,6 @@ class ModelMessageCodec final : public algorithms::MessageCodec {
   std::vector<float> kept_;
   std::vector<std::pair<std::size_t, std::size_t>> dense_;  // (offset, count)
   compress::SparseJournal journal_;
-  std::vector<float> diff_;  // one range's change
 };
 
 // Bytes a message of the same layout takes as dense fp32 frames (with their length prefixes): the

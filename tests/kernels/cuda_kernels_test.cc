@@ -93,6 +93,8 @@ TEST_CASE("cuda reductions match the reference", "[cuda]") {
     DeviceVector<float> dx(x), dy(y);
     INFO("n=" << n);
     CHECK(floatBits(gpu().maxAbs(dx.get(), n)) == floatBits(ref().maxAbs(x.data(), n)));
+    CHECK(floatBits(gpu().maxAbsDiff(dx.get(), dy.get(), n)) ==
+          floatBits(ref().maxAbsDiff(x.data(), y.data(), n)));
     CHECK(gpu().sumSquares(dx.get(), n) == Approx(ref().sumSquares(x.data(), n)).epsilon(1e-12));
     CHECK(gpu().dot(dx.get(), dy.get(), n) ==
           Approx(ref().dot(x.data(), y.data(), n)).epsilon(1e-12).margin(1e-12));

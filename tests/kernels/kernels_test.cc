@@ -37,6 +37,13 @@ TEST_CASE("reductions match the reference", "[kernels]") {
     auto y = gaussian(n, 2 + static_cast<uint32_t>(n));
     INFO("n=" << n);
     CHECK(floatBits(vec().maxAbs(x.data(), n)) == floatBits(ref().maxAbs(x.data(), n)));
+    CHECK(floatBits(vec().maxAbsDiff(x.data(), y.data(), n)) ==
+          floatBits(ref().maxAbsDiff(x.data(), y.data(), n)));
+    {  // the definition: max |x - y| with the difference in float
+      float want = 0.0f;
+      for (size_t k = 0; k < n; ++k) want = std::max(want, std::fabs(x[k] - y[k]));
+      CHECK(ref().maxAbsDiff(x.data(), y.data(), n) == want);
+    }
     CHECK(vec().sumSquares(x.data(), n) == Approx(ref().sumSquares(x.data(), n)).epsilon(1e-12));
     CHECK(vec().dot(x.data(), y.data(), n) ==
           Approx(ref().dot(x.data(), y.data(), n)).epsilon(1e-12).margin(1e-12));
@@ -46,9 +53,12 @@ TEST_CASE("reductions match the reference", "[kernels]") {
       z[n - 1] = std::numeric_limits<float>::infinity();
       CHECK_FALSE(vec().allFinite(z.data(), n));
       CHECK_FALSE(ref().allFinite(z.data(), n));
+      CHECK(vec().maxAbsDiff(z.data(), x.data(), n) == std::numeric_limits<float>::infinity());
       z[n / 2] = std::nanf("");
       CHECK(std::isnan(vec().maxAbs(z.data(), n)));
       CHECK(floatBits(vec().maxAbs(z.data(), n)) == floatBits(ref().maxAbs(z.data(), n)));
+      CHECK(std::isnan(vec().maxAbsDiff(z.data(), x.data(), n)));
+      CHECK(std::isnan(vec().maxAbsDiff(x.data(), z.data(), n)));
     }
   }
 }
