@@ -84,9 +84,11 @@ __device__ void blockSumTo(double s, double* partial) {
 
 // ---- Reductions --------------------------------------------------------------------------------
 
-__global__ void maxAbsKernel(const float* x, size_t n, uint32_t* out) {
+// max |x[i]| (y null) or max |x[i] - y[i]|, as float bits, atomically into *out.
+__global__ void maxAbsKernel(const float* x, const float* y, size_t n, uint32_t* out) {
   uint32_t m = 0;
-  for (size_t i = globalThread(); i < n; i += gridThreads()) m = max(m, magnitudeBits(x[i]));
+  for (size_t i = globalThread(); i < n; i += gridThreads())
+    m = max(m, magnitudeBits(y != nullptr ? __fsub_rn(x[i], y[i]) : x[i]));
   for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_down_sync(kFullMask, m, o));
   if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(out, m);
 }
@@ -119,38 +121,20 @@ __global__ void nonFiniteKernel(const void* p, size_t n, FiniteKind kind, uint32
   if (__any_sync(kFullMask, found) && (threadIdx.x & 31) == 0) *bad = 1;
 }
 
-float maxAbs(const float* x, size_t n) {
+float largestMagnitude(const float* x, const float* y, size_t n, const char* what) {
   if (n == 0) return 0.0f;
   Context& c = threadContext();
   auto* d = static_cast<uint32_t*>(c.deviceScratch);
   auto* h = static_cast<uint32_t*>(c.hostStaging);
-  checkCuda(cudaMemsetAsync(d, 0, sizeof(uint32_t), c.stream), "maxAbs memset");
-  maxAbsKernel<<<gridFor(n), kThreads, 0, c.stream>>>(x, n, d);
-  checkCuda(cudaMemcpyAsync(h, d, sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream),
-            "maxAbs copy");
-  finish(c, "maxAbs");
+  checkCuda(cudaMemsetAsync(d, 0, sizeof(uint32_t), c.stream), what);
+  maxAbsKernel<<<gridFor(n), kThreads, 0, c.stream>>>(x, y, n, d);
+  checkCuda(cudaMemcpyAsync(h, d, sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream), what);
+  finish(c, what);
   return bitsFloat(*h);
 }
-
-__global__ void maxAbsDiffKernel(const float* x, const float* y, size_t n, uint32_t* out) {
-  uint32_t m = 0;
-  for (size_t i = globalThread(); i < n; i += gridThreads())
-    m = max(m, magnitudeBits(__fsub_rn(x[i], y[i])));
-  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_down_sync(kFullMask, m, o));
-  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(out, m);
-}
-
+float maxAbs(const float* x, size_t n) { return largestMagnitude(x, nullptr, n, "maxAbs"); }
 float maxAbsDiff(const float* x, const float* y, size_t n) {
-  if (n == 0) return 0.0f;
-  Context& c = threadContext();
-  auto* d = static_cast<uint32_t*>(c.deviceScratch);
-  auto* h = static_cast<uint32_t*>(c.hostStaging);
-  checkCuda(cudaMemsetAsync(d, 0, sizeof(uint32_t), c.stream), "maxAbsDiff memset");
-  maxAbsDiffKernel<<<gridFor(n), kThreads, 0, c.stream>>>(x, y, n, d);
-  checkCuda(cudaMemcpyAsync(h, d, sizeof(uint32_t), cudaMemcpyDeviceToHost, c.stream),
-            "maxAbsDiff copy");
-  finish(c, "maxAbsDiff");
-  return bitsFloat(*h);
+  return largestMagnitude(x, y, n, "maxAbsDiff");
 }
 
 // The reductions' partial sums: `count` doubles at the start of the device scratch, copied to the

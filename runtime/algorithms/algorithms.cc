@@ -201,8 +201,10 @@ class Dsgd final : public Algorithm {
     // Dense fp32 (always, for D-PSGD) and plain mixing: what receivers decode is x itself (each
     // value as 0 + x[k]: a -0 arrives as +0), so the own term of the mix is the model, which
     // nothing changes between here and mix(): no decoded copy of it (a model-sized buffer and two
-    // passes less), and a round nobody receives (no live out-neighbour) encodes nothing. A value
-    // that is not finite is refused as decoding the message refused it.
+    // passes less), and a round nobody receives (no live out-neighbour) encodes nothing. (The one
+    // difference from mixing the decoded copy: a coordinate whose every term is zero keeps the
+    // model's -0 where the copy's +0 gave +0.) A value that is not finite is refused as decoding
+    // the message refused it.
     if (!kernels::cpuOps().allFinite(x.data(), x.size())) {
       return dataLoss("non_finite: fp32 value in the own message");
     }
