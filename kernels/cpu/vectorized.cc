@@ -83,19 +83,19 @@ GV_AVX2 float maxAbs(const float* x, size_t n) {
   return bitsFloat(m);
 }
 
+// |x[i..i+8) - y[i..i+8)| as magnitude bits.
+GV_AVX2 inline __m256i absDiffBits(const float* x, const float* y, size_t i) {
+  return absBits(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+}
+
 GV_AVX2 float maxAbsDiff(const float* x, const float* y, size_t n) {
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    m0 = _mm256_max_epu32(m0,
-                          absBits(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i))));
-    m1 = _mm256_max_epu32(
-        m1, absBits(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8))));
+    m0 = _mm256_max_epu32(m0, absDiffBits(x, y, i));
+    m1 = _mm256_max_epu32(m1, absDiffBits(x, y, i + 8));
   }
-  for (; i + 8 <= n; i += 8) {
-    m0 = _mm256_max_epu32(m0,
-                          absBits(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i))));
-  }
+  for (; i + 8 <= n; i += 8) m0 = _mm256_max_epu32(m0, absDiffBits(x, y, i));
   uint32_t m = hmaxEpu32(_mm256_max_epu32(m0, m1));
   for (; i < n; ++i) m = std::max(m, floatBits(x[i] - y[i]) & 0x7FFFFFFFu);
   return bitsFloat(m);

@@ -123,7 +123,7 @@ Status PeerCore::beginRound(std::int64_t round, const RoundInput& input) {
   round_ = round;
   for (auto& [j, e] : edges_) e.arrived = e.heard = false;
   // What this round's messages may change (security.max_delta_ratio), relative to the model.
-  if (options_.maxDeltaRatio > 0) deltaLimit_ = engine::deltaLimit(options_.maxDeltaRatio, x_);
+  deltaLimit_ = engine::deltaLimit(options_.maxDeltaRatio, x_);  // 0 (none) when the ratio is 0
 
   if (!trainer_.takeSteps(round, input, x_, *algorithm_)) ++counters_.roundsComputeSkipped;
   if (health_.divergence() || !checkHealth(trainer_.lastLoss(), false)) {
